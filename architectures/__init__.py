@@ -1,0 +1,4 @@
+"""Model families; importing this package registers every architecture with zoo.registry."""
+from . import resnet
+
+__all__ = ["resnet"]

@@ -1,0 +1,310 @@
+"""ResNet family from one class: torchvision's ImageNet ResNets (V1.5), ResNeXt and wide
+ResNets, timm's SE-ResNets, and He et al.'s small-image (CIFAR) ResNets.
+
+The state-dict layout is torchvision's (conv1, bn1, layer1..layerN, fc; blocks with
+conv1/bn1/conv2/bn2[/conv3/bn3], downsample.0/.1 and timm's ``se``), so torchvision and timm
+checkpoints load without renaming keys.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from .layers import SqueezeExcite, check_image_input
+from zoo.registry import register_model
+
+
+def _conv3x3(in_channels: int, out_channels: int, stride: int = 1, groups: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(in_channels, out_channels, 3, stride, padding=1, groups=groups, bias=False)
+
+
+def _conv1x1(in_channels: int, out_channels: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(in_channels, out_channels, 1, stride, bias=False)
+
+
+class PadShortcut(nn.Module):
+    """Parameter-free shortcut (He et al.'s option A): subsample by the stride and zero-pad the
+    new channels, half on each side as in akamaster/pytorch_resnet_cifar10, whose CIFAR
+    checkpoints therefore give the same outputs here."""
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int) -> None:
+        super().__init__()
+        self.stride = stride
+        self.pad = ((out_channels - in_channels) // 2, (out_channels - in_channels + 1) // 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x[:, :, :: self.stride, :: self.stride]
+        return F.pad(x, (0, 0, 0, 0, *self.pad))
+
+
+class BasicBlock(nn.Module):
+    """Two 3x3 convolutions plus shortcut (ResNet-18/34, CIFAR ResNets)."""
+
+    expansion = 1
+
+    def __init__(
+        self,
+        inplanes: int,
+        planes: int,
+        stride: int = 1,
+        downsample: nn.Module | None = None,
+        groups: int = 1,
+        base_width: int = 64,
+        se_ratio: float | None = None,
+    ) -> None:
+        super().__init__()
+        if groups != 1 or base_width != 64:
+            raise ValueError("BasicBlock supports only groups=1 and width_per_group=64")
+        self.conv1 = _conv3x3(inplanes, planes, stride)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = _conv3x3(planes, planes)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.se = SqueezeExcite(planes, se_ratio) if se_ratio is not None else nn.Identity()
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def zero_init_last(self) -> None:
+        """Zero the last BN scale so the block starts as the identity (Goyal et al., 2017)."""
+        nn.init.zeros_(self.bn2.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shortcut = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.se(self.bn2(self.conv2(out)))
+        return self.relu(out + shortcut)
+
+
+class Bottleneck(nn.Module):
+    """1x1 reduce, 3x3 (grouped for ResNeXt, carrying the stride: V1.5), 1x1 expand by 4."""
+
+    expansion = 4
+
+    def __init__(
+        self,
+        inplanes: int,
+        planes: int,
+        stride: int = 1,
+        downsample: nn.Module | None = None,
+        groups: int = 1,
+        base_width: int = 64,
+        se_ratio: float | None = None,
+    ) -> None:
+        super().__init__()
+        width = int(planes * (base_width / 64.0)) * groups
+        outplanes = planes * self.expansion
+        self.conv1 = _conv1x1(inplanes, width)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = _conv3x3(width, width, stride, groups)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = _conv1x1(width, outplanes)
+        self.bn3 = nn.BatchNorm2d(outplanes)
+        self.se = SqueezeExcite(outplanes, se_ratio) if se_ratio is not None else nn.Identity()
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def zero_init_last(self) -> None:
+        """Zero the last BN scale so the block starts as the identity (Goyal et al., 2017)."""
+        nn.init.zeros_(self.bn3.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shortcut = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.se(self.bn3(self.conv3(out)))
+        return self.relu(out + shortcut)
+
+
+class ResNet(nn.Module):
+    """Residual network with one stage per entry of ``layers``; the first stage keeps the
+    resolution, every later one halves it.
+
+    ``stem="imagenet"``: 7x7/2 conv + 3x3/2 max-pool, projection shortcuts (1x1 conv + BN).
+    ``stem="cifar"``: He et al.'s small-image ResNet, 3x3/1 conv and no pool, parameter-free
+    (option A) shortcuts; meant for 28-32 px images with ``stage_channels=(16, 32, 64)``.
+    ``groups``/``width_per_group`` give ResNeXt and wide ResNets, ``se_ratio`` adds a
+    squeeze-excite gate before each residual add (timm's SE-ResNet).
+    """
+
+    def __init__(
+        self,
+        block: type[BasicBlock | Bottleneck],
+        layers: Sequence[int],
+        num_classes: int = 1000,
+        in_chans: int = 3,
+        groups: int = 1,
+        width_per_group: int = 64,
+        se_ratio: float | None = None,
+        drop_rate: float = 0.0,
+        zero_init_residual: bool = False,
+        stem: Literal["imagenet", "cifar"] = "imagenet",
+        stage_channels: Sequence[int] = (64, 128, 256, 512),
+        name: str = "resnet",
+    ) -> None:
+        super().__init__()
+        if stem not in ("imagenet", "cifar"):
+            raise ValueError(f"stem must be 'imagenet' or 'cifar', got {stem!r}")
+        if len(layers) != len(stage_channels) or min(layers, default=0) < 1:
+            raise ValueError(
+                f"need one positive block count per stage: layers={tuple(layers)}, "
+                f"stage_channels={tuple(stage_channels)}"
+            )
+        small = stem == "cifar"
+        self.name = name
+        self.in_chans = in_chans
+        self.pretrained_cfg: dict[str, Any] = {}
+        self.grad_checkpointing = False
+        self.min_input_size = (1 if small else 4) * 2 ** (len(layers) - 1)
+
+        inplanes = stage_channels[0]
+        if small:
+            self.conv1 = _conv3x3(in_chans, inplanes)
+        else:
+            self.conv1 = nn.Conv2d(in_chans, inplanes, 7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(inplanes)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.Identity() if small else nn.MaxPool2d(3, stride=2, padding=1)
+
+        self.stage_names: list[str] = []
+        for i, (planes, depth) in enumerate(zip(stage_channels, layers)):
+            stride = 1 if i == 0 else 2
+            outplanes = planes * block.expansion
+            downsample: nn.Module | None = None
+            if stride != 1 or inplanes != outplanes:
+                if small:
+                    downsample = PadShortcut(inplanes, outplanes, stride)
+                else:
+                    downsample = nn.Sequential(
+                        _conv1x1(inplanes, outplanes, stride), nn.BatchNorm2d(outplanes)
+                    )
+            options = dict(groups=groups, base_width=width_per_group, se_ratio=se_ratio)
+            blocks = [block(inplanes, planes, stride, downsample, **options)]
+            blocks += [block(outplanes, planes, **options) for _ in range(depth - 1)]
+            self.add_module(f"layer{i + 1}", nn.Sequential(*blocks))
+            self.stage_names.append(f"layer{i + 1}")
+            inplanes = outplanes
+
+        self.num_features = inplanes
+        self.drop = nn.Dropout(drop_rate)
+        self.reset_classifier(num_classes)
+
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+        if zero_init_residual:
+            for m in self.modules():
+                if isinstance(m, (BasicBlock, Bottleneck)):
+                    m.zero_init_last()
+
+    def get_classifier(self) -> nn.Module:
+        return self.fc
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """Replace the classifier with a freshly initialised ``num_classes``-way linear layer,
+        or with the identity for 0 so that ``forward`` returns pooled features."""
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 0:
+            raise ValueError(
+                f"num_classes must be an int >= 0 (0 removes the classifier), got {num_classes!r}"
+            )
+        self.num_classes = num_classes
+        self.fc = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Recompute each residual block in the backward pass instead of storing its
+        activations (training only). As with timm, BatchNorm running statistics are updated
+        once more by the recomputation; gradients are unchanged."""
+        self.grad_checkpointing = enable
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Unpooled feature map of shape (N, num_features, H / s, W / s), s = min_input_size."""
+        check_image_input(x, self.in_chans, self.min_input_size, self.name)
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        use_checkpoint = self.grad_checkpointing and self.training and torch.is_grad_enabled()
+        for stage in self.stage_names:
+            for block in getattr(self, stage):
+                x = checkpoint(block, x, use_reentrant=False) if use_checkpoint else block(x)
+        return x
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """Global average pool, then (unless ``pre_logits``) dropout and the classifier."""
+        x = x.mean((2, 3))
+        return x if pre_logits else self.fc(self.drop(x))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+
+_SMALL = dict(stem="cifar", stage_channels=(16, 32, 64), num_classes=10)
+
+
+@register_model
+def resnet18(**kwargs: Any) -> ResNet:
+    """ResNet-18 (He et al., 2016); torchvision layout."""
+    return ResNet(BasicBlock, (2, 2, 2, 2), name="resnet18", **kwargs)
+
+
+@register_model
+def resnet34(**kwargs: Any) -> ResNet:
+    """ResNet-34 (He et al., 2016); torchvision layout."""
+    return ResNet(BasicBlock, (3, 4, 6, 3), name="resnet34", **kwargs)
+
+
+@register_model
+def resnet50(**kwargs: Any) -> ResNet:
+    """ResNet-50 V1.5 (stride on the 3x3 conv); torchvision layout."""
+    return ResNet(Bottleneck, (3, 4, 6, 3), name="resnet50", **kwargs)
+
+
+@register_model
+def resnet101(**kwargs: Any) -> ResNet:
+    """ResNet-101 V1.5; torchvision layout."""
+    return ResNet(Bottleneck, (3, 4, 23, 3), name="resnet101", **kwargs)
+
+
+@register_model
+def resnet152(**kwargs: Any) -> ResNet:
+    """ResNet-152 V1.5; torchvision layout."""
+    return ResNet(Bottleneck, (3, 8, 36, 3), name="resnet152", **kwargs)
+
+
+@register_model
+def resnext50_32x4d(**kwargs: Any) -> ResNet:
+    """ResNeXt-50 (Xie et al., 2017), 32 groups of width 4; torchvision layout."""
+    return ResNet(Bottleneck, (3, 4, 6, 3), groups=32, width_per_group=4, name="resnext50_32x4d", **kwargs)
+
+
+@register_model
+def wide_resnet50_2(**kwargs: Any) -> ResNet:
+    """Wide ResNet-50-2 (Zagoruyko & Komodakis, 2016): bottlenecks twice as wide; torchvision layout."""
+    return ResNet(Bottleneck, (3, 4, 6, 3), width_per_group=128, name="wide_resnet50_2", **kwargs)
+
+
+@register_model
+def seresnet50(**kwargs: Any) -> ResNet:
+    """SE-ResNet-50 (Hu et al., 2018), reduction 16; timm's seresnet50 layout."""
+    return ResNet(Bottleneck, (3, 4, 6, 3), se_ratio=1 / 16, name="seresnet50", **kwargs)
+
+
+@register_model
+def resnet20(**kwargs: Any) -> ResNet:
+    """CIFAR ResNet-20 (He et al., 2016, sec. 4.2): 3 stages of 3 basic blocks, 0.27M params."""
+    return ResNet(BasicBlock, (3, 3, 3), name="resnet20", **{**_SMALL, **kwargs})
+
+
+@register_model
+def resnet56(**kwargs: Any) -> ResNet:
+    """CIFAR ResNet-56 (He et al., 2016, sec. 4.2): 3 stages of 9 basic blocks, 0.85M params."""
+    return ResNet(BasicBlock, (9, 9, 9), name="resnet56", **{**_SMALL, **kwargs})
+
+
+@register_model
+def seresnet20(**kwargs: Any) -> ResNet:
+    """CIFAR ResNet-20 with squeeze-excite (reduction 16, at least 8 channels as in timm)."""
+    return ResNet(BasicBlock, (3, 3, 3), se_ratio=1 / 16, name="seresnet20", **{**_SMALL, **kwargs})

@@ -1,0 +1,149 @@
+"""Shared fixtures: every test gets its own empty ZOO_HOME (so no test touches the user's
+cache or inherits ZOO_OFFLINE), and `http_server` serves test bytes from 127.0.0.1."""
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+MODES = ("ok", "truncate", "truncate_once", "error500_once")
+
+
+@dataclass
+class _Route:
+    data: bytes
+    mode: str  # one of MODES, or "redirect"
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    hits: int = 0
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    """Answers GETs from the routes of the LocalHTTPServer that owns the listening server."""
+
+    server: _Server
+
+    def do_GET(self) -> None:
+        owner = self.server.owner
+        path = urlsplit(self.path).path
+        with owner.lock:
+            owner.requests.append(path)
+            route = owner.routes.get(path)
+            if route is not None:
+                route.hits += 1
+                hits = route.hits
+        if route is None:
+            self.send_error(404, "Not Found")
+            return
+        if route.mode == "redirect":
+            self.send_response(302)
+            self._send_headers(route.headers, length=0)
+            return
+        if route.mode == "error500_once" and hits == 1:
+            self.send_error(500, "Internal Server Error")
+            return
+        self.send_response(200)
+        self._send_headers(route.headers, length=len(route.data))
+        time.sleep(route.delay)
+        if route.mode == "truncate" or (route.mode == "truncate_once" and hits == 1):
+            self.wfile.write(route.data[: len(route.data) // 2])
+            self.close_connection = True  # the client sees EOF before Content-Length bytes
+        else:
+            self.wfile.write(route.data)
+
+    def _send_headers(self, headers: dict[str, str], length: int) -> None:
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(length))
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:  # keep test output clean
+        pass
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    owner: LocalHTTPServer
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # clients that hang up early (truncation tests) are expected here
+
+
+class LocalHTTPServer:
+    """An HTTP server on 127.0.0.1 serving bytes registered with `add`; `requests` lists the
+    paths asked for, in order, so tests can tell whether something was downloaded."""
+
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+        self.routes: dict[str, _Route] = {}
+        self.lock = threading.Lock()
+        self._httpd = _Server(("127.0.0.1", 0), _Handler)
+        self._httpd.owner = self
+        self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
+        self._thread.start()
+
+    def add(
+        self,
+        path: str,
+        data: bytes,
+        *,
+        mode: str = "ok",
+        headers: dict[str, str] | None = None,
+        delay: float = 0.0,
+    ) -> str:
+        """Serve `data` at `path` and return its URL. Modes: "ok"; "truncate" (full
+        Content-Length, half the bytes, then hang up); "truncate_once" and "error500_once"
+        (that failure on the first request only). `delay` seconds pass before the body."""
+        if mode not in MODES:
+            raise ValueError(f"Unknown mode {mode!r}; use one of {MODES}.")
+        return self._route(path, _Route(data, mode, dict(headers or {}), delay))
+
+    def add_redirect(self, path: str, location: str, *, headers: dict[str, str] | None = None) -> str:
+        """Answer `path` with a 302 to `location` (plus `headers`) and return its URL."""
+        return self._route(path, _Route(b"", "redirect", {"Location": location, **(headers or {})}))
+
+    def _route(self, path: str, route: _Route) -> str:
+        path = "/" + path.lstrip("/")
+        with self.lock:
+            self.routes[path] = route
+        return self.base_url + path
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+
+@pytest.fixture
+def http_server() -> Iterator[LocalHTTPServer]:
+    """A LocalHTTPServer for the duration of one test."""
+    server = LocalHTTPServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_zoo_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point ZOO_HOME at a fresh directory (not created yet) and clear ZOO_OFFLINE."""
+    home = tmp_path / "zoo_home"
+    monkeypatch.setenv("ZOO_HOME", str(home))
+    monkeypatch.delenv("ZOO_OFFLINE", raising=False)
+    return home
+
+
+@pytest.fixture
+def zoo_home(_isolated_zoo_home: Path) -> Path:
+    """The test's ZOO_HOME (zoo creates it on first use)."""
+    return _isolated_zoo_home

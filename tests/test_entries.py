@@ -1,0 +1,55 @@
+"""The weight entries are data copied from their publishers: check them against the source."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torchvision.models as tvm
+from PIL import Image
+from torchvision.models._meta import _IMAGENET_CATEGORIES
+
+import zoo
+
+TAGS = {"IMAGENET1K_V1": "tv_in1k", "IMAGENET1K_V2": "tv2_in1k"}
+ENUMS = {
+    "resnet18": tvm.ResNet18_Weights,
+    "resnet34": tvm.ResNet34_Weights,
+    "resnet50": tvm.ResNet50_Weights,
+    "resnet101": tvm.ResNet101_Weights,
+    "resnet152": tvm.ResNet152_Weights,
+    "resnext50_32x4d": tvm.ResNeXt50_32X4D_Weights,
+    "wide_resnet50_2": tvm.Wide_ResNet50_2_Weights,
+}
+PUBLISHED = [(f"{arch}.{TAGS[w.name]}", w) for arch, enum in ENUMS.items() for w in enum]
+
+
+@pytest.mark.parametrize("name,weights", PUBLISHED, ids=[n for n, _ in PUBLISHED])
+def test_entry_matches_torchvision_metadata(name, weights):
+    info = zoo.info(name)
+    assert info.url == weights.url
+    assert weights.url.endswith(f"-{info.sha256}.pth")
+    assert info.num_params == weights.meta["num_params"]
+    assert info.metrics["imagenet-1k"] == {
+        "top1": weights.meta["_metrics"]["ImageNet-1K"]["acc@1"],
+        "top5": weights.meta["_metrics"]["ImageNet-1K"]["acc@5"],
+    }
+    assert info.gflops == weights.meta["_ops"]
+    assert info.category_names() == list(_IMAGENET_CATEGORIES)
+    assert info.default == (weights is type(weights).DEFAULT)
+
+
+@pytest.mark.parametrize("name,weights", PUBLISHED[2:4], ids=[n for n, _ in PUBLISHED[2:4]])
+def test_transforms_equal_torchvision(name, weights):
+    generator = torch.Generator().manual_seed(0)
+    pixels = torch.randint(0, 256, (300, 400, 3), dtype=torch.uint8, generator=generator)
+    image = Image.fromarray(pixels.numpy())
+    ours, theirs = zoo.transforms(name), weights.transforms()
+    assert torch.allclose(ours(image), theirs(image), atol=1e-6)
+    # uint8 tensors: torchvision v1 and v2 resize round differently, by at most one pixel level.
+    chw = pixels.permute(2, 0, 1)
+    one_level = 1 / 255 / min(zoo.info(name).preprocess["std"])
+    assert (ours(chw) - theirs(chw)).abs().max() <= one_level + 1e-6
+
+
+def test_default_weights_are_torchvision_default():
+    assert zoo.info("resnet50").name == "resnet50.tv2_in1k"
+    assert zoo.info("resnet18").name == "resnet18.tv_in1k"

@@ -1,0 +1,52 @@
+"""Published weights through the whole entry machinery: the publisher's file is served over
+HTTP, `zoo.load` downloads, verifies, converts and loads it, and the outputs equal the
+reference implementation's on the same input."""
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+import torchvision
+
+import zoo
+from published import publish, randomize_batchnorm
+
+TORCHVISION_ENTRIES = zoo.list_models("*", pretrained=True, exclude="seresnet*")
+
+
+def _max_abs_diff(reference: torch.nn.Module, model: torch.nn.Module, x: torch.Tensor) -> float:
+    with torch.no_grad():
+        return (reference.eval()(x) - model.eval()(x)).abs().max().item()
+
+
+@pytest.mark.parametrize("name", TORCHVISION_ENTRIES)
+def test_torchvision_checkpoint_loads_with_equal_outputs(name, http_server, monkeypatch):
+    torch.manual_seed(0)
+    reference = randomize_batchnorm(getattr(torchvision.models, name.split(".")[0])())
+    publish(http_server, monkeypatch, name, reference.state_dict())
+    model = zoo.load(name)
+    x = torch.randn(2, 3, 64, 64)
+    assert _max_abs_diff(reference, model, x) <= 1e-5
+    assert sum(p.numel() for p in model.parameters()) == zoo.info(name).num_params
+    assert model.pretrained_cfg["weights"] == name
+
+
+def test_timm_seresnet50_from_hub_safetensors(http_server, monkeypatch):
+    torch.manual_seed(0)
+    reference = randomize_batchnorm(timm.create_model("seresnet50", pretrained=False))
+    publish(http_server, monkeypatch, "seresnet50.a1_in1k", reference.state_dict(), fmt="safetensors")
+    model = zoo.load("seresnet50.a1_in1k")
+    assert _max_abs_diff(reference, model, torch.randn(2, 3, 64, 64)) <= 1e-5
+    assert sum(p.numel() for p in model.parameters()) == zoo.info("seresnet50.a1_in1k").num_params
+
+
+def test_converted_file_is_reused_offline(http_server, monkeypatch):
+    """After the first load the pickle is converted to safetensors once; offline loads use it."""
+    torch.manual_seed(0)
+    reference = torchvision.models.resnet18()
+    publish(http_server, monkeypatch, "resnet18.tv_in1k", reference.state_dict())
+    zoo.load("resnet18.tv_in1k")
+    monkeypatch.setenv("ZOO_OFFLINE", "1")
+    model = zoo.load("resnet18.tv_in1k")
+    assert len(http_server.requests) == 1
+    assert _max_abs_diff(reference, model, torch.randn(1, 3, 64, 64)) <= 1e-5

@@ -1,0 +1,21 @@
+"""zoo: one registry of PyTorch models with verified, offline-loadable weights.
+
+    >>> import zoo
+    >>> zoo.list_models("resnet*", pretrained=True)
+    >>> model = zoo.load("resnet50.tv_in1k", num_classes=7)   # ImageNet body, fresh 7-way head
+"""
+from zoo.api import WeightsMismatchError, info, load, save, transforms
+from zoo.registry import UnknownModelError, WeightInfo, list_models, register_model
+
+__version__ = "0.1.0"
+__all__ = [
+    "UnknownModelError",
+    "WeightInfo",
+    "WeightsMismatchError",
+    "info",
+    "list_models",
+    "load",
+    "register_model",
+    "save",
+    "transforms",
+]

@@ -1,0 +1,99 @@
+"""Command line: ``zoo list``, ``zoo info``, ``zoo predict`` (also ``python -m zoo``)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+import torch
+from PIL import Image
+
+import zoo
+from zoo import registry
+
+
+def _list(args: argparse.Namespace) -> int:
+    for name in zoo.list_models(args.pattern, pretrained=args.pretrained):
+        print(name)
+    return 0
+
+
+def _format_size(num_bytes: int | None) -> str:
+    return "unknown" if num_bytes is None else f"{num_bytes / 2**20:.1f} MiB"
+
+
+def _info(args: argparse.Namespace) -> int:
+    info = zoo.info(args.name)
+    if args.json:
+        print(json.dumps(info.to_dict(), indent=2))
+        return 0
+    rows = [
+        ("name", info.name),
+        ("architecture", info.arch),
+        ("source", info.source),
+        ("sha256", info.sha256 or "none published (verified against the server's hash header)"),
+        ("parameters", f"{info.num_params:,}" if info.num_params else "unknown"),
+        ("GFLOPs", info.gflops if info.gflops is not None else "unknown"),
+        ("file size", _format_size(info.file_size)),
+        ("classes", info.num_classes),
+        ("preprocess", json.dumps(info.preprocess)),
+        ("recipe", info.recipe or "-"),
+        ("license", info.license or "-"),
+        ("card", info.card or "-"),
+    ]
+    for dataset, values in info.metrics.items():
+        rows.append((f"metrics [{dataset}]", ", ".join(f"{k}={v}" for k, v in values.items())))
+    width = max(len(key) for key, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+    return 0
+
+
+def _predict(args: argparse.Namespace) -> int:
+    model = zoo.load(args.name, device=args.device)
+    preprocess = zoo.transforms(model)
+    list_name = model.pretrained_cfg.get("categories")
+    categories = registry.load_categories(list_name) if list_name else None
+    batch = torch.stack([preprocess(Image.open(path).convert("RGB")) for path in args.images])
+    with torch.inference_mode():
+        probs = model(batch.to(args.device)).softmax(dim=-1)
+    top = probs.topk(min(args.topk, probs.shape[-1]), dim=-1)
+    for path, values, indices in zip(args.images, top.values, top.indices):
+        print(path)
+        for p, i in zip(values.tolist(), indices.tolist()):
+            label = categories[i] if categories else str(i)
+            print(f"  {p:7.2%}  {label} ({i})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="zoo", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    p = commands.add_parser("list", help="list architectures, or weights with --pretrained")
+    p.add_argument("pattern", nargs="?", default="*", help="fnmatch pattern, e.g. 'resnet*'")
+    p.add_argument("--pretrained", action="store_true", help="list weight names (arch.tag)")
+    p.set_defaults(run=_list)
+
+    p = commands.add_parser("info", help="metadata of a weight entry")
+    p.add_argument("name", help="arch.tag, or an architecture for its default weights")
+    p.add_argument("--json", action="store_true", help="print the entry as JSON")
+    p.set_defaults(run=_info)
+
+    p = commands.add_parser("predict", help="top-k classes of images with pretrained weights")
+    p.add_argument("name", help="arch.tag, or an architecture for its default weights")
+    p.add_argument("images", nargs="+", help="image files")
+    p.add_argument("--topk", type=int, default=5)
+    p.add_argument("--device", default="cpu")
+    p.set_defaults(run=_predict)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (zoo.UnknownModelError, ValueError, OSError, RuntimeError) as error:
+        print(f"zoo: error: {error}", file=sys.stderr)
+        return 2

@@ -1,0 +1,553 @@
+"""The verified weight store: downloads over http(s) into ``$ZOO_HOME``, checks every file
+against a sha256 (full digest or a publisher's prefix), and converts pickled checkpoints to
+safetensors once, so that later loads never unpickle anything.
+
+Layout of ``$ZOO_HOME`` (default ``~/.cache/zoo``)::
+
+    downloads/   files exactly as published (only verified files ever appear here)
+    converted/   safetensors made from pickled checkpoints by fetch_state_dict()
+    records/     {size, mtime_ns, sha256} per file, so re-verification does not re-read it
+    locks/       inter-process locks around download and conversion
+"""
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import os
+import pickle
+import re
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import warnings
+from collections import Counter
+from collections.abc import Mapping
+from email.message import Message
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import torch
+from filelock import FileLock
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+__all__ = [
+    "ChecksumError",
+    "DownloadError",
+    "WeightsError",
+    "WeightsNotFoundError",
+    "fetch",
+    "fetch_state_dict",
+    "hash_prefix_from_filename",
+    "is_offline",
+    "load_state_dict_file",
+    "unwrap_state_dict",
+    "verify_file",
+    "zoo_home",
+]
+
+USER_AGENT = "zoo/0.1"
+_CHUNK_SIZE = 1 << 20  # 1 MiB, for hashing and for streaming downloads
+_TIMEOUT_S = 60.0  # per socket operation, not for the whole transfer
+_BACKOFF_S = 0.2  # sleep _BACKOFF_S * attempt between download attempts
+_MIN_PREFIX = 8  # shortest hash prefix accepted as an expected hash
+_HEX = re.compile(r"[0-9a-f]+")
+_SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
+# torch.hub convention: "<name>-<hex>.<ext>[.<ext>]", the hex being a prefix of the sha256
+_HASH_IN_NAME = re.compile(r".+-([0-9a-fA-F]{%d,64})(?:\.[A-Za-z0-9_]+)+" % _MIN_PREFIX)
+_WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "state_dict_ema")
+_WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DDP, torch.compile
+_SOURCE_SHA256_KEY = "zoo.source_sha256"  # safetensors metadata of converted files
+
+
+class WeightsError(RuntimeError):
+    """Base class for everything that can go wrong getting or reading weights."""
+
+
+class ChecksumError(WeightsError):
+    """A file's sha256 does not match the expected digest (or prefix)."""
+
+
+class DownloadError(WeightsError):
+    """A download failed: HTTP error, network error or truncated transfer."""
+
+
+class WeightsNotFoundError(WeightsError, FileNotFoundError):
+    """A weight file is neither in the cache nor allowed to be downloaded."""
+
+
+class _TransientError(Exception):
+    """A download failure worth retrying (network error, 5xx, truncated transfer)."""
+
+
+def zoo_home() -> Path:
+    """The cache root: ``$ZOO_HOME`` or ``~/.cache/zoo``, created on demand."""
+    home = Path(os.environ.get("ZOO_HOME") or "~/.cache/zoo").expanduser()
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def is_offline() -> bool:
+    """Whether ``ZOO_OFFLINE`` forbids network access (``1``, ``true`` or ``yes``)."""
+    return os.environ.get("ZOO_OFFLINE", "").strip().lower() in {"1", "true", "yes"}
+
+
+def hash_prefix_from_filename(url_or_name: str) -> str | None:
+    """The sha256 prefix in a torch.hub style name (``resnet50-0676ba61.pth`` -> ``0676ba61``),
+    or None when the name carries no hex part of at least 8 characters."""
+    match = _HASH_IN_NAME.fullmatch(_basename(url_or_name))
+    return match.group(1).lower() if match else None
+
+
+def verify_file(path: Path, sha256: str | None) -> str:
+    """Return the full sha256 of ``path``, checked against ``sha256`` (a digest or a prefix of at
+    least 8 hex characters) unless it is None.
+
+    The digest is cached in a record keyed by the file's absolute path together with its size
+    and mtime, so verifying an unchanged file again does not re-read it. A file that fails
+    verification gets no record, and raises ChecksumError.
+    """
+    path = Path(path)
+    expected = _normalize_expected(sha256)
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        raise WeightsNotFoundError(f"Cannot verify {path}: the file does not exist.") from None
+    record = _read_record(path)
+    unchanged = (
+        record is not None
+        and record["size"] == stat.st_size
+        and record["mtime_ns"] == stat.st_mtime_ns
+    )
+    digest = record["sha256"] if unchanged else _hash_file(path)
+    if expected is not None and not digest.startswith(expected):
+        raise ChecksumError(
+            f"{path} failed verification: expected sha256 {_describe(expected)}, got {digest}. "
+            "The file is corrupt or is not the published one: delete it and fetch it again "
+            "(or correct the expected sha256 if the publisher replaced the file)."
+        )
+    if not unchanged:
+        _write_record(path, digest, stat)
+    return digest
+
+
+def fetch(
+    url: str,
+    *,
+    sha256: str | None,
+    filename: str | None = None,
+    progress: bool = True,
+    retries: int = 3,
+) -> Path:
+    """Return ``$ZOO_HOME/downloads/<filename>`` holding the verified contents of ``url``,
+    downloading it if it is not cached (or is cached but corrupt).
+
+    The expected hash is ``sha256``, else the prefix in the URL's file name, else a sha256 the
+    server sends as ``X-Linked-Etag``/``ETag``; with none of these the file is accepted with a
+    warning and its hash is recorded, so a later change to the cached file is detected.
+    """
+    if urlsplit(url).scheme not in ("http", "https"):
+        raise ValueError(
+            f"fetch() downloads http(s) URLs only, got {url!r}; "
+            "read local files with load_state_dict_file() instead."
+        )
+    if retries < 1:
+        raise ValueError(f"retries is the total number of attempts, must be >= 1, got {retries}.")
+    name = _checked_filename(filename if filename is not None else _basename(url), url)
+    expected = _normalize_expected(sha256 if sha256 is not None else hash_prefix_from_filename(url))
+    target = _subdir("downloads") / name
+    with FileLock(_subdir("locks", "downloads") / f"{name}.lock"):
+        if target.exists():
+            record = _read_record(target)
+            pinned = expected or (record["sha256"] if record else None)
+            try:
+                verify_file(target, pinned)
+            except ChecksumError as err:
+                if is_offline():
+                    raise ChecksumError(
+                        f"{err} ZOO_OFFLINE=1 is set, so it cannot be downloaded again: put a good "
+                        f"copy at {target}, or unset ZOO_OFFLINE to re-download it from {url}."
+                    ) from None
+                warnings.warn(f"{err} Downloading it again from {url}.", stacklevel=2)
+                _forget(target)
+            else:
+                if pinned is None:
+                    _warn_unverified(target, url, stacklevel=2)
+                return target
+        if is_offline():
+            raise WeightsNotFoundError(
+                f"{name} is not in the zoo cache and ZOO_OFFLINE=1 is set, so it will not be "
+                f"downloaded. Put the file at {target} (it comes from {url}; expected sha256 "
+                f"{_describe(expected) if expected else 'unknown'}), or unset ZOO_OFFLINE."
+            )
+        attempt = 1
+        while True:
+            try:
+                _download(url, target, expected, progress)
+                return target
+            except _TransientError as err:
+                if attempt >= retries:
+                    raise DownloadError(
+                        f"{err} Gave up after {retries} attempt(s). Try again later, or download "
+                        f"the file by hand to {target} and set ZOO_OFFLINE=1."
+                    ) from err.__cause__
+                time.sleep(_BACKOFF_S * attempt)
+                attempt += 1
+
+
+def fetch_state_dict(
+    url: str,
+    *,
+    sha256: str | None,
+    filename: str | None = None,
+    progress: bool = True,
+) -> Path:
+    """Return a verified safetensors file with the weights published at ``url``.
+
+    A published .safetensors file is just fetched. A pickled checkpoint is fetched, loaded once
+    with ``torch.load(weights_only=True)``, unwrapped, saved as
+    ``$ZOO_HOME/converted/<stem>.safetensors`` (keys as published) and then deleted; the
+    converted file remembers the source's sha256 in its metadata, so later calls return it
+    directly, as long as it is unchanged and was made from the expected source.
+    """
+    name = filename if filename is not None else _basename(url)
+    if name.endswith(".safetensors"):
+        return fetch(url, sha256=sha256, filename=filename, progress=progress)
+    name = _checked_filename(name, url)
+    expected = _normalize_expected(sha256 if sha256 is not None else hash_prefix_from_filename(url))
+    converted = _subdir("converted") / f"{Path(name).stem}.safetensors"
+    with FileLock(_subdir("locks", "converted") / f"{converted.name}.lock"):
+        if converted.exists():
+            problem = _converted_problem(converted, expected)
+            if problem is None:
+                return converted
+            if is_offline():
+                raise ChecksumError(
+                    f"{problem} ZOO_OFFLINE=1 is set, so it cannot be rebuilt from {url}: "
+                    "replace it with a good copy, or unset ZOO_OFFLINE."
+                )
+            warnings.warn(f"{problem} Converting it again from {url}.", stacklevel=2)
+            _forget(converted)
+        source = fetch(url, sha256=sha256, filename=filename, progress=progress)
+        source_digest = verify_file(source, expected)
+        tensors = _standalone(load_state_dict_file(source))
+        metadata = {"format": "pt", "zoo.source_url": url, _SOURCE_SHA256_KEY: source_digest}
+        _atomic_write(converted, lambda tmp: save_file(tensors, tmp, metadata=metadata))
+        verify_file(converted, None)  # records the hash that later calls check against
+        with FileLock(_subdir("locks", "downloads") / f"{source.name}.lock"):
+            _forget(source)
+    return converted
+
+
+def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
+    """Read a state dict from a .safetensors file or a pickled torch checkpoint, on the CPU.
+
+    Pickles are read with ``torch.load(weights_only=True)``: anything needing arbitrary code
+    raises WeightsError instead of being executed.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsNotFoundError(f"Cannot load weights from {path}: the file does not exist.")
+    if path.suffix == ".safetensors":
+        return unwrap_state_dict(load_file(path, device="cpu"))
+    try:
+        obj = torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as err:
+        text = " ".join(str(err).split())
+        reason = text.split("WeightsUnpickler error:", 1)[-1].split(" Check the documentation")[0]
+        raise WeightsError(
+            f"{path} cannot be loaded with torch.load(weights_only=True): {reason.strip()} "
+            "zoo refuses to unpickle arbitrary code, so checkpoints that need weights_only=False "
+            "are not supported. If you trust the file, re-save its tensors as a plain state dict "
+            "or as safetensors and load that; if it is not a checkpoint, it is corrupt: delete "
+            "it and fetch it again."
+        ) from err
+    except (RuntimeError, EOFError) as err:
+        raise WeightsError(
+            f"Cannot read {path} as a torch checkpoint ({err}); it is corrupt or in another "
+            "format: delete it and fetch it again."
+        ) from err
+    return unwrap_state_dict(obj)
+
+
+def unwrap_state_dict(obj: Any) -> dict[str, torch.Tensor]:
+    """The tensors of a state dict, or of a checkpoint that wraps one under ``state_dict``,
+    ``model``, ``model_state_dict`` or ``state_dict_ema`` (first found, in that order).
+
+    Non-tensor entries are dropped, and a ``module.`` (DDP) or ``_orig_mod.`` (torch.compile)
+    prefix shared by every key is stripped.
+    """
+    while isinstance(obj, Mapping):
+        inner = next((obj[k] for k in _WRAPPER_KEYS if isinstance(obj.get(k), Mapping)), None)
+        if inner is None:
+            break
+        obj = inner
+    if not isinstance(obj, Mapping):
+        raise ValueError(
+            f"Expected a state dict (a mapping of names to tensors), got {type(obj).__name__}; "
+            "save the model's state_dict() rather than the model."
+        )
+    tensors = {str(k): v for k, v in obj.items() if isinstance(v, torch.Tensor)}
+    if not tensors:
+        raise ValueError(
+            f"No tensors found in the checkpoint (its keys: {sorted(map(str, obj))[:10]}); "
+            f"expected a state dict, possibly wrapped under one of {list(_WRAPPER_KEYS)}."
+        )
+    stripped = True
+    while stripped:
+        stripped = False
+        for prefix in _WRAPPER_PREFIXES:
+            if all(k.startswith(prefix) for k in tensors):
+                tensors = {k[len(prefix):]: v for k, v in tensors.items()}
+                stripped = True
+    return tensors
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _basename(url_or_name: str) -> str:
+    """The last path component of a URL or a file name, %-decoded, without query string
+    ("" when the path ends with "/")."""
+    return unquote(urlsplit(url_or_name).path.rsplit("/", 1)[-1])
+
+
+def _checked_filename(name: str, url: str) -> str:
+    """``name`` if it is safe as a single file name in the cache, else ValueError."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith("."):
+        raise ValueError(
+            f"Cannot derive a cache file name from {url!r} (got {name!r}); "
+            "pass filename='<name>' with a plain file name."
+        )
+    return name
+
+
+def _normalize_expected(sha256: str | None) -> str | None:
+    """Lower-cased expected digest or prefix; ValueError if it is not 8-64 hex characters."""
+    if sha256 is None:
+        return None
+    expected = sha256.strip().lower()
+    if not (_MIN_PREFIX <= len(expected) <= 64 and _HEX.fullmatch(expected)):
+        raise ValueError(
+            f"Expected sha256 {sha256!r} is not a hex digest: give the full 64-character "
+            f"sha256 or a prefix of at least {_MIN_PREFIX} hex characters."
+        )
+    return expected
+
+
+def _describe(expected: str) -> str:
+    return expected if len(expected) == 64 else f"prefix {expected}"
+
+
+def _subdir(*parts: str) -> Path:
+    path = zoo_home().joinpath(*parts)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _hash_file(path: Path) -> str:
+    """Full sha256 of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK_SIZE):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _record_path(path: Path) -> Path:
+    key = hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()
+    return _subdir("records") / f"{key}.json"
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    """The verification record of ``path``, or None if missing or unreadable."""
+    try:
+        record = json.loads(_record_path(path).read_text())
+        if (
+            isinstance(record["size"], int)
+            and isinstance(record["mtime_ns"], int)
+            and _SHA256_HEX.fullmatch(record["sha256"])
+        ):
+            return record
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def _write_record(path: Path, digest: str, stat: os.stat_result | None = None) -> None:
+    stat = stat or path.stat()
+    record = {
+        "path": str(path.resolve()),
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "sha256": digest,
+    }
+    data = json.dumps(record, indent=1).encode()
+    _atomic_write(_record_path(path), lambda tmp: Path(tmp).write_bytes(data))
+
+
+def _forget(path: Path) -> None:
+    """Delete a cached file and its record."""
+    path.unlink(missing_ok=True)
+    _record_path(path).unlink(missing_ok=True)
+
+
+def _atomic_write(target: Path, write: Any) -> None:
+    """Call ``write(tmp_path)`` on a temporary file next to ``target``, then rename it into
+    place; the temporary file is removed if anything fails."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _warn_unverified(path: Path, url: str, stacklevel: int) -> None:
+    warnings.warn(
+        f"{path} (from {url}) could not be verified: no sha256 was given, the file name has no "
+        "hash prefix and the server sent no sha256 ETag. Its hash is recorded so later changes "
+        "are detected; pass sha256=... to verify it.",
+        stacklevel=stacklevel + 1,
+    )
+
+
+def _sha256_from_headers(headers: list[Message]) -> str | None:
+    """A sha256 sent as ``X-Linked-Etag`` (preferred) or ``ETag`` by any response in the
+    redirect chain; Hugging Face serves LFS files this way."""
+    for field in ("X-Linked-Etag", "ETag"):
+        for message in headers:
+            value = (message.get(field) or "").strip()
+            value = value.removeprefix("W/").strip('"')
+            if _SHA256_HEX.fullmatch(value):
+                return value.lower()
+    return None
+
+
+class _HeaderKeepingRedirectHandler(urllib.request.HTTPRedirectHandler):
+    """Follows redirects, keeping each redirect response's headers (Hugging Face puts
+    ``X-Linked-Etag`` on the redirect, not on the CDN's final response)."""
+
+    def __init__(self) -> None:
+        self.redirect_headers: list[Message] = []
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        self.redirect_headers.append(headers)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _download(url: str, target: Path, expected: str | None, progress: bool) -> None:
+    """One download attempt into a temporary file next to ``target``, renamed into place and
+    recorded only once complete and verified. Raises _TransientError for failures worth
+    retrying, DownloadError or ChecksumError for the others."""
+    redirects = _HeaderKeepingRedirectHandler()
+    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+    try:
+        response = urllib.request.build_opener(redirects).open(request, timeout=_TIMEOUT_S)
+    except urllib.error.HTTPError as err:
+        err.close()
+        status = f"HTTP {err.code} {err.reason}"
+        if err.code >= 500 or err.code in (408, 429):
+            raise _TransientError(f"Could not download {url}: {status}.") from err
+        if err.code == 404:
+            raise DownloadError(f"{url} was not found ({status}); check the URL.") from err
+        raise DownloadError(f"Could not download {url}: {status}.") from err
+    except (urllib.error.URLError, http.client.HTTPException, OSError) as err:
+        raise _TransientError(f"Could not download {url}: {getattr(err, 'reason', err)}.") from err
+
+    with response:
+        if expected is None:
+            chain = [response.headers, *reversed(redirects.redirect_headers)]
+            expected = _sha256_from_headers(chain)
+        length = response.headers.get("Content-Length")
+        total = int(length) if length and length.isdigit() else None
+        fd, tmp_name = tempfile.mkstemp(
+            prefix=f".{target.name}.", suffix=".part", dir=target.parent
+        )
+        tmp = Path(tmp_name)
+        try:
+            digest = hashlib.sha256()
+            received = 0
+            bar = tqdm(
+                total=total,
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1024,
+                desc=target.name,
+                disable=not progress,
+            )
+            with os.fdopen(fd, "wb") as out, bar:
+                while True:
+                    try:
+                        chunk = response.read(_CHUNK_SIZE)
+                    except (OSError, http.client.HTTPException) as err:
+                        raise _TransientError(
+                            f"Could not download {url}: the connection failed after "
+                            f"{received} bytes ({err})."
+                        ) from err
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    digest.update(chunk)
+                    received += len(chunk)
+                    bar.update(len(chunk))
+                out.flush()
+                os.fsync(out.fileno())
+            if total is not None and received != total:
+                raise _TransientError(
+                    f"Could not download {url}: truncated transfer, received {received} of "
+                    f"{total} bytes."
+                )
+            got = digest.hexdigest()
+            if expected is not None and not got.startswith(expected):
+                raise ChecksumError(
+                    f"Downloaded {url}, but its sha256 is {got}, not the expected "
+                    f"{_describe(expected)}; nothing was saved. The server sent a different file "
+                    "than the one published: check the URL and the expected sha256."
+                )
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    _write_record(target, got)
+    if expected is None:
+        _warn_unverified(target, url, stacklevel=3)
+
+
+def _converted_problem(path: Path, expected_source: str | None) -> str | None:
+    """Why the converted file ``path`` cannot be used (corrupt, or made from a source other
+    than ``expected_source``), or None when it is good."""
+    record = _read_record(path)
+    try:
+        verify_file(path, record["sha256"] if record else None)
+        with safe_open(path, framework="pt") as f:
+            source = (f.metadata() or {}).get(_SOURCE_SHA256_KEY)
+    except ChecksumError as err:
+        return str(err)
+    except (SafetensorError, OSError) as err:
+        return f"{path} is not a readable safetensors file ({err})."
+    if expected_source is not None and not (source or "").startswith(expected_source):
+        return (
+            f"{path} was converted from a source with sha256 {source or 'unknown'}, "
+            f"not the expected {_describe(expected_source)}."
+        )
+    return None
+
+
+def _standalone(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Tensors safetensors can save: non-contiguous ones and ones sharing storage with another
+    entry (tied weights, views) are cloned into their own contiguous memory."""
+    owners = Counter(t.untyped_storage().data_ptr() for t in tensors.values())
+
+    def standalone(t: torch.Tensor) -> torch.Tensor:
+        if t.is_contiguous() and owners[t.untyped_storage().data_ptr()] == 1:
+            return t
+        return t.clone(memory_format=torch.contiguous_format)
+
+    return {k: standalone(t) for k, t in tensors.items()}

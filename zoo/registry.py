@@ -1,0 +1,201 @@
+"""One registry for every architecture (registered by a decorator next to its builder)
+and every weight entry (data files under the `weights` package, named ``arch.tag``)."""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import fnmatch
+import importlib
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch.nn as nn
+
+ModelBuilder = Callable[..., nn.Module]
+
+_ARCHITECTURE_PACKAGES = ("architectures",)
+_model_builders: dict[str, ModelBuilder] = {}
+_model_heads: dict[str, tuple[str, ...]] = {}
+_weights: dict[str, WeightInfo] = {}
+_loaded = False
+
+
+class UnknownModelError(KeyError, ValueError):
+    """An architecture or weight name that the registry does not know."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class WeightInfo:
+    """Everything known about one set of weights: where they come from, how to check and
+    convert them, how to preprocess inputs for them and what they measured."""
+
+    name: str  # "arch.tag"
+    url: str | None = None  # published source (http(s)://...)
+    file: str | None = None  # file shipped in the `weights` package
+    sha256: str | None = None  # full digest, or the publisher's hash prefix (>= 8 hex)
+    converter: str = "identity"  # key converter from the source layout, see zoo.convert
+    num_classes: int = 1000
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
+    preprocess: dict[str, Any] = field(default_factory=dict)
+    categories: str | None = None  # name of a list in weights/categories/
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    num_params: int | None = None
+    gflops: float | None = None
+    file_size: int | None = None
+    recipe: str | None = None
+    license: str | None = None
+    card: str | None = None  # model card (markdown file in the `weights` package, or a URL)
+    default: bool = False  # the weights `zoo.load(arch)` picks
+
+    @property
+    def arch(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    @property
+    def tag(self) -> str:
+        return self.name.split(".", 1)[1]
+
+    @property
+    def source(self) -> str:
+        return self.url or f"weights/{self.file}"
+
+    def category_names(self) -> list[str] | None:
+        """The class names, in output order, or None when the weights carry none."""
+        return None if self.categories is None else load_categories(self.categories)
+
+    def card_text(self) -> str | None:
+        if self.card is None or "://" in self.card:
+            return None
+        return resources.files("weights").joinpath(self.card).read_text()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"arch": self.arch, "tag": self.tag, **dataclasses.asdict(self)}
+
+
+def load_categories(name: str) -> list[str]:
+    """A class-name list shipped in ``weights/categories/<name>.txt``, one name per line."""
+    return resources.files("weights").joinpath("categories", f"{name}.txt").read_text().splitlines()
+
+
+def register_model(fn: ModelBuilder | None = None, *, heads: Iterable[str] = ("classification",)):
+    """Register a model builder under its function name; use bare or with ``heads=``."""
+
+    def register(builder: ModelBuilder) -> ModelBuilder:
+        name = builder.__name__
+        if name in _model_builders:
+            raise ValueError(f"model {name!r} is registered twice")
+        _model_builders[name] = builder
+        _model_heads[name] = tuple(heads)
+        return builder
+
+    return register(fn) if fn is not None else register
+
+
+def register_weights(info: WeightInfo) -> None:
+    """Add (or replace) a weight entry; entries normally come from the `weights` package's JSON."""
+    _weights[info.name] = info
+
+
+def _ensure_loaded() -> None:
+    """Import the architecture packages and read the weight entries, once."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for package in _ARCHITECTURE_PACKAGES:
+        importlib.import_module(package)
+    root = Path(str(resources.files("weights")))
+    for path in sorted(root.rglob("*.json")):
+        entries = json.loads(path.read_text())
+        for entry in entries if isinstance(entries, list) else [entries]:
+            info = WeightInfo(**entry)
+            if info.arch not in _model_builders:
+                raise ValueError(f"{path}: weights {info.name!r} name an unregistered architecture")
+            register_weights(info)
+
+
+def _as_patterns(pattern: str | Iterable[str] | None) -> list[str]:
+    if pattern is None:
+        return []
+    return [pattern] if isinstance(pattern, str) else list(pattern)
+
+
+def list_models(
+    pattern: str | Iterable[str] = "*",
+    *,
+    pretrained: bool = False,
+    exclude: str | Iterable[str] | None = None,
+) -> list[str]:
+    """Architecture names (``resnet50``), or weight names (``resnet50.tv_in1k``) with
+    ``pretrained=True``, that match any fnmatch ``pattern`` and no ``exclude`` pattern."""
+    _ensure_loaded()
+    names = sorted(_weights) if pretrained else sorted(_model_builders)
+    include, skip = _as_patterns(pattern), _as_patterns(exclude)
+    return [
+        n for n in names
+        if any(fnmatch.fnmatchcase(n, p) for p in include)
+        and not any(fnmatch.fnmatchcase(n, p) for p in skip)
+    ]
+
+
+def _unknown(kind: str, name: str, known: Iterable[str]) -> UnknownModelError:
+    close = difflib.get_close_matches(name, list(known), n=5, cutoff=0.6)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    return UnknownModelError(f"unknown {kind} {name!r}.{hint} See zoo.list_models() for every name.")
+
+
+def get_builder(arch: str) -> ModelBuilder:
+    _ensure_loaded()
+    if arch not in _model_builders:
+        raise _unknown("model", arch, [*_model_builders, *_weights])
+    return _model_builders[arch]
+
+
+def supported_heads(arch: str) -> tuple[str, ...]:
+    get_builder(arch)
+    return _model_heads[arch]
+
+
+def weights_for(arch: str) -> list[WeightInfo]:
+    """Every weight entry of an architecture, its default first."""
+    get_builder(arch)
+    entries = [w for w in _weights.values() if w.arch == arch]
+    return sorted(entries, key=lambda w: (not w.default, w.name))
+
+
+def no_pretrained_weights(arch: str) -> UnknownModelError:
+    """The error for an architecture that has no weight entry yet."""
+    return UnknownModelError(
+        f"{arch!r} has no pretrained weights yet; use zoo.load({arch!r}, pretrained=False)."
+    )
+
+
+def resolve(name: str) -> tuple[str, WeightInfo | None]:
+    """Split ``arch`` or ``arch.tag`` into the architecture and its weight entry
+    (the default entry for a bare architecture name; None when it has none)."""
+    _ensure_loaded()
+    arch, _, tag = name.partition(".")
+    if arch not in _model_builders:
+        raise _unknown("model", name, [*_model_builders, *_weights])
+    if not tag:
+        entries = weights_for(arch)
+        return arch, entries[0] if entries else None
+    if name not in _weights:
+        tags = [w.name for w in weights_for(arch)]
+        raise _unknown("weights", name, tags) if tags else no_pretrained_weights(arch)
+    return arch, _weights[name]
+
+
+def weight_info(name: str) -> WeightInfo:
+    """The weight entry of ``arch.tag``, or of an architecture's default weights."""
+    arch, info = resolve(name)
+    if info is None:
+        raise no_pretrained_weights(arch)
+    return info
