@@ -15,8 +15,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from .layers import SqueezeExcite, check_image_input
 from zoo.registry import register_model
+
+from .features import feature_indices
+from .layers import SqueezeExcite, check_image_input
 
 
 def _conv3x3(in_channels: int, out_channels: int, stride: int = 1, groups: int = 1) -> nn.Conv2d:
@@ -128,7 +130,10 @@ class ResNet(nn.Module):
     (option A) shortcuts; meant for 28-32 px images with ``stage_channels=(16, 32, 64)``.
     ``groups``/``width_per_group`` give ResNeXt and wide ResNets, ``se_ratio`` adds a
     squeeze-excite gate before each residual add (timm's SE-ResNet).
+    Feature levels (``feature_info``): the stem's activation, then each stage's output.
     """
+
+    first_conv = "conv1"
 
     def __init__(
         self,
@@ -169,6 +174,8 @@ class ResNet(nn.Module):
         self.relu = nn.ReLU(inplace=True)
         self.maxpool = nn.Identity() if small else nn.MaxPool2d(3, stride=2, padding=1)
 
+        stem_reduction = 1 if small else 2
+        self.feature_info = [dict(num_chs=inplanes, reduction=stem_reduction, module="relu")]
         self.stage_names: list[str] = []
         for i, (planes, depth) in enumerate(zip(stage_channels, layers)):
             stride = 1 if i == 0 else 2
@@ -186,6 +193,8 @@ class ResNet(nn.Module):
             blocks += [block(outplanes, planes, **options) for _ in range(depth - 1)]
             self.add_module(f"layer{i + 1}", nn.Sequential(*blocks))
             self.stage_names.append(f"layer{i + 1}")
+            reduction = (1 if small else 4) * 2**i
+            self.feature_info.append(dict(num_chs=outplanes, reduction=reduction, module=f"layer{i + 1}"))
             inplanes = outplanes
 
         self.num_features = inplanes
@@ -222,15 +231,25 @@ class ResNet(nn.Module):
         once more by the recomputation; gradients are unchanged."""
         self.grad_checkpointing = enable
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """Unpooled feature map of shape (N, num_features, H / s, W / s), s = min_input_size."""
+    def forward_intermediates(self, x: torch.Tensor, indices: Sequence[int] | None = None) -> list[torch.Tensor]:
+        """Feature maps at the levels ``indices`` of ``feature_info`` (None: all), computing
+        no further than the deepest level asked for."""
         check_image_input(x, self.in_chans, self.min_input_size, self.name)
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        take = feature_indices(indices, len(self.feature_info))
+        x = self.relu(self.bn1(self.conv1(x)))
+        features = [x] if take[0] == 0 else []
+        x = self.maxpool(x)
         use_checkpoint = self.grad_checkpointing and self.training and torch.is_grad_enabled()
-        for stage in self.stage_names:
+        for level, stage in enumerate(self.stage_names[: take[-1]], start=1):
             for block in getattr(self, stage):
                 x = checkpoint(block, x, use_reentrant=False) if use_checkpoint else block(x)
-        return x
+            if level in take:
+                features.append(x)
+        return features
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Unpooled feature map of shape (N, num_features, H / s, W / s), s = min_input_size."""
+        return self.forward_intermediates(x, [-1])[0]
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """Global average pool, then (unless ``pre_logits``) dropout and the classifier."""

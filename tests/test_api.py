@@ -171,3 +171,35 @@ def test_info_fields():
     assert info.sha256 == "0676ba61" and info.num_params == 25557032
     assert info.metrics["imagenet-1k"]["top1"] == pytest.approx(76.13)
     assert len(info.category_names()) == 1000
+
+
+def test_gray_input_adapts_pretrained_first_conv(resnet18_published):
+    rgb = zoo.load("resnet18.tv_in1k")
+    gray = zoo.load("resnet18.tv_in1k", in_chans=1)
+    assert gray.conv1.weight.shape == (64, 1, 7, 7)
+    x = torch.randn(2, 1, 64, 64)
+    with torch.no_grad():
+        assert torch.allclose(gray(x), rgb(x.expand(-1, 3, -1, -1)), atol=1e-4)
+    assert gray.pretrained_cfg["preprocess"]["channels"] == 1
+    assert len(gray.pretrained_cfg["preprocess"]["mean"]) == 1
+    four = zoo.load("resnet18.tv_in1k", in_chans=4)
+    expected = torch.cat([rgb.conv1.weight, rgb.conv1.weight[:, :1]], dim=1) * 3 / 4
+    assert torch.allclose(four.conv1.weight, expected)
+
+
+def test_features_only(resnet18_published, tmp_path):
+    model = zoo.load("resnet18.tv_in1k", features_only=True, out_indices=(1, -1))
+    assert [f["reduction"] for f in model.feature_info] == [4, 32]
+    assert [f["num_chs"] for f in model.feature_info] == [64, 512]
+    x = torch.randn(2, 3, 64, 64)
+    features = model(x)
+    assert [tuple(f.shape) for f in features] == [(2, 64, 16, 16), (2, 512, 2, 2)]
+    with torch.no_grad():
+        assert torch.equal(features[-1], zoo.load("resnet18.tv_in1k").forward_features(x))
+    zoo.save(model, tmp_path / "backbone")
+    restored = zoo.load(tmp_path / "backbone")
+    assert all(torch.equal(a, b) for a, b in zip(restored(x), model(x)))
+    with pytest.raises(ValueError, match="levels 0..4"):
+        zoo.load("resnet18", pretrained=False, features_only=True, out_indices=(5,))
+    with pytest.raises(ValueError, match="no num_classes"):
+        zoo.load("resnet18", pretrained=False, features_only=True, num_classes=3)

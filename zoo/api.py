@@ -6,7 +6,7 @@ import json
 import os
 import tempfile
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,8 @@ import torch.nn as nn
 from torchvision.transforms import InterpolationMode, v2
 
 from zoo import hub, registry
-from zoo.convert import StateDict, convert_state_dict
+from architectures.features import FeatureExtractor
+from zoo.convert import StateDict, adapt_input_conv, convert_state_dict
 from zoo.registry import WeightInfo
 
 CONFIG_FILE = "config.json"
@@ -43,14 +44,19 @@ def load(
     weights: str | os.PathLike | None = None,
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
+    features_only: bool = False,
+    out_indices: Sequence[int] | None = None,
     **model_kwargs: Any,
 ) -> nn.Module:
     """Build a model by name (``resnet50``, ``resnet50.tv_in1k``) or from a directory written
     by `save`, with verified pretrained weights unless ``pretrained=False``.
 
     ``num_classes`` different from the weights' keeps every body weight and puts a fresh head
-    of that size on top; ``weights`` (a local file or URL) replaces the entry's source.
-    The model is returned in eval mode; call ``.train()`` to fine-tune it.
+    of that size on top; ``weights`` (a local file or URL) replaces the entry's source;
+    ``in_chans`` different from the weights' adapts the first convolution (summed or repeated
+    RGB filters). ``features_only=True`` returns a model whose output is the list of feature
+    maps at ``out_indices`` (see its ``feature_info``). The model is returned in eval mode;
+    call ``.train()`` to fine-tune it.
     """
     if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes <= 0):
         raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
@@ -62,7 +68,23 @@ def load(
     if num_classes is not None and num_classes != model.num_classes:
         model.reset_classifier(num_classes)
         model.pretrained_cfg = {**model.pretrained_cfg, "num_classes": num_classes, "categories": None}
+    if features_only:
+        model = _feature_extractor(model, num_classes, out_indices)
     return model.to(device=device, dtype=dtype).eval()
+
+
+def _feature_extractor(model: nn.Module, num_classes: int | None, out_indices: Sequence[int] | None) -> nn.Module:
+    arch = model.pretrained_cfg["architecture"]
+    if num_classes is not None:
+        raise ValueError("features_only=True returns feature maps and takes no num_classes")
+    if not hasattr(model, "forward_intermediates"):
+        raise ValueError(f"{arch} has no feature levels; features_only works for the vision models")
+    cfg = model.pretrained_cfg
+    extractor = FeatureExtractor(model, out_indices)
+    extractor.pretrained_cfg = {
+        **cfg, "features_only": True, "out_indices": extractor.out_indices, "num_classes": 0, "categories": None,
+    }
+    return extractor
 
 
 def _load_registered(
@@ -108,10 +130,23 @@ def _load_registered(
         source = str(weights) if weights is not None else entry.name
         cfg |= {"weights": source}
         if entry is not None:
-            cfg |= {"preprocess": dict(entry.preprocess), "categories": entry.categories}
+            preprocess = _adapt_preprocess(entry.preprocess, getattr(model, "in_chans", None))
+            cfg |= {"preprocess": preprocess, "categories": entry.categories}
     cfg["num_classes"] = model.num_classes
     model.pretrained_cfg = cfg
     return model
+
+
+def _adapt_preprocess(preprocess: dict[str, Any], in_chans: int | None) -> dict[str, Any]:
+    """The weights' preprocessing for a model whose first convolution was adapted to
+    ``in_chans``: grayscale input and averaged statistics for 1 channel, repeated otherwise."""
+    if not preprocess or in_chans is None or in_chans == len(preprocess["mean"]):
+        return dict(preprocess)
+    if in_chans == 1:
+        mean, std = [sum(preprocess["mean"]) / 3], [sum(preprocess["std"]) / 3]
+        return {**preprocess, "channels": 1, "mean": mean, "std": std}
+    repeat = -(-in_chans // 3)
+    return {**preprocess, "mean": (preprocess["mean"] * repeat)[:in_chans], "std": (preprocess["std"] * repeat)[:in_chans]}
 
 
 def _read_weights(entry: WeightInfo | None, weights: str | os.PathLike | None) -> StateDict:
@@ -158,6 +193,11 @@ def _build_with_state_dict(
     with torch.device("meta"):
         model = builder(**kwargs)
     expected = model.state_dict()
+    first_conv = f"{getattr(model, 'first_conv', '')}.weight"
+    if first_conv in expected and first_conv in state_dict:
+        in_chans = expected[first_conv].shape[1]
+        if state_dict[first_conv].shape[1] != in_chans:
+            state_dict = {**state_dict, first_conv: adapt_input_conv(state_dict[first_conv], in_chans)}
     missing = sorted(expected.keys() - state_dict.keys())
     unexpected = sorted(state_dict.keys() - expected.keys())
     mismatched = sorted(
@@ -260,6 +300,8 @@ def _load_saved(directory: Path) -> nn.Module:
     if len(registry.supported_heads(config["architecture"])) > 1:
         kwargs["head"] = config["head"]
     model = registry.get_builder(config["architecture"])(**kwargs)
+    if config.get("features_only"):
+        model = FeatureExtractor(model, config["out_indices"])
     missing, unexpected = safetensors.torch.load_model(model, directory / WEIGHTS_FILE, strict=False)
     if missing or unexpected:
         raise WeightsMismatchError(

@@ -29,6 +29,17 @@ def convert_state_dict(converter: str, state_dict: StateDict) -> StateDict:
     return _converters[converter](state_dict)
 
 
+def adapt_input_conv(weight: torch.Tensor, in_chans: int) -> torch.Tensor:
+    """Fit a first convolution's [out, in, k, k] filters to ``in_chans`` inputs (timm's rule):
+    one channel sums the filters (a gray image then gives the RGB model's output); more
+    channels repeat them, scaled so the response keeps its size."""
+    old_chans = weight.shape[1]
+    if in_chans == 1:
+        return weight.sum(dim=1, keepdim=True)
+    repeat = -(-in_chans // old_chans)
+    return weight.repeat(1, repeat, 1, 1)[:, :in_chans] * (old_chans / in_chans)
+
+
 @register_converter("identity")
 def identity(state_dict: StateDict) -> StateDict:
     """The publisher's layout is zoo's (torchvision and timm ResNets)."""
