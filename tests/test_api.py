@@ -203,3 +203,14 @@ def test_features_only(resnet18_published, tmp_path):
         zoo.load("resnet18", pretrained=False, features_only=True, out_indices=(5,))
     with pytest.raises(ValueError, match="no num_classes"):
         zoo.load("resnet18", pretrained=False, features_only=True, num_classes=3)
+
+
+def test_checkpoint_without_num_batches_tracked_loads(tmp_path):
+    """Checkpoints saved before PyTorch 0.4.1 (torchvision's oldest files) have no BN counter."""
+    reference = randomize_batchnorm(torchvision.models.resnet18()).eval()
+    old = {k: v for k, v in reference.state_dict().items() if not k.endswith("num_batches_tracked")}
+    torch.save(old, tmp_path / "old.pth")
+    model = zoo.load("resnet18", weights=tmp_path / "old.pth")
+    assert model.bn1.num_batches_tracked == 0
+    x = torch.randn(1, 3, 64, 64)
+    assert torch.equal(model(x), reference(x))

@@ -198,6 +198,9 @@ def _build_with_state_dict(
         in_chans = expected[first_conv].shape[1]
         if state_dict[first_conv].shape[1] != in_chans:
             state_dict = {**state_dict, first_conv: adapt_input_conv(state_dict[first_conv], in_chans)}
+    for key in expected.keys() - state_dict.keys():
+        if key.endswith(".num_batches_tracked"):  # checkpoints from before PyTorch 0.4.1 lack it
+            state_dict = {**state_dict, key: torch.tensor(0)}
     missing = sorted(expected.keys() - state_dict.keys())
     unexpected = sorted(state_dict.keys() - expected.keys())
     mismatched = sorted(

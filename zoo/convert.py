@@ -2,6 +2,7 @@
 Weight entries name their converter; families with a foreign layout register one here."""
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import torch
@@ -44,3 +45,16 @@ def adapt_input_conv(weight: torch.Tensor, in_chans: int) -> torch.Tensor:
 def identity(state_dict: StateDict) -> StateDict:
     """The publisher's layout is zoo's (torchvision and timm ResNets)."""
     return state_dict
+
+
+_LEGACY_DENSELAYER_KEY = re.compile(
+    r"^(.*denselayer\d+\.(?:norm|relu|conv))\.([12]\.(?:weight|bias|running_mean|running_var))$"
+)
+
+
+@register_converter("torchvision_densenet")
+def torchvision_densenet(state_dict: StateDict) -> StateDict:
+    """torchvision's published DenseNets (2017) predate the ban on dots in module names:
+    rename ``denselayerN.norm.1.weight`` to ``denselayerN.norm1.weight`` (the regex of
+    torchvision's ``_load_state_dict``). Current keys pass unchanged."""
+    return {_LEGACY_DENSELAYER_KEY.sub(r"\1\2", k): v for k, v in state_dict.items()}

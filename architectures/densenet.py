@@ -1,0 +1,277 @@
+"""DenseNet family from one class: torchvision's ImageNet DenseNets and Huang et al.'s
+small-image (CIFAR) DenseNet-BC, optionally with squeeze-excite, with Pleiss et al.'s
+memory-efficient mode.
+
+The state-dict layout is torchvision's current one (features.conv0/norm0, features.denseblockN
+.denselayerM.norm1/conv1/norm2/conv2, features.transitionN.norm/conv, features.norm5,
+classifier), so torchvision's ``state_dict()`` loads unchanged; its published checkpoints use
+an older naming that zoo.convert's "torchvision_densenet" converter renames.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from zoo.registry import register_model
+
+from .features import feature_indices
+from .layers import SqueezeExcite, check_image_input
+
+
+class DenseLayer(nn.Module):
+    """BN-ReLU-1x1 conv to ``bn_size * growth_rate`` channels (the bottleneck), then
+    BN-ReLU-3x3 conv to ``growth_rate`` new channels, on the concatenation of all earlier
+    feature maps of the block."""
+
+    def __init__(self, in_channels: int, growth_rate: int, bn_size: int, drop_rate: float) -> None:
+        super().__init__()
+        width = bn_size * growth_rate
+        self.norm1 = nn.BatchNorm2d(in_channels)
+        self.relu1 = nn.ReLU(inplace=True)
+        self.conv1 = nn.Conv2d(in_channels, width, 1, bias=False)
+        self.norm2 = nn.BatchNorm2d(width)
+        self.relu2 = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(width, growth_rate, 3, padding=1, bias=False)
+        self.drop_rate = drop_rate
+
+    def bottleneck(self, *features: torch.Tensor) -> torch.Tensor:
+        """Concat-BN-ReLU-1x1 conv: the part whose large intermediates the memory-efficient
+        mode recomputes instead of storing."""
+        return self.conv1(self.relu1(self.norm1(torch.cat(features, 1))))
+
+    def forward(self, features: Sequence[torch.Tensor], use_checkpoint: bool = False) -> torch.Tensor:
+        if use_checkpoint:
+            x = checkpoint(self.bottleneck, *features, use_reentrant=False)
+        else:
+            x = self.bottleneck(*features)
+        x = self.conv2(self.relu2(self.norm2(x)))
+        return F.dropout(x, self.drop_rate, self.training) if self.drop_rate > 0 else x
+
+
+class DenseBlock(nn.Module):
+    """``num_layers`` dense layers, each adding ``growth_rate`` channels; the output is the
+    concatenation of the input and every new map, optionally rescaled by one squeeze-excite
+    gate over all its channels (``se_ratio``)."""
+
+    def __init__(
+        self,
+        num_layers: int,
+        in_channels: int,
+        growth_rate: int,
+        bn_size: int,
+        drop_rate: float,
+        se_ratio: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.num_layers = num_layers
+        for i in range(num_layers):
+            layer = DenseLayer(in_channels + i * growth_rate, growth_rate, bn_size, drop_rate)
+            self.add_module(f"denselayer{i + 1}", layer)
+        self.out_channels = in_channels + num_layers * growth_rate
+        self.se = SqueezeExcite(self.out_channels, se_ratio) if se_ratio is not None else nn.Identity()
+
+    def forward(self, x: torch.Tensor, use_checkpoint: bool = False) -> torch.Tensor:
+        features = [x]
+        for i in range(1, self.num_layers + 1):
+            features.append(getattr(self, f"denselayer{i}")(features, use_checkpoint))
+        return self.se(torch.cat(features, 1))
+
+
+def _transition(in_channels: int, out_channels: int) -> nn.Sequential:
+    """BN-ReLU-1x1 conv (compression) and 2x2 average pool between dense blocks."""
+    return nn.Sequential(
+        OrderedDict(
+            norm=nn.BatchNorm2d(in_channels),
+            relu=nn.ReLU(inplace=True),
+            conv=nn.Conv2d(in_channels, out_channels, 1, bias=False),
+            pool=nn.AvgPool2d(2, stride=2),
+        )
+    )
+
+
+class DenseNet(nn.Module):
+    """Densely connected network (Huang et al., 2017), DenseNet-BC: bottleneck dense layers
+    and transitions that halve the channels (compression 0.5) and the resolution.
+
+    ``stem="imagenet"``: 7x7/2 conv, BN, ReLU, 3x3/2 max-pool (torchvision's DenseNets).
+    ``stem="cifar"``: one 3x3/1 conv, nothing else, as in the authors' CIFAR code (each dense
+    layer starts with its own BN-ReLU); meant for 28-32 px images with three blocks.
+    ``drop_rate`` is dropout on each dense layer's new features (torchvision's meaning);
+    ``se_ratio`` adds a squeeze-excite gate at the end of each dense block.
+    Feature levels (``feature_info``): the stem before the pool, each dense block's output
+    before its transition, and for the last block the output after the final BN-ReLU.
+    """
+
+    first_conv = "features.conv0"
+
+    def __init__(
+        self,
+        growth_rate: int,
+        block_config: Sequence[int],
+        num_init_features: int,
+        num_classes: int = 1000,
+        in_chans: int = 3,
+        bn_size: int = 4,
+        drop_rate: float = 0.0,
+        se_ratio: float | None = None,
+        stem: Literal["imagenet", "cifar"] = "imagenet",
+        name: str = "densenet",
+    ) -> None:
+        super().__init__()
+        if stem not in ("imagenet", "cifar"):
+            raise ValueError(f"stem must be 'imagenet' or 'cifar', got {stem!r}")
+        if not block_config or min(block_config) < 1:
+            raise ValueError(f"need one positive layer count per dense block, got {tuple(block_config)}")
+        small = stem == "cifar"
+        self.name = name
+        self.in_chans = in_chans
+        self.pretrained_cfg: dict[str, Any] = {}
+        self.grad_checkpointing = False
+        self.min_input_size = (1 if small else 4) * 2 ** (len(block_config) - 1)
+
+        if small:
+            self.features = nn.Sequential(
+                OrderedDict(conv0=nn.Conv2d(in_chans, num_init_features, 3, padding=1, bias=False))
+            )
+            stem_info = dict(num_chs=num_init_features, reduction=1, module="features.conv0")
+        else:
+            self.features = nn.Sequential(
+                OrderedDict(
+                    conv0=nn.Conv2d(in_chans, num_init_features, 7, stride=2, padding=3, bias=False),
+                    norm0=nn.BatchNorm2d(num_init_features),
+                    relu0=nn.ReLU(inplace=True),
+                    pool0=nn.MaxPool2d(3, stride=2, padding=1),
+                )
+            )
+            stem_info = dict(num_chs=num_init_features, reduction=2, module="features.relu0")
+        self.feature_info = [stem_info]
+
+        channels = num_init_features
+        for i, num_layers in enumerate(block_config):
+            block = DenseBlock(num_layers, channels, growth_rate, bn_size, drop_rate, se_ratio)
+            self.features.add_module(f"denseblock{i + 1}", block)
+            channels = block.out_channels
+            if i < len(block_config) - 1:
+                reduction = (1 if small else 4) * 2**i
+                tap = f"features.denseblock{i + 1}"
+                self.feature_info.append(dict(num_chs=channels, reduction=reduction, module=tap))
+                self.features.add_module(f"transition{i + 1}", _transition(channels, channels // 2))
+                channels //= 2
+        self.features.add_module("norm5", nn.BatchNorm2d(channels))
+        self.features.add_module("relu5", nn.ReLU(inplace=True))
+        self.feature_info.append(dict(num_chs=channels, reduction=self.min_input_size, module="features.relu5"))
+        self._taps = [info["module"].removeprefix("features.") for info in self.feature_info]
+
+        self.num_features = channels
+        self.reset_classifier(num_classes)
+
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight)
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Linear):
+                nn.init.zeros_(m.bias)
+
+    def get_classifier(self) -> nn.Module:
+        return self.classifier
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """Replace the classifier with a freshly initialised ``num_classes``-way linear layer,
+        or with the identity for 0 so that ``forward`` returns pooled features."""
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 0:
+            raise ValueError(
+                f"num_classes must be an int >= 0 (0 removes the classifier), got {num_classes!r}"
+            )
+        self.num_classes = num_classes
+        self.classifier = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Memory-efficient mode (Pleiss et al., 2017; torchvision's ``memory_efficient``): in
+        training, each dense layer's concat-BN-ReLU-1x1 conv is recomputed in the backward pass
+        instead of storing the concatenation and its normalised copy, so memory grows linearly
+        rather than quadratically with depth. As with torchvision, norm1's running statistics
+        are updated once more by the recomputation; gradients are unchanged."""
+        self.grad_checkpointing = enable
+
+    def forward_intermediates(self, x: torch.Tensor, indices: Sequence[int] | None = None) -> list[torch.Tensor]:
+        """Feature maps at the levels ``indices`` of ``feature_info`` (None: all), computing
+        no further than the deepest level asked for."""
+        check_image_input(x, self.in_chans, self.min_input_size, self.name)
+        take = feature_indices(indices, len(self.feature_info))
+        use_checkpoint = self.grad_checkpointing and self.training and torch.is_grad_enabled()
+        features = []
+        for name, module in self.features.named_children():
+            x = module(x, use_checkpoint) if isinstance(module, DenseBlock) else module(x)
+            if name in self._taps:
+                level = self._taps.index(name)
+                if level in take:
+                    features.append(x)
+                if level == take[-1]:
+                    break
+        return features
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Unpooled feature map of shape (N, num_features, H / s, W / s), s = min_input_size."""
+        return self.forward_intermediates(x, [-1])[0]
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """Global average pool, then (unless ``pre_logits``) the classifier."""
+        x = x.mean((2, 3))
+        return x if pre_logits else self.classifier(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+
+_SMALL = dict(stem="cifar", num_classes=10)
+
+
+@register_model
+def densenet121(**kwargs: Any) -> DenseNet:
+    """DenseNet-121 (Huang et al., 2017): growth 32, blocks (6, 12, 24, 16); torchvision layout."""
+    return DenseNet(32, (6, 12, 24, 16), 64, name="densenet121", **kwargs)
+
+
+@register_model
+def densenet161(**kwargs: Any) -> DenseNet:
+    """DenseNet-161: growth 48, blocks (6, 12, 36, 24), 96 stem channels; torchvision layout."""
+    return DenseNet(48, (6, 12, 36, 24), 96, name="densenet161", **kwargs)
+
+
+@register_model
+def densenet169(**kwargs: Any) -> DenseNet:
+    """DenseNet-169: growth 32, blocks (6, 12, 32, 32); torchvision layout."""
+    return DenseNet(32, (6, 12, 32, 32), 64, name="densenet169", **kwargs)
+
+
+@register_model
+def densenet201(**kwargs: Any) -> DenseNet:
+    """DenseNet-201: growth 32, blocks (6, 12, 48, 32); torchvision layout."""
+    return DenseNet(32, (6, 12, 48, 32), 64, name="densenet201", **kwargs)
+
+
+@register_model
+def densenet_bc_100(**kwargs: Any) -> DenseNet:
+    """CIFAR DenseNet-BC, depth 100, growth 12 (Huang et al., 2017, table 2): 3 blocks of
+    16 bottleneck layers, 0.8M params."""
+    return DenseNet(12, (16, 16, 16), 24, name="densenet_bc_100", **{**_SMALL, **kwargs})
+
+
+@register_model
+def densenet_bc_40(**kwargs: Any) -> DenseNet:
+    """CIFAR DenseNet-BC, depth 40, growth 12: 3 blocks of 6 bottleneck layers, 0.19M params."""
+    return DenseNet(12, (6, 6, 6), 24, name="densenet_bc_40", **{**_SMALL, **kwargs})
+
+
+@register_model
+def sedensenet_bc_100(**kwargs: Any) -> DenseNet:
+    """CIFAR DenseNet-BC-100 with a squeeze-excite gate (reduction 16) at the end of each dense block."""
+    return DenseNet(12, (16, 16, 16), 24, se_ratio=1 / 16, name="sedensenet_bc_100", **{**_SMALL, **kwargs})
