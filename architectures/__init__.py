@@ -1,5 +1,4 @@
 """Model families; importing this package registers every architecture with zoo.registry."""
-from . import densenet
-from . import resnet
+from . import densenet, resnet
 
-__all__ = ["resnet"]
+__all__ = ["densenet", "resnet"]

@@ -21,7 +21,7 @@ from torch.utils.checkpoint import checkpoint
 from zoo.registry import register_model
 
 from .features import feature_indices
-from .layers import SqueezeExcite, check_image_input
+from .layers import SqueezeExcite, check_image_input, linear_classifier
 
 
 class DenseLayer(nn.Module):
@@ -184,14 +184,9 @@ class DenseNet(nn.Module):
         return self.classifier
 
     def reset_classifier(self, num_classes: int) -> None:
-        """Replace the classifier with a freshly initialised ``num_classes``-way linear layer,
-        or with the identity for 0 so that ``forward`` returns pooled features."""
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 0:
-            raise ValueError(
-                f"num_classes must be an int >= 0 (0 removes the classifier), got {num_classes!r}"
-            )
+        """Replace the classifier with a fresh ``num_classes``-way one (0: pooled features)."""
+        self.classifier = linear_classifier(self.num_features, num_classes)
         self.num_classes = num_classes
-        self.classifier = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         """Memory-efficient mode (Pleiss et al., 2017; torchvision's ``memory_efficient``): in

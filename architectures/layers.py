@@ -65,3 +65,11 @@ def check_image_input(x: torch.Tensor, in_chans: int, min_size: int, name: str) 
         )
     if x.shape[2] < min_size or x.shape[3] < min_size:
         raise ValueError(f"{expected}; got {got}: images must be at least {min_size}x{min_size} pixels")
+
+
+def linear_classifier(num_features: int, num_classes: int) -> nn.Module:
+    """The classifier every family's ``reset_classifier`` installs: a freshly initialised
+    ``num_classes``-way linear layer, or the identity for 0 so the model returns features."""
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 0:
+        raise ValueError(f"num_classes must be an int >= 0 (0 removes the classifier), got {num_classes!r}")
+    return nn.Linear(num_features, num_classes) if num_classes > 0 else nn.Identity()
