@@ -68,7 +68,7 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="zoo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="zoo", description="zoo: list models, show weight metadata, classify images.")
     commands = parser.add_subparsers(dest="command", required=True)
 
     p = commands.add_parser("list", help="list architectures, or weights with --pretrained")
