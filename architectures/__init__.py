@@ -1,4 +1,4 @@
 """Model families; importing this package registers every architecture with zoo.registry."""
-from . import densenet, resnet
+from . import densenet, mobilenet, resnet
 
-__all__ = ["densenet", "resnet"]
+__all__ = ["densenet", "mobilenet", "resnet"]

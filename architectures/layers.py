@@ -1,10 +1,13 @@
 """Building blocks shared by several architecture families."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import torch
 import torch.nn as nn
+
+NormLayer = Callable[[int], nn.Module]
 
 
 def make_divisible(
@@ -73,3 +76,123 @@ def linear_classifier(num_features: int, num_classes: int) -> nn.Module:
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 0:
         raise ValueError(f"num_classes must be an int >= 0 (0 removes the classifier), got {num_classes!r}")
     return nn.Linear(num_features, num_classes) if num_classes > 0 else nn.Identity()
+
+
+class ConvNormAct(nn.Sequential):
+    """Conv (no bias, "same" padding for odd kernels), BatchNorm, then the activation unless
+    ``act_layer`` is None. Keys ``0.weight``, ``1.running_mean``... equal torchvision's
+    Conv2dNormActivation, so MobileNet checkpoints load unchanged; ``norm_layer`` sets the
+    BatchNorm's eps and momentum (e.g. ``partial(nn.BatchNorm2d, eps=1e-3, momentum=0.01)``)."""
+
+    def __init__(
+        self,
+        in_chs: int,
+        out_chs: int,
+        kernel_size: int,
+        stride: int = 1,
+        groups: int = 1,
+        act_layer: type[nn.Module] | None = nn.ReLU,
+        norm_layer: NormLayer = nn.BatchNorm2d,
+    ) -> None:
+        padding = (kernel_size - 1) // 2
+        layers = [
+            nn.Conv2d(in_chs, out_chs, kernel_size, stride, padding, groups=groups, bias=False),
+            norm_layer(out_chs),
+        ]
+        if act_layer is not None:
+            layers.append(act_layer(inplace=True))
+        super().__init__(*layers)
+
+
+class DropPath(nn.Module):
+    """Stochastic depth (Huang et al., 2016) on a residual branch: in training, each sample's
+    branch is zeroed with probability ``p`` and the survivors are scaled by 1 / (1 - p), so
+    the expected output is unchanged; the identity in eval and for p = 0."""
+
+    def __init__(self, p: float = 0.0) -> None:
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"drop-path probability must be in [0, 1), got {p!r}")
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        keep = 1.0 - self.p
+        mask = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep)
+        return x * mask / keep
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+class DepthwiseSeparable(nn.Module):
+    """MobileNetV1 block (Howard et al., 2017): a 3x3 depthwise conv carrying the stride
+    filters each channel, a 1x1 pointwise conv mixes them (each with BN and the activation):
+    8-9 times cheaper than a full 3x3 conv. ``se_layer(in_chs)`` adds a gate between them."""
+
+    def __init__(
+        self,
+        in_chs: int,
+        out_chs: int,
+        stride: int = 1,
+        act_layer: type[nn.Module] = nn.ReLU,
+        se_layer: Callable[[int], nn.Module] | None = None,
+        norm_layer: NormLayer = nn.BatchNorm2d,
+    ) -> None:
+        super().__init__()
+        options = dict(act_layer=act_layer, norm_layer=norm_layer)
+        self.dw = ConvNormAct(in_chs, in_chs, 3, stride, groups=in_chs, **options)
+        self.se = se_layer(in_chs) if se_layer is not None else nn.Identity()
+        self.pw = ConvNormAct(in_chs, out_chs, 1, **options)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pw(self.se(self.dw(x)))
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV2/V3 block (Sandler et al., 2018): 1x1 expansion to ``mid_chs`` (none when
+    mid_chs == in_chs), kxk depthwise conv carrying the stride, optional gate
+    ``se_layer(mid_chs)``, then a 1x1 projection with BN and no activation (a linear
+    bottleneck). The input is added back when stride is 1 and in_chs == out_chs, the branch
+    then dropped per sample with probability ``drop_path_rate`` in training.
+
+    ``layout`` gives torchvision's state-dict keys: "v2" holds the layers in ``conv`` with a
+    bare conv + BN projection (``conv.2.weight``, ``conv.3.running_var``), "v3" in ``block``
+    with a ConvNormAct projection (``block.3.0.weight``)."""
+
+    def __init__(
+        self,
+        in_chs: int,
+        out_chs: int,
+        mid_chs: int,
+        kernel_size: int = 3,
+        stride: int = 1,
+        act_layer: type[nn.Module] = nn.ReLU6,
+        se_layer: Callable[[int], nn.Module] | None = None,
+        norm_layer: NormLayer = nn.BatchNorm2d,
+        drop_path_rate: float = 0.0,
+        layout: Literal["v2", "v3"] = "v2",
+    ) -> None:
+        super().__init__()
+        if layout not in ("v2", "v3"):
+            raise ValueError(f"layout must be 'v2' or 'v3', got {layout!r}")
+        options = dict(act_layer=act_layer, norm_layer=norm_layer)
+        layers: list[nn.Module] = []
+        if mid_chs != in_chs:
+            layers.append(ConvNormAct(in_chs, mid_chs, 1, **options))
+        layers.append(ConvNormAct(mid_chs, mid_chs, kernel_size, stride, groups=mid_chs, **options))
+        if se_layer is not None:
+            layers.append(se_layer(mid_chs))
+        if layout == "v2":
+            layers += [nn.Conv2d(mid_chs, out_chs, 1, bias=False), norm_layer(out_chs)]
+        else:
+            layers.append(ConvNormAct(mid_chs, out_chs, 1, act_layer=None, norm_layer=norm_layer))
+        self.body_name = "conv" if layout == "v2" else "block"
+        self.add_module(self.body_name, nn.Sequential(*layers))
+        self.has_residual = stride == 1 and in_chs == out_chs
+        self.drop_path = DropPath(drop_path_rate)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = getattr(self, self.body_name)(x)
+        return x + self.drop_path(out) if self.has_residual else out
