@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import re
 
 import pytest
 import safetensors.torch
@@ -24,6 +25,27 @@ def randomize_batchnorm(model: torch.nn.Module, seed: int = 0) -> torch.nn.Modul
             module.weight.data.copy_(torch.rand(n, generator=generator) + 0.5)
             module.bias.data.copy_(torch.randn(n, generator=generator) * 0.1)
     return model
+
+
+@torch.no_grad()
+def randomize_linear(model: torch.nn.Module) -> torch.nn.Module:
+    """Linear layers of unit gain: torchvision's N(0, 0.01) init leaves e.g. MobileNetV3's
+    logits near 0.005, too small for an absolute tolerance to mean much."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            torch.nn.init.normal_(module.weight, 0, module.in_features**-0.5)
+            torch.nn.init.normal_(module.bias, 0, 0.1)
+    return model
+
+
+def legacy_densenet_keys(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A current torchvision DenseNet state dict as torchvision's published 2017 files have
+    it: ``denselayerN.norm.1.weight`` keys and no ``num_batches_tracked``."""
+    return {
+        re.sub(r"(denselayer\d+\.(?:norm|conv))([12])\.", r"\1.\2.", k): v
+        for k, v in state_dict.items()
+        if not k.endswith("num_batches_tracked")
+    }
 
 
 def publish(

@@ -1,9 +1,8 @@
-"""DenseNet family: torchvision parity through the published entries, the CIFAR DenseNet-BC,
+"""DenseNet family (entries: tests/test_entries.py, test_parity.py): the CIFAR DenseNet-BC,
 the memory-efficient mode, the model and feature-extraction contracts, the key converter."""
 from __future__ import annotations
 
 import copy
-import re
 
 import pytest
 import torch
@@ -13,56 +12,10 @@ from torch import nn
 import zoo
 from architectures import densenet
 from architectures.layers import SqueezeExcite
-from published import publish, randomize_batchnorm
 from zoo.convert import convert_state_dict
-
-ENTRIES = ["densenet121.tv_in1k", "densenet161.tv_in1k", "densenet169.tv_in1k", "densenet201.tv_in1k"]
-
 
 def _num_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-def _legacy(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A current torchvision state dict as torchvision's published 2017 files have it:
-    ``denselayerN.norm.1.weight`` keys and no ``num_batches_tracked``."""
-    return {
-        re.sub(r"(denselayer\d+\.(?:norm|conv))([12])\.", r"\1.\2.", k): v
-        for k, v in state_dict.items()
-        if not k.endswith("num_batches_tracked")
-    }
-
-
-@pytest.mark.parametrize("name", ENTRIES)
-def test_published_torchvision_checkpoint_gives_equal_outputs(name, http_server, monkeypatch):
-    torch.manual_seed(0)
-    reference = randomize_batchnorm(getattr(torchvision.models, name.split(".")[0])()).eval()
-    published = _legacy(reference.state_dict())
-    assert any(".norm.1." in k for k in published)
-    publish(http_server, monkeypatch, name, published)
-    model = zoo.load(name)
-    x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        expected, actual = reference(x), model(x)
-    assert expected.std() > 1e-2  # not two near-constant outputs
-    assert (actual - expected).abs().max().item() <= 1e-5
-    assert _num_params(model) == zoo.info(name).num_params
-
-
-@pytest.mark.parametrize("name", ENTRIES)
-def test_entry_matches_torchvision_metadata(name):
-    arch = name.split(".")[0]
-    weights = torchvision.models.get_model_weights(arch).IMAGENET1K_V1
-    info = zoo.info(arch)
-    assert info.name == name and info.default and info.converter == "torchvision_densenet"
-    assert info.url == weights.url and weights.url.endswith(f"-{info.sha256}.pth")
-    assert info.num_params == weights.meta["num_params"]
-    assert info.gflops == weights.meta["_ops"]
-    assert info.metrics["imagenet-1k"] == {
-        "top1": weights.meta["_metrics"]["ImageNet-1K"]["acc@1"],
-        "top5": weights.meta["_metrics"]["ImageNet-1K"]["acc@5"],
-    }
-    assert (info.preprocess["resize"], info.preprocess["crop"]) == (256, 224)
 
 
 def test_densenet121_train_gradients_match_torchvision():

@@ -10,16 +10,12 @@ from torchvision.models._meta import _IMAGENET_CATEGORIES
 import zoo
 
 TAGS = {"IMAGENET1K_V1": "tv_in1k", "IMAGENET1K_V2": "tv2_in1k"}
-ENUMS = {
-    "resnet18": tvm.ResNet18_Weights,
-    "resnet34": tvm.ResNet34_Weights,
-    "resnet50": tvm.ResNet50_Weights,
-    "resnet101": tvm.ResNet101_Weights,
-    "resnet152": tvm.ResNet152_Weights,
-    "resnext50_32x4d": tvm.ResNeXt50_32X4D_Weights,
-    "wide_resnet50_2": tvm.Wide_ResNet50_2_Weights,
-}
-PUBLISHED = [(f"{arch}.{TAGS[w.name]}", w) for arch, enum in ENUMS.items() for w in enum]
+ARCHS = [
+    "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d", "wide_resnet50_2",
+    "densenet121", "densenet161", "densenet169", "densenet201",
+    "mobilenet_v2", "mobilenet_v3_large", "mobilenet_v3_small",
+]
+PUBLISHED = [(f"{arch}.{TAGS[w.name]}", w) for arch in ARCHS for w in tvm.get_model_weights(arch)]
 
 
 @pytest.mark.parametrize("name,weights", PUBLISHED, ids=[n for n, _ in PUBLISHED])
@@ -27,14 +23,32 @@ def test_entry_matches_torchvision_metadata(name, weights):
     info = zoo.info(name)
     assert info.url == weights.url
     assert weights.url.endswith(f"-{info.sha256}.pth")
+    # torchvision's 2017 DenseNet files carry the old `norm.1` keys.
+    assert info.converter == ("torchvision_densenet" if name.startswith("densenet") else "identity")
     assert info.num_params == weights.meta["num_params"]
     assert info.metrics["imagenet-1k"] == {
         "top1": weights.meta["_metrics"]["ImageNet-1K"]["acc@1"],
         "top5": weights.meta["_metrics"]["ImageNet-1K"]["acc@5"],
     }
     assert info.gflops == weights.meta["_ops"]
+    assert info.file_size == round(weights.meta["_file_size"] * 1024 * 1024)
+    transform = weights.transforms()
+    assert info.preprocess == {
+        "resize": transform.resize_size[0],
+        "crop": transform.crop_size[0],
+        "interpolation": transform.interpolation.value,
+        "mean": transform.mean,
+        "std": transform.std,
+    }
     assert info.category_names() == list(_IMAGENET_CATEGORIES)
     assert info.default == (weights is type(weights).DEFAULT)
+
+
+def test_every_torchvision_entry_is_checked():
+    torchvision_entries = {
+        name for name in zoo.list_models(pretrained=True) if (zoo.info(name).url or "").startswith("https://download.pytorch.org/")
+    }
+    assert torchvision_entries == {name for name, _ in PUBLISHED}
 
 
 @pytest.mark.parametrize("name,weights", PUBLISHED[2:4], ids=[n for n, _ in PUBLISHED[2:4]])

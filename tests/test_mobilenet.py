@@ -1,4 +1,4 @@
-"""MobileNet family: torchvision parity through the published entries, train-mode gradients,
+"""MobileNet family (entries: tests/test_entries.py, test_parity.py): train-mode gradients,
 MobileNetV1, width multipliers, small-image variants, squeeze-excite options, the model and
 feature-extraction contracts, gradient checkpointing."""
 from __future__ import annotations
@@ -10,83 +10,14 @@ import timm
 import torch
 import torchvision
 from torch import nn
-from torchvision.models._meta import _IMAGENET_CATEGORIES
 
 import zoo
 from architectures import mobilenet
 from architectures.layers import DepthwiseSeparable, InvertedResidual, SqueezeExcite
-from published import publish, randomize_batchnorm
-
-ENTRIES = [
-    "mobilenet_v2.tv_in1k",
-    "mobilenet_v2.tv2_in1k",
-    "mobilenet_v3_large.tv_in1k",
-    "mobilenet_v3_large.tv2_in1k",
-    "mobilenet_v3_small.tv_in1k",
-]
-WEIGHTS = {
-    "mobilenet_v2": torchvision.models.MobileNet_V2_Weights,
-    "mobilenet_v3_large": torchvision.models.MobileNet_V3_Large_Weights,
-    "mobilenet_v3_small": torchvision.models.MobileNet_V3_Small_Weights,
-}
-TAGS = {"tv_in1k": "IMAGENET1K_V1", "tv2_in1k": "IMAGENET1K_V2"}
-
+from published import publish, randomize_batchnorm, randomize_linear
 
 def _num_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-@torch.no_grad()
-def _randomize(model: nn.Module) -> nn.Module:
-    """Random BN statistics and Linear layers of unit gain: torchvision's N(0, 0.01) Linear
-    init leaves V3's logits near 0.005, too small for an absolute tolerance to mean much."""
-    randomize_batchnorm(model)
-    for m in model.modules():
-        if isinstance(m, nn.Linear):
-            nn.init.normal_(m.weight, 0, m.in_features**-0.5)
-            nn.init.normal_(m.bias, 0, 0.1)
-    return model
-
-
-@pytest.mark.parametrize("name", ENTRIES)
-def test_published_torchvision_checkpoint_gives_equal_outputs(name, http_server, monkeypatch):
-    torch.manual_seed(0)
-    reference = _randomize(getattr(torchvision.models, name.split(".")[0])()).eval()
-    publish(http_server, monkeypatch, name, reference.state_dict())
-    model = zoo.load(name)
-    x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        expected, actual = reference(x), model(x)
-    assert expected.std() > 0.1  # not two near-constant outputs
-    assert (actual - expected).abs().max().item() <= 1e-5
-    assert _num_params(model) == zoo.info(name).num_params
-    assert model.pretrained_cfg["weights"] == name
-
-
-@pytest.mark.parametrize("name", ENTRIES)
-def test_entry_matches_torchvision_metadata(name):
-    arch, tag = name.split(".")
-    weights = WEIGHTS[arch][TAGS[tag]]
-    info = zoo.info(name)
-    assert info.url == weights.url and weights.url.endswith(f"-{info.sha256}.pth")
-    assert info.converter == "identity"
-    assert info.num_params == weights.meta["num_params"]
-    assert info.gflops == weights.meta["_ops"]
-    assert info.file_size == round(weights.meta["_file_size"] * 1024 * 1024)
-    assert info.metrics["imagenet-1k"] == {
-        "top1": weights.meta["_metrics"]["ImageNet-1K"]["acc@1"],
-        "top5": weights.meta["_metrics"]["ImageNet-1K"]["acc@5"],
-    }
-    transform = weights.transforms()
-    assert info.preprocess == {
-        "resize": transform.resize_size[0],
-        "crop": transform.crop_size[0],
-        "interpolation": "bilinear",
-        "mean": transform.mean,
-        "std": transform.std,
-    }
-    assert info.category_names() == list(_IMAGENET_CATEGORIES)
-    assert info.default == (weights is WEIGHTS[arch].DEFAULT)
 
 
 @pytest.mark.parametrize("name", ["mobilenet_v3_small", "mobilenet_v2"])
@@ -115,7 +46,7 @@ def test_train_gradients_match_torchvision(name):
     ("name", "width_mult"), [("mobilenet_v2", 0.5), ("mobilenet_v3_large", 0.75), ("mobilenet_v3_small", 1.4)]
 )
 def test_width_mult_equals_torchvision(name, width_mult):
-    reference = _randomize(getattr(torchvision.models, name)(width_mult=width_mult)).eval()
+    reference = randomize_linear(randomize_batchnorm(getattr(torchvision.models, name)(width_mult=width_mult))).eval()
     ours = getattr(mobilenet, name)(width_mult=width_mult).eval()
     assert _num_params(ours) == _num_params(reference) != _num_params(getattr(mobilenet, name)())
     ours.load_state_dict(reference.state_dict(), strict=True)
