@@ -1,0 +1,278 @@
+"""Evaluation after training: classification metrics computed with torch (accuracy, macro-F1,
+per-class precision/recall, confusion matrix), a confusion-matrix PNG, loss/accuracy curves
+and an atomic JSON writer. No scikit-learn at run time; the tests check against it."""
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+from matplotlib.figure import Figure
+from tqdm.auto import tqdm
+
+Forward = Callable[[nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
+
+
+def logits_of(output: Any) -> torch.Tensor:
+    """The class scores in a model's output: the tensor itself, ``output["logits"]`` or
+    ``output.logits`` (models that also return auxiliary losses, e.g. the MoE transformer)."""
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, Mapping) and "logits" in output:
+        return output["logits"]
+    if isinstance(getattr(output, "logits", None), torch.Tensor):
+        return output.logits
+    raise TypeError(
+        f"cannot find logits in a model output of type {type(output).__name__}: return a tensor, "
+        "a dict with 'logits' or an object with .logits, or pass forward=... to evaluate_classifier"
+    )
+
+
+def classifier_forward(model: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Default ``forward``: ``(inputs, targets)`` pairs give ``model(inputs)``; batches with a
+    ``.y`` attribute (PyG ``Batch``) are passed whole, ``model(batch)``, against ``batch.y``."""
+    if isinstance(batch, (tuple, list)) and len(batch) == 2:
+        inputs, targets = batch
+        return logits_of(model(inputs)), targets
+    if isinstance(getattr(batch, "y", None), torch.Tensor):
+        return logits_of(model(batch)), batch.y
+    raise TypeError(
+        f"cannot split a batch of type {type(batch).__name__} into inputs and targets: the default "
+        "forward takes (inputs, targets) pairs or PyG batches with .y; pass forward=fn(model, batch) "
+        "returning (logits, targets)"
+    )
+
+
+def move_to_device(batch: Any, device: torch.device) -> Any:
+    """``batch`` with every tensor on ``device``: tensors, (nested) tuples/lists/dicts, and
+    objects with a ``.to`` method (PyG ``Data``/``Batch``)."""
+    if isinstance(batch, Mapping):
+        return {k: move_to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(move_to_device(v, device) for v in batch)
+    if hasattr(batch, "to"):
+        return batch.to(device)
+    return batch
+
+
+@dataclass
+class ClassificationReport:
+    """Metrics of a classifier on one dataset. ``confusion[i, j]`` counts samples of true class
+    i predicted as j (scikit-learn's convention); ``predictions``/``targets`` keep the per-sample
+    labels in loader order so two models can be compared sample by sample."""
+
+    accuracy: float
+    macro_f1: float
+    precision: list[float]
+    recall: list[float]
+    f1: list[float]
+    support: list[int]
+    confusion: torch.Tensor
+    class_names: list[str]
+    predictions: torch.Tensor = field(repr=False)
+    targets: torch.Tensor = field(repr=False)
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.targets.numel())
+
+    def agreement(self, other: ClassificationReport) -> float:
+        """Fraction of samples on which both models predict the same class (e.g. int8 vs fp32);
+        both reports must come from the same data in the same order."""
+        if not torch.equal(self.targets, other.targets):
+            raise ValueError("the two reports were computed on different data or order; evaluate both "
+                             "models on the same unshuffled loader")
+        return (self.predictions == other.predictions).double().mean().item()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (per-class rows and the confusion matrix as nested lists)."""
+        per_class = [
+            {"class": name, "precision": p, "recall": r, "f1": f, "support": s}
+            for name, p, r, f, s in zip(self.class_names, self.precision, self.recall, self.f1, self.support)
+        ]
+        return {
+            "num_samples": self.num_samples,
+            "accuracy": self.accuracy,
+            "macro_f1": self.macro_f1,
+            "per_class": per_class,
+            "confusion_matrix": self.confusion.tolist(),
+        }
+
+
+def confusion_matrix(predictions: torch.Tensor, targets: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """``[num_classes, num_classes]`` int64 counts, rows true class, columns predicted class."""
+    predictions, targets = predictions.reshape(-1).long(), targets.reshape(-1).long()
+    if predictions.shape != targets.shape:
+        raise ValueError(
+            f"predictions and targets need the same length, got {predictions.numel()} and {targets.numel()}"
+        )
+    for name, labels in (("targets", targets), ("predictions", predictions)):
+        if labels.numel() and (labels.min() < 0 or labels.max() >= num_classes):
+            raise ValueError(f"{name} must lie in [0, {num_classes}), got values in "
+                             f"[{labels.min().item()}, {labels.max().item()}]; check num_classes and the labels")
+    flat = torch.bincount(targets * num_classes + predictions, minlength=num_classes * num_classes)
+    return flat.reshape(num_classes, num_classes).cpu()
+
+
+def classification_report(
+    predictions: torch.Tensor,
+    targets: torch.Tensor,
+    num_classes: int,
+    class_names: Sequence[str] | None = None,
+) -> ClassificationReport:
+    """Metrics from predicted and true labels. Precision, recall or F1 of a class with a zero
+    denominator is 0; macro-F1 averages over the classes that occur in the targets or the
+    predictions (scikit-learn's ``f1_score(average="macro")`` default)."""
+    if class_names is None:
+        class_names = [str(i) for i in range(num_classes)]
+    if len(class_names) != num_classes:
+        raise ValueError(f"class_names has {len(class_names)} names but the model has {num_classes} classes")
+    cm = confusion_matrix(predictions, targets, num_classes)
+    tp, predicted, actual = cm.diag().double(), cm.sum(0).double(), cm.sum(1).double()
+
+    def ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+        return torch.where(den > 0, num / den.clamp(min=1), torch.zeros_like(num))
+
+    f1 = ratio(2 * tp, predicted + actual)
+    seen = (predicted + actual) > 0
+    total = int(cm.sum())
+    return ClassificationReport(
+        accuracy=tp.sum().item() / total if total else math.nan,
+        macro_f1=f1[seen].mean().item() if seen.any() else math.nan,
+        precision=ratio(tp, predicted).tolist(),
+        recall=ratio(tp, actual).tolist(),
+        f1=f1.tolist(),
+        support=cm.sum(1).tolist(),
+        confusion=cm,
+        class_names=list(class_names),
+        predictions=predictions.reshape(-1).long().cpu(),
+        targets=targets.reshape(-1).long().cpu(),
+    )
+
+
+@torch.no_grad()
+def evaluate_classifier(
+    model: nn.Module,
+    loader: Any,
+    *,
+    device: torch.device | str | None = None,
+    class_names: Sequence[str] | None = None,
+    forward: Forward = classifier_forward,
+    progress: bool = True,
+) -> ClassificationReport:
+    """Run ``model`` (in eval mode, restored afterwards) over ``loader`` and report accuracy,
+    macro-F1, per-class precision/recall/F1 and the confusion matrix. ``device`` defaults to
+    the model's; ``forward(model, batch) -> (logits, targets)`` adapts other batch layouts."""
+    if device is None:
+        device = next(model.parameters(), torch.empty(0)).device
+    device = torch.device(device)
+    was_training = model.training
+    model.eval()
+    predictions: list[torch.Tensor] = []
+    targets: list[torch.Tensor] = []
+    num_classes = None
+    try:
+        for batch in tqdm(loader, desc="evaluate", leave=False, disable=not progress):
+            logits, target = forward(model, move_to_device(batch, device))
+            if logits.ndim != 2:
+                raise ValueError(
+                    f"evaluate_classifier expects logits of shape (N, num_classes), got {tuple(logits.shape)}"
+                )
+            num_classes = logits.shape[1]
+            predictions.append(logits.argmax(1).cpu())
+            targets.append(target.reshape(-1).cpu())
+    finally:
+        model.train(was_training)
+    if num_classes is None:
+        raise ValueError("the loader yielded no batches; nothing to evaluate")
+    return classification_report(torch.cat(predictions), torch.cat(targets), num_classes, class_names)
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to a temporary file next to ``path`` and rename it into place, so a
+    reader (or a killed run) never leaves half a file; permissions follow the umask."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json(data: Any, path: str | os.PathLike) -> Path:
+    """Write ``data`` as indented JSON, atomically."""
+    return write_bytes_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
+
+
+def _save_figure(fig: Figure, path: str | os.PathLike) -> Path:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120)
+    return write_bytes_atomic(path, buffer.getvalue())
+
+
+def plot_confusion_matrix(report: ClassificationReport, path: str | os.PathLike) -> Path:
+    """PNG of the confusion matrix, coloured by row-normalised rate (recall per true class) and
+    annotated with counts when there are at most 30 classes. Uses the Agg canvas directly,
+    so no pyplot state or display is involved."""
+    cm = report.confusion
+    n = cm.shape[0]
+    rates = cm.double() / cm.sum(1, keepdim=True).clamp(min=1)
+    side = min(max(4.0, 0.5 * n + 2.0), 30.0)
+    fig = Figure(figsize=(side + 1.0, side), layout="constrained")
+    ax = fig.add_subplot()
+    image = ax.imshow(rates.numpy(), cmap="Blues", vmin=0.0, vmax=1.0)
+    fig.colorbar(image, ax=ax, fraction=0.046, label="fraction of true class")
+    if n <= 30:
+        for i in range(n):
+            for j in range(n):
+                ax.text(j, i, str(int(cm[i, j])), ha="center", va="center", fontsize=8,
+                        color="white" if rates[i, j] > 0.5 else "black")
+        ax.set_xticks(range(n), report.class_names, rotation=45, ha="right")
+        ax.set_yticks(range(n), report.class_names)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    ax.set_title(f"accuracy {report.accuracy:.4f}, macro-F1 {report.macro_f1:.4f} (n={report.num_samples})")
+    return _save_figure(fig, path)
+
+
+_PANELS = (("loss", ("loss",)), ("accuracy / F1", ("acc", "f1")), ("learning rate", ("lr",)))
+
+
+def plot_curves(rows: list[dict[str, float]], path: str | os.PathLike, x: str = "epoch") -> Path:
+    """PNG of training curves from per-epoch (or per-step) rows such as ``{"epoch": 1,
+    "train_loss": ..., "val_loss": ..., "val_acc": ..., "lr": ...}``: one panel for the keys
+    containing "loss", one for "acc"/"f1", one for "lr" (log scale); other keys are ignored.
+    A key missing from some rows (validation every few epochs) is drawn where present."""
+    if not rows:
+        raise ValueError("plot_curves needs at least one row of metrics")
+    if any(x not in row for row in rows):
+        raise ValueError(f"every row needs the x-axis key {x!r}; pass x= with the key your rows use")
+    keys = list(dict.fromkeys(k for row in rows for k, v in row.items() if k != x and isinstance(v, (int, float))))
+    panels = [(title, [k for k in keys if any(tag in k.lower() for tag in tags)]) for title, tags in _PANELS]
+    panels = [(title, names) for title, names in panels if names]
+    if not panels:
+        raise ValueError(f"no key containing 'loss', 'acc', 'f1' or 'lr' among {keys}; nothing to plot")
+    fig = Figure(figsize=(5.0 * len(panels), 4.0), layout="constrained")
+    for index, (title, names) in enumerate(panels):
+        ax = fig.add_subplot(1, len(panels), index + 1)
+        for name in names:
+            points = [(row[x], row[name]) for row in rows if name in row]
+            ax.plot(*zip(*points), marker="o" if len(points) <= 50 else None, markersize=3, label=name)
+        if title == "learning rate" and all(row.get(name, 1) > 0 for row in rows for name in names):
+            ax.set_yscale("log")
+        ax.set_title(title)
+        ax.set_xlabel(x)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    return _save_figure(fig, path)
