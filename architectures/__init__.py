@@ -1,4 +1,4 @@
 """Model families; importing this package registers every architecture with zoo.registry."""
-from . import densenet, mobilenet, resnet
+from . import dbn, densenet, mobilenet, moe_transformer, resnet
 
-__all__ = ["densenet", "mobilenet", "resnet"]
+__all__ = ["dbn", "densenet", "mobilenet", "moe_transformer", "resnet"]

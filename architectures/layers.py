@@ -196,3 +196,24 @@ class InvertedResidual(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = getattr(self, self.body_name)(x)
         return x + self.drop_path(out) if self.has_residual else out
+
+
+def rotary_cos_sin(
+    positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin tables of rotary position embeddings (Su et al., 2021) for integer
+    ``positions`` (any shape), each of shape (*positions.shape, head_dim). Computed in fp32
+    and then cast, as Llama and Mixtral do, so their checkpoints give the same outputs.
+    Made on the fly (no buffer) so that models built on the meta device need no fix-up."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.float, device=positions.device) / head_dim
+    inv_freq = 1.0 / (theta**exponents)
+    freqs = positions[..., None].float() * inv_freq
+    angles = torch.cat((freqs, freqs), dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the pairs (i, i + d/2) of the last dimension of ``x`` by the positions' angles
+    (the "rotate half" layout of GPT-NeoX, Llama and Mixtral checkpoints)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin

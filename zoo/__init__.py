@@ -5,13 +5,17 @@
     >>> model = zoo.load("resnet50.tv_in1k", num_classes=7)   # ImageNet body, fresh 7-way head
 """
 from zoo.api import WeightsMismatchError, info, load, save, transforms
+from zoo.hf import export_hf
 from zoo.registry import UnknownModelError, WeightInfo, list_models, register_model
+from zoo.tokenizer import ByteTokenizer
 
 __version__ = "0.1.0"
 __all__ = [
+    "ByteTokenizer",
     "UnknownModelError",
     "WeightInfo",
     "WeightsMismatchError",
+    "export_hf",
     "info",
     "list_models",
     "load",

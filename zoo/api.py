@@ -63,6 +63,10 @@ def load(
     path = Path(name_or_path)
     if (path / CONFIG_FILE).is_file():
         model = _load_saved(path)
+    elif weights is not None and (Path(weights) / CONFIG_FILE).is_file():  # a Hugging Face checkpoint directory
+        from zoo.hf import load_pretrained  # here: zoo.hf imports this module
+
+        model = load_pretrained(str(name_or_path), weights, head=head, num_classes=num_classes, dtype=dtype, **model_kwargs)
     else:
         model = _load_registered(str(name_or_path), pretrained, num_classes, head, weights, model_kwargs)
     if num_classes is not None and num_classes != model.num_classes:

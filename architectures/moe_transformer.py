@@ -1,0 +1,939 @@
+"""Mixture-of-experts transformers: a Mixtral-compatible decoder (``moe_lm``), a bidirectional
+encoder for classification (``moe_encoder``) and a V-MoE-style image classifier (``moe_vit``).
+
+Each block is pre-norm (RMSNorm) attention with rotary embeddings and grouped-query heads, then
+a sparse MoE layer: a router picks ``top_k`` of ``num_experts`` SwiGLU experts per token
+(softmax in fp32, top-k, optional renormalisation), optionally with a sigmoid-gated shared
+expert (Qwen2-MoE) or a dense SwiGLU MLP instead in the layers listed in ``dense_layers``.
+
+Parameter names are Hugging Face's Mixtral ones without the ``model.`` prefix
+(``layers.0.self_attn.q_proj``, ``layers.0.mlp.gate``, ``layers.0.mlp.experts.gate_up_proj``),
+so Mixtral, Qwen2-MoE and OLMoE checkpoints load by renaming keys (zoo/hf.py).
+
+Output: ``model(x)`` returns an `MoEOutput`, the logits plus the routing losses of that forward
+pass (``aux_loss``, already weighted by the coefficients of the config, is what a training loop
+adds to its task loss) and the share of token slots each expert received. The routing losses
+must come out of ``forward`` itself: a side channel would be lost under DistributedDataParallel,
+torch.compile and activation checkpointing. ``forward_features`` and ``forward_head`` return
+plain tensors, as in every zoo model.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from zoo.registry import register_model
+
+from .features import feature_indices
+from .layers import apply_rotary, check_image_input, linear_classifier, rotary_cos_sin
+
+TEXT_HEADS = ("lm", "sequence_classification", "token_classification")
+Dispatch = Literal["auto", "split", "grouped_mm"]
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    """Sizes and options of the transformer body; field names follow Hugging Face's configs
+    where they exist. ``vocab_size``, ``tie_word_embeddings`` and the special token ids
+    concern the text models only."""
+
+    vocab_size: int = 259  # zoo.tokenizer.ByteTokenizer: 256 bytes + pad, bos, eos
+    hidden_size: int = 256
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2  # grouped-query attention: each key/value head serves num_heads / num_kv_heads heads
+    head_dim: int | None = None  # default hidden_size // num_heads
+    intermediate_size: int = 512  # of each expert
+    num_experts: int = 8
+    top_k: int = 2
+    norm_topk_prob: bool = True  # renormalise the top-k probabilities to sum to 1 (Mixtral)
+    shared_expert_size: int = 0  # > 0: a sigmoid-gated dense SwiGLU expert every token passes through (Qwen2-MoE)
+    dense_layers: tuple[int, ...] = ()  # layers with a dense SwiGLU MLP instead of experts
+    dense_intermediate_size: int | None = None  # default intermediate_size * top_k: the same active compute
+    max_position_embeddings: int = 4096  # recorded for export; rotary embeddings have no hard limit
+    rope_theta: float | None = 10000.0  # None: no rotary embedding (the image model adds learned positions)
+    rms_norm_eps: float = 1e-5
+    qkv_bias: bool = False  # Qwen2-MoE
+    qk_norm: bool = False  # RMSNorm over the whole query and key projections (OLMoE)
+    clip_qkv: float | None = None  # clamp q, k, v to [-clip, clip] (OLMoE)
+    sliding_window: int | None = None  # attend to the last sliding_window positions only (Mistral)
+    attention_dropout: float = 0.0
+    tie_word_embeddings: bool = False
+    pad_token_id: int | None = None  # the special token ids are only recorded (for export): the
+    bos_token_id: int | None = None  # model reads padding from attention masks, and generate
+    eos_token_id: int | None = None  # takes its eos_token_id as an argument
+    router_jitter: float = 0.0  # training: multiply the router's input by U(1 - j, 1 + j) (Switch
+    # Transformer; transformers' Mixtral scales the experts' input too)
+    router_aux_loss_coef: float = 0.01  # weight of the load-balancing loss in aux_loss
+    router_z_loss_coef: float = 0.001  # weight of the router z-loss in aux_loss (ST-MoE)
+    capacity_factor: float | None = None  # None: dropless; else each expert takes at most
+    # ceil(capacity_factor * tokens * top_k / num_experts) token slots and drops the rest
+    dispatch: Dispatch = "auto"
+    initializer_range: float = 0.02
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dense_layers", tuple(sorted(set(self.dense_layers))))
+        checks = [
+            (self.hidden_size > 0 and self.num_layers > 0 and self.num_heads > 0, "sizes must be positive"),
+            (self.num_kv_heads > 0 and self.num_heads % self.num_kv_heads == 0,
+             f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"),
+            (self.head_dim is not None or self.hidden_size % self.num_heads == 0,
+             f"hidden_size ({self.hidden_size}) must be a multiple of num_heads ({self.num_heads}), or give head_dim"),
+            (self.rope_theta is None or self.attention_head_dim % 2 == 0, "rotary embeddings need an even head_dim"),
+            (self.num_experts > 0 and 1 <= self.top_k <= self.num_experts,
+             f"top_k must be in 1..num_experts, got top_k={self.top_k}, num_experts={self.num_experts}"),
+            (all(0 <= i < self.num_layers for i in self.dense_layers),
+             f"dense_layers {self.dense_layers} must be layer indices in 0..{self.num_layers - 1}"),
+            (self.capacity_factor is None or self.capacity_factor > 0, "capacity_factor must be positive or None"),
+            (self.dispatch in ("auto", "split", "grouped_mm"),
+             f"dispatch must be 'auto', 'split' or 'grouped_mm', got {self.dispatch!r}"),
+            (0.0 <= self.router_jitter < 1.0, f"router_jitter must be in [0, 1), got {self.router_jitter}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"invalid MoE config: {message}")
+
+    @property
+    def attention_head_dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_heads
+
+    @classmethod
+    def from_kwargs(cls, kwargs: dict[str, Any]) -> MoEConfig:
+        """The config from a builder's keyword arguments, naming the valid ones on a typo."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(kwargs) - names)
+        if unknown:
+            raise TypeError(f"unknown MoE option(s) {', '.join(unknown)}; valid options: {', '.join(sorted(names))}")
+        return cls(**kwargs)
+
+
+@dataclass
+class MoEOutput:
+    """What an MoE model's forward returns: the logits of its head and the routing losses.
+
+    ``aux_loss`` = router_aux_loss_coef * load_balancing_loss + router_z_loss_coef *
+    router_z_loss: add it to the task loss when training. ``expert_fractions[l, e]`` is the
+    share of layer l's token slots routed to expert e (rows sum to 1; detached, for logging)."""
+
+    logits: torch.Tensor
+    aux_loss: torch.Tensor
+    load_balancing_loss: torch.Tensor
+    router_z_loss: torch.Tensor
+    expert_fractions: torch.Tensor
+
+
+class KVCache:
+    """Keys and values of every layer, preallocated for ``max_length`` positions, so that
+    generation attends to the past without recomputing it."""
+
+    def __init__(self, config: MoEConfig, batch_size: int, max_length: int, device: torch.device, dtype: torch.dtype):
+        shape = (batch_size, config.num_kv_heads, max_length, config.attention_head_dim)
+        self.keys = [torch.empty(shape, device=device, dtype=dtype) for _ in range(config.num_layers)]
+        self.values = [torch.empty(shape, device=device, dtype=dtype) for _ in range(config.num_layers)]
+        self.length = 0  # positions filled in every layer
+        self.max_length = max_length
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store the new positions' keys and values of ``layer``; return all of them so far."""
+        end = self.length + k.shape[2]
+        self.keys[layer][:, :, self.length : end] = k
+        self.values[layer][:, :, self.length : end] = v
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+
+# --------------------------------------------------------------------------- routing losses
+
+
+def routing_losses(
+    router_logits: Sequence[torch.Tensor], top_k: int, token_mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(load-balancing loss, router z-loss, routed-slot counts per layer and expert) of the MoE
+    layers' router logits (each (tokens, experts)), over the tokens ``token_mask`` keeps.
+
+    Load balancing: Switch Transformer's auxiliary loss (Fedus et al., 2021, eq. 4-6) as Mixtral
+    computes it, num_experts * sum_e f_e * P_e with f_e the share of tokens whose top-k holds
+    expert e and P_e its mean router probability, both pooled over all layers' tokens, so the
+    value equals transformers' ``load_balancing_loss_func``; 1 for balanced top-1 routing.
+    Z-loss: ST-MoE's (Zoph et al., 2022, eq. 5) mean squared log-partition function of the
+    logits, which keeps them small and the routing numerically stable."""
+    logits = torch.stack([g.float() for g in router_logits])  # (layers, tokens, experts)
+    num_layers, num_tokens, num_experts = logits.shape
+    mask = torch.ones(num_tokens, device=logits.device) if token_mask is None else token_mask.reshape(-1).float()
+    probs = logits.softmax(dim=-1)
+    selected = probs.topk(top_k, dim=-1).indices.reshape(num_layers, -1)
+    counts = torch.zeros(num_layers, num_experts, device=logits.device)
+    counts.scatter_add_(1, selected, mask.repeat_interleave(top_k).expand(num_layers, -1))
+    rows = mask.sum() * num_layers
+    token_share = counts.sum(0) / rows
+    mean_prob = (probs * mask[:, None]).sum(dim=(0, 1)) / rows
+    balance = num_experts * (token_share * mean_prob).sum()
+    z_loss = (logits.logsumexp(dim=-1).square() * mask).sum() / rows
+    return balance, z_loss, counts
+
+
+def load_balancing_loss(
+    router_logits: Sequence[torch.Tensor], num_experts: int, top_k: int, token_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The load-balancing loss of `routing_losses`, with transformers' signature."""
+    if router_logits[0].shape[-1] != num_experts:
+        raise ValueError(f"router logits have {router_logits[0].shape[-1]} experts, not num_experts={num_experts}")
+    return routing_losses(router_logits, top_k, token_mask)[0]
+
+
+def router_z_loss(router_logits: Sequence[torch.Tensor], token_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The router z-loss of `routing_losses`."""
+    return routing_losses(router_logits, 1, token_mask)[1]
+
+
+# --------------------------------------------------------------------------- experts
+
+
+def _native_low_precision_matmul(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether matmuls run natively in ``dtype``. CPUs without bf16/fp16 units (no AVX512-BF16
+    or AMX) fall back to a generic kernel: on an AVX2 CPU about 10x slower than fp32 for
+    x @ Wᵀ and 80x for x @ W."""
+    if dtype not in (torch.bfloat16, torch.float16) or device.type != "cpu":
+        return True
+    if dtype == torch.bfloat16:
+        return torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return torch.ops.mkldnn._is_mkldnn_fp16_supported()
+
+
+def _expert_rows(sizes: list[int]) -> list[tuple[int, slice]]:
+    """(expert, rows of the sorted token slots) for every expert that received tokens."""
+    bounds, start = [], 0
+    for expert, size in enumerate(sizes):
+        if size:
+            bounds.append((expert, slice(start, start + size)))
+        start += size
+    return bounds
+
+
+def _mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """out = a @ b, written in place (through a temporary when out has another dtype)."""
+    if out.dtype == a.dtype:
+        torch.mm(a, b, out=out)
+    else:
+        out.copy_(torch.mm(a, b))
+
+
+class _GroupedSwiGLU(torch.autograd.Function):
+    """SwiGLU experts on token slots sorted by expert: rows of expert e get
+    (silu(x W1ᵀ) * x W3ᵀ) W2ᵀ, with [W1; W3] = gate_up[e] and W2 = down[e].
+
+    Expert by expert on contiguous row slices: the matmuls write in place and the temporaries
+    stay the size of one expert's rows (large fresh buffers cost page faults on a CPU). The
+    backward writes each expert's weight gradient straight into one [E, ...] tensor and
+    zero-fills only the experts that got no tokens; autograd through ``W[e]`` would instead
+    allocate and add a full-size zero gradient per expert. Low-precision inputs are computed
+    in fp32 where the device has no native low-precision matmul (`_native_low_precision_matmul`)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, xs: torch.Tensor, sizes: list[int], gate_up: torch.Tensor, down: torch.Tensor
+    ) -> torch.Tensor:
+        compute = xs.dtype if _native_low_precision_matmul(xs.device, xs.dtype) else torch.float32
+        inter = down.shape[-1]
+        training = any(ctx.needs_input_grad)
+        with torch.autocast(xs.device.type, enabled=False):
+            x = xs.to(compute)
+            gu = x.new_empty(x.shape[0], 2 * inter) if training else None  # saved for the backward
+            y = x.new_empty(x.shape)
+            for expert, rows in _expert_rows(sizes):
+                gu_e = torch.mm(x[rows], gate_up[expert].to(compute).t(), out=gu[rows] if training else None)
+                hidden = F.silu(gu_e[:, :inter]).mul_(gu_e[:, inter:])
+                torch.mm(hidden, down[expert].to(compute).t(), out=y[rows])
+        if training:
+            ctx.save_for_backward(x, gu, gate_up, down)
+            ctx.sizes = sizes
+        return y.to(xs.dtype)
+
+    @staticmethod
+    def backward(
+        ctx: Any, dy: torch.Tensor
+    ) -> tuple[torch.Tensor | None, None, torch.Tensor | None, torch.Tensor | None]:
+        x, gu, gate_up, down = ctx.saved_tensors
+        need_x, _, need_gate_up, need_down = ctx.needs_input_grad
+        inter = down.shape[-1]
+        with torch.autocast(x.device.type, enabled=False):
+            dy = dy.to(x.dtype).contiguous()
+            d_x = torch.empty_like(x) if need_x else None
+            d_gate_up = _weight_grad_buffer(gate_up, ctx.sizes) if need_gate_up else None
+            d_down = _weight_grad_buffer(down, ctx.sizes) if need_down else None
+            for expert, rows in _expert_rows(ctx.sizes):
+                gate, up = gu[rows, :inter], gu[rows, inter:]
+                silu = F.silu(gate)
+                d_hidden = dy[rows] @ down[expert].to(x.dtype)
+                if need_down:
+                    _mm_into(d_down[expert], dy[rows].t(), silu * up)
+                d_gu = torch.empty_like(gu[rows])
+                # d_gate = d_hidden * up * silu'(gate), in one fused kernel
+                torch.ops.aten.silu_backward(d_hidden * up, gate, grad_input=d_gu[:, :inter])
+                torch.mul(d_hidden, silu, out=d_gu[:, inter:])
+                if need_x:
+                    torch.mm(d_gu, gate_up[expert].to(x.dtype), out=d_x[rows])
+                if need_gate_up:
+                    _mm_into(d_gate_up[expert], d_gu.t(), x[rows])
+        return d_x, None, d_gate_up, d_down
+
+
+def _weight_grad_buffer(weight: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """An uninitialised gradient for a [E, ...] expert weight, zeroed for experts without tokens."""
+    grad = torch.empty_like(weight)
+    for expert, size in enumerate(sizes):
+        if size == 0:
+            grad[expert].zero_()
+    return grad
+
+
+def _grouped_mm_swiglu(
+    xs: torch.Tensor, sizes: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor
+) -> torch.Tensor:
+    """The same SwiGLU experts through PyTorch's grouped GEMM (one kernel per projection, no
+    host sync: the group boundaries stay on the device)."""
+    offsets = torch.cumsum(sizes, dim=0, dtype=torch.int32)
+    gu = F.grouped_mm(xs, gate_up.transpose(1, 2), offs=offsets)
+    inter = down.shape[-1]
+    return F.grouped_mm(F.silu(gu[:, :inter]) * gu[:, inter:], down.transpose(1, 2), offs=offsets)
+
+
+class MoEExperts(nn.Module):
+    """``num_experts`` SwiGLU MLPs stored as two fused 3-D parameters in Mixtral's layout:
+    ``gate_up_proj`` [E, 2I, H] (gate rows first, then up) and ``down_proj`` [E, H, I].
+
+    Dispatch: the token slots (token, choice) are sorted by expert, each expert runs on its
+    contiguous slice, and the results are put back in slot order and mixed per token with the
+    routing weights, which is deterministic (no atomic scatter-add). ``dispatch="split"`` runs one
+    matmul per non-empty expert (`_GroupedSwiGLU`); ``"grouped_mm"`` uses
+    ``torch.nn.functional.grouped_mm``; ``"auto"`` picks grouped_mm for bf16 on CUDA (SM >= 80,
+    where its kernels exist) and the split elsewhere: on CPU (benchmarks/moe_dispatch.py) the
+    two are even in fp32, while PyTorch's CPU grouped_mm in bf16 is 2-30x slower than in fp32."""
+
+    def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int, dispatch: Dispatch = "auto") -> None:
+        super().__init__()
+        self.num_experts = num_experts
+        self.dispatch = dispatch
+        self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * intermediate_size, hidden_size))
+        self.down_proj = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size))
+
+    def forward(
+        self, x: torch.Tensor, expert_index: torch.Tensor, expert_weight: torch.Tensor, capacity: int | None = None
+    ) -> torch.Tensor:
+        """Mix the experts' outputs for tokens ``x`` (T, H), each routed to the experts
+        ``expert_index`` (T, k) with weights ``expert_weight`` (T, k). With a ``capacity``,
+        an expert keeps at most that many slots (first choices before second ones, then
+        token order, as in GShard) and a dropped slot contributes nothing."""
+        num_tokens, top_k = expert_index.shape
+        num_slots = num_tokens * top_k
+        experts = expert_index.reshape(-1)
+        slot = torch.arange(num_slots, device=x.device)
+        priority = (slot % top_k) * num_tokens + slot // top_k
+        order = torch.argsort(experts * num_slots + priority)  # slots grouped by expert, in priority order
+        sizes = torch.bincount(experts, minlength=self.num_experts)
+        if capacity is not None:
+            starts = torch.cumsum(sizes, 0) - sizes
+            rank = slot - starts.repeat_interleave(sizes)  # position of each sorted slot inside its expert
+            order = order[rank < capacity]
+            sizes = sizes.clamp(max=capacity)
+        dtype = self._compute_dtype(x)
+        xs = x[order // top_k].to(dtype)
+        gate_up, down = self.gate_up_proj.to(dtype), self.down_proj.to(dtype)
+        if self._use_grouped_mm(xs):
+            ys = _grouped_mm_swiglu(xs, sizes, gate_up, down)
+        else:
+            ys = _GroupedSwiGLU.apply(xs, sizes.tolist(), gate_up, down)
+        # back to slot order (a dropped slot reads an appended zero row), then per token the
+        # weighted sum over its k slots as a (1, k) @ (k, H) product: no atomic adds
+        position = torch.full((num_slots,), len(order), device=x.device).index_put_((order,), slot[: len(order)])
+        if capacity is not None:
+            ys = F.pad(ys, (0, 0, 0, 1))
+        slots = ys[position].view(num_tokens, top_k, -1)
+        return torch.bmm(expert_weight[:, None, :].to(ys.dtype), slots)[:, 0].to(x.dtype)
+
+    @staticmethod
+    def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+        """The autocast dtype inside an autocast region (as nn.Linear would run), unless the
+        device has no native matmul for it; the input's dtype otherwise."""
+        if torch.is_autocast_enabled(x.device.type):
+            dtype = torch.get_autocast_dtype(x.device.type)
+            if _native_low_precision_matmul(x.device, dtype):
+                return dtype
+        return x.dtype
+
+    def _use_grouped_mm(self, xs: torch.Tensor) -> bool:
+        if self.dispatch == "auto":  # where PyTorch's grouped GEMM kernels run: bf16 on CUDA SM >= 80
+            return xs.is_cuda and xs.dtype == torch.bfloat16 and torch.cuda.get_device_capability(xs.device) >= (8, 0)
+        return self.dispatch == "grouped_mm"
+
+    def extra_repr(self) -> str:
+        e, two_i, h = self.gate_up_proj.shape
+        return f"num_experts={e}, hidden_size={h}, intermediate_size={two_i // 2}, dispatch={self.dispatch!r}"
+
+
+class SwiGLU(nn.Module):
+    """Dense gated MLP, down(silu(gate(x)) * up(x)), with Llama's parameter names."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class SparseMoeBlock(nn.Module):
+    """Router + experts (+ optional shared expert). Returns the output and the router's
+    logits, from which the model computes the routing losses."""
+
+    def __init__(self, config: MoEConfig) -> None:
+        super().__init__()
+        self.top_k = config.top_k
+        self.norm_topk_prob = config.norm_topk_prob
+        self.jitter = config.router_jitter
+        self.capacity_factor = config.capacity_factor
+        self.gate = nn.Linear(config.hidden_size, config.num_experts, bias=False)
+        self.experts = MoEExperts(config.num_experts, config.hidden_size, config.intermediate_size, config.dispatch)
+        if config.shared_expert_size:
+            self.shared_expert = SwiGLU(config.hidden_size, config.shared_expert_size)
+            self.shared_expert_gate = nn.Linear(config.hidden_size, 1, bias=False)
+        else:
+            self.shared_expert = self.shared_expert_gate = None
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        router_input = x
+        if self.training and self.jitter > 0:
+            router_input = x * torch.empty_like(x).uniform_(1.0 - self.jitter, 1.0 + self.jitter)
+        logits = self.gate(router_input)
+        probs = logits.float().softmax(dim=-1)
+        weights, index = probs.topk(self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        capacity = None
+        if self.capacity_factor is not None:
+            capacity = math.ceil(self.capacity_factor * x.shape[0] * self.top_k / self.experts.num_experts)
+        out = self.experts(x, index, weights, capacity)
+        if self.shared_expert is not None:
+            out = out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+        return out.view(shape), logits
+
+
+# --------------------------------------------------------------------------- attention and blocks
+
+
+class Attention(nn.Module):
+    """Multi-head attention with grouped-query key/value heads and rotary embeddings, through
+    ``F.scaled_dot_product_attention``."""
+
+    def __init__(self, config: MoEConfig) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads = config.num_heads, config.num_kv_heads
+        self.head_dim = config.attention_head_dim
+        self.dropout = config.attention_dropout
+        self.clip_qkv = config.clip_qkv
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.q_proj = nn.Linear(config.hidden_size, q_size, bias=config.qkv_bias)
+        self.k_proj = nn.Linear(config.hidden_size, kv_size, bias=config.qkv_bias)
+        self.v_proj = nn.Linear(config.hidden_size, kv_size, bias=config.qkv_bias)
+        self.o_proj = nn.Linear(q_size, config.hidden_size, bias=False)
+        if config.qk_norm:
+            self.q_norm = nn.RMSNorm(q_size, eps=config.rms_norm_eps)
+            self.k_norm = nn.RMSNorm(kv_size, eps=config.rms_norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor] | None,
+        mask: torch.Tensor | None,
+        is_causal: bool,
+        cache: KVCache | None = None,
+        layer: int = 0,
+    ) -> torch.Tensor:
+        batch, length, _ = x.shape
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.clip_qkv is not None:
+            q, k, v = (t.clamp(-self.clip_qkv, self.clip_qkv) for t in (q, k, v))
+        q = q.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
+        k = k.view(batch, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(batch, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        if rope is not None:
+            q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
+            is_causal=is_causal, enable_gqa=self.num_kv_heads != self.num_heads,
+        )
+        return self.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x)) where the MLP is
+    a sparse MoE layer (or a dense SwiGLU in a dense layer)."""
+
+    def __init__(self, config: MoEConfig, index: int) -> None:
+        super().__init__()
+        self.index = index
+        self.input_layernorm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.is_moe = index not in config.dense_layers
+        if self.is_moe:
+            self.mlp = SparseMoeBlock(config)
+        else:
+            size = config.dense_intermediate_size or config.intermediate_size * config.top_k
+            self.mlp = SwiGLU(config.hidden_size, size)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor] | None,
+        mask: torch.Tensor | None,
+        is_causal: bool,
+        cache: KVCache | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The block's output and, for an MoE layer, its router logits (tokens, experts)."""
+        x = x + self.self_attn(self.input_layernorm(x), rope, mask, is_causal, cache, self.index)
+        h = self.post_attention_layernorm(x)
+        if not self.is_moe:
+            return x + self.mlp(h), None
+        out, router_logits = self.mlp(h)
+        return x + out, router_logits
+
+
+def _attention_mask(
+    key_padding: torch.Tensor | None, q_len: int, k_len: int, causal: bool, window: int | None, device: torch.device
+) -> tuple[torch.Tensor | None, bool]:
+    """(boolean mask (N or 1, 1, q_len, k_len), is_causal) for SDPA; the queries are the last
+    q_len of k_len positions. A query at a padded position still sees itself, so no row is
+    empty (SDPA would return NaN there)."""
+    windowed = window is not None and k_len > window
+    if key_padding is None and not windowed:
+        if not causal or q_len == 1:
+            return None, False
+        if q_len == k_len:
+            return None, True
+    q_pos = torch.arange(k_len - q_len, k_len, device=device)[:, None]
+    k_pos = torch.arange(k_len, device=device)[None, :]
+    allowed = k_pos <= q_pos if causal else torch.ones(q_len, k_len, dtype=torch.bool, device=device)
+    if windowed:
+        allowed = allowed & (k_pos > q_pos - window)
+    allowed = allowed[None, None]
+    if key_padding is not None:
+        allowed = allowed & (key_padding[:, None, None, :] | (k_pos == q_pos))
+    return allowed, False
+
+
+# --------------------------------------------------------------------------- models
+
+
+class _MoEBody(nn.Module):
+    """The transformer stack shared by the text and image models: blocks, final norm,
+    routing losses, activation checkpointing."""
+
+    def __init__(self, config: MoEConfig, causal: bool, name: str) -> None:
+        super().__init__()
+        if causal and config.capacity_factor is not None:
+            raise ValueError(
+                "capacity_factor (token dropping) makes tokens compete with later tokens for expert slots, "
+                "which leaks the future into a causal model; use it with moe_encoder or moe_vit"
+            )
+        self.config = config
+        self.causal = causal
+        self.name = name
+        self.grad_checkpointing = False
+        self.pretrained_cfg: dict[str, Any] = {}
+        self.num_features = config.hidden_size
+        self.layers = nn.ModuleList(Block(config, i) for i in range(config.num_layers))
+        self.norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Recompute each block in the backward pass instead of storing its activations
+        (training only); the router jitter's random numbers are replayed, so gradients are
+        unchanged."""
+        self.grad_checkpointing = enable
+
+    def _init_weights(self) -> None:
+        """Normal(0, initializer_range) for every projection, expert and embedding, ones for
+        the norms; the projections back into the residual stream are scaled by
+        1 / sqrt(2 * num_layers) (GPT-2), which keeps the residual's variance from growing."""
+        std = self.config.initializer_range
+        for name, param in self.named_parameters():
+            if param.ndim == 1:
+                nn.init.ones_(param) if name.endswith("norm.weight") else nn.init.zeros_(param)
+            elif name.endswith(("o_proj.weight", "down_proj", "down_proj.weight")):
+                nn.init.normal_(param, std=std / math.sqrt(2 * self.config.num_layers))
+            else:
+                nn.init.normal_(param, std=std)
+
+    def _run_layers(
+        self,
+        h: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor] | None,
+        mask: torch.Tensor | None,
+        is_causal: bool,
+        cache: KVCache | None = None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        use_checkpoint = self.grad_checkpointing and self.training and torch.is_grad_enabled()
+        router_logits = []
+        for layer in self.layers:
+            if use_checkpoint:
+                h, logits = checkpoint(layer, h, rope, mask, is_causal, cache, use_reentrant=False)
+            else:
+                h, logits = layer(h, rope, mask, is_causal, cache)
+            if logits is not None:
+                router_logits.append(logits)
+        return h, router_logits
+
+    def _output(
+        self, logits: torch.Tensor, router_logits: list[torch.Tensor], token_mask: torch.Tensor | None
+    ) -> MoEOutput:
+        cfg = self.config
+        if not router_logits:  # every layer dense
+            zero = logits.new_zeros((), dtype=torch.float32)
+            return MoEOutput(logits, zero, zero, zero, logits.new_zeros(0, cfg.num_experts, dtype=torch.float32))
+        balance, z_loss, counts = routing_losses(router_logits, cfg.top_k, token_mask)
+        aux = cfg.router_aux_loss_coef * balance + cfg.router_z_loss_coef * z_loss
+        fractions = (counts / counts.sum(dim=1, keepdim=True).clamp(min=1)).detach()
+        return MoEOutput(logits, aux, balance, z_loss, fractions)
+
+
+class MoETransformer(_MoEBody):
+    """Token-level MoE transformer: causal (``moe_lm``) or bidirectional (``moe_encoder``),
+    with one head: ``"lm"`` (next-token logits for a causal model, per-token vocabulary logits
+    for masked-token training of an encoder), ``"sequence_classification"`` (the last real
+    token's features for a causal model, the mean over real tokens for an encoder) or
+    ``"token_classification"``.
+
+    ``forward(input_ids, attention_mask=None)`` takes token ids (N, L) and an optional mask
+    (N, L), 1 for real tokens and 0 for padding; it returns an `MoEOutput`.
+    """
+
+    def __init__(
+        self,
+        config: MoEConfig,
+        head: str = "lm",
+        num_classes: int | None = None,
+        causal: bool = True,
+        drop_rate: float = 0.0,
+        name: str = "moe_lm",
+    ) -> None:
+        super().__init__(config, causal, name)
+        if head not in TEXT_HEADS:
+            raise ValueError(f"head must be one of {', '.join(TEXT_HEADS)}; got {head!r}")
+        self.head = head
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.drop = nn.Dropout(drop_rate)
+        self._init_weights()
+        if num_classes is None:
+            num_classes = config.vocab_size if head == "lm" else 2
+        self.reset_classifier(num_classes)
+        self.register_load_state_dict_post_hook(lambda module, _: module.tie_weights())
+
+    def get_classifier(self) -> nn.Module:
+        return self.lm_head if self.head == "lm" else self.classifier
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """A fresh head: ``num_classes`` outputs for the classification heads; for the LM head
+        the vocabulary size (tied to the embedding if the config says so) or 0 for features."""
+        if self.head != "lm":
+            self.classifier = linear_classifier(self.num_features, num_classes)
+        elif num_classes == self.config.vocab_size:
+            self.lm_head = nn.Linear(self.num_features, num_classes, bias=False)
+            nn.init.normal_(self.lm_head.weight, std=self.config.initializer_range)
+            self.tie_weights()
+        elif num_classes == 0:
+            self.lm_head = nn.Identity()
+        else:
+            raise ValueError(
+                f"the lm head predicts the {self.config.vocab_size} tokens of the vocabulary, so num_classes must be "
+                f"{self.config.vocab_size} (or 0 for features), got {num_classes}; for labels use "
+                "head='sequence_classification' or 'token_classification'"
+            )
+        self.num_classes = num_classes
+
+    def tie_weights(self) -> None:
+        """Share the LM head's weight with the token embedding if the config ties them (after
+        loading with ``assign=True`` or moving off the meta device, which break the tie)."""
+        if self.head == "lm" and self.config.tie_word_embeddings and isinstance(self.lm_head, nn.Linear):
+            self.lm_head.weight = self.embed_tokens.weight
+
+    def _check_input(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, past: int) -> None:
+        expected = f"{self.name} expects token ids of shape (N, L), an integer tensor"
+        is_tensor = isinstance(input_ids, torch.Tensor)
+        if not is_tensor or input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
+            got = input_ids.dtype if is_tensor else type(input_ids).__name__
+            raise ValueError(f"{expected}; got {got}: encode text with zoo.tokenizer.ByteTokenizer first")
+        if input_ids.ndim != 2:
+            hint = "; add a batch dimension with x.unsqueeze(0)" if input_ids.ndim == 1 else ""
+            raise ValueError(f"{expected}; got a {input_ids.ndim}-D tensor of shape {tuple(input_ids.shape)}{hint}")
+        if input_ids.device.type == "cpu" and input_ids.numel():  # on accelerators the check would cost a host sync
+            low, high = input_ids.min().item(), input_ids.max().item()
+            if low < 0 or high >= self.config.vocab_size:
+                raise ValueError(
+                    f"token ids must be in [0, {self.config.vocab_size}) (vocab_size), got ids in [{low}, {high}]"
+                )
+        if attention_mask is not None:
+            want = (input_ids.shape[0], past + input_ids.shape[1])
+            if tuple(attention_mask.shape) != want:
+                raise ValueError(
+                    f"attention_mask must have shape {want} (batch, cached + new positions), "
+                    f"got {tuple(attention_mask.shape)}"
+                )
+
+    def _encode(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, cache: KVCache | None
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        past = cache.length if cache is not None else 0
+        self._check_input(input_ids, attention_mask, past)
+        if cache is not None and past + input_ids.shape[1] > cache.max_length:
+            raise ValueError(
+                f"the cache holds {cache.max_length} positions; {past} used, {input_ids.shape[1]} more given"
+            )
+        h = self.embed_tokens(input_ids)
+        length = input_ids.shape[1]
+        rope = None
+        if self.config.rope_theta is not None:
+            positions = torch.arange(past, past + length, device=h.device)
+            rope = rotary_cos_sin(positions, self.config.attention_head_dim, self.config.rope_theta, h.dtype)
+        key_padding = attention_mask.bool() if attention_mask is not None else None
+        mask, is_causal = _attention_mask(
+            key_padding, length, past + length, self.causal, self.config.sliding_window, h.device
+        )
+        h, router_logits = self._run_layers(h, rope, mask, is_causal, cache)
+        if cache is not None:
+            cache.length += length
+        return self.norm(h), router_logits
+
+    def forward_features(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, cache: KVCache | None = None
+    ) -> torch.Tensor:
+        """Final hidden states (N, L, hidden_size)."""
+        return self._encode(input_ids, attention_mask, cache)[0]
+
+    def forward_head(
+        self, x: torch.Tensor, pre_logits: bool = False, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Per-token logits (N, L, C) for "lm" and "token_classification"; for
+        "sequence_classification" the pooled features (N, hidden) go through the classifier."""
+        if self.head == "sequence_classification":
+            x = self._pool(x, attention_mask)
+        return x if pre_logits else self.get_classifier()(self.drop(x))
+
+    def _pool(self, x: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        if attention_mask is None:
+            return x[:, -1] if self.causal else x.mean(dim=1)
+        mask = attention_mask[:, -x.shape[1] :].bool()
+        if self.causal:  # the last real token has seen the whole sequence (left or right padding)
+            last = mask.shape[1] - 1 - mask.flip(1).int().argmax(dim=1)
+            return x[torch.arange(x.shape[0], device=x.device), last]
+        weights = mask.to(x.dtype)[..., None]
+        return (x * weights).sum(1) / weights.sum(1).clamp(min=1)
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, cache: KVCache | None = None
+    ) -> MoEOutput:
+        """Logits and routing losses; ``cache`` (a `KVCache`) continues from earlier calls."""
+        h, router_logits = self._encode(input_ids, attention_mask, cache)
+        logits = self.forward_head(h, attention_mask=attention_mask)
+        token_mask = attention_mask[:, -input_ids.shape[1] :] if attention_mask is not None else None
+        return self._output(logits, router_logits, token_mask)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        eos_token_id: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Continue the prompts ``input_ids`` (N, L; equal lengths, no padding) by up to
+        ``max_new_tokens`` tokens, keeping keys and values in a `KVCache`. Sampling from the
+        softmax at ``temperature`` (0: greedy), over the ``top_k`` most likely tokens and the
+        smallest set whose probability reaches ``top_p``. A sequence that emitted
+        ``eos_token_id`` continues with it; generation stops once all have. Returns (N, L + new)."""
+        if self.head != "lm" or not self.causal or not isinstance(self.lm_head, nn.Linear):
+            raise ValueError(f"generate needs a causal model with its lm head; this {self.name} has head {self.head!r}")
+        bad_top_k, bad_top_p = top_k is not None and top_k < 1, top_p is not None and not 0 < top_p <= 1
+        if max_new_tokens < 0 or temperature < 0 or bad_top_k or bad_top_p:
+            raise ValueError("need max_new_tokens >= 0, temperature >= 0, top_k >= 1 and 0 < top_p <= 1")
+        self._check_input(input_ids, None, 0)
+        batch, length = input_ids.shape
+        cache = KVCache(self.config, batch, length + max_new_tokens, input_ids.device, self.embed_tokens.weight.dtype)
+        tokens, step = [input_ids], input_ids
+        finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
+        for _ in range(max_new_tokens):
+            logits = self.lm_head(self.forward_features(step, cache=cache)[:, -1]).float()
+            step = _sample(logits, temperature, top_k, top_p, generator)[:, None]
+            if eos_token_id is not None:
+                step = step.masked_fill(finished[:, None], eos_token_id)
+                finished |= step[:, 0] == eos_token_id
+            tokens.append(step)
+            if eos_token_id is not None and bool(finished.all()):
+                break
+        return torch.cat(tokens, dim=1)
+
+
+def _sample(
+    logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None, generator: torch.Generator | None
+) -> torch.Tensor:
+    """Next token per row of ``logits`` (N, V)."""
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, -math.inf)
+    if top_p is not None and top_p < 1:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        drop = probs.cumsum(dim=-1) - probs >= top_p  # the tokens after the nucleus
+        logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, -math.inf))
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)[:, 0]
+
+
+class MoEViT(_MoEBody):
+    """V-MoE-style image classifier (Riquelme et al., 2021): non-overlapping patches, learned
+    position embeddings, bidirectional MoE blocks, mean pooling over patches, linear head.
+    ``img_size`` fixes the position grid; other sizes (multiples of ``patch_size``) resize it
+    bicubically, as timm does."""
+
+    def __init__(
+        self,
+        config: MoEConfig,
+        img_size: int = 28,
+        patch_size: int = 4,
+        in_chans: int = 1,
+        num_classes: int = 10,
+        drop_rate: float = 0.0,
+        name: str = "moe_vit",
+    ) -> None:
+        super().__init__(config, causal=False, name=name)
+        if img_size % patch_size:
+            raise ValueError(f"img_size ({img_size}) must be a multiple of patch_size ({patch_size})")
+        self.in_chans, self.patch_size, self.grid = in_chans, patch_size, img_size // patch_size
+        self.first_conv = "patch_embed"
+        self.patch_embed = nn.Conv2d(in_chans, config.hidden_size, patch_size, stride=patch_size)
+        self.pos_embed = nn.Parameter(torch.empty(1, self.grid * self.grid, config.hidden_size))
+        self.drop = nn.Dropout(drop_rate)
+        self.feature_info = [
+            dict(num_chs=config.hidden_size, reduction=patch_size, module=f"layers.{i}")
+            for i in range(config.num_layers)
+        ]
+        self._init_weights()
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        nn.init.zeros_(self.patch_embed.bias)
+        self.reset_classifier(num_classes)
+
+    def get_classifier(self) -> nn.Module:
+        return self.classifier
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """Replace the classifier with a fresh ``num_classes``-way one (0: pooled features)."""
+        self.classifier = linear_classifier(self.num_features, num_classes)
+        self.num_classes = num_classes
+
+    def _embed(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
+        check_image_input(x, self.in_chans, self.patch_size, self.name)
+        if x.shape[2] % self.patch_size or x.shape[3] % self.patch_size:
+            raise ValueError(
+                f"{self.name} expects image sides that are multiples of patch_size={self.patch_size}; "
+                f"got {tuple(x.shape)}"
+            )
+        x = self.patch_embed(x)
+        grid = (x.shape[2], x.shape[3])
+        pos = self.pos_embed
+        if grid != (self.grid, self.grid):
+            pos = pos.reshape(1, self.grid, self.grid, -1).permute(0, 3, 1, 2)
+            pos = F.interpolate(pos, size=grid, mode="bicubic", align_corners=False).flatten(2).transpose(1, 2)
+        return x.flatten(2).transpose(1, 2) + pos, grid
+
+    def _encode(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        h, _ = self._embed(x)
+        h, router_logits = self._run_layers(h, None, None, False)
+        return self.norm(h), router_logits
+
+    def forward_intermediates(self, x: torch.Tensor, indices: Sequence[int] | None = None) -> list[torch.Tensor]:
+        """Token maps (N, hidden, H / patch, W / patch) after the blocks ``indices`` of
+        ``feature_info`` (None: all), computing no further than the deepest one."""
+        take = feature_indices(indices, len(self.layers))
+        h, grid = self._embed(x)
+        features = []
+        for i, layer in enumerate(self.layers[: take[-1] + 1]):
+            h, _ = layer(h, None, None, False)
+            if i in take:
+                features.append(h.transpose(1, 2).reshape(h.shape[0], -1, *grid))
+        return features
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Final patch tokens (N, patches, hidden_size)."""
+        return self._encode(x)[0]
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """Mean over patches, then (unless ``pre_logits``) dropout and the classifier."""
+        x = x.mean(dim=1)
+        return x if pre_logits else self.classifier(self.drop(x))
+
+    def forward(self, x: torch.Tensor) -> MoEOutput:
+        h, router_logits = self._encode(x)
+        return self._output(self.forward_head(h), router_logits, None)
+
+
+# --------------------------------------------------------------------------- registered architectures
+
+
+def _text_model(
+    name: str, causal: bool, head: str, num_classes: int | None, drop_rate: float, kwargs: dict[str, Any]
+) -> MoETransformer:
+    return MoETransformer(MoEConfig.from_kwargs(kwargs), head, num_classes, causal, drop_rate, name)
+
+
+@register_model(heads=TEXT_HEADS)
+def moe_lm(head: str = "lm", num_classes: int | None = None, drop_rate: float = 0.0, **kwargs: Any) -> MoETransformer:
+    """Causal MoE language model (Mixtral architecture); defaults: 4 layers, hidden 256,
+    8 experts of which 2 per token, byte-level vocabulary (zoo.tokenizer)."""
+    return _text_model("moe_lm", True, head, num_classes, drop_rate, kwargs)
+
+
+@register_model(heads=("sequence_classification", "token_classification", "lm"))
+def moe_encoder(
+    head: str = "sequence_classification", num_classes: int | None = None, drop_rate: float = 0.0, **kwargs: Any
+) -> MoETransformer:
+    """Bidirectional MoE encoder for classification (the moe_lm blocks without the causal
+    mask); "lm" gives per-token vocabulary logits for masked-token pretraining."""
+    return _text_model("moe_encoder", False, head, num_classes, drop_rate, kwargs)
+
+
+@register_model
+def moe_vit(
+    img_size: int = 28,
+    patch_size: int = 4,
+    in_chans: int = 1,
+    num_classes: int = 10,
+    drop_rate: float = 0.0,
+    **kwargs: Any,
+) -> MoEViT:
+    """V-MoE-style image classifier; defaults for 28 px grayscale images (Fashion-MNIST): 4x4
+    patches, 6 layers of hidden size 128 with 8 experts (top-2) in every other layer."""
+    defaults = dict(hidden_size=128, num_layers=6, num_heads=4, num_kv_heads=4, intermediate_size=256, rope_theta=None)
+    options = {**defaults, **kwargs}
+    options.setdefault("dense_layers", tuple(range(0, options["num_layers"], 2)))
+    return MoEViT(MoEConfig.from_kwargs(options), img_size, patch_size, in_chans, num_classes, drop_rate)
+

@@ -1,0 +1,374 @@
+"""Hugging Face checkpoints of MoE language models: `load_pretrained` builds ``moe_lm`` or
+``moe_encoder`` from a Mixtral, Qwen2-MoE or OLMoE directory (config.json + safetensors, one file
+or shards with model.safetensors.index.json); `export_hf` writes a directory that
+``transformers.MixtralForCausalLM.from_pretrained`` loads. zoo never imports transformers.
+
+Expert weights are accepted in both layouts found on the hub: one tensor per expert
+(``block_sparse_moe.experts.E.w1/w2/w3`` for Mixtral, ``mlp.experts.E.gate_proj/up_proj/down_proj``
+for Qwen2-MoE and OLMoE) and transformers 5's packed ``mlp.experts.gate_up_proj/down_proj``.
+Shards are read one tensor at a time (memory-mapped) into the model's preallocated
+parameters, so loading needs no more memory than the model itself.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+from safetensors import safe_open
+from safetensors.torch import save_file
+from tqdm import tqdm
+
+from architectures.moe_transformer import MoETransformer
+from zoo import registry
+from zoo.api import WeightsMismatchError
+
+CONFIG_FILE = "config.json"
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+MODEL_TYPES = ("mixtral", "qwen2_moe", "olmoe")
+_ARCHITECTURES = ("moe_lm", "moe_encoder")
+_DEFAULT_ROPE_THETA = {"mixtral": 1e6, "qwen2_moe": 1e4, "olmoe": 1e4}  # the config classes' defaults
+
+# one expert's projection in the per-expert layouts: (layer, expert, projection)
+_EXPERT_KEY = re.compile(
+    r"^layers\.(\d+)\.(?:block_sparse_moe|mlp)\.experts\.(\d+)\.(w1|w2|w3|gate_proj|up_proj|down_proj)\.weight$"
+)
+_GATE_PART, _UP_PART, _DOWN_PART = ("w1", "gate_proj"), ("w3", "up_proj"), ("w2", "down_proj")
+
+
+def config_to_kwargs(config: dict[str, Any]) -> dict[str, Any]:
+    """zoo model options (MoEConfig fields) from a Hugging Face config.json dict."""
+    model_type = config.get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"unsupported model_type {model_type!r}; zoo reads {', '.join(MODEL_TYPES)} checkpoints")
+    if config.get("hidden_act", "silu") != "silu":
+        raise ValueError(f"zoo's experts are SwiGLU; this checkpoint uses hidden_act={config['hidden_act']!r}")
+    rope = config.get("rope_parameters") or {}
+    for scaling in (rope, config.get("rope_scaling") or {}):
+        kind = scaling.get("rope_type", scaling.get("type", "default"))
+        if kind != "default":
+            raise ValueError(f"rope_type {kind!r} (scaled rotary embeddings) is not supported; only 'default'")
+    heads = config["num_attention_heads"]
+    kwargs: dict[str, Any] = dict(
+        vocab_size=config["vocab_size"],
+        hidden_size=config["hidden_size"],
+        num_layers=config["num_hidden_layers"],
+        num_heads=heads,
+        num_kv_heads=config.get("num_key_value_heads") or heads,
+        head_dim=config.get("head_dim"),
+        num_experts=config.get("num_local_experts", config.get("num_experts")),
+        top_k=config["num_experts_per_tok"],
+        max_position_embeddings=config.get("max_position_embeddings", 4096),
+        rope_theta=float(rope.get("rope_theta", config.get("rope_theta", _DEFAULT_ROPE_THETA[model_type]))),
+        rms_norm_eps=config.get("rms_norm_eps", 1e-5 if model_type != "qwen2_moe" else 1e-6),
+        attention_dropout=float(config.get("attention_dropout", 0.0)),
+        tie_word_embeddings=config.get("tie_word_embeddings", False),
+        pad_token_id=config.get("pad_token_id"),
+        bos_token_id=config.get("bos_token_id"),
+        eos_token_id=_first(config.get("eos_token_id")),
+        router_aux_loss_coef=config.get("router_aux_loss_coef", 0.001),
+        router_z_loss_coef=config.get("router_z_loss_coef", 0.0),  # not part of these models' training
+        initializer_range=config.get("initializer_range", 0.02),
+    )
+    if model_type == "mixtral":
+        kwargs |= dict(
+            intermediate_size=config["intermediate_size"],
+            norm_topk_prob=True,
+            sliding_window=config.get("sliding_window"),
+            router_jitter=config.get("router_jitter_noise", 0.0),
+        )
+    elif model_type == "qwen2_moe":
+        if config.get("use_sliding_window"):
+            raise ValueError("Qwen2-MoE's per-layer sliding windows (use_sliding_window=true) are not supported")
+        step, dense_only = config.get("decoder_sparse_step", 1), set(config.get("mlp_only_layers") or ())
+        layers = range(config["num_hidden_layers"])
+        kwargs |= dict(
+            intermediate_size=config["moe_intermediate_size"],
+            norm_topk_prob=config.get("norm_topk_prob", False),
+            shared_expert_size=config.get("shared_expert_intermediate_size", 0),
+            dense_intermediate_size=config["intermediate_size"],
+            dense_layers=[i for i in layers if i in dense_only or kwargs["num_experts"] == 0 or (i + 1) % step],
+            qkv_bias=config.get("qkv_bias", True),
+        )
+        kwargs["num_experts"] = kwargs["num_experts"] or 1  # all layers dense: the value is unused
+    else:  # olmoe
+        if config.get("attention_bias"):
+            raise ValueError("OLMoE with attention_bias=true is not supported")
+        kwargs |= dict(
+            intermediate_size=config["intermediate_size"],
+            norm_topk_prob=config.get("norm_topk_prob", False),
+            qk_norm=True,
+            clip_qkv=config.get("clip_qkv"),
+        )
+    return kwargs
+
+
+def _first(value: Any) -> Any:
+    return value[0] if isinstance(value, list) else value
+
+
+def load_pretrained(
+    name: str,
+    directory: str | os.PathLike,
+    *,
+    head: str | None = None,
+    num_classes: int | None = None,
+    dtype: torch.dtype | None = None,
+    **overrides: Any,
+) -> nn.Module:
+    """Build ``name`` (moe_lm or moe_encoder) from the Hugging Face checkpoint in ``directory``;
+    ``overrides`` replace options of its config (e.g. ``router_z_loss_coef``). The parameters
+    are made in ``dtype`` (default float32). A classification head is freshly initialised (the
+    checkpoint's LM head is then left out). What `zoo.load(name, weights=directory)` calls."""
+    directory = Path(directory)
+    arch, _ = registry.resolve(name)
+    if arch not in _ARCHITECTURES:
+        raise ValueError(f"Hugging Face MoE checkpoints load into {' or '.join(_ARCHITECTURES)}, not {arch}")
+    heads = registry.supported_heads(arch)
+    head = head or heads[0]
+    if head not in heads:
+        raise ValueError(f"{arch} has no head {head!r}; choose one of: {', '.join(heads)}")
+    config = json.loads((directory / CONFIG_FILE).read_text())
+    kwargs = {**config_to_kwargs(config), **overrides}
+    with torch.device("meta"):
+        model = registry.get_builder(arch)(head=head, num_classes=num_classes, **kwargs)
+    model.to(dtype=dtype).to_empty(device="cpu")
+    model.tie_weights()  # to_empty made separate tensors
+    filler = _ParameterFiller(model)
+    files = _shard_files(directory)
+    for file in tqdm(files, desc="loading shards", unit="shard", disable=len(files) == 1):
+        with safe_open(file, framework="pt") as f:
+            for key in f.keys():
+                filler.put(key, f.get_tensor(key))
+    filler.check(directory)
+    if head != "lm" or not isinstance(model.lm_head, nn.Linear):
+        model.reset_classifier(model.num_classes)  # a fresh head in place of the uninitialised one
+    model.to(dtype=dtype)
+    model.pretrained_cfg = {
+        "architecture": arch,
+        "head": head,
+        "model_kwargs": kwargs,
+        "weights": str(directory),
+        "num_classes": model.num_classes,
+        "preprocess": {},
+        "categories": None,
+    }
+    return model
+
+
+def _shard_files(directory: Path) -> list[Path]:
+    if (directory / INDEX_FILE).is_file():
+        weight_map = json.loads((directory / INDEX_FILE).read_text())["weight_map"]
+        return [directory / name for name in sorted(set(weight_map.values()))]
+    if (directory / SINGLE_FILE).is_file():
+        return [directory / SINGLE_FILE]
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(
+            f"no safetensors weights in {directory} (expected {SINGLE_FILE} or {INDEX_FILE}); "
+            "convert a pytorch_model.bin checkpoint with transformers' save_pretrained(safe_serialization=True)"
+        )
+    return files
+
+
+class _ParameterFiller:
+    """Copies checkpoint tensors into a model's preallocated parameters under zoo's names,
+    expert by expert for per-expert layouts, and reports what stayed empty or had no place."""
+
+    def __init__(self, model: MoETransformer) -> None:
+        self.params = model.state_dict(keep_vars=True)
+        self.intermediate = model.config.intermediate_size
+        self.filled: set[int] = set()  # ids of fully written tensors (tied names share one)
+        self.expert_parts: dict[str, set[tuple[int, str]]] = {}
+        self.unexpected: list[str] = []
+        self.mismatched: list[str] = []
+
+    def put(self, key: str, tensor: torch.Tensor) -> None:
+        name = key.removeprefix("model.")
+        if name.endswith("rotary_emb.inv_freq"):  # a buffer older checkpoints saved; recomputed here
+            return
+        if name == "lm_head.weight" and name not in self.params:  # a classification head replaces it
+            return
+        match = _EXPERT_KEY.match(name)
+        if match:
+            self._put_expert(key, int(match[1]), int(match[2]), match[3], tensor)
+            return
+        name = name.replace(".block_sparse_moe.", ".mlp.")
+        target = self.params.get(name)
+        if target is None:
+            self.unexpected.append(key)
+        elif target.shape != tensor.shape:
+            self.mismatched.append(f"{key} {tuple(tensor.shape)} vs model {tuple(target.shape)}")
+        else:
+            with torch.no_grad():
+                target.copy_(tensor)
+            self.filled.add(id(target))
+
+    def _put_expert(self, key: str, layer: int, expert: int, part: str, tensor: torch.Tensor) -> None:
+        fused = "gate_up_proj" if part not in _DOWN_PART else "down_proj"
+        name = f"layers.{layer}.mlp.experts.{fused}"
+        target = self.params.get(name)
+        if target is None or expert >= target.shape[0]:
+            self.unexpected.append(key)
+            return
+        inter = self.intermediate
+        rows = {"gate": slice(0, inter), "up": slice(inter, 2 * inter), "down": slice(None)}
+        role = "gate" if part in _GATE_PART else "up" if part in _UP_PART else "down"
+        destination = target[expert, rows[role]]
+        if destination.shape != tensor.shape:
+            self.mismatched.append(f"{key} {tuple(tensor.shape)} vs model {tuple(destination.shape)}")
+            return
+        with torch.no_grad():
+            destination.copy_(tensor)
+        self.expert_parts.setdefault(name, set()).add((expert, role))
+
+    def check(self, directory: Path) -> None:
+        missing = []
+        for name, tensor in self.params.items():
+            if id(tensor) in self.filled or name.startswith("classifier."):  # classifiers start fresh
+                continue
+            if name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+                roles = ("down",) if name.endswith("down_proj") else ("gate", "up")
+                want = {(e, role) for e in range(tensor.shape[0]) for role in roles}
+                if self.expert_parts.get(name, set()) >= want:
+                    continue
+            missing.append(name)
+        if missing or self.unexpected or self.mismatched:
+            lines = [f"the checkpoint in {directory} doesn't fit the model:"]
+            problems = (("missing", missing), ("unexpected", self.unexpected), ("shape mismatches", self.mismatched))
+            for label, keys in problems:
+                if keys:
+                    more = f" … and {len(keys) - 10} more" if len(keys) > 10 else ""
+                    lines.append(f"  {label} ({len(keys)}): {', '.join(keys[:10])}{more}")
+            lines.append("  Check that config.json belongs to these weights.")
+            raise WeightsMismatchError("\n".join(lines))
+
+
+def export_hf(model: nn.Module, directory: str | os.PathLike, max_shard_size: int = 5 * 2**30) -> Path:
+    """Write ``model`` (a causal moe_lm with its lm head, Mixtral options only) as a Mixtral
+    checkpoint: config.json and safetensors in the per-expert layout that transformers'
+    ``save_pretrained`` writes, sharded above ``max_shard_size`` bytes with an index. Files
+    appear whole or not at all; the config is written last."""
+    _check_exportable(model)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = dict(_mixtral_tensors(model))
+    shards = _split_shards(tensors, max_shard_size)
+    names = [SINGLE_FILE] if len(shards) == 1 else [
+        f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))
+    ]
+    with tempfile.TemporaryDirectory(dir=directory, prefix=".exporting-") as tmp:
+        for name, shard in zip(names, tqdm(shards, desc="writing shards", unit="shard", disable=len(shards) == 1)):
+            standalone = {k: tensors[k].contiguous().clone() for k in shard}  # views of fused experts
+            save_file(standalone, os.path.join(tmp, name), metadata={"format": "pt"})
+        if len(shards) > 1:
+            index = {
+                "metadata": {"total_size": sum(t.numel() * t.element_size() for t in tensors.values())},
+                "weight_map": {key: name for name, shard in zip(names, shards) for key in shard},
+            }
+            Path(tmp, INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
+            names.append(INDEX_FILE)
+        Path(tmp, CONFIG_FILE).write_text(json.dumps(_mixtral_config(model), indent=2) + "\n")
+        for stale in (SINGLE_FILE, INDEX_FILE):  # a previous export's other layout
+            if stale not in names:
+                (directory / stale).unlink(missing_ok=True)
+        for name in [*names, CONFIG_FILE]:
+            os.replace(Path(tmp, name), directory / name)
+    return directory
+
+
+def _check_exportable(model: nn.Module) -> None:
+    is_lm = isinstance(model, MoETransformer) and model.causal and model.head == "lm"
+    if not is_lm or not isinstance(model.lm_head, nn.Linear):
+        raise ValueError("export_hf writes causal language models: a moe_lm with its 'lm' head")
+    cfg = model.config
+    unsupported = {
+        "shared_expert_size": cfg.shared_expert_size != 0,
+        "dense_layers": bool(cfg.dense_layers),
+        "qkv_bias": cfg.qkv_bias,
+        "qk_norm": cfg.qk_norm,
+        "clip_qkv": cfg.clip_qkv is not None,
+        "norm_topk_prob": not cfg.norm_topk_prob,
+        "rope_theta": cfg.rope_theta is None,
+        "capacity_factor": cfg.capacity_factor is not None,
+    }
+    bad = [name for name, is_bad in unsupported.items() if is_bad]
+    if bad:
+        raise ValueError(f"Mixtral has no equivalent of these options of the model: {', '.join(bad)}")
+
+
+def _mixtral_tensors(model: MoETransformer) -> Iterator[tuple[str, torch.Tensor]]:
+    """(Mixtral key, tensor) pairs; expert tensors are views of the fused parameters."""
+    inter = model.config.intermediate_size
+    for name, tensor in model.state_dict().items():
+        fused = re.match(r"^layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$", name)
+        if fused:
+            prefix = f"model.layers.{fused[1]}.block_sparse_moe.experts"
+            for e, weight in enumerate(tensor):
+                if fused[2] == "down_proj":
+                    yield f"{prefix}.{e}.w2.weight", weight
+                else:
+                    yield f"{prefix}.{e}.w1.weight", weight[:inter]
+                    yield f"{prefix}.{e}.w3.weight", weight[inter:]
+        elif name == "lm_head.weight":
+            if not model.config.tie_word_embeddings:
+                yield name, tensor
+        else:
+            yield "model." + name.replace(".mlp.gate.", ".block_sparse_moe.gate."), tensor
+
+
+def _split_shards(tensors: dict[str, torch.Tensor], max_shard_size: int) -> list[list[str]]:
+    """Keys grouped in order into shards of at most ``max_shard_size`` bytes (a bigger tensor
+    gets a shard of its own)."""
+    shards: list[list[str]] = [[]]
+    size = 0
+    for key, tensor in tensors.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > max_shard_size:
+            shards.append([])
+            size = 0
+        shards[-1].append(key)
+        size += nbytes
+    return shards
+
+
+def _mixtral_config(model: MoETransformer) -> dict[str, Any]:
+    cfg = model.config
+    dtype = next(model.parameters()).dtype
+    return {
+        "architectures": ["MixtralForCausalLM"],
+        "model_type": "mixtral",
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.hidden_size,
+        "intermediate_size": cfg.intermediate_size,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.num_kv_heads,
+        "head_dim": cfg.attention_head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "initializer_range": cfg.initializer_range,
+        "rms_norm_eps": cfg.rms_norm_eps,
+        "rope_parameters": {"rope_theta": cfg.rope_theta, "rope_type": "default"},
+        "rope_theta": cfg.rope_theta,  # where transformers 4.x reads it
+        "sliding_window": cfg.sliding_window,
+        "attention_dropout": cfg.attention_dropout,
+        "num_local_experts": cfg.num_experts,
+        "num_experts_per_tok": cfg.top_k,
+        "router_aux_loss_coef": cfg.router_aux_loss_coef,
+        "router_jitter_noise": cfg.router_jitter,
+        "output_router_logits": False,
+        "tie_word_embeddings": cfg.tie_word_embeddings,
+        "pad_token_id": cfg.pad_token_id,
+        "bos_token_id": cfg.bos_token_id,
+        "eos_token_id": cfg.eos_token_id,
+        "use_cache": True,
+        "dtype": str(dtype).removeprefix("torch."),
+    }
