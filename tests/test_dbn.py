@@ -21,7 +21,6 @@ from sklearn.pipeline import Pipeline
 from threadpoolctl import threadpool_limits
 from torch import nn
 
-import architectures.dbn  # registers dbn
 import zoo
 from architectures.dbn import DBN, RBM, GaussianRBM, Sparsity
 from training.dbn import (

@@ -11,7 +11,6 @@ from safetensors.torch import save_file
 
 transformers = pytest.importorskip("transformers")
 
-import architectures.moe_transformer  # noqa: E402,F401  registers moe_lm, moe_encoder
 import zoo  # noqa: E402
 from zoo.api import WeightsMismatchError  # noqa: E402
 from zoo.hf import export_hf  # noqa: E402

@@ -1,8 +1,9 @@
-"""Command line: ``zoo list``, ``zoo info``, ``zoo predict`` (also ``python -m zoo``)."""
+"""Command line: ``zoo list``, ``zoo info``, ``zoo predict``, ``zoo finetune`` (also ``python -m zoo``)."""
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Sequence
 
@@ -10,6 +11,7 @@ import torch
 from PIL import Image
 
 import zoo
+from training import finetune
 from zoo import registry
 
 
@@ -57,7 +59,8 @@ def _predict(args: argparse.Namespace) -> int:
     categories = registry.load_categories(list_name) if list_name else None
     batch = torch.stack([preprocess(Image.open(path).convert("RGB")) for path in args.images])
     with torch.inference_mode():
-        probs = model(batch.to(args.device)).softmax(dim=-1)
+        output = model(batch.to(args.device))
+        probs = getattr(output, "logits", output).softmax(dim=-1)  # MoE models return logits with their losses
     top = probs.topk(min(args.topk, probs.shape[-1]), dim=-1)
     for path, values, indices in zip(args.images, top.values, top.indices):
         print(path)
@@ -67,8 +70,15 @@ def _predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def _finetune(args: argparse.Namespace) -> int:
+    finetune.run(args, command=args.command_line)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="zoo", description="zoo: list models, show weight metadata, classify images.")
+    parser = argparse.ArgumentParser(
+        prog="zoo", description="zoo: list models, show weight metadata, classify images, fine-tune."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     p = commands.add_parser("list", help="list architectures, or weights with --pretrained")
@@ -87,11 +97,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topk", type=int, default=5)
     p.add_argument("--device", default="cpu")
     p.set_defaults(run=_predict)
+
+    p = commands.add_parser("finetune", help="fine-tune a model on an image folder, text,label file or tensors")
+    finetune.add_arguments(p)
+    p.set_defaults(run=_finetune)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.command_line = shlex.join(["zoo", *argv])
     try:
         return args.run(args)
     except (zoo.UnknownModelError, ValueError, OSError, RuntimeError) as error:

@@ -1,0 +1,1037 @@
+"""One training loop for every model in the zoo: `Trainer` with a `TrainConfig`.
+
+The batch -> loss computation is a small pluggable function (`StepFn`): `ClassificationStep`
+by default (cross-entropy; a model output carrying ``aux_loss`` gets it added, and its
+``expert_fractions`` are logged per expert), or any function returning a `StepOutput`, e.g. a
+contrastive-divergence step for DBN pretraining that sets the gradients itself. Everything
+else is shared: optimizers with parameter groups, schedules, mixed precision, accumulation,
+clipping, EMA, early stopping, atomic checkpoints with exact resume, DDP/FSDP under torchrun,
+and the run's logs and plots.
+
+    trainer = Trainer(model, TrainConfig(epochs=10, lr=1e-3, precision="bf16", out_dir="run"))
+    trainer.fit(train_set, val_set)
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import io
+import json
+import logging
+import math
+import os
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.modules.batchnorm import _NormBase
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+from torch.utils.data import Dataset
+from tqdm.auto import tqdm
+
+from training.data import EpochSampler, ShardSampler, build_loader
+from training.report import plot_curves, write_bytes_atomic, write_json
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FORMAT = "zoo-trainer/1"
+LAST_CHECKPOINT = "last.pt"
+BEST_CHECKPOINT = "best.pt"
+SCHEDULERS = ("none", "cosine", "onecycle", "step", "plateau")
+
+
+@dataclass
+class TrainConfig:
+    """Everything that decides how a model trains. ``batch_size`` is per process and per
+    micro-batch: one optimizer step sees ``batch_size * accum_steps * world_size`` samples."""
+
+    epochs: int = 10
+    max_steps: int | None = None  # stop after this many optimizer steps (overrides epochs)
+    batch_size: int = 64
+    accum_steps: int = 1
+    # optimizer
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    lr: float = 1e-3
+    weight_decay: float = 0.05  # never applied to biases and normalisation weights
+    momentum: float = 0.9  # SGD
+    nesterov: bool = False
+    betas: tuple[float, float] = (0.9, 0.999)  # AdamW
+    clip_grad_norm: float | None = None
+    label_smoothing: float = 0.0
+    # schedule
+    scheduler: Literal["none", "cosine", "onecycle", "step", "plateau"] = "cosine"
+    warmup_epochs: float = 0.0  # linear warmup (cosine), or the rising part (onecycle)
+    min_lr: float = 0.0  # cosine floor
+    step_epochs: float = 30.0  # "step": multiply the lr by `gamma` every this many epochs
+    gamma: float = 0.1  # "step" and "plateau" factor
+    plateau_patience: int = 2  # "plateau": epochs without improvement before lowering the lr
+    # speed and memory
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # fp16 (with a GradScaler) needs CUDA
+    channels_last: bool = False  # NHWC memory format for CNNs
+    grad_checkpointing: bool = False  # through the model's set_grad_checkpointing
+    compile: bool = False  # torch.compile the model
+    compile_backend: str = "inductor"  # torch.compile backend ("eager", "aot_eager" to debug)
+    # weights averaging, selection, stopping
+    ema_decay: float | None = None  # keep an EMA of the weights; it is evaluated and saved
+    monitor: str | None = None  # metric that picks the best epoch; default val_acc/val_loss/train_loss
+    early_stopping_patience: int | None = None  # epochs without improvement of `monitor`
+    # checkpoints, resume
+    out_dir: str | None = None  # metrics, logs, plots, checkpoints/
+    checkpoint_every: int | None = None  # optimizer steps between mid-epoch checkpoints
+    resume: bool | str = False  # True: out_dir/checkpoints/last.pt if there; or a checkpoint path
+    seed: int = 0
+    # data loading
+    num_workers: int = 0
+    pin_memory: bool | None = None  # default: on with CUDA
+    persistent_workers: bool = True  # with num_workers > 0
+    # devices and processes
+    device: str | None = None  # default: this process's GPU under torchrun, else cuda, else cpu
+    distributed: Literal["auto", "ddp", "fsdp"] = "auto"  # auto: DDP when torchrun starts >1 process
+    find_unused_parameters: bool = False  # DDP, for models that skip parameters (MoE experts)
+    # observability
+    progress: bool = True
+    log_every: int = 20  # optimizer steps between TensorBoard points
+    tensorboard: bool = True
+    plot: bool = True
+    profile: bool = False  # torch.profiler trace of a few steps into out_dir/profile
+
+    def __post_init__(self) -> None:
+        positive = ("epochs", "batch_size", "accum_steps", "log_every")
+        for name in positive:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"TrainConfig.{name} must be a positive integer, got {value!r}")
+        for name in ("max_steps", "checkpoint_every", "early_stopping_patience"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"TrainConfig.{name} must be a positive integer or None, got {value!r}")
+        choices = {"optimizer": ("adamw", "sgd"), "scheduler": SCHEDULERS,
+                   "precision": ("fp32", "bf16", "fp16"), "distributed": ("auto", "ddp", "fsdp")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"TrainConfig.{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}")
+        if self.lr <= 0:
+            raise ValueError(f"TrainConfig.lr must be > 0, got {self.lr}")
+        if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
+            raise ValueError(f"TrainConfig.ema_decay must be in (0, 1), e.g. 0.999; got {self.ema_decay}")
+        if (self.profile or self.checkpoint_every or self.resume) and self.out_dir is None:
+            raise ValueError(
+                "profile, checkpoint_every and resume write to or read from out_dir: set TrainConfig.out_dir"
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# Steps: batch -> loss
+
+
+@dataclass
+class StepOutput:
+    """What one step function returns: the loss to minimise, and optionally the logits and
+    targets (for accuracy) and extra scalars to log (averaged over the epoch). A loss without
+    autograd history means the step has set the parameters' ``.grad`` itself (contrastive
+    divergence, say); the Trainer then only logs it, and averages the gradients over processes."""
+
+    loss: torch.Tensor
+    logits: torch.Tensor | None = None
+    targets: torch.Tensor | None = None
+    logs: dict[str, torch.Tensor | float] = field(default_factory=dict)
+
+
+StepFn = Callable[[nn.Module, Any], StepOutput]
+
+
+def split_batch(batch: Any) -> tuple[Any, torch.Tensor]:
+    """(inputs, targets) from an ``(x, y)`` pair, a dict with ``labels``/``label``/``y``
+    (the rest are the model's keyword inputs), or a PyG batch (the batch itself and ``.y``)."""
+    if isinstance(batch, (tuple, list)) and len(batch) == 2:
+        return batch[0], batch[1]
+    if isinstance(batch, Mapping):
+        key = next((k for k in ("labels", "label", "y") if k in batch), None)
+        if key is not None:
+            return {k: v for k, v in batch.items() if k != key}, batch[key]
+    elif getattr(batch, "y", None) is not None:
+        return batch, batch.y
+    raise TypeError(
+        f"cannot find the targets in a batch of type {type(batch).__name__}: expected (inputs, targets), "
+        "a dict with 'labels', or a PyG batch with .y; pass Trainer(step_fn=...) for other batches"
+    )
+
+
+def unpack_output(output: Any) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, torch.Tensor]]:
+    """(logits, aux_loss or None, logs) from a model output: a tensor of logits, or an object /
+    dict with ``logits`` and optionally ``aux_loss`` and ``expert_fractions`` (share of token
+    slots per expert, [layers, experts] as in `architectures.moe_transformer.MoEOutput`),
+    logged per expert as ``expert_load/<i>``, the mean over layers."""
+    if isinstance(output, torch.Tensor):
+        return output, None, {}
+    get = output.get if isinstance(output, Mapping) else (lambda key: getattr(output, key, None))
+    logits = get("logits")
+    if logits is None:
+        raise TypeError(
+            f"model returned {type(output).__name__} without logits; expected a tensor or an output with .logits"
+        )
+    logs: dict[str, torch.Tensor] = {}
+    fractions = get("expert_fractions")
+    if fractions is not None and fractions.numel():
+        fractions = fractions.detach().float()
+        for i, value in enumerate(fractions.reshape(-1, fractions.shape[-1]).mean(0)):
+            logs[f"expert_load/{i}"] = value
+    return logits, get("aux_loss"), logs
+
+
+@dataclass
+class ClassificationStep:
+    """Cross-entropy on the model's logits ([N, K], or [N, T, K] with targets [N, T] and
+    -100 for ignored positions), plus ``aux_loss_weight`` times the output's ``aux_loss``."""
+
+    label_smoothing: float = 0.0
+    aux_loss_weight: float = 1.0
+
+    def __call__(self, model: nn.Module, batch: Any) -> StepOutput:
+        inputs, targets = split_batch(batch)
+        output = model(**inputs) if isinstance(inputs, Mapping) else model(inputs)
+        logits, aux_loss, logs = unpack_output(output)
+        flat_logits = logits.reshape(-1, logits.shape[-1]) if logits.ndim > 2 else logits
+        loss = F.cross_entropy(flat_logits.float(), targets.reshape(-1), label_smoothing=self.label_smoothing)
+        if aux_loss is not None:
+            logs["aux_loss"] = aux_loss.detach()
+            loss = loss + self.aux_loss_weight * aux_loss
+        return StepOutput(loss, logits.detach(), targets, logs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameter groups
+
+
+def param_groups(
+    model: nn.Module,
+    lr: float,
+    weight_decay: float,
+    lr_scale: Callable[[str], float] | None = None,
+) -> list[dict[str, Any]]:
+    """Optimizer groups of the trainable parameters: weight decay only on weights with two or
+    more dimensions (no decay on biases, normalisation scales, or names the model lists in
+    ``no_weight_decay()``), and the learning rate multiplied by ``lr_scale(name)`` (e.g.
+    layer-wise decay). Each group records its ``lr_scale``."""
+    skip = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
+    groups: dict[tuple[float, bool], dict[str, Any]] = {}
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        decay = param.ndim >= 2 and name not in skip
+        scale = lr_scale(name) if lr_scale else 1.0
+        group = groups.setdefault(
+            (scale, decay),
+            {"params": [], "lr": lr * scale, "weight_decay": weight_decay if decay else 0.0, "lr_scale": scale},
+        )
+        group["params"].append(param)
+    if not groups:
+        raise ValueError("the model has no trainable parameters (all have requires_grad=False)")
+    return list(groups.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# Epoch meter
+
+
+class _Meter:
+    """Running sums for one epoch, kept on the device so steps never wait for a sync."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, torch.Tensor | float] = {}
+        self.samples = 0
+        self.steps = 0
+
+    def update(
+        self,
+        loss: torch.Tensor,
+        num: int,
+        correct: torch.Tensor | None,
+        counted: torch.Tensor | None,
+        logs: Mapping[str, Any],
+    ) -> None:
+        self._add("loss", loss.detach().float() * num)
+        self.samples += num
+        if correct is not None:
+            self._add("correct", correct)
+            self._add("counted", counted)
+        for key, value in logs.items():
+            self._add(f"log:{key}", value.detach().float() if isinstance(value, torch.Tensor) else float(value))
+        self.steps += 1
+
+    def _add(self, key: str, value: torch.Tensor | float) -> None:
+        self.sums[key] = self.sums.get(key, 0.0) + value
+
+    def reduce(self) -> None:
+        """Sum over every process (before `result`, under DDP/FSDP)."""
+        if not (dist.is_available() and dist.is_initialized()):
+            return
+        keys = sorted(self.sums)
+        total = torch.tensor([float(self.sums[k]) for k in keys] + [self.samples, self.steps], dtype=torch.float64)
+        dist.all_reduce(total)
+        values = total.tolist()
+        self.sums = dict(zip(keys, values))
+        self.samples, self.steps = int(values[-2]), int(values[-1])
+
+    def result(self, prefix: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        if self.samples:
+            out[f"{prefix}_loss"] = float(self.sums["loss"]) / self.samples
+        if float(self.sums.get("counted", 0)):
+            out[f"{prefix}_acc"] = float(self.sums["correct"]) / float(self.sums["counted"])
+        for key, value in self.sums.items():
+            if key.startswith("log:"):
+                out[f"{prefix}_{key[4:]}"] = float(value) / max(self.steps, 1)
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sums": {k: float(v) for k, v in self.sums.items()}, "samples": self.samples, "steps": self.steps}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.sums, self.samples, self.steps = dict(state["sums"]), state["samples"], state["steps"]
+
+
+def _accuracy(out: StepOutput) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Correct predictions and how many were counted (targets of -100 are ignored)."""
+    if out.logits is None or out.targets is None or out.targets.is_floating_point():
+        return None, None
+    targets = out.targets.reshape(-1)
+    predictions = out.logits.reshape(-1, out.logits.shape[-1]).argmax(-1)
+    if predictions.shape != targets.shape:
+        return None, None
+    valid = targets != -100
+    return ((predictions == targets) & valid).sum(), valid.sum()
+
+
+def _batch_size(batch: Any) -> int:
+    """Samples in a batch: the first dimension of its first tensor (graphs: ``num_graphs``)."""
+    if hasattr(batch, "num_graphs"):
+        return int(batch.num_graphs)
+    if isinstance(batch, torch.Tensor):
+        return batch.shape[0]
+    items = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (tuple, list)) else ()
+    for item in items:
+        size = _batch_size(item)
+        if size:
+            return size
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Trainer
+
+
+@dataclass
+class TrainState:
+    """Where training stands; saved in every checkpoint."""
+
+    epoch: int = 0  # epochs completed
+    batches_done: int = 0  # micro-batches of the current epoch already trained on (per process)
+    global_step: int = 0  # optimizer steps
+    best_metric: float | None = None
+    best_epoch: int | None = None
+    bad_epochs: int = 0
+    stopped_early: bool = False
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+class Trainer:
+    """Trains ``model`` with ``config``; ``step_fn(model, batch) -> StepOutput`` computes
+    the loss (default: `ClassificationStep`; it receives the model as wrapped for DDP/FSDP),
+    ``eval_step_fn`` the validation one (default: the same without label smoothing),
+    ``lr_scale(name)`` multiplies each parameter's learning rate (see `param_groups`).
+
+    Frozen normalisation layers (all parameters requires_grad=False) stay in eval mode while
+    training, so their running statistics stay those of the pretrained weights.
+    Under ``torchrun`` the model is wrapped in DistributedDataParallel (or FSDP2 with
+    ``distributed="fsdp"``) and each process reads its shard of every epoch.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        config: TrainConfig | None = None,
+        *,
+        step_fn: StepFn | None = None,
+        eval_step_fn: StepFn | None = None,
+        lr_scale: Callable[[str], float] | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+    ) -> None:
+        self.config = cfg = config or TrainConfig()
+        self.step_fn = step_fn or ClassificationStep(label_smoothing=cfg.label_smoothing)
+        self.eval_step_fn = eval_step_fn or (step_fn if step_fn is not None else ClassificationStep())
+        self.collate_fn = collate_fn
+        self.rank, self.world_size, local_rank = _init_distributed()
+        self.device = _pick_device(cfg.device, local_rank)
+        if cfg.precision == "fp16" and self.device.type != "cuda":
+            raise ValueError("precision='fp16' needs a CUDA device (it uses a GradScaler); use 'bf16' on CPU")
+        self.out_dir = Path(cfg.out_dir) if cfg.out_dir else None
+        self.is_main = self.rank == 0
+
+        model.to(self.device)
+        if cfg.channels_last:
+            model.to(memory_format=torch.channels_last)
+        if cfg.grad_checkpointing:
+            if not hasattr(model, "set_grad_checkpointing"):
+                raise ValueError(f"{type(model).__name__} has no set_grad_checkpointing(); turn grad_checkpointing off")
+            model.set_grad_checkpointing(True)
+        self.model = model  # the bare module: its state dict is what checkpoints hold
+        self.fsdp = self._use_fsdp()
+        if self.fsdp and cfg.ema_decay is not None:
+            raise ValueError("ema_decay is not supported with FSDP (the EMA would hold a full copy per process)")
+        self.ema = (
+            AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema_decay), use_buffers=True)
+            if cfg.ema_decay is not None else None
+        )
+        if cfg.compile:
+            model.compile(backend=cfg.compile_backend)
+        self.wrapped = self._wrap(model)
+        # after wrapping: FSDP replaces the parameters with sharded ones
+        self.optimizer = self._make_optimizer(param_groups(model, cfg.lr, cfg.weight_decay, lr_scale))
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
+        self.scheduler: Any = None
+        self.state = TrainState()
+        self._meter = _Meter()
+        self._best_state: dict[str, torch.Tensor] | None = None
+        self._writer: Any = None
+        self._log_handler: logging.Handler | None = None
+        self.monitor = self._monitor_name(has_val=False)
+        self._data_signature: dict[str, int] | None = None
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def _use_fsdp(self) -> bool:
+        if self.config.distributed != "fsdp":
+            return False
+        if self.world_size < 2:
+            raise ValueError(
+                "distributed='fsdp' shards the model over processes: "
+                "start the script with torchrun --nproc_per_node=N (N >= 2)"
+            )
+        if not _shard_units(self.model):
+            raise ValueError(
+                f"distributed='fsdp' shards a model's list of blocks (nn.ModuleList), and {type(self.model).__name__} "
+                "has none; use distributed='ddp'"
+            )
+        return True
+
+    def _wrap(self, model: nn.Module) -> nn.Module:
+        if self.world_size < 2:
+            return model
+        if self.fsdp:
+            from torch.distributed.fsdp import fully_shard
+
+            for block in _shard_units(model):
+                fully_shard(block)
+            fully_shard(model)
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        unused = self.config.find_unused_parameters
+        return DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=unused)
+
+    def _make_optimizer(self, groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
+        cfg = self.config
+        fused = {"fused": True} if self.device.type == "cuda" and not self.fsdp else {}
+        if cfg.optimizer == "sgd":
+            return torch.optim.SGD(
+                groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=cfg.weight_decay, **fused
+            )
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, **fused)
+
+    def _make_scheduler(self, steps_per_epoch: int, total_steps: int) -> Any:
+        cfg, opt, schedules = self.config, self.optimizer, torch.optim.lr_scheduler
+        warmup = min(round(cfg.warmup_epochs * steps_per_epoch), max(total_steps - 1, 0))
+        if cfg.scheduler == "cosine":
+            cosine = schedules.CosineAnnealingLR(opt, T_max=max(total_steps - warmup, 1), eta_min=cfg.min_lr)
+            if not warmup:
+                return cosine
+            ramp = schedules.LinearLR(opt, start_factor=1.0 / (warmup + 1), total_iters=warmup)
+            return schedules.SequentialLR(opt, [ramp, cosine], milestones=[warmup])
+        if cfg.scheduler == "onecycle":
+            max_lr = [group["lr"] for group in opt.param_groups]
+            pct = warmup / total_steps if warmup else 0.3
+            return schedules.OneCycleLR(opt, max_lr=max_lr, total_steps=max(total_steps, 2), pct_start=pct)
+        if cfg.scheduler == "step":
+            step_size = max(round(cfg.step_epochs * steps_per_epoch), 1)
+            return schedules.StepLR(opt, step_size=step_size, gamma=cfg.gamma)
+        if cfg.scheduler == "plateau":
+            mode = "min" if "loss" in self.monitor else "max"
+            return schedules.ReduceLROnPlateau(opt, mode=mode, factor=cfg.gamma, patience=cfg.plateau_patience)
+        return None
+
+    def _monitor_name(self, has_val: bool) -> str:
+        if self.config.monitor:
+            return self.config.monitor
+        if not has_val:
+            return "train_loss"
+        return "val_acc" if isinstance(self.eval_step_fn, ClassificationStep) else "val_loss"
+
+    # -- training ------------------------------------------------------------------------------
+
+    def train_step(self, micro_batches: Sequence[Any]) -> list[StepOutput]:
+        """One optimizer step on the gradients accumulated over ``micro_batches`` (each one's
+        loss divided by their number, so k micro-batches of n give the gradient of one batch
+        of k*n; exactly so when no layer uses batch statistics, i.e. BatchNorm frozen or absent).
+        The gradients stay in ``.grad`` until the next step."""
+        cfg = self.config
+        self.optimizer.zero_grad(set_to_none=True)
+        outputs = []
+        manual = False
+        for i, batch in enumerate(micro_batches):
+            last = i == len(micro_batches) - 1
+            batch = self._to_device(batch)
+            with self._no_sync(last), self._autocast():
+                out = self.step_fn(self.wrapped, batch)
+            if out.loss.requires_grad:
+                self.scaler.scale(out.loss / len(micro_batches)).backward()
+            else:
+                manual = True
+            outputs.append(out)
+            self._meter.update(out.loss, _batch_size(batch), *_accuracy(out), out.logs)
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        if manual:
+            self._check_manual_gradients(len(micro_batches), params)
+        if cfg.clip_grad_norm is not None:
+            self.scaler.unscale_(self.optimizer)
+            norm = torch.nn.utils.clip_grad_norm_(params, cfg.clip_grad_norm)
+            outputs[-1].logs["grad_norm"] = norm.detach()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        if self.scheduler is not None and not isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            self.scheduler.step()
+        if self.ema is not None:
+            self.ema.update_parameters(self.model)
+        self.state.global_step += 1
+        return outputs
+
+    def _check_manual_gradients(self, num_micro_batches: int, params: list[torch.Tensor]) -> None:
+        """Steps that set ``.grad`` themselves: one micro-batch per step (they overwrite, not
+        add), no fp16 scaling, and the gradients averaged over DDP processes by hand."""
+        if num_micro_batches > 1:
+            raise ValueError(
+                "this step sets the gradients itself (its loss has no autograd history), so it cannot "
+                "accumulate micro-batches: use accum_steps=1"
+            )
+        if self.config.precision == "fp16" or self.fsdp:
+            raise ValueError("a step that sets the gradients itself works in fp32/bf16 and with DDP, not fp16 or FSDP")
+        if self.world_size > 1:
+            for param in params:
+                if param.grad is not None:
+                    dist.all_reduce(param.grad)
+                    param.grad /= self.world_size
+
+    def fit(self, train_set: Dataset, val_set: Dataset | None = None) -> list[dict[str, float]]:
+        """Train for ``config.epochs`` (or ``max_steps``), evaluating ``val_set`` after each
+        epoch; returns the history (one dict of metrics per epoch)."""
+        cfg = self.config
+        if len(train_set) == 0:
+            raise ValueError("the training set is empty")
+        sampler = EpochSampler(train_set, num_replicas=self.world_size, rank=self.rank, seed=cfg.seed)
+        drop_last = len(sampler) >= cfg.batch_size  # avoid tiny last batches (BatchNorm needs >1 sample)
+        generator = torch.Generator()
+        loader = build_loader(
+            train_set, cfg.batch_size, sampler=sampler, collate_fn=self.collate_fn, num_workers=cfg.num_workers,
+            pin_memory=self._pin_memory(), persistent_workers=cfg.persistent_workers, generator=generator,
+            drop_last=drop_last,
+        )
+        batches_per_epoch = len(loader)
+        steps_per_epoch = math.ceil(batches_per_epoch / cfg.accum_steps)
+        total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
+        self.monitor = self._monitor_name(val_set is not None)
+        self.scheduler = self._make_scheduler(steps_per_epoch, total_steps)
+        self._data_signature = {"samples": len(train_set), "batch_size": cfg.batch_size, "world_size": self.world_size}
+
+        resumed = self._resume_path()
+        if resumed is not None:
+            self.load_checkpoint(resumed)
+        else:
+            _seed_everything(cfg.seed + self.rank)
+        if self.out_dir is not None and self.is_main:
+            self._open_logs(resumed)
+        profiler = self._profiler()
+
+        try:
+            state = self.state
+            while state.epoch < cfg.epochs and state.global_step < total_steps and not state.stopped_early:
+                epoch = self.state.epoch
+                sampler.set_epoch(epoch)
+                sampler.skip = self.state.batches_done * cfg.batch_size
+                generator.manual_seed(cfg.seed + epoch)  # worker seeds: a function of the epoch, not of a resume
+                if self.state.batches_done == 0:
+                    self._meter = _Meter()
+                self.train_mode()
+                start = time.perf_counter()
+                samples_before = self._meter.samples
+                bar = tqdm(
+                    total=batches_per_epoch, initial=self.state.batches_done, desc=f"epoch {epoch + 1}/{cfg.epochs}",
+                    disable=not (cfg.progress and self.is_main), leave=False, dynamic_ncols=True,
+                )
+                group: list[Any] = []
+                for batch in loader:
+                    group.append(batch)
+                    consumed = self.state.batches_done + len(group)
+                    if len(group) < cfg.accum_steps and consumed < batches_per_epoch:
+                        continue
+                    outputs = self.train_step(group)
+                    self.state.batches_done = consumed
+                    bar.update(len(group))
+                    group = []
+                    step = self.state.global_step
+                    if step % cfg.log_every == 0 or step == total_steps:
+                        self._log_step(outputs, bar)
+                    if profiler is not None:
+                        profiler.step()
+                    if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and consumed < batches_per_epoch:
+                        self.save_checkpoint()
+                    if step >= total_steps:
+                        break
+                bar.close()
+                elapsed = time.perf_counter() - start
+                self._end_epoch(val_set, elapsed, self._meter.samples - samples_before)
+        finally:
+            if profiler is not None:
+                profiler.stop()
+            self._close_logs()
+        return self.state.history
+
+    def _end_epoch(self, val_set: Dataset | None, elapsed: float, samples: int) -> None:
+        cfg, state, monitor = self.config, self.state, self.monitor
+        self._meter.reduce()
+        lr = self.optimizer.param_groups[0]["lr"]
+        metrics: dict[str, float] = {"epoch": state.epoch + 1, "step": state.global_step, "lr": lr}
+        metrics |= self._meter.result("train")
+        metrics["train_samples_per_s"] = samples * self.world_size / elapsed if elapsed > 0 else 0.0
+        metrics["epoch_time_s"] = elapsed
+        if val_set is not None:
+            metrics |= {f"val_{k}": v for k, v in self.evaluate(val_set).items()}
+        if monitor not in metrics:
+            raise ValueError(f"monitor {monitor!r} is not among the epoch's metrics: {', '.join(sorted(metrics))}")
+        value = metrics[monitor]
+        if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            self.scheduler.step(value)
+        minimize = "loss" in monitor
+        improved = state.best_metric is None or (value < state.best_metric if minimize else value > state.best_metric)
+        if improved:
+            state.best_metric, state.best_epoch, state.bad_epochs = value, state.epoch + 1, 0
+            weights = self._full_state_dict(self._eval_model())
+            self._best_state = {k: v.detach().to("cpu", copy=True) for k, v in weights.items()}
+            if self.out_dir is not None and self.is_main:
+                best = {"model": self._best_state, "epoch": state.epoch + 1, monitor: value}
+                _atomic_save(best, self._checkpoint_dir() / BEST_CHECKPOINT)
+        else:
+            state.bad_epochs += 1
+            if cfg.early_stopping_patience is not None and state.bad_epochs >= cfg.early_stopping_patience:
+                state.stopped_early = True
+        state.history.append(metrics)
+        state.epoch += 1
+        state.batches_done = 0
+        if self.out_dir is not None:
+            self.save_checkpoint()
+            if self.is_main:
+                self._write_epoch_logs(metrics)
+        if cfg.progress and self.is_main:
+            shown = {k: v for k, v in metrics.items() if k in ("train_loss", "train_acc", "val_loss", "val_acc")}
+            summary = "  ".join(f"{k} {v:.4f}" for k, v in shown.items())
+            tqdm.write(f"epoch {state.epoch}/{cfg.epochs}  {summary}  {metrics['train_samples_per_s']:.0f} samples/s")
+        if state.stopped_early and self.is_main:
+            log.info("early stopping: %s did not improve for %d epochs", monitor, state.bad_epochs)
+
+    @torch.no_grad()
+    def evaluate(self, dataset: Dataset, model: nn.Module | None = None) -> dict[str, float]:
+        """Mean loss (and accuracy for classifiers) over ``dataset``; the EMA weights when
+        ``ema_decay`` is set. Every process evaluates its shard and the sums are combined."""
+        cfg = self.config
+        model = model or self._eval_model()
+        sampler = ShardSampler(dataset, self.world_size, self.rank)
+        loader = build_loader(
+            dataset, cfg.batch_size, sampler=sampler, collate_fn=self.collate_fn, num_workers=cfg.num_workers,
+            pin_memory=self._pin_memory(), generator=torch.Generator().manual_seed(cfg.seed),
+        )
+        was_training = model.training
+        model.eval()
+        meter, seen = _Meter(), 0
+        for batch in loader:
+            batch = self._to_device(batch)
+            with self._autocast():
+                out = self.eval_step_fn(model, batch)
+            num = _batch_size(batch)
+            valid = max(min(num, sampler.num_valid - seen), 0)  # padded repeats at the end don't count
+            seen += num
+            if valid < num:
+                out = _first(out, valid)
+            meter.update(out.loss, valid, *_accuracy(out), out.logs)
+        meter.reduce()
+        if was_training:
+            self.train_mode(model)
+        result = meter.result("x")
+        return {k[2:]: v for k, v in result.items()}
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def save_checkpoint(self, path: str | os.PathLike | None = None) -> Path:
+        """Write everything needed to continue exactly here (model, optimizer, scheduler,
+        scaler, EMA, every process's RNG states, epoch and position in it) to ``path``
+        (default out_dir/checkpoints/last.pt), atomically: the file is whole or absent."""
+        path = Path(path) if path else self._checkpoint_dir() / LAST_CHECKPOINT
+        local = {"rng": _rng_state(), "meter": self._meter.state_dict()}  # each process has its own
+        if self.world_size > 1:
+            gathered: list[Any] = [None] * self.world_size
+            dist.all_gather_object(gathered, local)
+        else:
+            gathered = [local]
+        model_state, optim_state = self._full_state_dict(self.wrapped), self._optimizer_state_dict()
+        if self.is_main:
+            payload = {
+                "format": CHECKPOINT_FORMAT,
+                "model": model_state,
+                "optimizer": optim_state,
+                "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+                "scaler": self.scaler.state_dict(),
+                "ema": self.ema.state_dict() if self.ema is not None else None,
+                "processes": gathered,
+                "state": dataclasses.asdict(self.state),
+                "data": self._data_signature,
+                "config": _plain(dataclasses.asdict(self.config)),
+            }
+            _atomic_save(payload, path)
+        if self.world_size > 1:
+            dist.barrier()
+        return path
+
+    def load_checkpoint(self, path: str | os.PathLike) -> None:
+        """Restore a `save_checkpoint` file; training continues where it stopped."""
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+        if payload.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"{path} is not a Trainer checkpoint (format {payload.get('format')!r})")
+        signature = self._data_signature
+        if signature is not None and payload["data"] is not None and payload["data"] != signature:
+            raise ValueError(
+                f"{path} was written for data {payload['data']}, but this run has {signature}; "
+                "resume with the same data, batch size and number of processes"
+            )
+        self._load_full_state_dict(payload["model"], payload["optimizer"])
+        if self.scheduler is not None and payload["scheduler"] is not None:
+            self.scheduler.load_state_dict(payload["scheduler"])
+        self.scaler.load_state_dict(payload["scaler"])
+        if self.ema is not None:
+            if payload["ema"] is None:
+                raise ValueError(f"{path} holds no EMA weights but ema_decay is set")
+            self.ema.load_state_dict(payload["ema"])
+        self.state = TrainState(**payload["state"])
+        local = payload["processes"][self.rank]
+        self._meter = _Meter()
+        if self.state.batches_done:
+            self._meter.load_state_dict(local["meter"])
+        _set_rng_state(local["rng"])
+
+    def best_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """The weights of the best epoch by ``monitor`` (EMA weights with ``ema_decay``)."""
+        if self._best_state is None and self.out_dir is not None:
+            best = self._checkpoint_dir() / BEST_CHECKPOINT
+            if best.is_file():
+                self._best_state = torch.load(best, map_location="cpu", weights_only=True)["model"]
+        return self._best_state
+
+    def _resume_path(self) -> Path | None:
+        resume = self.config.resume
+        if not resume:
+            return None
+        if resume is True:
+            path = self._checkpoint_dir() / LAST_CHECKPOINT
+            if not path.is_file():
+                if self.is_main:
+                    log.info("no checkpoint at %s: starting a new run", path)
+                return None
+            return path
+        path = Path(resume)
+        if not path.is_file():
+            raise FileNotFoundError(f"resume checkpoint {path} does not exist")
+        return path
+
+    def _checkpoint_dir(self) -> Path:
+        if self.out_dir is None:
+            raise ValueError("checkpoints need TrainConfig.out_dir (or an explicit path)")
+        return self.out_dir / "checkpoints"
+
+    def _full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        if self.fsdp and model is self.wrapped:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+            return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        module = model.module if isinstance(model, (AveragedModel, nn.parallel.DistributedDataParallel)) else model
+        return module.state_dict()
+
+    def _optimizer_state_dict(self) -> dict[str, Any]:
+        if self.fsdp:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            return get_optimizer_state_dict(self.wrapped, self.optimizer, options=options)
+        return self.optimizer.state_dict()
+
+    def _load_full_state_dict(self, model_state: dict[str, Any], optim_state: dict[str, Any]) -> None:
+        if self.fsdp:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                set_model_state_dict,
+                set_optimizer_state_dict,
+            )
+
+            options = StateDictOptions(full_state_dict=True)
+            set_model_state_dict(self.wrapped, model_state, options=options)
+            set_optimizer_state_dict(self.wrapped, self.optimizer, optim_state, options=options)
+            return
+        self.model.load_state_dict(model_state)
+        self.optimizer.load_state_dict(optim_state)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _eval_model(self) -> nn.Module:
+        if self.ema is not None:
+            return self.ema.module
+        return self.wrapped if self.fsdp else self.model
+
+    def train_mode(self, model: nn.Module | None = None) -> None:
+        """Put the model in training mode, except frozen normalisation layers (eval mode:
+        their running statistics don't move). `fit` calls it; call it before `train_step`."""
+        model = model or self.model
+        model.train()
+        for module in model.modules():
+            params = list(module.parameters(recurse=False))
+            if isinstance(module, _NormBase) and params and not any(p.requires_grad for p in params):
+                module.eval()
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        precision = self.config.precision
+        if precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
+
+    def _no_sync(self, last: bool) -> contextlib.AbstractContextManager:
+        """Skip the gradient all-reduce on all but the last micro-batch of a step."""
+        if self.world_size < 2:
+            return contextlib.nullcontext()
+        if self.fsdp:
+            self.wrapped.set_requires_gradient_sync(last)
+            return contextlib.nullcontext()
+        return contextlib.nullcontext() if last else self.wrapped.no_sync()
+
+    def _pin_memory(self) -> bool:
+        return self.config.pin_memory if self.config.pin_memory is not None else self.device.type == "cuda"
+
+    def _to_device(self, batch: Any) -> Any:
+        non_blocking = self._pin_memory()
+        channels_last = self.config.channels_last
+
+        def move(item: Any) -> Any:
+            if isinstance(item, torch.Tensor):
+                item = item.to(self.device, non_blocking=non_blocking)
+                if channels_last and item.ndim == 4 and item.is_floating_point():
+                    item = item.contiguous(memory_format=torch.channels_last)
+                return item
+            if isinstance(item, Mapping):
+                return {k: move(v) for k, v in item.items()}
+            if isinstance(item, (tuple, list)):
+                return type(item)(move(v) for v in item)
+            if hasattr(item, "to"):  # PyG Data/Batch and similar containers
+                return item.to(self.device, non_blocking=non_blocking)
+            return item
+
+        return move(batch)
+
+    def _profiler(self) -> Any:
+        if not self.config.profile:
+            return None
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        trace_dir = self.out_dir / "profile"
+        profiler = torch.profiler.profile(
+            activities=activities,
+            schedule=torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1),
+            on_trace_ready=torch.profiler.tensorboard_trace_handler(str(trace_dir), worker_name=f"rank{self.rank}"),
+            record_shapes=True,
+        )
+        profiler.start()
+        return profiler
+
+    # -- observability -------------------------------------------------------------------------
+
+    def _open_logs(self, resumed: Path | None) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(self.out_dir / "train.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        self._log_handler = handler
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.info("%s run: %s", "resumed" if resumed else "new", json.dumps(_plain(dataclasses.asdict(self.config))))
+        if self.config.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            purge = self.state.global_step if resumed else None  # drop points logged after the checkpoint
+            self._writer = SummaryWriter(str(self.out_dir / "tensorboard"), purge_step=purge)
+
+    def _close_logs(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if self._log_handler is not None:
+            log.removeHandler(self._log_handler)
+            self._log_handler.close()
+            self._log_handler = None
+
+    def _log_step(self, outputs: list[StepOutput], bar: tqdm) -> None:
+        loss = sum(float(o.loss.detach()) for o in outputs) / len(outputs)
+        if not math.isfinite(loss):
+            raise FloatingPointError(
+                f"the loss is {loss} at step {self.state.global_step}; lower the learning rate, "
+                "clip gradients (clip_grad_norm) or train in bf16/fp32"
+            )
+        lr = self.optimizer.param_groups[0]["lr"]
+        bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}")
+        if self._writer is not None:
+            step = self.state.global_step
+            self._writer.add_scalar("step/train_loss", loss, step)
+            self._writer.add_scalar("step/lr", lr, step)
+            for key, value in outputs[-1].logs.items():
+                self._writer.add_scalar(f"step/{key}", float(value), step)
+
+    def _write_epoch_logs(self, metrics: dict[str, float]) -> None:
+        history = self.state.history
+        extra = {"monitor": self.monitor, "best_epoch": self.state.best_epoch, "best_metric": self.state.best_metric,
+                 "stopped_early": self.state.stopped_early}
+        write_history(history, self.out_dir, extra)
+        if self._writer is not None:
+            for key, value in metrics.items():
+                if key not in ("epoch", "step"):
+                    self._writer.add_scalar(f"epoch/{key}", value, int(metrics["epoch"]))
+            self._writer.flush()
+        if self.config.plot:
+            plot_curves(history, self.out_dir / "curves.png")
+
+
+def write_history(history: list[dict[str, float]], out_dir: Path, extra: Mapping[str, Any] | None = None) -> None:
+    """metrics.csv (one row per epoch) and metrics.json (the history plus ``extra``), atomically."""
+    columns = list(dict.fromkeys(k for row in history for k in row))
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(history)
+    write_bytes_atomic(out_dir / "metrics.csv", text.getvalue().encode())
+    write_json({"history": history, **(extra or {})}, out_dir / "metrics.json")
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes, devices, randomness, files
+
+
+def _init_distributed() -> tuple[int, int, int]:
+    """(rank, world size, local rank); joins the process group torchrun describes (NCCL on
+    GPUs, Gloo on CPU) unless one is already initialised."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", dist.get_rank()))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size < 2:
+        return 0, 1, 0
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend)
+    return dist.get_rank(), dist.get_world_size(), local_rank
+
+
+def _pick_device(requested: str | None, local_rank: int) -> torch.device:
+    if requested is not None:
+        device = torch.device(requested)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device {requested!r} asked for, but CUDA is not available; use device='cpu'")
+        return device
+    return torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _shard_units(model: nn.Module) -> list[nn.Module]:
+    """The blocks FSDP shards one by one: the items of the model's top-level ModuleLists."""
+    return [block for child in model.children() if isinstance(child, nn.ModuleList) for block in child]
+
+
+def _first(out: StepOutput, n: int) -> StepOutput:
+    """The step output of the first ``n`` samples of a batch (the rest are padding): logits,
+    targets, and the cross-entropy recomputed on them when there are logits."""
+    if out.logits is None or out.targets is None or n == 0:
+        return StepOutput(out.loss.new_zeros(()), None, None, out.logs)
+    logits, targets = out.logits[:n], out.targets[:n]
+    flat = logits.reshape(-1, logits.shape[-1]).float()
+    return StepOutput(F.cross_entropy(flat, targets.reshape(-1)), logits, targets, out.logs)
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _rng_state() -> dict[str, Any]:
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos, "has_gauss": has_gauss, "cached": cached,
+        },
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: Mapping[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    random.setstate(_as_tuple(state["python"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _as_tuple(value: Any) -> Any:
+    return tuple(_as_tuple(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def _plain(value: Any) -> Any:
+    """Config values as JSON-friendly plain data."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+
+
+def _atomic_save(payload: Any, path: Path) -> None:
+    """torch.save to a temporary file in the same folder, fsync, then rename over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)

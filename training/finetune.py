@@ -1,0 +1,514 @@
+"""Fine-tune a zoo model on your data: ``zoo finetune NAME --data PATH --out DIR`` (also
+``python -m training.finetune``), or `finetune` from Python.
+
+NAME is a weight name (``resnet50.tv_in1k``), a directory written by `zoo.save`, or a bare
+architecture (``resnet20``), which trains from scratch with a warning. The head gets one
+output per class of the data and image models take its channel count. Modes:
+
+- ``linear-probe``: only the classifier trains; the body is frozen (BatchNorm in eval mode);
+- ``partial``: the last ``stages`` stages of the body (its ``feature_info`` levels, or its
+  blocks) and the head;
+- ``full``: everything; ``layer_decay`` scales each stage's learning rate by decay^(depth from the top).
+
+OUT receives the best model as `zoo.save` writes it (``zoo.load(OUT)`` restores it) with a
+model card, the metrics (CSV, JSON), loss/accuracy curves, TensorBoard logs and checkpoints.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import shlex
+import sys
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.utils.data import Dataset, SequentialSampler
+
+import zoo
+from training import export
+from training.data import Augment, DataSource, build_loader, default_preprocess, image_transforms, open_data
+from training.engine import SCHEDULERS, StepFn, Trainer, TrainConfig, split_batch, unpack_output
+from training.report import write_bytes_atomic
+from zoo import registry
+from zoo.api import CARD_FILE, CONFIG_FILE
+
+MODES = ("linear-probe", "partial", "full")
+_DATA_HEADS = {"text": "sequence_classification", "graphs": "graph_classification"}  # for multi-head models
+
+
+# ---------------------------------------------------------------------------------------------
+# Stages: which parameters belong to which depth of the body
+
+
+def parameter_levels(model: nn.Module) -> tuple[dict[str, int], int]:
+    """Each parameter's depth: stage 0 (the input side) to L-1, or L for the head, and L.
+
+    The stages are the ``feature_info`` levels of vision models (each ends at its module), or
+    else item i of every top-level ModuleList (transformer blocks, graph layers with their
+    norms, RBMs). A parameter inside a stage's module belongs to it; the classifier to the
+    head; the input side (the ``first_conv`` module, embeddings, parameters of the model
+    itself such as position embeddings) to stage 0; anything else to the first stage that ends
+    after it in module order (a stem, a transition), or to the head when none does (final norm,
+    readout)."""
+    info = getattr(model, "feature_info", None)
+    if info:
+        stages = [[level["module"]] for level in info]
+    else:
+        lists = [name for name, child in model.named_children() if isinstance(child, nn.ModuleList) and len(child)]
+        if not lists:
+            raise ValueError(
+                f"{type(model).__name__} has no stages (feature_info or a list of blocks); "
+                "use mode 'full' or 'linear-probe', without layer decay"
+            )
+        depth = max(len(getattr(model, name)) for name in lists)
+        stages = [[f"{name}.{i}" for name in lists if i < len(getattr(model, name))] for i in range(depth)]
+    order = {name: i for i, (name, _) in enumerate(model.named_modules())}
+    missing = [m for stage in stages for m in stage if m not in order]
+    if missing:
+        raise ValueError(f"{type(model).__name__}: feature_info names modules that do not exist: {missing}")
+
+    def within(owner: str, module: str) -> bool:
+        return owner == module or owner.startswith(module + ".")
+
+    ends = [max(pos for name, pos in order.items() if any(within(name, m) for m in stage)) for stage in stages]
+    num_levels = len(stages)
+    classifier = {id(p) for p in model.get_classifier().parameters()} if hasattr(model, "get_classifier") else set()
+    input_side = {id(p) for p in model.parameters(recurse=False)}
+    input_side |= {id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
+    first_conv = getattr(model, "first_conv", None)
+    if isinstance(first_conv, str) and first_conv in order:
+        input_side |= {id(p) for p in model.get_submodule(first_conv).parameters()}
+
+    def level_of(name: str, param: nn.Parameter) -> int:
+        if id(param) in classifier:
+            return num_levels
+        owner = name.rpartition(".")[0]
+        for level, stage in enumerate(stages):
+            if any(within(owner, m) for m in stage):
+                return level
+        if id(param) in input_side:
+            return 0
+        return next((level for level, end in enumerate(ends) if order[owner] <= end), num_levels)
+
+    return {name: level_of(name, param) for name, param in model.named_parameters()}, num_levels
+
+
+def apply_mode(model: nn.Module, mode: str, stages: int = 1) -> int:
+    """Set requires_grad for a fine-tuning mode; returns the number of trainable parameters."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+    if mode == "full":
+        model.requires_grad_(True)
+    elif mode == "linear-probe":
+        classifier = model.get_classifier()
+        if not any(True for _ in classifier.parameters()):
+            raise ValueError("linear-probe trains the classifier, and this model has none (num_classes=0)")
+        model.requires_grad_(False)
+        classifier.requires_grad_(True)
+    else:
+        levels, num_levels = parameter_levels(model)
+        if not 1 <= stages <= num_levels:
+            raise ValueError(
+                f"partial mode unfreezes 1..{num_levels} stages of {type(model).__name__}; got stages={stages}"
+            )
+        for name, param in model.named_parameters():
+            param.requires_grad_(levels[name] >= num_levels - stages)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def layer_decay_scale(model: nn.Module, decay: float) -> Callable[[str], float]:
+    """Layer-wise learning-rate decay (Clark et al., 2020; BEiT): the head keeps the base lr,
+    the stage below it ``decay`` times it, the next ``decay**2``, down to the stem."""
+    if not 0.0 < decay <= 1.0:
+        raise ValueError(f"layer_decay must be in (0, 1], e.g. 0.75; got {decay}")
+    levels, num_levels = parameter_levels(model)
+    return lambda name: decay ** (num_levels - levels[name])
+
+
+# ---------------------------------------------------------------------------------------------
+# Fine-tuning
+
+
+@dataclass
+class FinetuneResult:
+    """The fine-tuned model (best epoch, on CPU), its metrics and where it was saved."""
+
+    model: nn.Module
+    out: Path
+    metrics: dict[str, float]
+    history: list[dict[str, float]]
+
+
+def load_for_data(
+    name: str, data: DataSource, pretrained: bool = True, model_kwargs: Mapping[str, Any] | None = None
+) -> tuple[nn.Module, str | None]:
+    """The model NAME with a head of ``data.num_classes`` outputs (and for images, the data's
+    channel count when it comes from the registry; text and graph data pick the
+    sequence/graph classification head; ``model_kwargs`` go to the builder), and the weights it
+    starts from (None: random initialisation)."""
+    if data.num_classes is None:
+        raise ValueError(
+            f"{data.description} has no labels; fine-tuning a classifier needs them (use Trainer with a custom step)"
+        )
+    path = Path(name)
+    if (path / CONFIG_FILE).is_file():
+        saved = json.loads((path / CONFIG_FILE).read_text())
+        if pretrained:
+            if model_kwargs:
+                raise ValueError(f"{path} is a saved model with fixed options; drop model_kwargs {dict(model_kwargs)}")
+            return zoo.load(path, num_classes=data.num_classes), str(path)
+        arch, kwargs = saved["architecture"], {**saved["model_kwargs"], **(model_kwargs or {})}
+        return zoo.load(arch, pretrained=False, num_classes=data.num_classes, **kwargs), None
+    arch, _ = registry.resolve(name)
+    kwargs: dict[str, Any] = dict(model_kwargs or {})
+    if data.kind == "images":
+        kwargs.setdefault("in_chans", data.in_chans)
+    elif data.kind == "graphs":
+        kwargs.setdefault("in_channels", data.in_chans)
+    head = _DATA_HEADS.get(data.kind)
+    if head is not None and head in registry.supported_heads(arch):
+        kwargs.setdefault("head", head)
+    if "." not in name:
+        if pretrained:
+            tags = [w.name for w in registry.weights_for(arch)]
+            hint = f" For pretrained weights name them, e.g. {tags[0]}." if tags else ""
+            message = f"{name!r} is a bare architecture: training it from scratch (random weights).{hint}"
+            warnings.warn(message, stacklevel=3)
+        return zoo.load(arch, pretrained=False, num_classes=data.num_classes, **kwargs), None
+    model = zoo.load(name, pretrained=pretrained, num_classes=data.num_classes, **kwargs)
+    return model, name if pretrained else None
+
+
+def finetune(
+    name: str,
+    data: str | os.PathLike | Dataset,
+    out: str | os.PathLike,
+    *,
+    mode: str = "full",
+    stages: int = 1,
+    layer_decay: float | None = None,
+    pretrained: bool = True,
+    model_kwargs: Mapping[str, Any] | None = None,
+    val_data: str | os.PathLike | None = None,
+    val_fraction: float = 0.1,
+    limit: int | None = None,
+    image_size: int | None = None,
+    augment: Augment | None = None,
+    config: TrainConfig | None = None,
+    step_fn: StepFn | None = None,
+    max_length: int = 512,
+    post_training: bool = True,
+    command: str | None = None,
+) -> FinetuneResult:
+    """Fine-tune NAME on ``data`` and save the best epoch's model to ``out`` (see the module
+    docstring). ``pretrained=False`` starts the same architecture from random weights;
+    ``model_kwargs`` are architecture options (e.g. ``{"sizes": [64, 32, 16]}`` for a DBN);
+    ``val_data`` replaces the fixed-seed hold-out of ``val_fraction``; ``limit`` keeps that
+    many training samples; ``image_size`` resizes images (the model's own size otherwise).
+    ``post_training`` adds the evaluation report (confusion matrix), TorchScript and
+    torch.export files, int8 quantization and pruning results of `training.export`."""
+    config = dataclasses.replace(config or TrainConfig(), out_dir=str(out))
+    out = Path(out)
+    source = open_data(data, max_length=max_length)
+    torch.manual_seed(config.seed)  # the new head's initialisation
+    model, base = load_for_data(name, source, pretrained, model_kwargs)
+    train_tf = eval_tf = None
+    if source.kind == "images":
+        preprocess, in_chans = _image_preprocess(model, source, image_size)
+        eval_tf = image_transforms(preprocess, source.image_size, None, in_chans)
+        train_tf = image_transforms(preprocess, source.image_size, augment or Augment(), in_chans)
+        model.pretrained_cfg = {**model.pretrained_cfg, "preprocess": preprocess}
+    elif augment is not None:
+        raise ValueError(f"augmentation applies to images, and the data is {source.kind}")
+    train_set, val_set = source.split(val_fraction if val_data is None else 0.0, config.seed, train_tf, eval_tf, limit)
+    if val_data is not None:
+        val_source = open_data(val_data, max_length=max_length)
+        if val_source.class_names != source.class_names:
+            raise ValueError(
+                f"the validation data's classes {val_source.class_names} differ from the training data's "
+                f"{source.class_names}"
+            )
+        val_set = val_source.full(eval_tf)
+
+    trainable = apply_mode(model, mode, stages)
+    lr_scale = layer_decay_scale(model, layer_decay) if layer_decay is not None else None
+    trainer = Trainer(model.train(), config, step_fn=step_fn, lr_scale=lr_scale, collate_fn=source.collate_fn)
+    history = trainer.fit(train_set, val_set)
+
+    best = trainer.best_state_dict()
+    if best is not None:
+        model.load_state_dict(best)
+    model = model.cpu().to(memory_format=torch.contiguous_format).eval()
+    best_row = next((row for row in history if row["epoch"] == trainer.state.best_epoch), history[-1])
+    metrics = {k: v for k, v in best_row.items() if k.startswith(("train_", "val_")) and not k.endswith("_per_s")}
+    metrics["epoch"] = best_row.get("epoch")
+    if trainer.is_main:
+        model.pretrained_cfg = {
+            **model.pretrained_cfg, "weights": None, "finetuned_from": base, "class_names": source.class_names,
+        }
+        model.requires_grad_(True)  # the returned model trains whole again
+        zoo.save(model, out)
+        after = _post_training(model, val_set, source, config) if post_training and val_set is not None else None
+        details = {
+            "name": name, "base": base, "data": source.description, "mode": mode,
+            "stages": stages if mode == "partial" else None, "layer_decay": layer_decay, "trainable": trainable,
+            "train_samples": len(train_set),
+            "val_samples": len(val_set) if val_set is not None else 0, "monitor": trainer.monitor,
+            "stopped_early": trainer.state.stopped_early, "epochs_run": len(history),
+        }
+        _write_card(out, model, details, metrics, after, config, command)
+    return FinetuneResult(model, out, metrics, history)
+
+
+def _report_forward(model: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits, targets) of a batch, for `training.report.evaluate_classifier`."""
+    inputs, targets = split_batch(batch)
+    output = model(**inputs) if isinstance(inputs, Mapping) else model(inputs)
+    return unpack_output(output)[0], targets
+
+
+def _post_training(model: nn.Module, val_set: Dataset, source: DataSource, config: TrainConfig) -> dict[str, Any]:
+    """`training.export.post_training` on the validation set: report, exports, int8, pruning."""
+    loader = build_loader(val_set, config.batch_size, sampler=SequentialSampler(val_set), collate_fn=source.collate_fn)
+    inputs, _ = split_batch(next(iter(loader)))
+    if isinstance(inputs, Mapping):
+        example = tuple(inputs.values())  # positional, in the model's order (input_ids, attention_mask)
+    else:
+        example = inputs if isinstance(inputs, torch.Tensor) else (inputs,)
+    return export.post_training(
+        model, loader, config.out_dir, example, class_names=source.class_names, forward=_report_forward,
+        dynamic_batch=source.kind != "graphs", progress=config.progress,
+    )
+
+
+def _image_preprocess(model: nn.Module, source: DataSource, image_size: int | None) -> tuple[dict[str, Any], int]:
+    """The preprocessing images get: the weights' own (or [-1, 1] scaling for random
+    weights), resized to ``image_size`` if asked, for the model's channel count."""
+    in_chans = getattr(model, "in_chans", source.in_chans)
+    preprocess = dict(model.pretrained_cfg.get("preprocess") or default_preprocess(in_chans))
+    if image_size is not None:
+        if "crop" in preprocess and "resize" in preprocess:
+            ratio = preprocess["resize"] / preprocess["crop"]
+            preprocess |= {"resize": round(image_size * ratio), "crop": image_size}
+        else:
+            preprocess |= {"resize": image_size, "crop": image_size}
+    if in_chans == 1:
+        preprocess["channels"] = 1
+    size = preprocess.get("crop") or preprocess.get("resize") or min(source.image_size)
+    minimum = getattr(model, "min_input_size", 1)
+    if isinstance(size, int) and size < minimum:
+        raise ValueError(
+            f"{model.pretrained_cfg.get('architecture')} needs images of at least {minimum}px and these are "
+            f"{size}px: pass --image-size {minimum} or more"
+        )
+    return preprocess, in_chans
+
+
+def _write_card(
+    out: Path,
+    model: nn.Module,
+    details: dict[str, Any],
+    metrics: dict[str, float],
+    after: dict[str, Any] | None,
+    config: TrainConfig,
+    command: str | None,
+) -> None:
+    """README.md: what was trained on what, how, and how well."""
+    arch = model.pretrained_cfg["architecture"]
+    lines = [
+        f"# {arch} fine-tuned on {details['data'].split(' (')[0]}",
+        "",
+        f"- date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}",
+        f"- starting weights: {details['base'] or 'none (trained from scratch)'}",
+        f"- command: `{command}`" if command else "- command: (Python API)",
+        "",
+        "## Data",
+        "",
+        f"- {details['data']}",
+        f"- training samples: {details['train_samples']}, validation samples: {details['val_samples']}",
+        f"- classes ({model.num_classes}): {', '.join(model.pretrained_cfg.get('class_names') or [])}",
+        f"- preprocessing: `{json.dumps(model.pretrained_cfg.get('preprocess') or {})}`",
+        "",
+        "## Training",
+        "",
+        f"- mode: {details['mode']}" + (f" (last {details['stages']} stages)" if details["stages"] else "")
+        + (f", layer-wise lr decay {details['layer_decay']}" if details["layer_decay"] else ""),
+        f"- trainable parameters: {details['trainable']:,} of {sum(p.numel() for p in model.parameters()):,}",
+        f"- {config.optimizer}, lr {config.lr}, weight decay {config.weight_decay}, schedule {config.scheduler}, "
+        f"batch {config.batch_size} x {config.accum_steps} accumulation, precision {config.precision}"
+        + (f", EMA {config.ema_decay}" if config.ema_decay else ""),
+        f"- epochs run: {details['epochs_run']}" + (" (stopped early)" if details["stopped_early"] else ""),
+        "",
+        "## Metrics (best epoch by " + details["monitor"] + ")",
+        "",
+        "| metric | value |",
+        "| --- | --- |",
+        *(f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in metrics.items()),
+        "",
+        *_post_training_lines(after),
+        "Load it with `zoo.load(\"<this directory>\")`; `zoo.transforms(model)` gives its preprocessing.",
+        "",
+    ]
+    write_bytes_atomic(out / CARD_FILE, "\n".join(lines).encode())
+
+
+def _post_training_lines(after: dict[str, Any] | None) -> list[str]:
+    """The card's section on the evaluation report, exports, quantization and pruning."""
+    if after is None:
+        return []
+    evaluation = after["evaluation"]
+    lines = [
+        "## After training (validation set)",
+        "",
+        f"- accuracy {evaluation['accuracy']:.4f}, macro-F1 {evaluation['macro_f1']:.4f} on "
+        f"{evaluation['num_samples']} samples (eval_report.json, confusion_matrix.png)",
+    ]
+    for key, label in (("torchscript", "TorchScript"), ("torch_export", "torch.export")):
+        result = after.get(key, {})
+        if "error" in result:
+            lines.append(f"- {label}: failed ({result['error']})")
+        else:
+            lines.append(f"- {label}: {Path(result['path']).name}, {result['size_bytes'] / 2**20:.2f} MiB, "
+                         f"max difference to eager {result['max_abs_diff']:.2g}")
+    quantization = after.get("quantization", {})
+    if "error" in quantization:
+        lines.append(f"- dynamic int8 quantization: failed ({quantization['error']})")
+    elif "skipped" in quantization:
+        lines.append(f"- dynamic int8 quantization: skipped ({quantization['skipped']})")
+    else:
+        sizes = f"{quantization['size_bytes_before'] / 2**20:.2f} -> {quantization['size_bytes_after'] / 2**20:.2f} MiB"
+        lines.append(f"- dynamic int8 quantization: accuracy {quantization['accuracy']:.4f}, {sizes}")
+    pruning = after.get("pruning", [])
+    if isinstance(pruning, dict):
+        lines.append(f"- magnitude pruning: failed ({pruning['error']})")
+    else:
+        lines += [
+            f"- magnitude pruning {row['amount']:.0%} (sparsity {row['sparsity']:.2f}): accuracy {row['accuracy']:.4f}"
+            for row in pruning
+        ]
+    return [*lines, ""]
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `finetune` options (shared by ``zoo finetune`` and ``python -m training.finetune``)."""
+    defaults = TrainConfig()
+    parser.add_argument(
+        "name", help="weight name (arch.tag), a directory written by zoo.save, or a bare architecture (from scratch)"
+    )
+    parser.add_argument(
+        "--data", required=True, help="image folder, .csv/.jsonl of text,label, .pt/.npz tensors, or fashion-mnist"
+    )
+    parser.add_argument("--out", required=True, help="output directory: model, card, metrics, plots, logs, checkpoints")
+    g = parser.add_argument_group("transfer")
+    g.add_argument("--mode", choices=MODES, default="full")
+    g.add_argument("--stages", type=int, default=1, help="partial mode: how many of the last stages train")
+    g.add_argument("--layer-decay", type=float, help="layer-wise lr decay factor, e.g. 0.75")
+    g.add_argument("--scratch", action="store_true", help="random weights for NAME's architecture")
+    g.add_argument(
+        "--model-kwargs", type=json.loads, metavar="JSON", help='architecture options, e.g. \'{"sizes": [64, 32, 16]}\''
+    )
+    g = parser.add_argument_group("data")
+    g.add_argument("--val-data", help="separate validation data (default: a fixed-seed hold-out)")
+    g.add_argument("--val-fraction", type=float, default=0.1)
+    g.add_argument("--limit", type=int, help="use only this many training samples")
+    g.add_argument("--image-size", type=int, help="resize images to this size")
+    g.add_argument("--max-length", type=int, default=512, help="text: tokens kept per row")
+    g.add_argument("--hflip", action="store_true", help="random horizontal flips")
+    g.add_argument("--crop-padding", type=int, default=0, help="pad by this and random-crop back")
+    g.add_argument("--random-resized-crop", type=float, metavar="MIN_SCALE", help="RandomResizedCrop down to this area")
+    g.add_argument("--color-jitter", type=float, default=0.0)
+    g.add_argument("--trivial-augment", action="store_true")
+    g.add_argument("--random-erasing", type=float, default=0.0, metavar="P")
+    g.add_argument("--num-workers", type=int, default=defaults.num_workers)
+    g = parser.add_argument_group("optimisation")
+    g.add_argument("--epochs", type=int, default=defaults.epochs)
+    g.add_argument("--max-steps", type=int)
+    g.add_argument("--batch-size", type=int, default=defaults.batch_size, help="per process and micro-batch")
+    g.add_argument("--accum-steps", type=int, default=defaults.accum_steps)
+    g.add_argument("--optimizer", choices=("adamw", "sgd"), default=defaults.optimizer)
+    g.add_argument("--lr", type=float, default=defaults.lr)
+    g.add_argument("--weight-decay", type=float, default=defaults.weight_decay)
+    g.add_argument("--momentum", type=float, default=defaults.momentum)
+    g.add_argument("--scheduler", choices=SCHEDULERS, default=defaults.scheduler)
+    g.add_argument("--warmup-epochs", type=float, default=defaults.warmup_epochs)
+    g.add_argument("--min-lr", type=float, default=defaults.min_lr)
+    g.add_argument("--label-smoothing", type=float, default=defaults.label_smoothing)
+    g.add_argument("--clip-grad", type=float, help="clip the gradient norm to this")
+    g.add_argument("--ema", type=float, metavar="DECAY", help="evaluate and save an EMA of the weights, e.g. 0.999")
+    g.add_argument("--early-stopping", type=int, metavar="PATIENCE", help="stop after this many epochs without gain")
+    g.add_argument("--monitor", help="metric that picks the best epoch (default val_acc)")
+    g = parser.add_argument_group("hardware")
+    g.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default=defaults.precision)
+    g.add_argument("--channels-last", action="store_true")
+    g.add_argument("--grad-checkpointing", action="store_true")
+    g.add_argument("--compile", action="store_true", help="torch.compile the model")
+    g.add_argument("--device", help="default: cuda if available, else cpu")
+    g.add_argument("--distributed", choices=("auto", "ddp", "fsdp"), default=defaults.distributed, help="torchrun")
+    g = parser.add_argument_group("run")
+    g.add_argument("--seed", type=int, default=defaults.seed)
+    g.add_argument("--checkpoint-every", type=int, metavar="STEPS", help="also checkpoint every this many steps")
+    g.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.pt")
+    g.add_argument("--profile", action="store_true", help="torch.profiler trace into OUT/profile")
+    g.add_argument("--no-post-training", action="store_true", help="skip the report, exports, int8 and pruning")
+    g.add_argument("--no-tensorboard", action="store_true")
+    g.add_argument("--no-progress", action="store_true")
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    return TrainConfig(
+        epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size, accum_steps=args.accum_steps,
+        optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay, momentum=args.momentum,
+        scheduler=args.scheduler, warmup_epochs=args.warmup_epochs, min_lr=args.min_lr,
+        label_smoothing=args.label_smoothing, clip_grad_norm=args.clip_grad, ema_decay=args.ema,
+        early_stopping_patience=args.early_stopping, monitor=args.monitor,
+        precision=args.precision, channels_last=args.channels_last, grad_checkpointing=args.grad_checkpointing,
+        compile=args.compile, device=args.device, distributed=args.distributed, seed=args.seed,
+        checkpoint_every=args.checkpoint_every, resume=args.resume, profile=args.profile, num_workers=args.num_workers,
+        tensorboard=not args.no_tensorboard, progress=not args.no_progress, out_dir=args.out,
+    )
+
+
+def augment_from_args(args: argparse.Namespace) -> Augment | None:
+    augment = Augment(
+        hflip=args.hflip, crop_padding=args.crop_padding, random_resized_crop=args.random_resized_crop,
+        color_jitter=args.color_jitter, trivial_augment=args.trivial_augment, random_erasing=args.random_erasing,
+    )
+    return None if augment == Augment() else augment
+
+
+def run(args: argparse.Namespace, command: str | None = None) -> FinetuneResult:
+    """Fine-tune from parsed arguments and print where the result went."""
+    result = finetune(
+        args.name, args.data, args.out, mode=args.mode, stages=args.stages, layer_decay=args.layer_decay,
+        pretrained=not args.scratch, model_kwargs=args.model_kwargs, val_data=args.val_data,
+        val_fraction=args.val_fraction, limit=args.limit,
+        image_size=args.image_size, augment=augment_from_args(args), config=config_from_args(args),
+        max_length=args.max_length, post_training=not args.no_post_training, command=command,
+    )
+    shown = ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items() if k in ("val_acc", "val_loss"))
+    print(f"saved {result.out} (best epoch {result.metrics.get('epoch')}{': ' + shown if shown else ''})")
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.finetune", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    run(parser.parse_args(argv), command=shlex.join(["python", "-m", "training.finetune", *argv]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
