@@ -23,7 +23,7 @@ data:
 	fi
 
 demo: $(INSTALLED) data
-	$(BIN)/python scripts/demo.py
+	$(BIN)/zoo demo
 
 test: $(INSTALLED) data
 	$(BIN)/python -m pytest -q

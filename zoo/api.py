@@ -101,7 +101,8 @@ def _load_registered(
 ) -> nn.Module:
     arch, entry = registry.resolve(name)
     heads = registry.supported_heads(arch)
-    head = head or heads[0]
+    entry_head = entry.model_kwargs.get("head") if entry is not None and pretrained else None
+    head = head or entry_head or heads[0]
     if head not in heads:
         raise ValueError(f"{arch} has no head {head!r}; choose one of: {', '.join(heads)}")
     if "." in name and not pretrained and weights is None:

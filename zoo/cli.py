@@ -1,4 +1,5 @@
-"""Command line: ``zoo list``, ``zoo info``, ``zoo predict``, ``zoo finetune`` (also ``python -m zoo``)."""
+"""Command line: ``zoo list``, ``zoo info``, ``zoo predict``, ``zoo finetune``, ``zoo eval``,
+``zoo demo`` (also ``python -m zoo``)."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +12,7 @@ import torch
 from PIL import Image
 
 import zoo
-from training import finetune
+from training import demo, evaluate, finetune
 from zoo import registry
 
 
@@ -75,9 +76,28 @@ def _finetune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval(args: argparse.Namespace) -> int:
+    rows = evaluate.compare(args.name, args.limit)
+    print(f"{'evaluation':<24}{'metric':<8}{'claimed':>10}{'measured':>10}")
+    for row in rows:
+        flag = "" if row["ok"] else "   <-- differs from the card"
+        print(f"{row['task']:<24}{row['metric']:<8}{row['claimed']:>10.4f}{row['measured']:>10.4f}{flag}")
+    if all(row["ok"] for row in rows):
+        print(f"{args.name}: every metric matches its card")
+        return 0
+    print(f"zoo: error: {args.name} does not reproduce its card (tolerance: {evaluate.ACCURACY_TOLERANCE} points "
+          f"for accuracies, {evaluate.RELATIVE_TOLERANCE:.0%} for other metrics)", file=sys.stderr)
+    return 1
+
+
+def _demo(args: argparse.Namespace) -> int:
+    demo.run(args, command=args.command_line)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="zoo", description="zoo: list models, show weight metadata, classify images, fine-tune."
+        prog="zoo", description="zoo: list models, show weight metadata, classify images, fine-tune, evaluate, demo."
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -101,6 +121,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("finetune", help="fine-tune a model on an image folder, text,label file or tensors")
     finetune.add_arguments(p)
     p.set_defaults(run=_finetune)
+
+    p = commands.add_parser("eval", help="re-measure a bundled weight file's card metrics")
+    p.add_argument("name", help="weight name, e.g. resnet20.fmnist")
+    p.add_argument("--limit", type=int, help="only the first N test samples (the card's slice, e.g. 1000)")
+    p.set_defaults(run=_eval)
+
+    p = commands.add_parser("demo", help="fine-tune a bundled model on handwritten digits against training from scratch")
+    demo.add_arguments(p)
+    p.set_defaults(run=_demo)
     return parser
 
 

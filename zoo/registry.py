@@ -45,7 +45,8 @@ class WeightInfo:
     model_kwargs: dict[str, Any] = field(default_factory=dict)
     preprocess: dict[str, Any] = field(default_factory=dict)
     categories: str | None = None  # name of a list in weights/categories/
-    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)  # by evaluation task
+    eval_task: str | None = None  # training.evaluate task that re-measures `metrics` (zoo eval)
     num_params: int | None = None
     gflops: float | None = None
     file_size: int | None = None

@@ -1,0 +1,94 @@
+"""Fashion-MNIST classifiers (``<arch>.fmnist``): trained from scratch on the official training
+split less a fixed-seed 5,000-image validation hold-out (which picks the best epoch), then
+measured on the official 10k test split.
+
+    python -m training.recipes.fmnist resnet20 [--epochs N] [--limit N] [--out weights/]
+
+Each architecture's hyperparameters are data in ``RECIPES``; ``--epochs`` and ``--limit``
+shorten a run (for a smoke test: its card then says so).
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from training.data import Augment
+from training.engine import TrainConfig
+from training.evaluate import evaluate, task_key
+from training.finetune import finetune
+from training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish
+
+VAL_IMAGES = 5000
+SLICE = 1000  # the test-set slice the tests re-measure
+_SGD = TrainConfig(
+    epochs=15, batch_size=128, optimizer="sgd", lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4,
+    scheduler="cosine", warmup_epochs=1.0, label_smoothing=0.0, channels_last=True, precision="fp32",
+)
+RECIPES: dict[str, dict[str, Any]] = {
+    "resnet20": {"title": "CIFAR ResNet-20 on Fashion-MNIST", "config": _SGD,
+                 "augment": Augment(hflip=True, crop_padding=2), "model_kwargs": {}},
+    "seresnet20": {"title": "SE-ResNet-20 on Fashion-MNIST", "config": _SGD,
+                   "augment": Augment(hflip=True, crop_padding=2), "model_kwargs": {}},
+}
+
+
+def run(arch: str, epochs: int | None = None, limit: int | None = None, out: str = str(WEIGHTS_DIR),
+        command: str | None = None) -> dict[str, Any]:
+    """Train, evaluate and publish ``<arch>.fmnist``; returns its entry."""
+    if arch not in RECIPES:
+        raise ValueError(f"no Fashion-MNIST recipe for {arch!r}; recipes: {', '.join(RECIPES)}")
+    recipe = RECIPES[arch]
+    config = replace(recipe["config"], epochs=epochs or recipe["config"].epochs)
+    clock = Stopwatch()
+    with tempfile.TemporaryDirectory(prefix=f"zoo-recipe-{arch}-") as run_dir:
+        result = finetune(
+            arch, "fashion-mnist", run_dir, pretrained=False, model_kwargs=recipe["model_kwargs"],
+            val_fraction=VAL_IMAGES / 60000, limit=limit, augment=recipe["augment"], config=config,
+            post_training=False,
+        )
+    model = result.model
+    metrics = {task_key("fashion-mnist", None): evaluate(model, "fashion-mnist"),
+               task_key("fashion-mnist", SLICE): evaluate(model, "fashion-mnist", SLICE)}
+    cfg = config
+    provenance = Provenance(
+        data=f"Fashion-MNIST official training split ({result.history and len(result.history)} epochs over "
+             f"{limit or 60000 - VAL_IMAGES} images; {VAL_IMAGES} held out by seed {cfg.seed} to pick the best "
+             "epoch), test on the official 10k test split; from the Debian package dataset-fashion-mnist",
+        command=command or f"python -m training.recipes.fmnist {arch}",
+        seed=cfg.seed, epochs=len(result.history), wall_time_s=clock.seconds,
+        hyperparameters={
+            "optimizer": f"{cfg.optimizer} (momentum {cfg.momentum}, nesterov {cfg.nesterov}), lr {cfg.lr}, "
+                         f"weight decay {cfg.weight_decay} (not on norms and biases), batch {cfg.batch_size}",
+            "schedule": f"{cfg.scheduler} with {cfg.warmup_epochs:g} warmup epoch(s)",
+            "augmentation": str(recipe["augment"]),
+            "precision": f"{cfg.precision}, channels_last {cfg.channels_last}",
+            "best epoch (validation accuracy)": f"{result.metrics.get('epoch')}: {result.metrics.get('val_acc', 0):.4f}",
+        },
+    )
+    return publish(
+        model, f"{arch}.fmnist", title=recipe["title"], task="fashion-mnist", metrics=metrics,
+        provenance=provenance, history=result.history, model_kwargs={**recipe["model_kwargs"], "in_chans": 1},
+        preprocess=model.pretrained_cfg["preprocess"], categories="fashion-mnist", root=out,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.recipes.fmnist", description=__doc__.splitlines()[0])
+    parser.add_argument("arch", choices=sorted(RECIPES))
+    parser.add_argument("--epochs", type=int, help="fewer epochs than the recipe's (smoke tests)")
+    parser.add_argument("--limit", type=int, help="train on this many images only (smoke tests)")
+    parser.add_argument("--out", default=str(WEIGHTS_DIR), help="where the weights, card and entry go")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    entry = run(args.arch, args.epochs, args.limit, args.out, shlex.join(["python", "-m", "training.recipes.fmnist", *argv]))
+    print(f"{entry['name']}: test {entry['metrics']['fashion-mnist']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
