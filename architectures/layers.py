@@ -56,6 +56,8 @@ def check_image_input(x: torch.Tensor, in_chans: int, min_size: int, name: str) 
     """Raise a ValueError naming the model and the shape it expects unless ``x`` is an image
     batch (N, in_chans, H, W) with H, W >= min_size; a clear message beats a shape error deep
     inside a convolution."""
+    if x.ndim == 4 and x.shape[1] == in_chans and x.shape[2] >= min_size and x.shape[3] >= min_size:
+        return  # the common case, without building the messages
     expected = f"{name} expects input of shape (N, {in_chans}, H, W) with H, W >= {min_size}"
     got = tuple(x.shape)
     if x.ndim != 4:
