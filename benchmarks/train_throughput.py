@@ -10,7 +10,7 @@ then is scored on ``--test-subset`` test images; there the plain loop reads the 
 Trainer's order (its seeded per-epoch shuffle), so the runs differ only in what the Trainer
 does, not in the luck of the shuffle (a few epochs from scratch vary by several points).
 
-    .venv/bin/python benchmarks/train_throughput.py [--steps 20] [--repeats 3] [--epochs 2] [--subset 10000]
+    .venv/bin/python benchmarks/train_throughput.py [--steps 20] [--repeats 3] [--epochs 2] [--subset 10000] [--no-bf16]
 """
 from __future__ import annotations
 
@@ -131,6 +131,7 @@ def main() -> None:
     parser.add_argument("--subset", type=int, default=10000, help="training images for the accuracy comparison")
     parser.add_argument("--test-subset", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--no-bf16", action="store_true", help="skip the bf16 variant (slow on CPUs without bf16 kernels)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -142,6 +143,8 @@ def main() -> None:
         "Trainer, bf16 + channels_last": engine_run("bf16", True),
         "Trainer, fp32 + channels_last": engine_run("fp32", True),
     }
+    if args.no_bf16:
+        del variants["Trainer, bf16 + channels_last"]
     print(f"resnet20 on Fashion-MNIST 28x28 gray, batch {args.batch_size} (torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads, CPU capability {torch.backends.cpu.get_cpu_capability()})")
     if args.steps:

@@ -30,9 +30,10 @@ def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ZOO_OFFLINE", "1")
 
 
-def test_every_family_has_bundled_weights_so_far() -> None:
-    """The bundled weights cover these families (the list grows as recipes land)."""
-    assert {"dbn.digits"} <= set(BUNDLED), BUNDLED
+def test_bundled_weights_include_each_recipe_family() -> None:
+    """A CNN, both DBNs and the graph model ship trained weights (the list grows with the recipes)."""
+    assert {"resnet20.fmnist", "dbn.digits", "dbn.fmnist", "gin3.triangles_er"} <= set(BUNDLED), BUNDLED
+    assert registry.weight_info("resnet20").name == "resnet20.fmnist"  # the architecture's default weights
 
 
 @pytest.mark.parametrize("name", BUNDLED)

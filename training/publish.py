@@ -108,7 +108,7 @@ def publish(
         "model_kwargs": dict(model_kwargs or {}),
         "preprocess": dict(preprocess or {}),
         "categories": categories,
-        "metrics": {k: {m: round(float(v), 4) for m, v in task_metrics.items()} for k, task_metrics in metrics.items()},
+        "metrics": {k: {m: float(f"{v:.6g}") for m, v in task_metrics.items()} for k, task_metrics in metrics.items()},
         "eval_task": task,
         "num_params": sum(p.numel() for p in model.parameters()),
         "file_size": len(blob),
