@@ -119,7 +119,6 @@ def test_graph_recipe_tiny(tmp_path: Path) -> None:
 
 
 def test_fmnist_recipe_tiny(tmp_path: Path) -> None:
-    torch.set_num_threads(2)
     entry = fmnist_recipe.run("resnet20", epochs=1, limit=128, out=str(tmp_path))
     assert set(entry["metrics"]) == {"fashion-mnist", "fashion-mnist[:1000]"}
     _published(entry, tmp_path)

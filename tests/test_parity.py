@@ -46,7 +46,12 @@ def test_timm_seresnet50_from_hub_safetensors(http_server, monkeypatch):
     reference = randomize_batchnorm(timm.create_model("seresnet50", pretrained=False))
     publish(http_server, monkeypatch, "seresnet50.a1_in1k", reference.state_dict(), fmt="safetensors")
     model = zoo.load("seresnet50.a1_in1k")
-    assert _max_abs_diff(reference, model, torch.randn(2, 3, 64, 64)) <= 1e-5
+    x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        scale = reference.eval()(x).abs().max().item()
+    # 1e-5 relative to the logits' size: with random BatchNorm statistics they reach ~10, where
+    # the float32 rounding of different (thread-count dependent) conv kernels shows up at 1e-5
+    assert _max_abs_diff(reference, model, x) <= 1e-5 * max(1.0, scale)
     assert sum(p.numel() for p in model.parameters()) == zoo.info("seresnet50.a1_in1k").num_params
 
 
