@@ -11,6 +11,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+import torch
 
 MODES = ("ok", "truncate", "truncate_once", "error500_once")
 
@@ -147,3 +148,12 @@ def _isolated_zoo_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def zoo_home(_isolated_zoo_home: Path) -> Path:
     """The test's ZOO_HOME (zoo creates it on first use)."""
     return _isolated_zoo_home
+
+
+@pytest.fixture
+def one_thread():
+    """Run the test on one intra-op thread (small models: faster, and deterministic across machines)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -28,12 +28,7 @@ FAMILIES = ("resnet20", "densenet_bc_40", "mobilenet_v2_cifar")
 QUIET = dict(progress=False, tensorboard=False, plot=False)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_model(name: str = "resnet20", **kwargs) -> nn.Module:
