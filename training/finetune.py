@@ -498,7 +498,8 @@ def run(args: argparse.Namespace, command: str | None = None) -> FinetuneResult:
         max_length=args.max_length, post_training=not args.no_post_training, command=command,
     )
     shown = ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items() if k in ("val_acc", "val_loss"))
-    print(f"saved {result.out} (best epoch {result.metrics.get('epoch')}{': ' + shown if shown else ''})")
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, only the process that saved
+        print(f"saved {result.out} (best epoch {result.metrics.get('epoch')}{': ' + shown if shown else ''})")
     return result
 
 
