@@ -8,13 +8,16 @@ options, preprocessing, class names, the measured metrics keyed by evaluation ta
 """
 from __future__ import annotations
 
+import argparse
 import datetime
 import hashlib
 import json
 import os
 import platform
+import shlex
+import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,3 +163,30 @@ def _card(title: str, entry: Mapping[str, Any], provenance: Provenance, date: st
     if curves:
         lines += ["## Training curves", "", f"![training curves]({curves})", ""]
     return "\n".join(lines)
+
+
+def recipe_main(
+    module: str,
+    description: str,
+    choices: Sequence[str],
+    run: Callable[..., dict[str, Any]],
+    argv: Sequence[str] | None = None,
+    *,
+    limit: bool = True,
+) -> int:
+    """The command line every recipe shares: ``python -m MODULE TARGET [--epochs N] [--limit N]
+    [--out DIR]``; calls ``run(TARGET, epochs=, out=, command=[, limit=])`` with the command
+    that reruns it, and prints the published entry's test metrics."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
+    parser.add_argument("target", choices=sorted(choices), help="the weights to train")
+    parser.add_argument("--epochs", type=int, help="fewer epochs than the recipe's (smoke tests)")
+    if limit:
+        parser.add_argument("--limit", type=int, help="train on this many samples only (smoke tests)")
+    parser.add_argument("--out", default=str(WEIGHTS_DIR), help="where the weights, card and entry go")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    options = {"limit": args.limit} if limit else {}
+    command = shlex.join(["python", "-m", module, *argv])
+    entry = run(args.target, epochs=args.epochs, out=args.out, command=command, **options)
+    print(f"{entry['name']}: test {entry['metrics']}")
+    return 0

@@ -8,8 +8,6 @@ training rows draws the curves (it picks nothing).
 """
 from __future__ import annotations
 
-import argparse
-import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, replace
@@ -22,7 +20,7 @@ from training.data import load_fashion_mnist
 from training.dbn import FinetuneConfig, RBMConfig, finetune, pretrain
 from training.digits import load_nudged_digits
 from training.evaluate import evaluate, task_key
-from training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish
+from training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
 
 SEED = 0
 RECIPES: dict[str, dict[str, Any]] = {
@@ -96,17 +94,7 @@ def run(dataset: str, epochs: int | None = None, limit: int | None = None, out: 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.recipes.dbn", description=__doc__.splitlines()[0])
-    parser.add_argument("dataset", choices=sorted(RECIPES))
-    parser.add_argument("--epochs", type=int, help="fewer epochs than the recipe's (smoke tests)")
-    parser.add_argument("--limit", type=int, help="train on this many rows only (smoke tests)")
-    parser.add_argument("--out", default=str(WEIGHTS_DIR), help="where the weights, card and entry go")
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
-    entry = run(args.dataset, args.epochs, args.limit, args.out,
-                shlex.join(["python", "-m", "training.recipes.dbn", *argv]))
-    print(f"{entry['name']}: test {entry['metrics']}")
-    return 0
+    return recipe_main("training.recipes.dbn", __doc__.splitlines()[0], RECIPES, run, argv)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,6 @@ shorten a run (for a smoke test: its card then says so).
 """
 from __future__ import annotations
 
-import argparse
-import shlex
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -21,7 +19,7 @@ from training.data import Augment
 from training.engine import TrainConfig
 from training.evaluate import evaluate, task_key
 from training.finetune import finetune
-from training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish
+from training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
 
 VAL_IMAGES = 5000
 SLICE = 1000  # the test-set slice the tests re-measure
@@ -56,7 +54,7 @@ def run(arch: str, epochs: int | None = None, limit: int | None = None, out: str
                task_key("fashion-mnist", SLICE): evaluate(model, "fashion-mnist", SLICE)}
     cfg = config
     provenance = Provenance(
-        data=f"Fashion-MNIST official training split ({result.history and len(result.history)} epochs over "
+        data=f"Fashion-MNIST official training split ({len(result.history)} epochs over "
              f"{limit or 60000 - VAL_IMAGES} images; {VAL_IMAGES} held out by seed {cfg.seed} to pick the best "
              "epoch), test on the official 10k test split; from the Debian package dataset-fashion-mnist",
         command=command or f"python -m training.recipes.fmnist {arch}",
@@ -78,16 +76,7 @@ def run(arch: str, epochs: int | None = None, limit: int | None = None, out: str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.recipes.fmnist", description=__doc__.splitlines()[0])
-    parser.add_argument("arch", choices=sorted(RECIPES))
-    parser.add_argument("--epochs", type=int, help="fewer epochs than the recipe's (smoke tests)")
-    parser.add_argument("--limit", type=int, help="train on this many images only (smoke tests)")
-    parser.add_argument("--out", default=str(WEIGHTS_DIR), help="where the weights, card and entry go")
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
-    entry = run(args.arch, args.epochs, args.limit, args.out, shlex.join(["python", "-m", "training.recipes.fmnist", *argv]))
-    print(f"{entry['name']}: test {entry['metrics']['fashion-mnist']}")
-    return 0
+    return recipe_main("training.recipes.fmnist", __doc__.splitlines()[0], RECIPES, run, argv)
 
 
 if __name__ == "__main__":

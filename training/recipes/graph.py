@@ -9,8 +9,7 @@ the standardisation into the head, so the published model outputs counts.
 """
 from __future__ import annotations
 
-import argparse
-import shlex
+import dataclasses
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -24,9 +23,10 @@ from architectures.graph import AddTriangles
 from training.engine import StepOutput, Trainer, TrainConfig
 from training.evaluate import evaluate, task_key
 from training.graph_data import TriangleCounting
-from training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish
+from training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
 
 SEED = 0
+TASKS = ("triangles-er",)
 MODEL_KWARGS = {"in_channels": 1, "head": "graph_regression", "hidden_channels": 64, "num_layers": 4}
 CONFIG = TrainConfig(epochs=60, batch_size=64, optimizer="adamw", lr=3e-3, weight_decay=0.0, scheduler="cosine",
                      warmup_epochs=2.0, seed=SEED)
@@ -43,17 +43,18 @@ class StandardisedMSE:
         return StepOutput(F.mse_loss(model(batch).float(), target))
 
 
-def run(epochs: int | None = None, out: str = str(WEIGHTS_DIR), command: str | None = None,
-        run_dir: str | None = None) -> dict[str, Any]:
+def run(task: str = "triangles-er", epochs: int | None = None, out: str = str(WEIGHTS_DIR),
+        command: str | None = None) -> dict[str, Any]:
     """Train, evaluate and publish ``gin3.triangles_er``; returns its entry."""
+    if task not in TASKS:
+        raise ValueError(f"no graph recipe for {task!r}; recipes: {', '.join(TASKS)}")
     clock = Stopwatch()
     train = TriangleCounting("er", "train", seed=SEED, pre_transform=AddTriangles())
     val = TriangleCounting("er", "val", seed=SEED, pre_transform=AddTriangles())
     mean, std = float(train.y.mean()), float(train.y.std())
     torch.manual_seed(SEED)
     model = zoo.load("gin3", pretrained=False, num_classes=1, **MODEL_KWARGS)
-    config = CONFIG if epochs is None else TrainConfig(**{**CONFIG.__dict__, "epochs": epochs})
-    config.out_dir = run_dir
+    config = CONFIG if epochs is None else dataclasses.replace(CONFIG, epochs=epochs)
     trainer = Trainer(model, config, step_fn=StandardisedMSE(mean, std), collate_fn=Collater(train))
     history = trainer.fit(train, val)
     model.load_state_dict(trainer.best_state_dict())
@@ -84,15 +85,7 @@ def run(epochs: int | None = None, out: str = str(WEIGHTS_DIR), command: str | N
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.recipes.graph", description=__doc__.splitlines()[0])
-    parser.add_argument("task", choices=["triangles-er"])
-    parser.add_argument("--epochs", type=int, help="fewer epochs than the recipe's (smoke tests)")
-    parser.add_argument("--out", default=str(WEIGHTS_DIR), help="where the weights, card and entry go")
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
-    entry = run(args.epochs, args.out, shlex.join(["python", "-m", "training.recipes.graph", *argv]))
-    print(f"{entry['name']}: test {entry['metrics']}")
-    return 0
+    return recipe_main("training.recipes.graph", __doc__.splitlines()[0], TASKS, run, argv, limit=False)
 
 
 if __name__ == "__main__":
