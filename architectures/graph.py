@@ -18,12 +18,17 @@ with its readout, so a comparison changes one name and nothing else.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Literal
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
+
+with warnings.catch_warnings():  # PyG scripts a few helpers at import, which torch now warns about
+    warnings.filterwarnings("ignore", message=".*torch.jit.script.* is deprecated", category=FutureWarning)
+    import torch_geometric.nn  # noqa: F401
 from torch_geometric.data import Data
 from torch_geometric.nn import MLP, GINConv, GINEConv
 from torch_geometric.nn.aggr import Aggregation

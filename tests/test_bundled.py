@@ -14,11 +14,13 @@ import safetensors.torch
 import torch
 
 import zoo
-from training import evaluate
+from training import data, evaluate
 from training.recipes import dbn as dbn_recipe
 from training.recipes import fmnist as fmnist_recipe
 from training.recipes import graph as graph_recipe
+from training.recipes import moe_lm as moe_lm_recipe
 from zoo import cli, registry
+from zoo.tokenizer import ByteTokenizer
 
 WEIGHTS = Path(str(resources.files("weights")))
 BUNDLED = [name for name in zoo.list_models(pretrained=True) if registry.weight_info(name).file]
@@ -112,9 +114,14 @@ def test_dbn_recipe_tiny(tmp_path: Path) -> None:
     _published(entry, tmp_path)
 
 
-def test_graph_recipe_tiny(tmp_path: Path) -> None:
-    entry = graph_recipe.run(epochs=1, out=str(tmp_path))
+def test_graph_recipes_tiny(tmp_path: Path) -> None:
+    entry = graph_recipe.run("triangles-er", epochs=1, out=str(tmp_path))
     assert entry["model_kwargs"]["head"] == "graph_regression" and entry["num_classes"] == 1
+    _published(entry, tmp_path)
+    entry = graph_recipe.run("fashion-mnist-graphs", epochs=1, limit=240, out=str(tmp_path))
+    assert entry["name"] == "gin3.fmnist" and entry["num_classes"] == 10
+    assert set(entry["metrics"]) == {"fashion-mnist-graphs", "fashion-mnist-graphs[:1000]"}
+    assert "240 images of the official training split, 20 of them held out" in (tmp_path / entry["card"]).read_text()
     _published(entry, tmp_path)
 
 
@@ -122,6 +129,48 @@ def test_fmnist_recipe_tiny(tmp_path: Path) -> None:
     entry = fmnist_recipe.run("resnet20", epochs=1, limit=128, out=str(tmp_path))
     assert set(entry["metrics"]) == {"fashion-mnist", "fashion-mnist[:1000]"}
     _published(entry, tmp_path)
+
+
+def test_moe_lm_recipe_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both language models (MoE and dense baseline) are trained, measured and published; tiny
+    models on the first 20 kB of each split keep it to seconds."""
+    small = {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 32,
+             "num_experts": 4, "top_k": 2, "max_position_embeddings": evaluate.CONTEXT}
+    monkeypatch.setattr(moe_lm_recipe, "MOE", small)
+    monkeypatch.setattr(moe_lm_recipe, "DENSE", {**small, "dense_layers": [0, 1]})
+    for module in (moe_lm_recipe, evaluate):
+        monkeypatch.setattr(module, "stdlib_corpus", lambda split: data.stdlib_corpus(split)[:20_000])
+    entries = moe_lm_recipe.run("stdlib", steps=2, out=str(tmp_path))
+    assert [(e["name"], e["default"]) for e in entries] == [("moe_lm.stdlib", True), ("moe_lm.stdlib_dense", False)]
+    assert entries[1]["model_kwargs"]["dense_layers"] == [0, 1]
+    for entry in entries:
+        _published(entry, tmp_path)
+        assert "greedy sample" in (tmp_path / entry["card"]).read_text()
+
+
+def test_zoo_generate_reproduces_the_cards_sample(capsys: pytest.CaptureFixture) -> None:
+    for name in ("moe_lm.stdlib", "moe_lm.stdlib_dense"):
+        assert cli.main(["generate", name, "def fib(", "--temperature", "0", "--max-new-tokens", "160"]) == 0
+        sample = capsys.readouterr().out[:-1]  # print's newline
+        assert sample.startswith("def fib(") and f"`{sample!r}`" in registry.weight_info(name).card_text()
+    sampled = []
+    for _ in range(2):  # sampling is reproducible from --seed
+        assert cli.main(["generate", "moe_lm.stdlib", "import ", "--seed", "3", "--max-new-tokens", "30"]) == 0
+        sampled.append(capsys.readouterr().out)
+    assert sampled[0] == sampled[1] and sampled[0].startswith("import ")
+    assert cli.main(["generate", "resnet20.fmnist", "x"]) == 2
+    assert "not a byte-level language model" in capsys.readouterr().err
+
+
+def test_stdlib_corpus_splits_files_by_index() -> None:
+    files = data.stdlib_files()
+    assert len(files) > 100 and all(p.suffix == ".py" for p in files) and files == sorted(files)
+    assert not any({"test", "idlelib"} & set(p.parts) for p in files)
+    test = data.stdlib_corpus("test")
+    expected = sum(p.stat().st_size + 1 for i, p in enumerate(files) if i % 20 == 0)  # + 1: the eos byte
+    assert len(test) == expected and int((test == ByteTokenizer.eos_token_id).sum()) == len(files[::20])
+    with pytest.raises(ValueError, match="train, val or test"):
+        data.stdlib_corpus("dev")
 
 
 def test_demo_runs_on_a_reduced_budget(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -8,8 +8,10 @@ import gzip
 import itertools
 import json
 import os
+import sysconfig
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -62,6 +64,30 @@ def load_fashion_mnist(split: str = "train", root: str | Path | None = None) -> 
 
     dataset = FashionMNIST(str(directory), train=split == "train", download=True)
     return dataset.data, dataset.targets
+
+
+STDLIB_EXCLUDED = {"test", "tests", "idlelib", "lib2to3", "site-packages", "dist-packages", "__pycache__"}
+
+
+def stdlib_files() -> list[Path]:
+    """This interpreter's standard-library ``.py`` files outside test, tool and package
+    folders, sorted by path: the text corpus of the byte-level language models."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return sorted(p for p in root.rglob("*.py") if not STDLIB_EXCLUDED & set(p.relative_to(root).parts))
+
+
+@lru_cache(maxsize=3)
+def stdlib_corpus(split: str) -> torch.Tensor:
+    """The byte stream (int16 token ids, files joined by the eos token) of a split of
+    `stdlib_files`: file i is test when i % 20 == 0, validation when 1, training otherwise."""
+    remainders = {"test": {0}, "val": {1}, "train": set(range(2, 20))}
+    if split not in remainders:
+        raise ValueError(f"split must be train, val or test, got {split!r}")
+    ids: list[int] = []
+    for i, path in enumerate(stdlib_files()):
+        if i % 20 in remainders[split]:
+            ids += [*path.read_bytes(), ByteTokenizer.eos_token_id]
+    return torch.tensor(ids, dtype=torch.int16)
 
 
 # ---------------------------------------------------------------------------------------------

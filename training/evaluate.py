@@ -8,7 +8,8 @@ for other metrics (losses, error ratios, bits per byte).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import lru_cache
 from typing import Any
 
 import torch
@@ -16,11 +17,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import zoo
-from training.data import load_fashion_mnist
+from training.data import load_fashion_mnist, stdlib_corpus
 from training.report import logits_of
 
 Task = Callable[[nn.Module, int | None], dict[str, float]]
 TASKS: dict[str, Task] = {}
+CONTEXT = 256  # tokens per window of the language-model evaluation
 ACCURACY_TOLERANCE = 0.2  # percentage points
 RELATIVE_TOLERANCE = 0.01
 
@@ -41,16 +43,21 @@ def task_key(name: str, limit: int | None) -> str:
 
 
 @torch.inference_mode()
-def _classify(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int = 500) -> dict[str, float]:
-    """Top-1 accuracy (percent) and mean cross-entropy of ``model`` on prepared inputs."""
+def _classify(model: nn.Module, batches: Iterable[tuple[Any, torch.Tensor]]) -> dict[str, float]:
+    """Top-1 accuracy (percent) and mean cross-entropy of ``model`` over (inputs, targets) batches."""
     model.eval()
-    correct, loss = 0, 0.0
-    for start in range(0, len(inputs), batch_size):
-        logits = logits_of(model(inputs[start : start + batch_size])).float()
-        y = targets[start : start + batch_size]
+    correct, loss, count = 0, 0.0, 0
+    for inputs, y in batches:
+        logits = logits_of(model(inputs)).float()
         correct += int((logits.argmax(-1) == y).sum())
         loss += float(F.cross_entropy(logits, y, reduction="sum"))
-    return {"top1": 100.0 * correct / len(inputs), "loss": loss / len(inputs)}
+        count += len(y)
+    return {"top1": 100.0 * correct / count, "loss": loss / count}
+
+
+def _tensor_batches(inputs: torch.Tensor, targets: torch.Tensor, batch_size: int = 500) -> Iterator[tuple[Any, Any]]:
+    for start in range(0, len(inputs), batch_size):
+        yield inputs[start : start + batch_size], targets[start : start + batch_size]
 
 
 @task("fashion-mnist")
@@ -59,14 +66,14 @@ def fashion_mnist(model: nn.Module, limit: int | None = None) -> dict[str, float
     images, labels = load_fashion_mnist("test")
     images, labels = images[:limit, None], labels[:limit]
     prepared = zoo.transforms(model)(images)
-    return _classify(model, prepared, labels)
+    return _classify(model, _tensor_batches(prepared, labels))
 
 
 @task("fashion-mnist-pixels")
 def fashion_mnist_pixels(model: nn.Module, limit: int | None = None) -> dict[str, float]:
     """Vector models (DBNs) on the official 10k test images as 784 pixels scaled to [0, 1]."""
     images, labels = load_fashion_mnist("test")
-    return _classify(model, images[:limit].reshape(-1, 784).float() / 255, labels[:limit])
+    return _classify(model, _tensor_batches(images[:limit].reshape(-1, 784).float() / 255, labels[:limit]))
 
 
 @task("digits-nudged")
@@ -75,7 +82,8 @@ def digits_nudged(model: nn.Module, limit: int | None = None) -> dict[str, float
     from training.digits import load_nudged_digits
 
     _, x_test, _, y_test = load_nudged_digits()
-    return _classify(model, torch.from_numpy(x_test[:limit]).float(), torch.from_numpy(y_test[:limit]).long())
+    inputs, targets = torch.from_numpy(x_test[:limit]).float(), torch.from_numpy(y_test[:limit]).long()
+    return _classify(model, _tensor_batches(inputs, targets))
 
 
 @task("triangles-er")
@@ -96,6 +104,42 @@ def triangles_er(model: nn.Module, limit: int | None = None) -> dict[str, float]
             targets.append(batch.y.reshape(-1))
     prediction, target = torch.cat(predictions), torch.cat(targets)
     return {"nmse": normalized_mse(prediction, target), "mae": float((prediction - target).abs().mean())}
+
+
+@lru_cache(maxsize=2)
+def _fashion_mnist_test_graphs(limit: int | None) -> Any:
+    """The first ``limit`` test images as graphs with triangles (built once: ~20 s for all)."""
+    from architectures.graph import AddTriangles
+    from training.graph_data import FashionMNISTGraphs
+
+    return FashionMNISTGraphs("test", num_graphs=limit, seed=None, pre_transform=AddTriangles())
+
+
+@task("fashion-mnist-graphs")
+def fashion_mnist_graphs(model: nn.Module, limit: int | None = None) -> dict[str, float]:
+    """Graph classifiers on the official 10k test images as 14x14 pixel graphs with their
+    triangles (`training.graph_data.FashionMNISTGraphs`)."""
+    from torch_geometric.loader import DataLoader
+
+    loader = DataLoader(_fashion_mnist_test_graphs(limit), batch_size=256)
+    return _classify(model, ((batch, batch.y) for batch in loader))
+
+
+@task("stdlib-bytes")
+def stdlib_bytes(model: nn.Module, limit: int | None = None) -> dict[str, float]:
+    """Language models on the standard-library test split: mean next-byte cross-entropy in bits
+    over consecutive ``CONTEXT``-token windows (the first ``limit`` windows), fp32."""
+    stream = stdlib_corpus("test").long()
+    windows = (len(stream) - 1) // CONTEXT if limit is None else limit
+    inputs = stream[: windows * CONTEXT].view(windows, CONTEXT)
+    targets = stream[1 : windows * CONTEXT + 1].view(windows, CONTEXT)
+    model.eval()
+    total = 0.0
+    with torch.inference_mode():
+        for start in range(0, windows, 64):
+            logits = logits_of(model(inputs[start : start + 64])).float()
+            total += float(F.cross_entropy(logits.flatten(0, 1), targets[start : start + 64].flatten(), reduction="sum"))
+    return {"bits_per_byte": total / (windows * CONTEXT) / math.log(2)}
 
 
 def evaluate(model: nn.Module, task_name: str, limit: int | None = None) -> dict[str, float]:

@@ -138,7 +138,8 @@ class FashionMNISTGraphs(_GeneratedDataset):
     brighter than ``threshold`` (in [0, 1]) becomes a node with x = [intensity, row / size,
     col / size], joined to its bright 8-neighbours (diagonals give triangles); ``pos`` holds
     (row, col). ``split`` is the official train or test split ("val" is not defined here);
-    ``num_graphs`` draws that many images at random with ``seed`` (None: all)."""
+    ``num_graphs`` draws that many images at random with ``seed`` (None: all), or takes the
+    first ``num_graphs`` when ``seed`` is None."""
 
     def __init__(
         self,
@@ -146,7 +147,7 @@ class FashionMNISTGraphs(_GeneratedDataset):
         num_graphs: int | None = None,
         size: int = 14,
         threshold: float = 0.1,
-        seed: int = 0,
+        seed: int | None = 0,
         root: str | Path | None = None,
         transform: Transform = None,
         pre_transform: Transform = None,
@@ -155,8 +156,9 @@ class FashionMNISTGraphs(_GeneratedDataset):
             raise ValueError(f"size must divide 28 (e.g. 28, 14, 7), got {size}")
         images, labels = load_fashion_mnist(split, root)
         if num_graphs is not None:
-            chosen = torch.randperm(len(images), generator=torch.Generator().manual_seed(seed))[:num_graphs]
-            images, labels = images[chosen], labels[chosen]
+            order = torch.arange(len(images)) if seed is None else torch.randperm(
+                len(images), generator=torch.Generator().manual_seed(seed))
+            images, labels = images[order[:num_graphs]], labels[order[:num_graphs]]
         pooled = torch.nn.functional.avg_pool2d(images.unsqueeze(1).float() / 255, 28 // size).flatten(1)
         edge_index, _ = remove_self_loops(grid(size, size)[0])
         rows, cols = torch.arange(size * size) // size, torch.arange(size * size) % size

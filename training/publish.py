@@ -172,21 +172,25 @@ def recipe_main(
     run: Callable[..., dict[str, Any]],
     argv: Sequence[str] | None = None,
     *,
+    budget: str = "epochs",
     limit: bool = True,
 ) -> int:
     """The command line every recipe shares: ``python -m MODULE TARGET [--epochs N] [--limit N]
-    [--out DIR]``; calls ``run(TARGET, epochs=, out=, command=[, limit=])`` with the command
-    that reruns it, and prints the published entry's test metrics."""
+    [--out DIR]`` (``--steps`` instead of ``--epochs`` when ``budget="steps"``); calls
+    ``run(TARGET, epochs= or steps=, out=, command=[, limit=])`` with the command that reruns
+    it, and prints the test metrics of the entry (or entries) it published."""
     parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
     parser.add_argument("target", choices=sorted(choices), help="the weights to train")
-    parser.add_argument("--epochs", type=int, help="fewer epochs than the recipe's (smoke tests)")
+    parser.add_argument(f"--{budget}", type=int, help=f"fewer {budget} than the recipe's (smoke tests)")
     if limit:
         parser.add_argument("--limit", type=int, help="train on this many samples only (smoke tests)")
     parser.add_argument("--out", default=str(WEIGHTS_DIR), help="where the weights, card and entry go")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     options = {"limit": args.limit} if limit else {}
+    options[budget] = getattr(args, budget)
     command = shlex.join(["python", "-m", module, *argv])
-    entry = run(args.target, epochs=args.epochs, out=args.out, command=command, **options)
-    print(f"{entry['name']}: test {entry['metrics']}")
+    published = run(args.target, out=args.out, command=command, **options)
+    for entry in published if isinstance(published, list) else [published]:
+        print(f"{entry['name']}: test {entry['metrics']}")
     return 0

@@ -1,5 +1,5 @@
-"""Command line: ``zoo list``, ``zoo info``, ``zoo predict``, ``zoo finetune``, ``zoo eval``,
-``zoo demo`` (also ``python -m zoo``)."""
+"""Command line: ``zoo list``, ``zoo info``, ``zoo predict``, ``zoo generate``, ``zoo finetune``,
+``zoo eval``, ``zoo demo`` (also ``python -m zoo``)."""
 from __future__ import annotations
 
 import argparse
@@ -14,6 +14,7 @@ from PIL import Image
 import zoo
 from training import demo, evaluate, finetune
 from zoo import registry
+from zoo.tokenizer import complete
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -71,6 +72,13 @@ def _predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def _generate(args: argparse.Namespace) -> int:
+    model = zoo.load(args.name, device=args.device)
+    print(complete(model, args.prompt, args.max_new_tokens, args.seed, temperature=args.temperature,
+                   top_k=args.top_k, top_p=args.top_p))
+    return 0
+
+
 def _finetune(args: argparse.Namespace) -> int:
     finetune.run(args, command=args.command_line)
     return 0
@@ -97,7 +105,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="zoo", description="zoo: list models, show weight metadata, classify images, fine-tune, evaluate, demo."
+        prog="zoo", description="zoo: list models, show weight metadata, classify images, generate text, fine-tune, evaluate, "
+        "demo."
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -117,6 +126,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topk", type=int, default=5)
     p.add_argument("--device", default="cpu")
     p.set_defaults(run=_predict)
+
+    p = commands.add_parser("generate", help="continue a text prompt with a byte-level language model")
+    p.add_argument("name", help="weight name, e.g. moe_lm.stdlib")
+    p.add_argument("prompt", help="the text to continue, e.g. 'def fib('")
+    p.add_argument("--max-new-tokens", type=int, default=200, help="bytes to generate at most (stops at end of file)")
+    p.add_argument("--temperature", type=float, default=0.8, help="0 for greedy decoding")
+    p.add_argument("--top-k", type=int, help="sample from the k most likely bytes only")
+    p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling threshold")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu")
+    p.set_defaults(run=_generate)
 
     p = commands.add_parser("finetune", help="fine-tune a model on an image folder, text,label file or tensors")
     finetune.add_arguments(p)

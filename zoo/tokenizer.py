@@ -4,9 +4,10 @@ unknown tokens, and any text round-trips exactly."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import torch
+import torch.nn as nn
 
 
 class ByteTokenizer:
@@ -73,3 +74,20 @@ class ByteTokenizer:
             input_ids[row, span] = torch.tensor(ids, dtype=torch.long)
             attention_mask[row, span] = 1
         return input_ids, attention_mask
+
+
+def complete(model: nn.Module, prompt: str, max_new_tokens: int, seed: int = 0, **sampling: Any) -> str:
+    """``prompt`` continued by a byte-level language model's ``generate`` (``sampling``:
+    temperature, top_k, top_p), up to ``max_new_tokens`` bytes or the end of the file. The
+    prompt is preceded by eos, which separates files in the training corpus: the model
+    continues it as the start of a file."""
+    tokenizer = ByteTokenizer()
+    vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
+    if not hasattr(model, "generate") or vocab_size != tokenizer.vocab_size:
+        raise ValueError(f"{type(model).__name__} is not a byte-level language model (vocabulary {vocab_size}, "
+                         f"not {tokenizer.vocab_size}); use one such as moe_lm.stdlib")
+    device = next(model.parameters()).device
+    ids = torch.tensor([[tokenizer.eos_token_id, *tokenizer.encode(prompt)]], device=device)
+    generator = torch.Generator(device).manual_seed(seed)
+    out = model.generate(ids, max_new_tokens, eos_token_id=tokenizer.eos_token_id, generator=generator, **sampling)
+    return tokenizer.decode(out[0, 1:])
