@@ -1,12 +1,13 @@
 """Deep belief net: RBM free energies and partition functions against brute force, Gibbs
 sampling against the exact distribution, CD/PCD gradients against autograd, scikit-learn
 interop, the Gaussian RBM, greedy pretraining + fine-tuning on the nudged digits, the model
-contract and the scikit-learn-style estimator."""
+contract and the scikit-learn estimator (scikit-learn's own estimator checks)."""
 from __future__ import annotations
 
 import itertools
 import math
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import cross_val_score
 from sklearn.neural_network import BernoulliRBM
 from sklearn.pipeline import Pipeline
+from sklearn.utils.estimator_checks import parametrize_with_checks
 from threadpoolctl import threadpool_limits
 from torch import nn
 
@@ -417,7 +419,7 @@ def test_sklearn_style_classifier() -> None:
     options = dict(hidden_layer_sizes=(32, 16), finetune_epochs=10, batch_size=32, random_state=0)
     estimator = DBNClassifier(**options)
     assert repr(estimator) == (
-        "DBNClassifier(hidden_layer_sizes=(32, 16), batch_size=32, finetune_epochs=10, random_state=0)"
+        "DBNClassifier(batch_size=32, finetune_epochs=10, hidden_layer_sizes=(32, 16),\n              random_state=0)"
     )
     estimator.fit(X[:500], y[:500])
     assert list(estimator.classes_) == ["ant", "bee", "cat"] and estimator.n_features_in_ == 20
@@ -437,11 +439,11 @@ def test_sklearn_style_classifier() -> None:
     features = DBNClassifier(hidden_layer_sizes=(8,), pretrain_epochs=1, random_state=0).fit(X)
     assert features.finetune_history_ == []
     assert features.transform(X).shape == (600, 8)
-    with pytest.raises(RuntimeError, match="without labels"):
+    with pytest.raises(NotFittedError, match="without labels"):
         features.predict(X)
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         DBNClassifier().transform(X)
-    with pytest.raises(ValueError, match="invalid parameters"):
+    with pytest.raises(ValueError, match="Invalid parameter 'hidden_units'"):
         DBNClassifier().set_params(hidden_units=3)
     # It composes with scikit-learn's tools.
     rbm_features = DBNClassifier(hidden_layer_sizes=(16,), batch_size=32, finetune_epochs=0, random_state=0)
@@ -449,3 +451,8 @@ def test_sklearn_style_classifier() -> None:
     assert pipeline.fit(X[:500], y[:500]).score(X[500:], y[500:]) > 0.9
     scores = cross_val_score(DBNClassifier(**options), X, y, cv=2)
     assert scores.shape == (2,) and scores.min() > 0.9
+
+
+@parametrize_with_checks([DBNClassifier((16,), pretrain_epochs=2, finetune_epochs=20, random_state=0)])
+def test_passes_scikit_learn_estimator_checks(estimator: DBNClassifier, check: Any) -> None:
+    check(estimator)

@@ -17,7 +17,6 @@ reproducible sampling and shuffling.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import math
 import time
@@ -29,6 +28,12 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
+from sklearn.exceptions import NotFittedError
+from sklearn.utils import Tags
+from sklearn.utils.extmath import softmax
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
 from tqdm.auto import tqdm
 
 from architectures.dbn import DBN, RBM, GaussianRBM, Sparsity, check_visible_input
@@ -355,16 +360,16 @@ def finetune(
     return history
 
 
-class DBNClassifier:
-    """A deep belief net with scikit-learn's estimator interface: ``fit(X, y)`` pretrains the
-    RBM stack greedily on X and fine-tunes it on y; ``fit(X)`` only pretrains, for
-    ``transform``. ``transform`` gives the top hidden layer's probabilities, ``predict`` /
-    ``predict_proba`` / ``score`` classify. It clones and fits in Pipelines and grid searches
-    like an sklearn estimator; the fitted zoo model is ``model_``.
+class DBNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):
+    """A deep belief net as a scikit-learn estimator: ``fit(X, y)`` pretrains the RBM stack
+    greedily on X and fine-tunes it on y; ``fit(X)`` only pretrains, for ``transform``.
+    ``transform`` gives the top hidden layer's probabilities, ``predict`` / ``predict_proba`` /
+    ``score`` classify. Input checks, labels and cloning are scikit-learn's own (it passes
+    ``check_estimator``); the fitted zoo model is ``model_``.
 
     ``hidden_layer_sizes`` follows MLPClassifier: the hidden layers only, the input size comes
     from X. ``random_state`` seeds weight init, sampling, shuffling and dropout without touching
-    torch's global random state.
+    torch's global random state. Computation is float32.
     """
 
     def __init__(
@@ -404,51 +409,20 @@ class DBNClassifier:
         self.random_state = random_state
         self.verbose = verbose
 
-    @classmethod
-    def _param_names(cls) -> list[str]:
-        return [name for name in inspect.signature(cls.__init__).parameters if name != "self"]
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self._param_names()}
-
-    def set_params(self, **params: Any) -> DBNClassifier:
-        unknown = set(params) - set(self._param_names())
-        if unknown:
-            raise ValueError(
-                f"invalid parameters {sorted(unknown)} for DBNClassifier; valid ones: {self._param_names()}"
-            )
-        for name, value in params.items():
-            setattr(self, name, value)
-        return self
-
-    def __repr__(self) -> str:
-        defaults = {n: p.default for n, p in inspect.signature(type(self).__init__).parameters.items() if n != "self"}
-        changed = [f"{n}={v!r}" for n, v in self.get_params().items() if v != defaults[n]]
-        return f"{type(self).__name__}({', '.join(changed)})"
-
-    def __sklearn_tags__(self) -> Any:
-        """Estimator tags for scikit-learn's meta-estimators (only scikit-learn calls this)."""
-        from sklearn.utils import ClassifierTags, InputTags, Tags, TargetTags, TransformerTags
-
-        return Tags(
-            estimator_type="classifier",
-            target_tags=TargetTags(required=False),
-            transformer_tags=TransformerTags(),
-            classifier_tags=ClassifierTags(),
-            input_tags=InputTags(),
-        )
+    def __sklearn_tags__(self) -> Tags:
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = False  # fit(X) pretrains only, for transform
+        tags.transformer_tags.preserves_dtype = ["float32"]
+        return tags
 
     def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> DBNClassifier:
-        X = np.asarray(X, dtype=np.float32) if not isinstance(X, torch.Tensor) else X.float()
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-D (n_samples, n_features), got shape {tuple(X.shape)}")
-        self.n_features_in_ = X.shape[1]
-        num_classes = 0
         if y is None:
+            X = validate_data(self, X, dtype=np.float32)
             self.__dict__.pop("classes_", None)  # from an earlier supervised fit
         else:
-            self.classes_, y = np.unique(np.asarray(y), return_inverse=True)
-            num_classes = len(self.classes_)
+            X, y = validate_data(self, X, y, dtype=np.float32)
+            check_classification_targets(y)
+            self.classes_, y = np.unique(y, return_inverse=True)
         sizes = (self.n_features_in_, *self.hidden_layer_sizes)
         rbm_config = RBMConfig(
             epochs=self.pretrain_epochs,
@@ -466,6 +440,8 @@ class DBNClassifier:
             weight_decay=self.weight_decay,
         )
         device = torch.device(self.device)
+        X = torch.from_numpy(X).to(device)
+        num_classes = 0 if y is None else len(self.classes_)
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             generator = torch.Generator(device)
             if self.random_state is not None:
@@ -477,39 +453,29 @@ class DBNClassifier:
             self.pretrain_history_ = pretrain(self.model_, X, rbm_config, generator=generator, progress=self.verbose)
             self.finetune_history_ = []
             if y is not None and self.finetune_epochs > 0:
+                targets = torch.from_numpy(y).to(device)
                 self.finetune_history_ = finetune(
-                    self.model_, X, y, finetune_config, generator=generator, progress=self.verbose
+                    self.model_, X, targets, finetune_config, generator=generator, progress=self.verbose
                 )
         return self
 
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "model_"):
-            raise RuntimeError(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
-
     @torch.no_grad()
-    def _forward(self, X: ArrayLike, features: bool) -> torch.Tensor:
-        self._check_fitted()
-        x = _as_data(X, self.model_.rbms[0].weight, self.n_features_in_, type(self).__name__)
+    def _forward(self, X: ArrayLike, features: bool) -> np.ndarray:
+        check_is_fitted(self, "model_")
+        X = validate_data(self, X, dtype=np.float32, reset=False)
         fn = self.model_.forward_features if features else self.model_
-        return _batched(fn, x)
+        return _batched(fn, torch.from_numpy(X).to(self.model_.rbms[0].weight.device)).cpu().numpy()
 
     def transform(self, X: ArrayLike) -> np.ndarray:
         """The top hidden layer's probabilities, (n_samples, hidden_layer_sizes[-1])."""
-        return self._forward(X, features=True).cpu().numpy()
-
-    def fit_transform(self, X: ArrayLike, y: ArrayLike | None = None) -> np.ndarray:
-        return self.fit(X, y).transform(X)
+        return self._forward(X, features=True)
 
     def predict_proba(self, X: ArrayLike) -> np.ndarray:
+        check_is_fitted(self, "model_")
         if not hasattr(self, "classes_"):
-            self._check_fitted()
-            raise RuntimeError("this DBNClassifier was fitted without labels (fit(X)); call fit(X, y) to classify")
-        return torch.softmax(self._forward(X, features=False), 1).cpu().numpy()
+            raise NotFittedError("this DBNClassifier was fitted without labels (fit(X)); call fit(X, y) to classify")
+        return softmax(self._forward(X, features=False))
 
     def predict(self, X: ArrayLike) -> np.ndarray:
         proba = self.predict_proba(X)
         return self.classes_[proba.argmax(1)]
-
-    def score(self, X: ArrayLike, y: ArrayLike) -> float:
-        """Mean accuracy on (X, y), as scikit-learn classifiers score."""
-        return float(np.mean(self.predict(X) == np.asarray(y)))
