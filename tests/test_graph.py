@@ -18,7 +18,7 @@ from torch_geometric.utils import to_undirected
 
 import zoo
 from architectures.graph import AddTriangles, BatchRenorm, SecondOrderPooling, ThirdOrderPooling, triangles
-from training.data import FASHION_MNIST_DIR
+from training.data import FASHION_MNIST_DIR, load_fashion_mnist
 from training.graph_data import (
     FashionMNISTGraphs,
     MotifClassification,
@@ -244,6 +244,8 @@ def test_fashion_mnist_pixel_graphs():
     step = (graph.pos[graph.edge_index[0]] - graph.pos[graph.edge_index[1]]).abs()
     assert graph.num_edges > 0 and step.max() == 1
     assert AddTriangles()(graph.clone()).triangle_index.size(1) > 0
+    first = FashionMNISTGraphs("test", num_graphs=5, seed=None)  # seed None: the first images, in order
+    assert torch.equal(first.y, load_fashion_mnist("test")[1][:5])
     with pytest.raises(ValueError, match="size must divide 28"):
         FashionMNISTGraphs("test", num_graphs=2, size=5)
 

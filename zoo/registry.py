@@ -120,6 +120,14 @@ def _ensure_loaded() -> None:
             if info.arch not in _model_builders:
                 raise ValueError(f"{path}: weights {info.name!r} name an unregistered architecture")
             register_weights(info)
+    defaults: dict[str, list[str]] = {}
+    for info in _weights.values():
+        if info.default:
+            defaults.setdefault(info.arch, []).append(info.name)
+    for arch, names in defaults.items():
+        if len(names) > 1:
+            raise ValueError(f"{arch} has {len(names)} default weight entries ({', '.join(sorted(names))}); "
+                             "set \"default\": false in all but one")
 
 
 def _as_patterns(pattern: str | Iterable[str] | None) -> list[str]:

@@ -44,6 +44,7 @@ class GraphRecipe:
     model_kwargs: dict[str, Any]
     config: TrainConfig
     slices: tuple[int | None, ...] = (None,)
+    default: bool = False  # zoo.load("gin3") picks these weights
 
 
 RECIPES = {
@@ -51,7 +52,8 @@ RECIPES = {
         "gin3.triangles_er", "GIN with third-order pooling, triangle counting (Erdős–Rényi)",
         {"in_channels": 1, "head": "graph_regression", "hidden_channels": 64, "num_layers": 4},
         TrainConfig(epochs=60, batch_size=64, optimizer="adamw", lr=3e-3, weight_decay=0.0, scheduler="cosine",
-                    warmup_epochs=2.0, seed=SEED)),
+                    warmup_epochs=2.0, seed=SEED),
+        default=True),
     "fashion-mnist-graphs": GraphRecipe(
         "gin3.fmnist", "GIN with third-order pooling, Fashion-MNIST as 14x14 pixel graphs",
         {"in_channels": 3, "hidden_channels": 64, "num_layers": 4},
@@ -131,7 +133,7 @@ def run(task: str = "triangles-er", epochs: int | None = None, limit: int | None
     )
     return publish(
         model, recipe.name, title=recipe.title, task=task, metrics=metrics, provenance=provenance, history=history,
-        model_kwargs=recipe.model_kwargs, root=out,
+        model_kwargs=recipe.model_kwargs, default=recipe.default, root=out,
     )
 
 
