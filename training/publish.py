@@ -167,7 +167,7 @@ def _card(title: str, entry: Mapping[str, Any], provenance: Provenance, date: st
 
 def recipe_main(
     module: str,
-    description: str,
+    doc: str,
     choices: Sequence[str],
     run: Callable[..., dict[str, Any]],
     argv: Sequence[str] | None = None,
@@ -179,7 +179,8 @@ def recipe_main(
     [--out DIR]`` (``--steps`` instead of ``--epochs`` when ``budget="steps"``); calls
     ``run(TARGET, epochs= or steps=, out=, command=[, limit=])`` with the command that reruns
     it, and prints the test metrics of the entry (or entries) it published."""
-    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
+    summary = " ".join(doc.split("\n\n")[0].split())  # the docstring's first paragraph
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=summary)
     parser.add_argument("target", choices=sorted(choices), help="the weights to train")
     parser.add_argument(f"--{budget}", type=int, help=f"fewer {budget} than the recipe's (smoke tests)")
     if limit:

@@ -94,7 +94,7 @@ def run(dataset: str, epochs: int | None = None, limit: int | None = None, out: 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return recipe_main("training.recipes.dbn", __doc__.splitlines()[0], RECIPES, run, argv)
+    return recipe_main("training.recipes.dbn", __doc__, RECIPES, run, argv)
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ def run(arch: str, epochs: int | None = None, limit: int | None = None, out: str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return recipe_main("training.recipes.fmnist", __doc__.splitlines()[0], RECIPES, run, argv)
+    return recipe_main("training.recipes.fmnist", __doc__, RECIPES, run, argv)
 
 
 if __name__ == "__main__":

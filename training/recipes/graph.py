@@ -138,7 +138,7 @@ def run(task: str = "triangles-er", epochs: int | None = None, limit: int | None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return recipe_main("training.recipes.graph", __doc__.splitlines()[0], RECIPES, run, argv)
+    return recipe_main("training.recipes.graph", __doc__, RECIPES, run, argv)
 
 
 if __name__ == "__main__":

@@ -126,7 +126,7 @@ def run(target: str = "stdlib", steps: int | None = None, out: str = str(WEIGHTS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return recipe_main("training.recipes.moe_lm", __doc__.splitlines()[0], TARGETS, run, argv, budget="steps",
+    return recipe_main("training.recipes.moe_lm", __doc__, TARGETS, run, argv, budget="steps",
                        limit=False)
 
 
