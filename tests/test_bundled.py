@@ -14,7 +14,7 @@ import safetensors.torch
 import torch
 
 import zoo
-from training import data, evaluate
+from training import data, evaluate, publish
 from training.recipes import dbn as dbn_recipe
 from training.recipes import fmnist as fmnist_recipe
 from training.recipes import graph as graph_recipe
@@ -91,6 +91,25 @@ def test_zoo_eval_passes_and_fails_loudly(monkeypatch: pytest.MonkeyPatch, capsy
     assert "differs from the card" in captured.out and "does not reproduce its card" in captured.err
     assert cli.main(["eval", "dbn.digits", "--limit", "7"]) == 2
     assert "claims nothing for 'digits-nudged[:7]'" in capsys.readouterr().err
+
+
+def test_recipe_command_line(capsys: pytest.CaptureFixture) -> None:
+    """`publish.recipe_main`: the budget flag and the rerun command reach `run`, every entry it
+    returns is printed, and --help shows the docstring's whole first paragraph."""
+    calls = []
+
+    def run(target: str, **options: object) -> list[dict]:
+        calls.append((target, options))
+        return [{"name": "a.x", "metrics": {"t": {"m": 1.0}}}, {"name": "a.y", "metrics": {}}]
+
+    doc = "Trains a, over\ntwo lines.\n\nDetails."
+    assert publish.recipe_main("m", doc, ["x"], run, ["x", "--steps", "3", "--out", "o"], budget="steps",
+                               limit=False) == 0
+    assert calls == [("x", {"steps": 3, "out": "o", "command": "python -m m x --steps 3 --out o"})]
+    assert capsys.readouterr().out.splitlines() == ["a.x: test {'t': {'m': 1.0}}", "a.y: test {}"]
+    with pytest.raises(SystemExit):
+        publish.recipe_main("m", doc, ["x"], run, ["--help"])
+    assert "Trains a, over two lines." in capsys.readouterr().out
 
 
 def test_tolerances() -> None:
