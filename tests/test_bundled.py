@@ -107,6 +107,9 @@ def test_recipe_command_line(capsys: pytest.CaptureFixture) -> None:
                                limit=False) == 0
     assert calls == [("x", {"steps": 3, "out": "o", "command": "python -m m x --steps 3 --out o"})]
     assert capsys.readouterr().out.splitlines() == ["a.x: test {'t': {'m': 1.0}}", "a.y: test {}"]
+    publish.recipe_main("m", doc, ["x"], run, ["x", "--run-dir", "r", "--epochs=2"], resumable=True)
+    assert calls[-1] == ("x", {"epochs": 2, "limit": None, "run_dir": "r", "out": str(publish.WEIGHTS_DIR),
+                               "command": "python -m m x --epochs=2"})  # where checkpoints went is not the recipe
     with pytest.raises(SystemExit):
         publish.recipe_main("m", doc, ["x"], run, ["--help"])
     assert "Trains a, over two lines." in capsys.readouterr().out
@@ -150,9 +153,15 @@ def test_graph_recipes_tiny(tmp_path: Path) -> None:
 
 
 def test_fmnist_recipe_tiny(tmp_path: Path) -> None:
-    entry = fmnist_recipe.run("resnet20", epochs=1, limit=128, out=str(tmp_path))
+    """The recipe publishes a verified entry; rerun with the same ``run_dir`` it resumes from
+    the finished run's last checkpoint and publishes the same weights without training again."""
+    run_dir = tmp_path / "run"
+    entry = fmnist_recipe.run("resnet20", epochs=1, limit=128, out=str(tmp_path), run_dir=str(run_dir))
     assert set(entry["metrics"]) == {"fashion-mnist", "fashion-mnist[:1000]"}
     _published(entry, tmp_path)
+    again = fmnist_recipe.run("resnet20", epochs=1, limit=128, out=str(tmp_path / "again"), run_dir=str(run_dir))
+    assert again["sha256"] == entry["sha256"]
+    assert "resumed run" in (run_dir / "train.log").read_text()
 
 
 def test_moe_lm_recipe_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -420,6 +420,8 @@ def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path: Path) -> None:
         for key, value in a[part].items():
             assert torch.equal(value, b[part][key]), f"{part}.{key} differs after resume"
     assert [row["train_loss"] for row in a["history"]] == pytest.approx([row["train_loss"] for row in b["history"]])
+    # wall time adds up over the killed and the resumed process
+    assert 0 < b["history"][0]["elapsed_s"] <= checkpoint["state"]["elapsed_s"] < b["history"][1]["elapsed_s"]
 
 
 DISTRIBUTED_SCRIPT = textwrap.dedent(

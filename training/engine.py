@@ -341,6 +341,7 @@ class TrainState:
     best_epoch: int | None = None
     bad_epochs: int = 0
     stopped_early: bool = False
+    elapsed_s: float = 0.0  # wall time of training so far, summed over the processes a resumed run took
     history: list[dict[str, float]] = field(default_factory=list)
 
 
@@ -400,6 +401,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
         self.scheduler: Any = None
         self.state = TrainState()
+        self._ticked: float | None = None  # perf_counter of the last `_tick`, while `fit` runs
         self._meter = _Meter()
         self._best_state: dict[str, torch.Tensor] | None = None
         self._writer: Any = None
@@ -557,6 +559,7 @@ class Trainer:
             self.load_checkpoint(resumed)
         else:
             _seed_everything(cfg.seed + self.rank)
+        self._ticked = time.perf_counter()
         if self.out_dir is not None and self.is_main:
             self._open_logs(resumed)
         profiler = self._profiler()
@@ -600,6 +603,7 @@ class Trainer:
                 elapsed = time.perf_counter() - start
                 self._end_epoch(val_set, elapsed, self._meter.samples - samples_before)
         finally:
+            self._ticked = None
             if profiler is not None:
                 profiler.stop()
             self._close_logs()
@@ -615,6 +619,8 @@ class Trainer:
         metrics["epoch_time_s"] = elapsed
         if val_set is not None:
             metrics |= {f"val_{k}": v for k, v in self.evaluate(val_set).items()}
+        self._tick()
+        metrics["elapsed_s"] = state.elapsed_s
         if monitor not in metrics:
             raise ValueError(f"monitor {monitor!r} is not among the epoch's metrics: {', '.join(sorted(metrics))}")
         value = metrics[monitor]
@@ -684,6 +690,7 @@ class Trainer:
         scaler, EMA, every process's RNG states, epoch and position in it) to ``path``
         (default out_dir/checkpoints/last.pt), atomically: the file is whole or absent."""
         path = Path(path) if path else self._checkpoint_dir() / LAST_CHECKPOINT
+        self._tick()
         local = {"rng": _rng_state(), "meter": self._meter.state_dict()}  # each process has its own
         if self.world_size > 1:
             gathered: list[Any] = [None] * self.world_size
@@ -734,6 +741,13 @@ class Trainer:
         if self.state.batches_done:
             self._meter.load_state_dict(local["meter"])
         _set_rng_state(local["rng"])
+
+    def _tick(self) -> None:
+        """Add the wall time since the last tick of this `fit` to ``state.elapsed_s``."""
+        if self._ticked is not None:
+            now = time.perf_counter()
+            self.state.elapsed_s += now - self._ticked
+            self._ticked = now
 
     def best_state_dict(self) -> dict[str, torch.Tensor] | None:
         """The weights of the best epoch by ``monitor`` (EMA weights with ``ema_decay``)."""

@@ -97,7 +97,8 @@ def publish(
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    blob = safetensors.torch.save(tensors, metadata={"name": name, "recipe": provenance.command})
+    # one metadata key: safetensors writes them in hash-map order, and equal weights must hash equal
+    blob = safetensors.torch.save(tensors, metadata={"name": name})
     weights_file, card_file, curves_file = f"{name}.safetensors", f"{name}.md", f"{name}.png"
     write_bytes_atomic(root / weights_file, blob)
     sha256 = hashlib.sha256(blob).hexdigest()
@@ -174,11 +175,14 @@ def recipe_main(
     *,
     budget: str = "epochs",
     limit: bool = True,
+    resumable: bool = False,
 ) -> int:
     """The command line every recipe shares: ``python -m MODULE TARGET [--epochs N] [--limit N]
     [--out DIR]`` (``--steps`` instead of ``--epochs`` when ``budget="steps"``); calls
-    ``run(TARGET, epochs= or steps=, out=, command=[, limit=])`` with the command that reruns
-    it, and prints the test metrics of the entry (or entries) it published."""
+    ``run(TARGET, epochs= or steps=, out=, command=[, limit=][, run_dir=])`` with the command
+    that reruns it, and prints the test metrics of the entry (or entries) it published.
+    ``resumable`` recipes take ``--run-dir DIR``: checkpoints go there, and a rerun with the
+    same arguments continues from the last one (a long run may span several sessions)."""
     summary = " ".join(doc.split("\n\n")[0].split())  # the docstring's first paragraph
     parser = argparse.ArgumentParser(prog=f"python -m {module}", description=summary)
     parser.add_argument("target", choices=sorted(choices), help="the weights to train")
@@ -186,12 +190,32 @@ def recipe_main(
     if limit:
         parser.add_argument("--limit", type=int, help="train on this many samples only (smoke tests)")
     parser.add_argument("--out", default=str(WEIGHTS_DIR), help="where the weights, card and entry go")
+    if resumable:
+        parser.add_argument(
+            "--run-dir", help="keep checkpoints here and resume from them (default: a temporary directory)"
+        )
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     options = {"limit": args.limit} if limit else {}
     options[budget] = getattr(args, budget)
-    command = shlex.join(["python", "-m", module, *argv])
+    if resumable:
+        options["run_dir"] = args.run_dir
+    command = shlex.join(["python", "-m", module, *_without_run_dir(argv)])
     published = run(args.target, out=args.out, command=command, **options)
     for entry in published if isinstance(published, list) else [published]:
         print(f"{entry['name']}: test {entry['metrics']}")
     return 0
+
+
+def _without_run_dir(argv: Sequence[str]) -> list[str]:
+    """``argv`` less ``--run-dir DIR``: where checkpoints were kept is not part of the recipe."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--run-dir":
+            skip = True
+        elif not arg.startswith("--run-dir="):
+            kept.append(arg)
+    return kept

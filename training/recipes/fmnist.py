@@ -2,15 +2,18 @@
 split less a fixed-seed 5,000-image validation hold-out (which picks the best epoch), then
 measured on the official 10k test split.
 
-    python -m training.recipes.fmnist resnet20 [--epochs N] [--limit N] [--out weights/]
+    python -m training.recipes.fmnist resnet20 [--epochs N] [--limit N] [--out weights/] [--run-dir DIR]
 
 Each architecture's hyperparameters are data in ``RECIPES``; ``--epochs`` and ``--limit``
-shorten a run (for a smoke test: its card then says so).
+shorten a run (for a smoke test: its card then says so). With ``--run-dir`` the run keeps its
+checkpoints there, and the same command continues a stopped run from its last epoch; the card's
+wall time is then the sum over the processes that trained it.
 """
 from __future__ import annotations
 
 import sys
 import tempfile
+from contextlib import nullcontext
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -32,24 +35,31 @@ RECIPES: dict[str, dict[str, Any]] = {
                  "augment": Augment(hflip=True, crop_padding=2), "model_kwargs": {}},
     "seresnet20": {"title": "SE-ResNet-20 on Fashion-MNIST", "config": _SGD,
                    "augment": Augment(hflip=True, crop_padding=2), "model_kwargs": {}},
+    "densenet_bc_40": {"title": "DenseNet-BC-40 (growth 12) on Fashion-MNIST", "config": _SGD,
+                       "augment": Augment(hflip=True, crop_padding=2), "model_kwargs": {}},
+    "mobilenet_v2_cifar": {"title": "MobileNetV2 (width 0.5, stride 8) on Fashion-MNIST", "config": _SGD,
+                           "augment": Augment(hflip=True, crop_padding=2), "model_kwargs": {"width_mult": 0.5}},
 }
 
 
 def run(arch: str, epochs: int | None = None, limit: int | None = None, out: str = str(WEIGHTS_DIR),
-        command: str | None = None) -> dict[str, Any]:
-    """Train, evaluate and publish ``<arch>.fmnist``; returns its entry."""
+        command: str | None = None, run_dir: str | None = None) -> dict[str, Any]:
+    """Train, evaluate and publish ``<arch>.fmnist``; returns its entry. ``run_dir`` keeps the
+    checkpoints and resumes from them (a temporary directory otherwise)."""
     if arch not in RECIPES:
         raise ValueError(f"no Fashion-MNIST recipe for {arch!r}; recipes: {', '.join(RECIPES)}")
     recipe = RECIPES[arch]
     config = replace(recipe["config"], epochs=epochs or recipe["config"].epochs)
-    clock = Stopwatch()
-    with tempfile.TemporaryDirectory(prefix=f"zoo-recipe-{arch}-") as run_dir:
+    if run_dir is not None:
+        config = replace(config, out_dir=run_dir, resume=True)
+    with nullcontext(run_dir) if run_dir else tempfile.TemporaryDirectory(prefix=f"zoo-recipe-{arch}-") as where:
         result = finetune(
-            arch, "fashion-mnist", run_dir, pretrained=False, model_kwargs=recipe["model_kwargs"],
+            arch, "fashion-mnist", where, pretrained=False, model_kwargs=recipe["model_kwargs"],
             val_fraction=VAL_IMAGES / 60000, limit=limit, augment=recipe["augment"], config=config,
             post_training=False,
         )
     model = result.model
+    evaluation = Stopwatch()
     metrics = {task_key("fashion-mnist", None): evaluate(model, "fashion-mnist"),
                task_key("fashion-mnist", SLICE): evaluate(model, "fashion-mnist", SLICE)}
     cfg = config
@@ -58,7 +68,7 @@ def run(arch: str, epochs: int | None = None, limit: int | None = None, out: str
              f"{limit or 60000 - VAL_IMAGES} images; {VAL_IMAGES} held out by seed {cfg.seed} to pick the best "
              "epoch), test on the official 10k test split; from the Debian package dataset-fashion-mnist",
         command=command or f"python -m training.recipes.fmnist {arch}",
-        seed=cfg.seed, epochs=len(result.history), wall_time_s=clock.seconds,
+        seed=cfg.seed, epochs=len(result.history), wall_time_s=result.history[-1]["elapsed_s"] + evaluation.seconds,
         hyperparameters={
             "optimizer": f"{cfg.optimizer} (momentum {cfg.momentum}, nesterov {cfg.nesterov}), lr {cfg.lr}, "
                          f"weight decay {cfg.weight_decay} (not on norms and biases), batch {cfg.batch_size}",
@@ -76,7 +86,7 @@ def run(arch: str, epochs: int | None = None, limit: int | None = None, out: str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return recipe_main("training.recipes.fmnist", __doc__, RECIPES, run, argv)
+    return recipe_main("training.recipes.fmnist", __doc__, RECIPES, run, argv, resumable=True)
 
 
 if __name__ == "__main__":
