@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from zoo.registry import register_model
 
-from .layers import linear_classifier
+from .layers import LinearClassifier
 
 if TYPE_CHECKING:
     from sklearn.neural_network import BernoulliRBM
@@ -384,7 +384,7 @@ class GaussianRBM(RBM):
         raise TypeError("scikit-learn's BernoulliRBM has binary visible units; a GaussianRBM has no counterpart there")
 
 
-class DBN(nn.Module):
+class DBN(LinearClassifier, nn.Module):
     """Deep belief net: a stack of RBMs, ``sizes[i] -> sizes[i + 1]``, trained greedily layer
     by layer (``training.dbn.pretrain``), then read as a feed-forward sigmoid network whose top
     hidden probabilities (``forward_features``) feed a linear classifier, fine-tuned with
@@ -395,6 +395,8 @@ class DBN(nn.Module):
     with sizes[0] pixels, flattened. ``sample`` generates visible vectors (digits, for an
     MNIST net) from the top RBM down.
     """
+
+    classifier_attr = "head"
 
     def __init__(
         self,
@@ -421,14 +423,6 @@ class DBN(nn.Module):
         self.num_features = sizes[-1]
         self.drop = nn.Dropout(drop_rate)
         self.reset_classifier(num_classes)
-
-    def get_classifier(self) -> nn.Module:
-        return self.head
-
-    def reset_classifier(self, num_classes: int) -> None:
-        """Replace the classifier with a fresh ``num_classes``-way one (0: top hidden features)."""
-        self.head = linear_classifier(self.num_features, num_classes)
-        self.num_classes = num_classes
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The top hidden layer's probabilities, (N, num_features): each RBM's P(h=1|v) feeds the next."""

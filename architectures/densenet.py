@@ -21,7 +21,7 @@ from torch.utils.checkpoint import checkpoint
 from zoo.registry import register_model
 
 from .features import feature_indices
-from .layers import SqueezeExcite, check_image_input, linear_classifier
+from .layers import LinearClassifier, SqueezeExcite, check_image_input
 
 
 class DenseLayer(nn.Module):
@@ -95,7 +95,7 @@ def _transition(in_channels: int, out_channels: int) -> nn.Sequential:
     )
 
 
-class DenseNet(nn.Module):
+class DenseNet(LinearClassifier, nn.Module):
     """Densely connected network (Huang et al., 2017), DenseNet-BC: bottleneck dense layers
     and transitions that halve the channels (compression 0.5) and the resolution.
 
@@ -179,14 +179,6 @@ class DenseNet(nn.Module):
                 nn.init.zeros_(m.bias)
             elif isinstance(m, nn.Linear):
                 nn.init.zeros_(m.bias)
-
-    def get_classifier(self) -> nn.Module:
-        return self.classifier
-
-    def reset_classifier(self, num_classes: int) -> None:
-        """Replace the classifier with a fresh ``num_classes``-way one (0: pooled features)."""
-        self.classifier = linear_classifier(self.num_features, num_classes)
-        self.num_classes = num_classes
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         """Memory-efficient mode (Pleiss et al., 2017; torchvision's ``memory_efficient``): in

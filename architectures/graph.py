@@ -37,7 +37,7 @@ from torch_geometric.utils import scatter
 
 from zoo.registry import register_model
 
-from .layers import linear_classifier
+from .layers import LinearClassifier
 
 Reduce = Literal["sum", "mean"]
 GRAPH_HEADS = ("graph_classification", "graph_regression", "node_classification")
@@ -309,7 +309,7 @@ class BatchRenorm(nn.BatchNorm1d):
         return standardised * self.weight + self.bias
 
 
-class GIN(nn.Module):
+class GIN(LinearClassifier, nn.Module):
     """Graph Isomorphism Network (Xu et al., 2019) with a choice of readout.
 
     ``num_layers`` GINConv layers (GINEConv when ``edge_dim`` is set, for edge features), each
@@ -326,6 +326,8 @@ class GIN(nn.Module):
     ``edge_index``, ``batch`` (optional for a single graph), ``edge_attr`` when ``edge_dim`` is
     set and ``triangle_index`` for the triangle readout.
     """
+
+    classifier_attr = "fc"
 
     def __init__(
         self,
@@ -390,14 +392,6 @@ class GIN(nn.Module):
     @property
     def needs_triangles(self) -> bool:
         return isinstance(self.pool, ThirdOrderPooling) and self.pool.triangle
-
-    def get_classifier(self) -> nn.Module:
-        return self.fc
-
-    def reset_classifier(self, num_classes: int) -> None:
-        """Replace the head with a fresh ``num_classes``-way (or -target) one (0: embeddings)."""
-        self.fc = linear_classifier(self.num_features, num_classes)
-        self.num_classes = num_classes
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         """Recompute each GIN layer in the backward pass instead of storing its activations

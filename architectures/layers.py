@@ -80,6 +80,24 @@ def linear_classifier(num_features: int, num_classes: int) -> nn.Module:
     return nn.Linear(num_features, num_classes) if num_classes > 0 else nn.Identity()
 
 
+class LinearClassifier:
+    """The model contract's ``get_classifier``/``reset_classifier`` for families whose head is
+    one `linear_classifier` on ``num_features``, kept in the attribute ``classifier_attr``
+    (``fc``, ``classifier``...: the reference layout's name, so state-dict keys match)."""
+
+    classifier_attr = "classifier"
+    num_features: int
+    num_classes: int
+
+    def get_classifier(self) -> nn.Module:
+        return getattr(self, self.classifier_attr)
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """Replace the classifier with a fresh ``num_classes``-way one (0: the features)."""
+        setattr(self, self.classifier_attr, linear_classifier(self.num_features, num_classes))
+        self.num_classes = num_classes
+
+
 class ConvNormAct(nn.Sequential):
     """Conv (no bias, "same" padding for odd kernels), BatchNorm, then the activation unless
     ``act_layer`` is None. Keys ``0.weight``, ``1.running_mean``... equal torchvision's

@@ -32,7 +32,7 @@ from torch.utils.checkpoint import checkpoint
 from zoo.registry import register_model
 
 from .features import feature_indices
-from .layers import apply_rotary, check_image_input, linear_classifier, rotary_cos_sin
+from .layers import LinearClassifier, apply_rotary, check_image_input, linear_classifier, rotary_cos_sin
 
 TEXT_HEADS = ("lm", "sequence_classification", "token_classification")
 Dispatch = Literal["auto", "split", "grouped_mm"]
@@ -809,7 +809,7 @@ def _sample(
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)[:, 0]
 
 
-class MoEViT(_MoEBody):
+class MoEViT(LinearClassifier, _MoEBody):
     """V-MoE-style image classifier (Riquelme et al., 2021): non-overlapping patches, learned
     position embeddings, bidirectional MoE blocks, mean pooling over patches, linear head.
     ``img_size`` fixes the position grid; other sizes (multiples of ``patch_size``) resize it
@@ -841,14 +841,6 @@ class MoEViT(_MoEBody):
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
         nn.init.zeros_(self.patch_embed.bias)
         self.reset_classifier(num_classes)
-
-    def get_classifier(self) -> nn.Module:
-        return self.classifier
-
-    def reset_classifier(self, num_classes: int) -> None:
-        """Replace the classifier with a fresh ``num_classes``-way one (0: pooled features)."""
-        self.classifier = linear_classifier(self.num_features, num_classes)
-        self.num_classes = num_classes
 
     def _embed(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
         check_image_input(x, self.in_chans, self.patch_size, self.name)

@@ -18,7 +18,7 @@ from torch.utils.checkpoint import checkpoint
 from zoo.registry import register_model
 
 from .features import feature_indices
-from .layers import SqueezeExcite, check_image_input, linear_classifier
+from .layers import LinearClassifier, SqueezeExcite, check_image_input
 
 
 def _conv3x3(in_channels: int, out_channels: int, stride: int = 1, groups: int = 1) -> nn.Conv2d:
@@ -121,7 +121,7 @@ class Bottleneck(nn.Module):
         return self.relu(out + shortcut)
 
 
-class ResNet(nn.Module):
+class ResNet(LinearClassifier, nn.Module):
     """Residual network with one stage per entry of ``layers``; the first stage keeps the
     resolution, every later one halves it.
 
@@ -132,6 +132,8 @@ class ResNet(nn.Module):
     squeeze-excite gate before each residual add (timm's SE-ResNet).
     Feature levels (``feature_info``): the stem's activation, then each stage's output.
     """
+
+    classifier_attr = "fc"
 
     first_conv = "conv1"
 
@@ -211,14 +213,6 @@ class ResNet(nn.Module):
             for m in self.modules():
                 if isinstance(m, (BasicBlock, Bottleneck)):
                     m.zero_init_last()
-
-    def get_classifier(self) -> nn.Module:
-        return self.fc
-
-    def reset_classifier(self, num_classes: int) -> None:
-        """Replace the classifier with a fresh ``num_classes``-way one (0: pooled features)."""
-        self.fc = linear_classifier(self.num_features, num_classes)
-        self.num_classes = num_classes
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         """Recompute each residual block in the backward pass instead of storing its
