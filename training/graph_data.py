@@ -17,6 +17,7 @@ import networkx as nx
 import numpy as np
 import torch
 from torch import Tensor
+import architectures.graph  # noqa: F401  (before PyG: it imports PyG with its import-time FutureWarning silenced)
 from torch_geometric.data import Data, InMemoryDataset
 from torch_geometric.datasets import ExplainerDataset, TUDataset
 from torch_geometric.datasets.graph_generator import BAGraph

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+import architectures.graph  # noqa: F401  (before PyG: it imports PyG with its import-time FutureWarning silenced)
 from torch_geometric.data import InMemoryDataset
 from torch_geometric.loader.dataloader import Collater
 
