@@ -18,7 +18,9 @@ with its readout, so a comparison changes one name and nothing else.
 """
 from __future__ import annotations
 
+import copy
 import warnings
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
@@ -228,6 +230,25 @@ class AddTriangles(BaseTransform):
             raise ValueError("AddTriangles needs data.edge_index and a known number of nodes (data.num_nodes)")
         data.triangle_index = triangles(data.edge_index, n)
         return data
+
+    def many(self, graphs: Sequence[Data], chunk: int = 4096) -> list[Data]:
+        """The transform of each graph (copies, like ``self(data)``), listing the triangles of
+        ``chunk`` graphs at a time on their disjoint union: the same triangles without the
+        per-graph cost of some 30 small tensor ops (about 2 ms a graph on a CPU)."""
+        out: list[Data] = []
+        for first in range(0, len(graphs), chunk):
+            part = [copy.copy(data) for data in graphs[first : first + chunk]]
+            if any(data.num_nodes is None or data.edge_index is None for data in part):
+                raise ValueError("AddTriangles needs data.edge_index and a known number of nodes (data.num_nodes)")
+            offsets = torch.tensor([0] + [data.num_nodes for data in part]).cumsum(0)
+            union = torch.cat([data.edge_index + offset for data, offset in zip(part, offsets.tolist())], dim=1)
+            found = triangles(union, int(offsets[-1]))  # columns sorted, so grouped by graph
+            owner = torch.searchsorted(offsets, found[0], right=True) - 1
+            counts = torch.bincount(owner, minlength=len(part)).tolist()
+            for data, tri, offset in zip(part, found.split(counts, dim=1), offsets.tolist()):
+                data.triangle_index = tri - offset
+            out.extend(part)
+        return out
 
 
 def triangles(edge_index: Tensor, num_nodes: int) -> Tensor:

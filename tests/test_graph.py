@@ -205,6 +205,21 @@ def test_add_triangles_batches_with_node_offsets():
         assert [len(_networkx_triangles(g)) for g in batch.to_data_list()] == counts.tolist()
 
 
+def test_add_triangles_many_equals_one_graph_at_a_time():
+    """`AddTriangles.many` lists triangles on chunks of graphs joined into one: same result as
+    the transform on each graph, across chunk boundaries and for graphs without edges; the
+    inputs are left as they were."""
+    graphs = [_random_graph(n, p, seed) for seed, (n, p) in enumerate([(6, 0.6), (1, 0.5), (9, 0.0), (12, 0.4), (7, 0.9)])]
+    for data in graphs:
+        del data.triangle_index
+    done = AddTriangles().many(graphs, chunk=2)
+    assert all("triangle_index" not in data for data in graphs)
+    for data, result in zip(graphs, done):
+        assert torch.equal(result.triangle_index, AddTriangles()(data).triangle_index)
+    with pytest.raises(ValueError, match="known number of nodes"):
+        AddTriangles().many([Data(x=torch.ones(2, 1))])
+
+
 # --- datasets ------------------------------------------------------------------------------
 
 

@@ -17,7 +17,7 @@ import networkx as nx
 import numpy as np
 import torch
 from torch import Tensor
-import architectures.graph  # noqa: F401  (before PyG: it imports PyG with its import-time FutureWarning silenced)
+from architectures.graph import AddTriangles  # before PyG: it imports PyG with its import-time FutureWarning silenced
 from torch_geometric.data import Data, InMemoryDataset
 from torch_geometric.datasets import ExplainerDataset, TUDataset
 from torch_geometric.datasets.graph_generator import BAGraph
@@ -52,7 +52,9 @@ class _GeneratedDataset(InMemoryDataset):
 
     def __init__(self, data_list: list[Data], transform: Transform, pre_transform: Transform) -> None:
         super().__init__(root=None, transform=transform, pre_transform=pre_transform)
-        if pre_transform is not None:
+        if isinstance(pre_transform, AddTriangles):
+            data_list = pre_transform.many(data_list)
+        elif pre_transform is not None:
             data_list = [pre_transform(d) for d in data_list]
         self.data, self.slices = self.collate(data_list)
 
@@ -161,15 +163,21 @@ class FashionMNISTGraphs(_GeneratedDataset):
                 len(images), generator=torch.Generator().manual_seed(seed))
             images, labels = images[order[:num_graphs]], labels[order[:num_graphs]]
         pooled = torch.nn.functional.avg_pool2d(images.unsqueeze(1).float() / 255, 28 // size).flatten(1)
-        edge_index, _ = remove_self_loops(grid(size, size)[0])
-        rows, cols = torch.arange(size * size) // size, torch.arange(size * size) % size
-        coords = torch.stack([rows, cols], dim=1).float()
-        data_list = []
-        for intensity, label in zip(tqdm(pooled, desc=f"Fashion-MNIST {split} graphs", leave=False), labels):
-            keep = intensity > threshold
-            edges, _ = subgraph(keep, edge_index, relabel_nodes=True, num_nodes=size * size)
-            x = torch.cat([intensity[keep].unsqueeze(1), coords[keep] / size], dim=1)
-            data_list.append(Data(x=x, edge_index=edges, y=label.view(1), pos=coords[keep], num_nodes=int(keep.sum())))
+        src, dst = remove_self_loops(grid(size, size)[0])[0]
+        keep = pooled > threshold  # [images, pixels]: the nodes
+        node_id = keep.cumsum(1) - 1  # each kept pixel's node number in its graph
+        image, edge = (keep[:, src] & keep[:, dst]).nonzero(as_tuple=True)  # grid edges between kept pixels
+        edges = torch.stack([node_id[image, src[edge]], node_id[image, dst[edge]]])
+        image_of_node, pixel = keep.nonzero(as_tuple=True)
+        pos = torch.stack([pixel // size, pixel % size], dim=1).float()
+        x = torch.cat([pooled[image_of_node, pixel].unsqueeze(1), pos / size], dim=1)
+        nodes, edge_counts = keep.sum(1).tolist(), torch.bincount(image, minlength=len(keep)).tolist()
+        data_list = [
+            Data(x=x_i, edge_index=e_i, y=label.view(1), pos=pos_i, num_nodes=n)
+            for x_i, pos_i, e_i, label, n in zip(
+                x.split(nodes), pos.split(nodes), edges.split(edge_counts, dim=1), labels, nodes
+            )
+        ]
         super().__init__(data_list, transform, pre_transform)
 
 
