@@ -11,6 +11,9 @@ Runs alternate between the implementations; the tables give the median time, the
 the fastest transformers implementation to zoo's default, and zoo's achieved GFLOP/s (expert
 FLOPs: 6 * slots * hidden * intermediate forward, three times that with the backward) next to
 a plain matmul of the same shape, (slots, hidden) @ (hidden, 2 * intermediate), at that dtype.
+At few tokens an expert layer is bound by memory, not FLOPs: the last columns give zoo's rate
+over the least traffic the layer needs (every expert weight read once, and with the backward
+their gradients written once) next to a plain copy of a 256 MB tensor (read + write).
 
     .venv/bin/python benchmarks/moe_dispatch.py [--repeats 9] [--budget 60] [--threads N]
         [--tokens 64 4096] [--dtypes fp32 bf16]
@@ -103,6 +106,19 @@ def matmul_gflops(dtype: torch.dtype, tokens: int, repeats: int) -> float:
     return 2 * a.shape[0] * HIDDEN * 2 * INTERMEDIATE / statistics.median(times) / 1e9
 
 
+def copy_gbps(dtype: torch.dtype, repeats: int) -> float:
+    """Memory bandwidth: bytes read + written per second by a copy far larger than the caches."""
+    source = torch.ones(256 * 2**20 // torch.finfo(dtype).bits * 8, dtype=dtype)
+    target = torch.empty_like(source)
+    target.copy_(source)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        target.copy_(source)
+        times.append(time.perf_counter() - start)
+    return 2 * source.numel() * source.element_size() / statistics.median(times) / 1e9
+
+
 def max_diff(ours: tuple, reference: tuple) -> float:
     return max((a.float() - b.float()).abs().max().item() for a, b in zip(ours, reference))
 
@@ -136,12 +152,15 @@ def run_cell(dtype_name: str, tokens: int, backward: bool, repeats: int, budget:
     best_hf = min((n for n in median if n.startswith("hf")), key=median.get)
     zoo_default = "zoo split"
     flops = 6 * tokens * TOP_K * HIDDEN * INTERMEDIATE * (3 if backward else 1)
+    weight_bytes = sum(p.numel() * p.element_size() for p in layers[zoo_default].experts.parameters())
+    traffic = weight_bytes * (2 if backward else 1)
     cells = " | ".join(f"{median[n] * 1e3:.1f}" if n in median else "—" for n in COLUMNS)
     worst = max(diffs.values())
     print(
         f"| {dtype_name} | {tokens} | {'fwd+bwd' if backward else 'fwd'} | {cells} | "
         f"{median[best_hf] / median[zoo_default]:.2f}x ({best_hf.removeprefix('hf ')}) | "
-        f"{flops / median[zoo_default] / 1e9:.1f} | {matmul_gflops(dtype, tokens, 5):.1f} | {worst:.1e} | "
+        f"{flops / median[zoo_default] / 1e9:.1f} | {matmul_gflops(dtype, tokens, 5):.1f} | "
+        f"{traffic / median[zoo_default] / 1e9:.1f} | {copy_gbps(dtype, 5):.1f} | {worst:.1e} | "
         f"{min(rounds.values())}-{max(rounds.values())} |",
         flush=True,
     )
@@ -165,9 +184,9 @@ def main() -> None:
         f"native bf16 matmul: {torch.ops.mkldnn._is_mkldnn_bf16_supported()}; median ms"
     )
     header = " | ".join(COLUMNS)
-    extra = "best hf / zoo split | zoo GFLOP/s | matmul GFLOP/s | max rel diff | rounds"
+    extra = "best hf / zoo split | zoo GFLOP/s | matmul GFLOP/s | zoo GB/s | copy GB/s | max rel diff | rounds"
     print(f"| dtype | tokens | pass | {header} | {extra} |")
-    print("|---" * (len(COLUMNS) + 8) + "|")
+    print("|---" * (len(COLUMNS) + 10) + "|")
     for dtype_name in args.dtypes:
         for tokens in args.tokens:
             for backward in (False, True):
