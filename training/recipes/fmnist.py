@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import sys
 import tempfile
-from contextlib import nullcontext
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
 
