@@ -323,12 +323,15 @@ def test_early_stopping_stops() -> None:
     assert len(history) == 3 and trainer.state.stopped_early and trainer.state.best_epoch == 1
 
 
-def test_checkpoint_for_other_data_is_refused(tmp_path: Path) -> None:
+def test_checkpoint_for_other_data_or_budget_is_refused(tmp_path: Path) -> None:
     config = TrainConfig(max_steps=2, batch_size=4, out_dir=str(tmp_path), **QUIET)
     Trainer(tiny_model(), config).fit(tiny_data())
     other = TrainConfig(max_steps=4, batch_size=8, out_dir=str(tmp_path), resume=True, **QUIET)
     with pytest.raises(ValueError, match="same data, batch size"):
         Trainer(tiny_model(), other).fit(tiny_data())
+    longer = TrainConfig(max_steps=4, batch_size=4, out_dir=str(tmp_path), resume=True, **QUIET)
+    with pytest.raises(ValueError, match="same epochs and max_steps"):
+        Trainer(tiny_model(), longer).fit(tiny_data())
 
 
 def test_samplers_resume_and_shard() -> None:

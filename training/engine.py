@@ -727,6 +727,13 @@ class Trainer:
                 f"{path} was written for data {payload['data']}, but this run has {signature}; "
                 "resume with the same data, batch size and number of processes"
             )
+        budget = {key: getattr(self.config, key) for key in ("epochs", "max_steps")}
+        saved = {key: payload["config"].get(key) for key in budget}
+        if saved != budget:
+            raise ValueError(
+                f"{path} was written by a run of {saved}, but this run asks for {budget}; the learning-rate "
+                "schedule depends on it: resume with the same epochs and max_steps, or start a new run elsewhere"
+            )
         self._load_full_state_dict(payload["model"], payload["optimizer"])
         if self.scheduler is not None and payload["scheduler"] is not None:
             self.scheduler.load_state_dict(payload["scheduler"])
