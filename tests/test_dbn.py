@@ -275,6 +275,23 @@ def test_init_visible_bias_from_data_marginals() -> None:
     assert torch.equal(rbm.hidden_bias.detach(), torch.zeros(2))
 
 
+def test_monitoring_off_leaves_only_training(digits) -> None:
+    X_train = digits[0][:500]
+    torch.manual_seed(0)
+    rbm = RBM(64, 16)
+    before = rbm.weight.detach().clone()
+    config = RBMConfig(epochs=2, monitor_size=0)
+    g = torch.Generator().manual_seed(0)
+    history = train_rbm(rbm, X_train, config, valid=digits[1][:100], generator=g, progress=False)
+    assert [s.epoch for s in history] == [1, 2]
+    for s in history:
+        assert s.samples_per_second > 0
+        assert (s.reconstruction_error, s.valid_reconstruction_error, s.free_energy_gap, s.pseudo_likelihood) == (
+            None, None, None, None
+        )
+    assert not torch.equal(rbm.weight.detach(), before)
+
+
 def test_pretraining_monitors_and_options(digits) -> None:
     X_train, X_test = digits[0][:2000], digits[1][:300]
     torch.manual_seed(0)

@@ -68,7 +68,7 @@ class RBMConfig:
     sparsity_target: float | None = None  # e.g. 0.05: target mean activation of each hidden unit
     sparsity_cost: float = 0.1
     sparsity_decay: float = 0.95
-    monitor_size: int = 1000  # training (and held-out) rows the per-epoch statistics use
+    monitor_size: int = 1000  # training (and held-out) rows the per-epoch statistics use; 0: none
 
     def lr_for(self, rbm: RBM) -> float:
         if self.learning_rate is not None:
@@ -87,7 +87,7 @@ class RBMEpochStats:
 
     layer: int
     epoch: int
-    reconstruction_error: float
+    reconstruction_error: float | None
     valid_reconstruction_error: float | None
     free_energy_gap: float | None
     pseudo_likelihood: float | None
@@ -164,12 +164,12 @@ def _monitor(
     def recon_error(x: torch.Tensor) -> float:
         return F.mse_loss(rbm.reconstruct(x), x).item()
 
-    stats: dict[str, float | None] = {
-        "reconstruction_error": recon_error(train),
-        "valid_reconstruction_error": None,
-        "free_energy_gap": None,
-        "pseudo_likelihood": None,
-    }
+    stats: dict[str, float | None] = dict.fromkeys(
+        ("reconstruction_error", "valid_reconstruction_error", "free_energy_gap", "pseudo_likelihood")
+    )
+    if len(train) == 0:  # monitoring turned off
+        return stats
+    stats["reconstruction_error"] = recon_error(train)
     if flips is not None:
         stats["pseudo_likelihood"] = rbm.pseudo_likelihood(train, flips).mean().item()
     if valid is not None:
@@ -191,8 +191,9 @@ def train_rbm(
 ) -> list[RBMEpochStats]:
     """Train ``rbm`` on ``data`` by CD-k or PCD-k with momentum SGD; return (and log) the
     statistics of every epoch, computed on up to ``config.monitor_size`` fixed training rows
-    and held-out ``valid`` rows. ``init`` first sets the visible biases from the data; pass
-    False to continue training."""
+    and held-out ``valid`` rows (``monitor_size=0`` turns them off, as scikit-learn's
+    ``BernoulliRBM.fit`` without ``verbose``). ``init`` first sets the visible biases from the
+    data; pass False to continue training."""
     config = config or RBMConfig()
     data = _as_data(data, rbm.weight, rbm.num_visible, type(rbm).__name__)
     valid = None if valid is None else _as_data(valid, rbm.weight, rbm.num_visible, type(rbm).__name__)
