@@ -33,10 +33,12 @@ def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_bundled_weights_include_each_recipe_family() -> None:
-    """Two CNNs, both DBNs, the graph model and the MoE language model (with its dense baseline) ship
+    """The CNNs, both DBNs, the graph model and the MoE language model (with its dense baseline) ship
     trained weights (the list grows with the recipes)."""
-    expected = {"resnet20.fmnist", "seresnet20.fmnist", "dbn.digits", "dbn.fmnist", "gin3.triangles_er", "gin3.fmnist", "moe_lm.stdlib",
-                "moe_lm.stdlib_dense"}
+    expected = {
+        "resnet20.fmnist", "seresnet20.fmnist", "mobilenet_v2_cifar.fmnist", "dbn.digits", "dbn.fmnist",
+        "gin3.triangles_er", "gin3.fmnist", "moe_lm.stdlib", "moe_lm.stdlib_dense",
+    }
     assert expected <= set(BUNDLED), BUNDLED
     assert registry.weight_info("moe_lm").name == "moe_lm.stdlib"
     assert registry.weight_info("gin3").name == "gin3.triangles_er"  # one default per architecture
