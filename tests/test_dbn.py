@@ -290,6 +290,8 @@ def test_monitoring_off_leaves_only_training(digits) -> None:
             None, None, None, None
         )
     assert not torch.equal(rbm.weight.detach(), before)
+    with pytest.raises(ValueError, match="monitor_size must be >= 0"):
+        train_rbm(rbm, X_train, RBMConfig(monitor_size=-1), progress=False)
 
 
 def test_pretraining_monitors_and_options(digits) -> None:

@@ -195,6 +195,8 @@ def train_rbm(
     ``BernoulliRBM.fit`` without ``verbose``). ``init`` first sets the visible biases from the
     data; pass False to continue training."""
     config = config or RBMConfig()
+    if config.monitor_size < 0:
+        raise ValueError(f"monitor_size must be >= 0 (0 turns the per-epoch statistics off), got {config.monitor_size}")
     data = _as_data(data, rbm.weight, rbm.num_visible, type(rbm).__name__)
     valid = None if valid is None else _as_data(valid, rbm.weight, rbm.num_visible, type(rbm).__name__)
     if init:
