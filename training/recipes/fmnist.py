@@ -80,7 +80,8 @@ def run(arch: str, epochs: int | None = None, limit: int | None = None, out: str
             "optimizer": f"{_optimizer_name(cfg)}, lr {cfg.lr}, weight decay {cfg.weight_decay} "
                          f"(not on norms and biases), batch {cfg.batch_size}",
             "schedule": f"{cfg.scheduler} with {cfg.warmup_epochs:g} warmup epoch(s)",
-            "loss": f"cross-entropy, label smoothing {cfg.label_smoothing:g}, gradient norm clipped at {cfg.clip_grad_norm}",
+            "loss": f"cross-entropy, label smoothing {cfg.label_smoothing:g}, "
+                    + (f"gradient norm clipped at {cfg.clip_grad_norm:g}" if cfg.clip_grad_norm else "no gradient clipping"),
             "augmentation": str(recipe["augment"]),
             "precision": f"{cfg.precision}, channels_last {cfg.channels_last}",
             "best epoch (validation accuracy)": f"{result.metrics.get('epoch')}: {result.metrics.get('val_acc', 0):.4f}",
