@@ -32,7 +32,7 @@ from torch.utils.checkpoint import checkpoint
 from zoo.registry import register_model
 
 from .features import feature_indices
-from .layers import LinearClassifier, apply_rotary, check_image_input, linear_classifier, rotary_cos_sin
+from .layers import ConvNormAct, LinearClassifier, apply_rotary, check_image_input, linear_classifier, rotary_cos_sin
 
 TEXT_HEADS = ("lm", "sequence_classification", "token_classification")
 Dispatch = Literal["auto", "split", "grouped_mm"]
@@ -813,7 +813,10 @@ class MoEViT(LinearClassifier, _MoEBody):
     """V-MoE-style image classifier (Riquelme et al., 2021): non-overlapping patches, learned
     position embeddings, bidirectional MoE blocks, mean pooling over patches, linear head.
     ``img_size`` fixes the position grid; other sizes (multiples of ``patch_size``) resize it
-    bicubically, as timm does."""
+    bicubically, as timm does. ``stem_channels`` replaces the single patchifying convolution
+    by stride-2 3x3 conv-BN-ReLU layers of those widths and a 1x1 projection (Xiao et al.,
+    2021, "Early convolutions help transformers see better"); ``patch_size`` is then
+    2 ** len(stem_channels)."""
 
     def __init__(
         self,
@@ -824,13 +827,27 @@ class MoEViT(LinearClassifier, _MoEBody):
         num_classes: int = 10,
         drop_rate: float = 0.0,
         name: str = "moe_vit",
+        stem_channels: Sequence[int] = (),
     ) -> None:
         super().__init__(config, causal=False, name=name)
+        if stem_channels and patch_size != 2 ** len(stem_channels):
+            raise ValueError(
+                f"a stem of {len(stem_channels)} stride-2 convolutions makes {2 ** len(stem_channels)}-pixel "
+                f"patches; set patch_size={2 ** len(stem_channels)} (got {patch_size})"
+            )
         if img_size % patch_size:
             raise ValueError(f"img_size ({img_size}) must be a multiple of patch_size ({patch_size})")
         self.in_chans, self.patch_size, self.grid = in_chans, patch_size, img_size // patch_size
-        self.first_conv = "patch_embed"
-        self.patch_embed = nn.Conv2d(in_chans, config.hidden_size, patch_size, stride=patch_size)
+        if stem_channels:
+            widths = (in_chans, *stem_channels)
+            self.first_conv = "patch_embed.0.0"
+            self.patch_embed: nn.Module = nn.Sequential(
+                *(ConvNormAct(widths[i], widths[i + 1], 3, stride=2) for i in range(len(stem_channels))),
+                nn.Conv2d(widths[-1], config.hidden_size, 1),
+            )
+        else:
+            self.first_conv = "patch_embed"
+            self.patch_embed = nn.Conv2d(in_chans, config.hidden_size, patch_size, stride=patch_size)
         self.pos_embed = nn.Parameter(torch.empty(1, self.grid * self.grid, config.hidden_size))
         self.drop = nn.Dropout(drop_rate)
         self.feature_info = [
@@ -838,8 +855,11 @@ class MoEViT(LinearClassifier, _MoEBody):
             for i in range(config.num_layers)
         ]
         self._init_weights()
+        for module in self.patch_embed.modules():  # PyTorch's conv and BatchNorm defaults, not the projections'
+            if isinstance(module, (nn.Conv2d, nn.BatchNorm2d)):
+                module.reset_parameters()
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
-        nn.init.zeros_(self.patch_embed.bias)
+        nn.init.zeros_(self.patch_embed.bias if not stem_channels else self.patch_embed[-1].bias)
         self.reset_classifier(num_classes)
 
     def _embed(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
@@ -920,12 +940,15 @@ def moe_vit(
     in_chans: int = 1,
     num_classes: int = 10,
     drop_rate: float = 0.0,
+    stem_channels: Sequence[int] = (),
     **kwargs: Any,
 ) -> MoEViT:
     """V-MoE-style image classifier; defaults for 28 px grayscale images (Fashion-MNIST): 4x4
-    patches, 6 layers of hidden size 128 with 8 experts (top-2) in every other layer."""
+    patches, 6 layers of hidden size 128 with 8 experts (top-2) in every other layer;
+    ``stem_channels=(32, 64)`` makes the 4x4 patches with a convolutional stem instead."""
     defaults = dict(hidden_size=128, num_layers=6, num_heads=4, num_kv_heads=4, intermediate_size=256, rope_theta=None)
     options = {**defaults, **kwargs}
     options.setdefault("dense_layers", tuple(range(0, options["num_layers"], 2)))
-    return MoEViT(MoEConfig.from_kwargs(options), img_size, patch_size, in_chans, num_classes, drop_rate)
+    return MoEViT(MoEConfig.from_kwargs(options), img_size, patch_size, in_chans, num_classes, drop_rate,
+                  stem_channels=tuple(stem_channels))
 

@@ -309,6 +309,18 @@ def test_moe_vit_on_28px_grayscale_and_other_sizes():
     assert backbone(torch.randn(1, 1, 28, 28))[0].shape == (1, 128, 7, 7)
 
 
+def test_moe_vit_convolutional_stem():
+    torch.manual_seed(0)
+    model = zoo.load("moe_vit", pretrained=False, num_layers=2, stem_channels=(8, 16)).eval()
+    assert model.get_submodule(model.first_conv).weight.shape == (8, 1, 3, 3)
+    assert model.patch_embed[0][1].weight.eq(1).all()  # BatchNorm starts as the identity, not zeroed
+    out = model(torch.randn(3, 1, 28, 28))
+    assert out.logits.shape == (3, 10)
+    assert model.forward_intermediates(torch.randn(2, 1, 28, 28))[0].shape == (2, 128, 7, 7)
+    with pytest.raises(ValueError, match="set patch_size=8"):
+        zoo.load("moe_vit", pretrained=False, stem_channels=(8, 16, 32))
+
+
 def test_bad_inputs_raise_clear_errors():
     model = tiny_lm()
     with pytest.raises(ValueError, match="integer tensor.*ByteTokenizer"):
