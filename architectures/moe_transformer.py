@@ -35,7 +35,7 @@ from .features import feature_indices
 from .layers import ConvNormAct, LinearClassifier, apply_rotary, check_image_input, linear_classifier, rotary_cos_sin
 
 TEXT_HEADS = ("lm", "sequence_classification", "token_classification")
-Dispatch = Literal["auto", "split", "grouped_mm"]
+Dispatch = Literal["auto", "split", "grouped_mm", "dense"]
 
 
 @dataclass(frozen=True)
@@ -92,8 +92,8 @@ class MoEConfig:
             (all(0 <= i < self.num_layers for i in self.dense_layers),
              f"dense_layers {self.dense_layers} must be layer indices in 0..{self.num_layers - 1}"),
             (self.capacity_factor is None or self.capacity_factor > 0, "capacity_factor must be positive or None"),
-            (self.dispatch in ("auto", "split", "grouped_mm"),
-             f"dispatch must be 'auto', 'split' or 'grouped_mm', got {self.dispatch!r}"),
+            (self.dispatch in ("auto", "split", "grouped_mm", "dense"),
+             f"dispatch must be 'auto', 'split', 'grouped_mm' or 'dense', got {self.dispatch!r}"),
             (0.0 <= self.router_jitter < 1.0, f"router_jitter must be in [0, 1), got {self.router_jitter}"),
         ]
         for ok, message in checks:
@@ -304,6 +304,35 @@ def _grouped_mm_swiglu(
     return F.grouped_mm(F.silu(gu[:, :inter]) * gu[:, inter:], down.transpose(1, 2), offs=offsets)
 
 
+def _tracing() -> bool:
+    """Whether torch.jit.trace or torch.export is capturing the model (shapes must not depend on data)."""
+    return torch.jit.is_tracing() or torch.compiler.is_exporting()
+
+
+def _routing_matrix(
+    expert_index: torch.Tensor, expert_weight: torch.Tensor, num_experts: int, capacity: int | None
+) -> torch.Tensor:
+    """(T, E) routing weights, zero off each token's chosen experts; with a ``capacity``, also
+    zero for the slots an expert drops (the priority order of `MoEExperts`: first choices
+    before second ones, then token order)."""
+    num_tokens, top_k = expert_index.shape
+    if capacity is not None:
+        chosen = F.one_hot(expert_index.t().reshape(-1), num_experts)  # slots in priority order
+        rank = ((chosen.cumsum(0) - chosen) * chosen).sum(-1)  # earlier slots of the same expert
+        expert_weight = expert_weight * (rank < capacity).view(top_k, num_tokens).t()
+    mix = expert_weight.new_zeros(num_tokens, num_experts)
+    return mix.scatter(1, expert_index, expert_weight)
+
+
+def _dense_swiglu(x: torch.Tensor, mix: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
+    """Every expert on every token (E / top_k times the sparse FLOPs), mixed by ``mix`` (T, E):
+    the same result as the sparse dispatch without data-dependent shapes."""
+    inter = down.shape[-1]
+    gu = torch.matmul(x, gate_up.transpose(1, 2))  # (E, T, 2I)
+    y = torch.matmul(F.silu(gu[..., :inter]) * gu[..., inter:], down.transpose(1, 2))  # (E, T, H)
+    return torch.einsum("te,eth->th", mix, y)
+
+
 class MoEExperts(nn.Module):
     """``num_experts`` SwiGLU MLPs stored as two fused 3-D parameters in Mixtral's layout:
     ``gate_up_proj`` [E, 2I, H] (gate rows first, then up) and ``down_proj`` [E, H, I].
@@ -314,7 +343,9 @@ class MoEExperts(nn.Module):
     matmul per non-empty expert (`_GroupedSwiGLU`); ``"grouped_mm"`` uses
     ``torch.nn.functional.grouped_mm``; ``"auto"`` picks grouped_mm for bf16 on CUDA (SM >= 80,
     where its kernels exist) and the split elsewhere: on CPU (benchmarks/moe_dispatch.py) the
-    two are even in fp32, while PyTorch's CPU grouped_mm in bf16 is 2-30x slower than in fp32."""
+    two are even in fp32, while PyTorch's CPU grouped_mm in bf16 is 2-30x slower than in fp32.
+    ``"dense"`` (`_dense_swiglu`) has no data-dependent shapes, which is what ``torch.jit.trace``
+    and ``torch.export`` need; ``"auto"`` takes it while they trace the model."""
 
     def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int, dispatch: Dispatch = "auto") -> None:
         super().__init__()
@@ -331,6 +362,10 @@ class MoEExperts(nn.Module):
         an expert keeps at most that many slots (first choices before second ones, then
         token order, as in GShard) and a dropped slot contributes nothing."""
         num_tokens, top_k = expert_index.shape
+        dtype = self._compute_dtype(x)
+        if self.dispatch == "dense" or (self.dispatch == "auto" and _tracing()):
+            mix = _routing_matrix(expert_index, expert_weight, self.num_experts, capacity).to(dtype)
+            return _dense_swiglu(x.to(dtype), mix, self.gate_up_proj.to(dtype), self.down_proj.to(dtype)).to(x.dtype)
         num_slots = num_tokens * top_k
         experts = expert_index.reshape(-1)
         slot = torch.arange(num_slots, device=x.device)
@@ -342,7 +377,6 @@ class MoEExperts(nn.Module):
             rank = slot - starts.repeat_interleave(sizes)  # position of each sorted slot inside its expert
             order = order[rank < capacity]
             sizes = sizes.clamp(max=capacity)
-        dtype = self._compute_dtype(x)
         xs = x[order // top_k].to(dtype)
         gate_up, down = self.gate_up_proj.to(dtype), self.down_proj.to(dtype)
         if self._use_grouped_mm(xs):
@@ -681,7 +715,8 @@ class MoETransformer(_MoEBody):
         if input_ids.ndim != 2:
             hint = "; add a batch dimension with x.unsqueeze(0)" if input_ids.ndim == 1 else ""
             raise ValueError(f"{expected}; got a {input_ids.ndim}-D tensor of shape {tuple(input_ids.shape)}{hint}")
-        if input_ids.device.type == "cpu" and input_ids.numel():  # on accelerators the check would cost a host sync
+        # on accelerators the check would cost a host sync, and a tracer cannot branch on values
+        if input_ids.device.type == "cpu" and input_ids.numel() and not _tracing():
             low, high = input_ids.min().item(), input_ids.max().item()
             if low < 0 or high >= self.config.vocab_size:
                 raise ValueError(

@@ -77,7 +77,7 @@ def run_experts(module_or_fn, x, index, weight, gate_up, down, capacity=None):
     return out.detach(), [leaves[0].grad, leaves[1].grad, *(p.grad for p in params)]
 
 
-@pytest.mark.parametrize("dispatch", ["split", "grouped_mm"])
+@pytest.mark.parametrize("dispatch", ["split", "grouped_mm", "dense"])
 @pytest.mark.parametrize(
     "num_experts, top_k, allowed",
     [(6, 2, None), (6, 2, [0, 2, 3]), (4, 4, None), (5, 1, [4])],
@@ -100,14 +100,15 @@ def test_dispatch_matches_reference_loop(dispatch, num_experts, top_k, allowed):
         assert grads[2][unused].eq(0).all() and grads[3][unused].eq(0).all()
 
 
+@pytest.mark.parametrize("dispatch", ["split", "dense"])
 @pytest.mark.parametrize("capacity", [1, 5, 40])
-def test_capacity_drops_the_lowest_priority_slots(capacity):
+def test_capacity_drops_the_lowest_priority_slots(capacity, dispatch):
     torch.manual_seed(0)
     hidden, inter, tokens, num_experts = 8, 6, 20, 3
     x = torch.randn(tokens, hidden)
     gate_up, down = torch.randn(num_experts, 2 * inter, hidden), torch.randn(num_experts, hidden, inter)
     index, weight = random_routing(tokens, num_experts, 2)
-    out, grads = run_experts(MoEExperts(num_experts, hidden, inter, "split"), x, index, weight, gate_up, down, capacity)
+    out, grads = run_experts(MoEExperts(num_experts, hidden, inter, dispatch), x, index, weight, gate_up, down, capacity)
     ref_out, ref_grads = run_experts(reference_experts, x, index, weight, gate_up, down, capacity)
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5)
     for grad, ref in zip(grads, ref_grads):

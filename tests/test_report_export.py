@@ -161,6 +161,25 @@ def test_exports_round_trip_mlp(export, tmp_path: Path) -> None:
     assert result.max_abs_diff <= 1e-5
 
 
+@pytest.mark.parametrize("export", [export_torchscript, export_program], ids=["torchscript", "torch_export"])
+@pytest.mark.parametrize("name", ["moe_vit", "moe_encoder"])
+def test_moe_models_export_their_logits(export, name: str, tmp_path: Path) -> None:
+    # traced, the experts run densely (no data-dependent shapes); eager keeps the sparse dispatch
+    torch.manual_seed(0)
+    model = zoo.load(name, pretrained=False, num_classes=3, num_layers=2, hidden_size=32, intermediate_size=48,
+                     num_heads=2, num_kv_heads=2, **({"vocab_size": 64} if name == "moe_encoder" else {})).eval()
+    make = (lambda n: torch.randn(n, 1, 28, 28)) if name == "moe_vit" else (lambda n: torch.randint(0, 64, (n, 12)))
+    result = export(model, make(2), tmp_path / ("m.pt2" if export is export_program else "m.pt"))
+    assert result.max_abs_diff <= 1e-5
+    if export is export_torchscript:
+        with pytest.warns(FutureWarning):
+            loaded = torch.jit.load(result.path)
+    else:
+        loaded = torch.export.load(result.path).module()
+    x = make(7)  # new batch size, new routing
+    torch.testing.assert_close(loaded(x), model(x).logits, rtol=1e-4, atol=1e-5)
+
+
 def test_export_catches_a_baked_batch_size(tmp_path: Path) -> None:
     class FixedBatch(nn.Module):
         def __init__(self) -> None:
