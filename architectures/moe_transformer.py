@@ -343,7 +343,8 @@ class MoEExperts(nn.Module):
     matmul per non-empty expert (`_GroupedSwiGLU`); ``"grouped_mm"`` uses
     ``torch.nn.functional.grouped_mm``; ``"auto"`` picks grouped_mm for bf16 on CUDA (SM >= 80,
     where its kernels exist) and the split elsewhere: on CPU (benchmarks/moe_dispatch.py) the
-    two are even in fp32, while PyTorch's CPU grouped_mm in bf16 is 2-30x slower than in fp32.
+    two are even in fp32 and, on CPUs with AVX512-BF16, in bf16; without native bf16 matmul
+    (AVX2) PyTorch's CPU grouped_mm in bf16 is 2-30x slower than in fp32.
     ``"dense"`` (`_dense_swiglu`) has no data-dependent shapes, which is what ``torch.jit.trace``
     and ``torch.export`` need; ``"auto"`` takes it while they trace the model."""
 

@@ -30,6 +30,9 @@ _SGD = TrainConfig(
     epochs=15, batch_size=128, optimizer="sgd", lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4,
     scheduler="cosine", warmup_epochs=1.0, label_smoothing=0.0, channels_last=True, precision="fp32",
 )
+# deeper and longer, in bf16 (about 3x fp32's speed on a CPU with AVX512-BF16), with random
+# erasing at Zhong et al.'s (2017) p = 0.5
+_SGD_LONG = replace(_SGD, epochs=35, precision="bf16")
 # ViTs learn the locality a CNN is built with: AdamW, longer, label smoothing and random erasing
 _ADAMW = TrainConfig(
     epochs=20, batch_size=128, optimizer="adamw", lr=1e-3, weight_decay=0.05, scheduler="cosine", warmup_epochs=2.0,
@@ -38,6 +41,8 @@ _ADAMW = TrainConfig(
 RECIPES: dict[str, dict[str, Any]] = {
     "resnet20": {"title": "CIFAR ResNet-20 on Fashion-MNIST", "config": _SGD,
                  "augment": Augment(hflip=True, crop_padding=2), "model_kwargs": {}},
+    "resnet56": {"title": "CIFAR ResNet-56 on Fashion-MNIST (bf16, random erasing)", "config": _SGD_LONG,
+                 "augment": Augment(hflip=True, crop_padding=2, random_erasing=0.5), "model_kwargs": {}},
     "seresnet20": {"title": "SE-ResNet-20 on Fashion-MNIST", "config": _SGD,
                    "augment": Augment(hflip=True, crop_padding=2), "model_kwargs": {}},
     "densenet_bc_40": {"title": "DenseNet-BC-40 (growth 12) on Fashion-MNIST", "config": _SGD,
