@@ -49,7 +49,7 @@ def test_unknown_name_lists_close_matches(name, suggestion):
 
 def test_architecture_without_weights_says_how_to_build_it():
     with pytest.raises(zoo.UnknownModelError, match=r"pretrained=False"):
-        zoo.load("resnet56")
+        zoo.load("densenet_bc_100")
 
 
 def test_fine_tuning_head_keeps_body(resnet18_published):

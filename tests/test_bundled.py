@@ -36,7 +36,7 @@ def test_bundled_weights_include_each_recipe_family() -> None:
     """The CNNs, the MoE image classifier, both DBNs, the graph model and the MoE language model (with its dense baseline) ship
     trained weights (the list grows with the recipes)."""
     expected = {
-        "resnet20.fmnist", "seresnet20.fmnist", "densenet_bc_40.fmnist", "mobilenet_v2_cifar.fmnist",
+        "resnet20.fmnist", "resnet56.fmnist", "seresnet20.fmnist", "densenet_bc_40.fmnist", "mobilenet_v2_cifar.fmnist",
         "moe_vit.fmnist", "dbn.digits", "dbn.fmnist", "gin3.triangles_er", "gin3.fmnist", "moe_lm.stdlib", "moe_lm.stdlib_dense",
     }
     assert expected <= set(BUNDLED), BUNDLED
