@@ -30,8 +30,8 @@ _SGD = TrainConfig(
     epochs=15, batch_size=128, optimizer="sgd", lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4,
     scheduler="cosine", warmup_epochs=1.0, label_smoothing=0.0, channels_last=True, precision="fp32",
 )
-# deeper and longer, in bf16 (about 3x fp32's speed on a CPU with AVX512-BF16), with random
-# erasing at Zhong et al.'s (2017) p = 0.5
+# deeper and longer, in bf16 (on a CPU with AVX512-BF16 a ResNet-20 step ran 1.4x faster than
+# in fp32, both channels_last), with random erasing at Zhong et al.'s (2017) p = 0.5
 _SGD_LONG = replace(_SGD, epochs=35, precision="bf16")
 # ViTs learn the locality a CNN is built with: AdamW, longer, label smoothing and random erasing
 _ADAMW = TrainConfig(
