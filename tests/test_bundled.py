@@ -168,6 +168,16 @@ def test_fmnist_recipe_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert "resumed run" in (run_dir / "train.log").read_text()
 
 
+def test_fmnist_recipe_distils_the_vit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """moe_vit's recipe learns from resnet56.fmnist's labels (DeiT's hard distillation) and
+    its card says so; the CNN recipes don't distil."""
+    monkeypatch.setattr(fmnist_recipe, "evaluate", lambda model, task, limit=None: evaluate.evaluate(model, task, 100))
+    entry = fmnist_recipe.run("moe_vit", epochs=1, limit=64, out=str(tmp_path))
+    card = (tmp_path / entry["card"]).read_text()
+    assert "distillation: hard labels of resnet56.fmnist (run in bf16), weight 0.5" in card
+    assert all("distill" not in recipe for arch, recipe in fmnist_recipe.RECIPES.items() if arch != "moe_vit")
+
+
 def test_moe_lm_recipe_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Both language models (MoE and dense baseline) are trained, measured and published; tiny
     models on the first 20 kB of each split keep it to seconds."""

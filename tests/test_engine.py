@@ -21,7 +21,7 @@ from torch.utils.data import TensorDataset
 
 import zoo
 from training.data import EpochSampler, ShardSampler, TextBatches
-from training.engine import ClassificationStep, StepOutput, Trainer, TrainConfig, param_groups
+from training.engine import ClassificationStep, DistillationStep, StepOutput, Trainer, TrainConfig, param_groups
 
 REPO = Path(__file__).resolve().parents[1]
 FAMILIES = ("resnet20", "densenet_bc_40", "mobilenet_v2_cifar")
@@ -290,6 +290,71 @@ def test_aux_loss_is_added_and_expert_load_logged() -> None:
     row = history[-1]
     assert row["train_aux_loss"] > 0
     assert row["train_expert_load/0"] == pytest.approx(0.375) and row["train_expert_load/1"] == pytest.approx(0.625)
+
+
+def test_distillation_losses_match_their_definitions() -> None:
+    """Hard: cross-entropy with the teacher's argmax; soft: T² KL(teacher_T || student_T);
+    both mixed with the label loss by alpha, the student's aux loss added whole."""
+    torch.manual_seed(0)
+    student, teacher = _MoEToy(), nn.Linear(4, 3)
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    out = student(x)
+    logits, aux, ce = out["logits"], out["aux_loss"], nn.functional.cross_entropy(out["logits"], y)
+    hard = DistillationStep(teacher=teacher, alpha=0.3)(student, (x, y))
+    expected = 0.7 * ce + 0.3 * nn.functional.cross_entropy(logits, teacher(x).argmax(-1)) + aux
+    torch.testing.assert_close(hard.loss, expected)
+    soft = DistillationStep(teacher=teacher, alpha=1.0, kind="soft", temperature=2.0)(student, (x, y))
+    p_teacher = (teacher(x) / 2).softmax(-1)
+    kl = (p_teacher * (p_teacher.log() - (logits / 2).log_softmax(-1))).sum(-1).mean() * 4
+    torch.testing.assert_close(soft.loss, kl + aux)
+    torch.testing.assert_close(soft.logs["distill_loss"], kl)
+    assert not any(p.requires_grad for p in teacher.parameters()) and not teacher.training
+
+
+def test_distillation_ignores_masked_positions_and_maps_teacher_inputs() -> None:
+    """Per-token logits [N, T, K] with -100 targets: masked positions add nothing; the teacher
+    sees ``teacher_input(x)``."""
+    torch.manual_seed(0)
+    student, teacher = nn.Linear(4, 5), nn.Linear(4, 5)
+    x, y = torch.randn(2, 3, 4), torch.tensor([[1, -100, 2], [-100, 0, 4]])
+    valid = y != -100
+    for kind in ("hard", "soft"):
+        step = DistillationStep(teacher=teacher, alpha=1.0, kind=kind, teacher_input=lambda t: -t)
+        targets = teacher(-x)
+        if kind == "hard":
+            expected = nn.functional.cross_entropy(student(x)[valid], targets[valid].argmax(-1))
+        else:
+            p_teacher = targets[valid].softmax(-1)
+            expected = (p_teacher * (p_teacher.log() - student(x)[valid].log_softmax(-1))).sum(-1).mean()
+        torch.testing.assert_close(step(student, (x, y)).loss, expected)
+
+
+def test_distillation_trains_the_student_towards_the_teacher() -> None:
+    """With alpha = 1 the labels are ignored: a student trained on random labels learns the
+    teacher's decisions instead, and validation still reports plain cross-entropy on the labels."""
+    torch.manual_seed(0)
+    x = torch.randn(256, 4)
+    teacher = nn.Linear(4, 3)
+    labels = torch.randint(0, 3, (256,))  # unrelated to the teacher
+    student = nn.Linear(4, 3)
+    config = TrainConfig(epochs=30, batch_size=32, lr=0.05, weight_decay=0.0, **QUIET)
+    trainer = Trainer(student, config, step_fn=DistillationStep(teacher=teacher, alpha=1.0))
+    history = trainer.fit(TensorDataset(x, labels), TensorDataset(x, labels))
+    with torch.no_grad():
+        agreement = (student(x).argmax(-1) == teacher(x).argmax(-1)).float().mean()
+        val_ce = nn.functional.cross_entropy(student(x), labels)
+    assert agreement > 0.95
+    assert history[-1]["val_acc"] < 0.6 and "train_distill_loss" in history[-1]
+    assert history[-1]["val_loss"] == pytest.approx(float(val_ce), rel=1e-4)
+
+
+def test_distillation_step_rejects_bad_settings() -> None:
+    with pytest.raises(ValueError, match="needs a teacher"):
+        DistillationStep()
+    with pytest.raises(ValueError, match="0 <= alpha <= 1"):
+        DistillationStep(teacher=nn.Linear(2, 2), alpha=1.5)
+    with pytest.raises(ValueError, match="kind 'hard' or 'soft'"):
+        DistillationStep(teacher=nn.Linear(2, 2), kind="medium")
 
 
 def test_custom_step_for_unlabelled_pretraining() -> None:

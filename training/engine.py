@@ -2,7 +2,8 @@
 
 The batch -> loss computation is a small pluggable function (`StepFn`): `ClassificationStep`
 by default (cross-entropy; a model output carrying ``aux_loss`` gets it added, and its
-``expert_fractions`` are logged per expert), or any function returning a `StepOutput`, e.g. a
+``expert_fractions`` are logged per expert), `DistillationStep` (the same, learning also from a
+frozen teacher's predictions), or any function returning a `StepOutput`, e.g. a
 contrastive-divergence step for DBN pretraining that sets the gradients itself. Everything
 else is shared: optimizers with parameter groups, schedules, mixed precision, accumulation,
 clipping, EMA, early stopping, atomic checkpoints with exact resume, DDP/FSDP under torchrun,
@@ -198,14 +199,72 @@ class ClassificationStep:
 
     def __call__(self, model: nn.Module, batch: Any) -> StepOutput:
         inputs, targets = split_batch(batch)
+        logits, loss, logs = self._forward(model, inputs)
+        loss = self._cross_entropy(logits, targets.reshape(-1)) + loss
+        return StepOutput(loss, logits.detach(), targets, logs)
+
+    def _forward(self, model: nn.Module, inputs: Any) -> tuple[torch.Tensor, torch.Tensor | float, dict[str, Any]]:
+        """(logits, weighted aux loss or 0, logs) of ``model`` on ``inputs``."""
         output = model(**inputs) if isinstance(inputs, Mapping) else model(inputs)
         logits, aux_loss, logs = unpack_output(output)
+        if aux_loss is None:
+            return logits, 0.0, logs
+        logs["aux_loss"] = aux_loss.detach()
+        return logits, self.aux_loss_weight * aux_loss, logs
+
+    def _cross_entropy(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         flat_logits = logits.reshape(-1, logits.shape[-1]) if logits.ndim > 2 else logits
-        loss = F.cross_entropy(flat_logits.float(), targets.reshape(-1), label_smoothing=self.label_smoothing)
-        if aux_loss is not None:
-            logs["aux_loss"] = aux_loss.detach()
-            loss = loss + self.aux_loss_weight * aux_loss
+        return F.cross_entropy(flat_logits.float(), targets, label_smoothing=self.label_smoothing)
+
+
+@dataclass
+class DistillationStep(ClassificationStep):
+    """Knowledge distillation from a frozen ``teacher`` run on the same (augmented) batch:
+    ``(1 - alpha)`` times the cross-entropy with the labels plus ``alpha`` times a loss against
+    the teacher's predictions, either its argmax labels ("hard", DeiT's hard distillation:
+    Touvron et al., 2021) or its distribution softened at ``temperature`` ("soft": KL
+    divergence times T², Hinton et al., 2015). ``teacher_input`` maps the student's inputs to
+    the teacher's (another normalisation, a dtype). Validation uses a plain `ClassificationStep`."""
+
+    teacher: nn.Module | None = None
+    alpha: float = 0.5
+    kind: Literal["hard", "soft"] = "hard"
+    temperature: float = 1.0
+    teacher_input: Callable[[Any], Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.teacher is None:
+            raise ValueError("DistillationStep needs a teacher model, e.g. zoo.load('resnet56.fmnist')")
+        if not 0.0 <= self.alpha <= 1.0 or self.temperature <= 0 or self.kind not in ("hard", "soft"):
+            raise ValueError(
+                f"DistillationStep needs 0 <= alpha <= 1, temperature > 0 and kind 'hard' or 'soft'; got "
+                f"alpha={self.alpha}, temperature={self.temperature}, kind={self.kind!r}"
+            )
+        self.teacher.eval().requires_grad_(False)
+
+    def __call__(self, model: nn.Module, batch: Any) -> StepOutput:
+        inputs, targets = split_batch(batch)
+        logits, aux_loss, logs = self._forward(model, inputs)
+        targets_flat = targets.reshape(-1)
+        teacher_logits = self._teacher_logits(inputs, logits.device).reshape(-1, logits.shape[-1])
+        if self.kind == "hard":
+            distill = self._cross_entropy(logits, teacher_logits.argmax(-1).masked_fill(targets_flat == -100, -100))
+        else:
+            student = F.log_softmax(logits.reshape(-1, logits.shape[-1]).float() / self.temperature, dim=-1)
+            teacher = F.log_softmax(teacher_logits / self.temperature, dim=-1)
+            per_sample = F.kl_div(student, teacher, log_target=True, reduction="none").sum(-1)
+            valid = targets_flat != -100
+            distill = (per_sample * valid).sum() / valid.sum().clamp(min=1) * self.temperature**2
+        logs["distill_loss"] = distill.detach()
+        loss = (1 - self.alpha) * self._cross_entropy(logits, targets_flat) + self.alpha * distill + aux_loss
         return StepOutput(loss, logits.detach(), targets, logs)
+
+    @torch.no_grad()
+    def _teacher_logits(self, inputs: Any, device: torch.device) -> torch.Tensor:
+        teacher = self.teacher.to(device)
+        inputs = self.teacher_input(inputs) if self.teacher_input else inputs
+        output = teacher(**inputs) if isinstance(inputs, Mapping) else teacher(inputs)
+        return unpack_output(output)[0].float()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,7 +407,8 @@ class TrainState:
 class Trainer:
     """Trains ``model`` with ``config``; ``step_fn(model, batch) -> StepOutput`` computes
     the loss (default: `ClassificationStep`; it receives the model as wrapped for DDP/FSDP),
-    ``eval_step_fn`` the validation one (default: the same without label smoothing),
+    ``eval_step_fn`` the validation one (default: a plain `ClassificationStep` for classification
+    and distillation steps, else ``step_fn`` itself),
     ``lr_scale(name)`` multiplies each parameter's learning rate (see `param_groups`).
 
     Frozen normalisation layers (all parameters requires_grad=False) stay in eval mode while
@@ -369,7 +429,9 @@ class Trainer:
     ) -> None:
         self.config = cfg = config or TrainConfig()
         self.step_fn = step_fn or ClassificationStep(label_smoothing=cfg.label_smoothing)
-        self.eval_step_fn = eval_step_fn or (step_fn if step_fn is not None else ClassificationStep())
+        if eval_step_fn is None and isinstance(self.step_fn, ClassificationStep):  # its subclasses too
+            eval_step_fn = ClassificationStep(aux_loss_weight=self.step_fn.aux_loss_weight)
+        self.eval_step_fn = eval_step_fn or self.step_fn
         self.collate_fn = collate_fn
         self.rank, self.world_size, local_rank = _init_distributed()
         self.device = _pick_device(cfg.device, local_rank)

@@ -18,8 +18,11 @@ from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
 
-from training.data import Augment
-from training.engine import TrainConfig
+import torch
+
+import zoo
+from training.data import Augment, default_preprocess
+from training.engine import DistillationStep, TrainConfig
 from training.evaluate import evaluate, task_key
 from training.finetune import finetune
 from training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
@@ -34,9 +37,11 @@ _SGD = TrainConfig(
 # in fp32, both channels_last), with random erasing at Zhong et al.'s (2017) p = 0.5 and an EMA
 # of the weights (decay 0.999: about the last 2.3 epochs) that is validated and shipped
 _SGD_LONG = replace(_SGD, epochs=50, precision="bf16", ema_decay=0.999)
-# ViTs learn the locality a CNN is built with: AdamW, longer, label smoothing and random erasing
+# ViTs learn the locality a CNN is built with: many epochs (12 min on one H100, about 10 h on 2
+# CPU cores), AdamW, label smoothing, random erasing, and a CNN teacher's labels (DeiT's hard
+# distillation). 20 epochs at batch 128 reached 91.95%, with the teacher 91.99%.
 _ADAMW = TrainConfig(
-    epochs=20, batch_size=128, optimizer="adamw", lr=1e-3, weight_decay=0.05, scheduler="cosine", warmup_epochs=2.0,
+    epochs=100, batch_size=512, optimizer="adamw", lr=2e-3, weight_decay=0.05, scheduler="cosine", warmup_epochs=5.0,
     label_smoothing=0.1, clip_grad_norm=1.0, precision="fp32",
 )
 RECIPES: dict[str, dict[str, Any]] = {
@@ -52,7 +57,8 @@ RECIPES: dict[str, dict[str, Any]] = {
                            "augment": Augment(hflip=True, crop_padding=2), "model_kwargs": {"width_mult": 0.5}},
     "moe_vit": {"title": "MoE ViT (convolutional stem, 6 layers, 8 experts top-2 in every other one) on Fashion-MNIST",
                 "config": _ADAMW, "augment": Augment(hflip=True, crop_padding=2, random_erasing=0.25),
-                "model_kwargs": {"stem_channels": [32, 64]}},
+                "model_kwargs": {"stem_channels": [32, 64]},
+                "distill": {"teacher": "resnet56.fmnist", "alpha": 0.5, "kind": "hard"}},
 }
 
 
@@ -66,11 +72,13 @@ def run(arch: str, epochs: int | None = None, limit: int | None = None, out: str
     config = replace(recipe["config"], epochs=epochs or recipe["config"].epochs)
     if run_dir is not None:
         config = replace(config, out_dir=run_dir, resume=True)
+    distill = recipe.get("distill")
+    step_fn = _distillation_step(**distill) if distill else None
     with nullcontext(run_dir) if run_dir else tempfile.TemporaryDirectory(prefix=f"zoo-recipe-{arch}-") as where:
         result = finetune(
             arch, "fashion-mnist", where, pretrained=False, model_kwargs=recipe["model_kwargs"],
             val_fraction=VAL_IMAGES / 60000, limit=limit, augment=recipe["augment"], config=config,
-            post_training=False,
+            step_fn=step_fn, post_training=False,
         )
     model = result.model
     evaluation = Stopwatch()
@@ -91,6 +99,8 @@ def run(arch: str, epochs: int | None = None, limit: int | None = None, out: str
                     + (f"gradient norm clipped at {cfg.clip_grad_norm:g}" if cfg.clip_grad_norm else "no gradient clipping"),
             "augmentation": str(recipe["augment"]),
             "precision": f"{cfg.precision}, channels_last {cfg.channels_last}",
+            **({"distillation": f"{distill['kind']} labels of {distill['teacher']} (run in bf16), "
+                                f"weight {distill['alpha']}"} if distill else {}),
             "weights shipped": f"EMA, decay {cfg.ema_decay}" if cfg.ema_decay else "the trained weights (no EMA)",
             "best epoch (validation accuracy)": f"{result.metrics.get('epoch')}: {result.metrics.get('val_acc', 0):.4f}",
         },
@@ -99,6 +109,20 @@ def run(arch: str, epochs: int | None = None, limit: int | None = None, out: str
         model, f"{arch}.fmnist", title=recipe["title"], task="fashion-mnist", metrics=metrics,
         provenance=provenance, history=result.history, model_kwargs={**recipe["model_kwargs"], "in_chans": 1},
         preprocess=model.pretrained_cfg["preprocess"], categories="fashion-mnist", root=out,
+    )
+
+
+def _distillation_step(teacher: str, alpha: float, kind: str) -> DistillationStep:
+    """A `DistillationStep` from the bundled ``teacher``, run in bf16 and channels_last (2.4x
+    faster than fp32 for a ResNet-56 on an AVX512-BF16 CPU); the student's images must be
+    normalised as the teacher's were, which holds for models trained from scratch here."""
+    model = zoo.load(teacher)
+    if model.pretrained_cfg["preprocess"] != default_preprocess(1) | {"channels": 1}:
+        raise ValueError(f"{teacher} was trained on other preprocessing than the recipes' default; pick another teacher")
+    model = model.to(torch.bfloat16, memory_format=torch.channels_last)
+    return DistillationStep(
+        teacher=model, alpha=alpha, kind=kind,
+        teacher_input=lambda x: x.to(torch.bfloat16, memory_format=torch.channels_last),
     )
 
 
