@@ -112,6 +112,9 @@ def test_recipe_command_line(capsys: pytest.CaptureFixture) -> None:
     publish.recipe_main("m", doc, ["x"], run, ["x", "--run-dir", "r", "--epochs=2"], resumable=True)
     assert calls[-1] == ("x", {"epochs": 2, "limit": None, "run_dir": "r", "out": str(publish.WEIGHTS_DIR),
                                "command": "python -m m x --epochs=2"})  # where checkpoints went is not the recipe
+    publish.recipe_main("m", doc, ["x"], run, ["x", "--num-workers", "4"], workers=True)
+    assert calls[-1] == ("x", {"epochs": None, "limit": None, "num_workers": 4, "out": str(publish.WEIGHTS_DIR),
+                               "command": "python -m m x --num-workers 4"})  # workers draw their own augmentations
     with pytest.raises(SystemExit):
         publish.recipe_main("m", doc, ["x"], run, ["--help"])
     assert "Trains a, over two lines." in capsys.readouterr().out

@@ -176,13 +176,16 @@ def recipe_main(
     budget: str = "epochs",
     limit: bool = True,
     resumable: bool = False,
+    workers: bool = False,
 ) -> int:
     """The command line every recipe shares: ``python -m MODULE TARGET [--epochs N] [--limit N]
     [--out DIR]`` (``--steps`` instead of ``--epochs`` when ``budget="steps"``); calls
     ``run(TARGET, epochs= or steps=, out=, command=[, limit=][, run_dir=])`` with the command
     that reruns it, and prints the test metrics of the entry (or entries) it published.
     ``resumable`` recipes take ``--run-dir DIR``: checkpoints go there, and a rerun with the
-    same arguments continues from the last one (a long run may span several sessions)."""
+    same arguments continues from the last one (a long run may span several sessions).
+    ``workers`` recipes take ``--num-workers N``: data-loading processes (a GPU needs several
+    to be kept busy; each worker draws its own augmentations, so it is part of the command)."""
     summary = " ".join(doc.split("\n\n")[0].split())  # the docstring's first paragraph
     parser = argparse.ArgumentParser(prog=f"python -m {module}", description=summary)
     parser.add_argument("target", choices=sorted(choices), help="the weights to train")
@@ -194,12 +197,16 @@ def recipe_main(
         parser.add_argument(
             "--run-dir", help="keep checkpoints here and resume from them (default: a temporary directory)"
         )
+    if workers:
+        parser.add_argument("--num-workers", type=int, default=0, help="data-loading processes (default: none)")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     options = {"limit": args.limit} if limit else {}
     options[budget] = getattr(args, budget)
     if resumable:
         options["run_dir"] = args.run_dir
+    if workers:
+        options["num_workers"] = args.num_workers
     command = shlex.join(["python", "-m", module, *_without_run_dir(argv)])
     published = run(args.target, out=args.out, command=command, **options)
     for entry in published if isinstance(published, list) else [published]:

@@ -3,6 +3,7 @@ split less a fixed-seed 5,000-image validation hold-out (which picks the best ep
 measured on the official 10k test split.
 
     python -m training.recipes.fmnist resnet20 [--epochs N] [--limit N] [--out weights/] [--run-dir DIR]
+        [--num-workers N]
 
 Each architecture's hyperparameters are data in ``RECIPES``; ``--epochs`` and ``--limit``
 shorten a run (for a smoke test: its card then says so). With ``--run-dir`` the run keeps its
@@ -63,13 +64,13 @@ RECIPES: dict[str, dict[str, Any]] = {
 
 
 def run(arch: str, epochs: int | None = None, limit: int | None = None, out: str = str(WEIGHTS_DIR),
-        command: str | None = None, run_dir: str | None = None) -> dict[str, Any]:
+        command: str | None = None, run_dir: str | None = None, num_workers: int = 0) -> dict[str, Any]:
     """Train, evaluate and publish ``<arch>.fmnist``; returns its entry. ``run_dir`` keeps the
     checkpoints and resumes from them (a temporary directory otherwise)."""
     if arch not in RECIPES:
         raise ValueError(f"no Fashion-MNIST recipe for {arch!r}; recipes: {', '.join(RECIPES)}")
     recipe = RECIPES[arch]
-    config = replace(recipe["config"], epochs=epochs or recipe["config"].epochs)
+    config = replace(recipe["config"], epochs=epochs or recipe["config"].epochs, num_workers=num_workers)
     if run_dir is not None:
         config = replace(config, out_dir=run_dir, resume=True)
     distill = recipe.get("distill")
@@ -133,7 +134,7 @@ def _optimizer_name(cfg: TrainConfig) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return recipe_main("training.recipes.fmnist", __doc__, RECIPES, run, argv, resumable=True)
+    return recipe_main("training.recipes.fmnist", __doc__, RECIPES, run, argv, resumable=True, workers=True)
 
 
 if __name__ == "__main__":
