@@ -15,7 +15,7 @@ from PIL import Image
 import zoo
 from training.data import Augment, image_transforms, open_data
 from training.engine import Trainer, TrainConfig
-from training.finetune import apply_mode, finetune, layer_decay_scale, parameter_levels
+from training.finetune import Distillation, apply_mode, distillation_step, finetune, layer_decay_scale, parameter_levels
 from zoo import cli
 
 FAMILIES = ("resnet20", "densenet_bc_40", "mobilenet_v2_cifar")
@@ -109,6 +109,52 @@ def test_zoo_finetune_image_folder_saves_a_model_zoo_load_restores(tmp_path: Pat
     assert "macro-F1" in card and "magnitude pruning 50%" in card and "torch.export: model.pt2" in card
     metrics = json.loads((out / "metrics.json").read_text())
     assert len(metrics["history"]) == 2 and metrics["monitor"] == "val_acc"
+
+
+def saved_teacher(tmp_path: Path, num_classes: int = 3, in_chans: int = 3) -> Path:
+    """A resnet20 folder that normalises images with its own mean and std."""
+    torch.manual_seed(1)
+    teacher = zoo.load("resnet20", pretrained=False, num_classes=num_classes, in_chans=in_chans)
+    teacher.pretrained_cfg["preprocess"] = {"mean": [0.2, 0.3, 0.4], "std": [0.5, 0.25, 0.125]}
+    return zoo.save(teacher, tmp_path / f"teacher-{num_classes}-{in_chans}")
+
+
+def test_distillation_renormalises_images_for_the_teacher(tmp_path: Path) -> None:
+    """The teacher sees (pixels - its mean) / its std whatever the student's normalisation."""
+    data = open_data(write_image_folder(tmp_path / "images"))
+    student = zoo.load("resnet20", pretrained=False, num_classes=3, in_chans=3)
+    student.pretrained_cfg["preprocess"] = {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}
+    step = distillation_step(Distillation(str(saved_teacher(tmp_path)), bf16=True), data, student)
+    pixels = torch.rand(2, 3, 8, 8)
+    expected = (pixels - torch.tensor([0.2, 0.3, 0.4])[:, None, None]) / torch.tensor([0.5, 0.25, 0.125])[:, None, None]
+    torch.testing.assert_close(step.teacher_input((pixels - 0.5) / 0.5), expected)
+    assert step.teacher_dtype == torch.bfloat16 and step.kind == "hard" and step.alpha == 0.5
+
+
+def test_distillation_needs_a_teacher_of_the_datas_classes_and_channels(tmp_path: Path) -> None:
+    data = write_image_folder(tmp_path / "images")
+    config = TrainConfig(max_steps=1, batch_size=4, **QUIET)
+    for teacher, problem in ((saved_teacher(tmp_path, num_classes=4), "predicts 4 classes"),
+                             (saved_teacher(tmp_path, in_chans=1), "takes 1-channel images")):
+        with pytest.raises(ValueError, match=problem), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            finetune("resnet20", data, tmp_path / "out", config=config, distill=Distillation(str(teacher)),
+                     post_training=False)
+
+
+def test_zoo_finetune_with_a_teacher(tmp_path: Path) -> None:
+    """``--teacher`` and its options reach the step; the card and the metrics record it."""
+    data, out = write_image_folder(tmp_path / "images"), tmp_path / "out"
+    argv = ["finetune", "resnet20", "--data", str(data), "--out", str(out), "--epochs", "1", "--batch-size", "4",
+            "--no-progress", "--no-post-training", "--no-tensorboard", "--teacher", str(saved_teacher(tmp_path)),
+            "--distill-kind", "soft", "--distill-temperature", "2", "--distill-alpha", "0.7", "--teacher-bf16"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert cli.main(argv) == 0
+    card = (out / "README.md").read_text()
+    assert f"- distillation: soft labels at temperature 2 of {tmp_path / 'teacher-3-3'} (run in bf16), weight 0.7" in card
+    history = json.loads((out / "metrics.json").read_text())["history"]
+    assert history[0]["train_distill_loss"] > 0 and "val_distill_loss" not in history[0]
 
 
 def test_grayscale_folder_gives_a_one_channel_model(tmp_path: Path) -> None:
