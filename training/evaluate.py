@@ -42,12 +42,20 @@ def task_key(name: str, limit: int | None) -> str:
     return name if limit is None else f"{name}[:{limit}]"
 
 
+def _device(model: nn.Module) -> torch.device:
+    """Where the model's parameters are: the tasks run there (a model trained on a GPU is
+    measured on it)."""
+    return next(model.parameters()).device
+
+
 @torch.inference_mode()
 def _classify(model: nn.Module, batches: Iterable[tuple[Any, torch.Tensor]]) -> dict[str, float]:
     """Top-1 accuracy (percent) and mean cross-entropy of ``model`` over (inputs, targets) batches."""
     model.eval()
+    device = _device(model)
     correct, loss, count = 0, 0.0, 0
     for inputs, y in batches:
+        inputs, y = inputs.to(device), y.to(device)
         logits = logits_of(model(inputs)).float()
         correct += int((logits.argmax(-1) == y).sum())
         loss += float(F.cross_entropy(logits, y, reduction="sum"))
@@ -97,11 +105,12 @@ def triangles_er(model: nn.Module, limit: int | None = None) -> dict[str, float]
     test = TriangleCounting("er", "test", pre_transform=AddTriangles())
     test = test[:limit] if limit is not None else test
     model.eval()
+    device = _device(model)
     predictions, targets = [], []
     with torch.inference_mode():
         for batch in DataLoader(test, batch_size=256):
-            predictions.append(model(batch).float().reshape(-1))
-            targets.append(batch.y.reshape(-1))
+            predictions.append(model(batch.to(device)).float().reshape(-1).cpu())
+            targets.append(batch.y.reshape(-1).cpu())
     prediction, target = torch.cat(predictions), torch.cat(targets)
     return {"nmse": normalized_mse(prediction, target), "mae": float((prediction - target).abs().mean())}
 
@@ -129,7 +138,7 @@ def fashion_mnist_graphs(model: nn.Module, limit: int | None = None) -> dict[str
 def stdlib_bytes(model: nn.Module, limit: int | None = None) -> dict[str, float]:
     """Language models on the standard-library test split: mean next-byte cross-entropy in bits
     over consecutive ``CONTEXT``-token windows (the first ``limit`` windows), fp32."""
-    stream = stdlib_corpus("test").long()
+    stream = stdlib_corpus("test").long().to(_device(model))
     windows = (len(stream) - 1) // CONTEXT if limit is None else limit
     inputs = stream[: windows * CONTEXT].view(windows, CONTEXT)
     targets = stream[1 : windows * CONTEXT + 1].view(windows, CONTEXT)
