@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 import zoo
 from training.data import load_fashion_mnist, stdlib_corpus
-from training.report import logits_of
+from training.report import logits_of, model_device, move_to_device
 
 Task = Callable[[nn.Module, int | None], dict[str, float]]
 TASKS: dict[str, Task] = {}
@@ -42,20 +42,15 @@ def task_key(name: str, limit: int | None) -> str:
     return name if limit is None else f"{name}[:{limit}]"
 
 
-def _device(model: nn.Module) -> torch.device:
-    """Where the model's parameters are: the tasks run there (a model trained on a GPU is
-    measured on it)."""
-    return next(model.parameters()).device
-
-
 @torch.inference_mode()
 def _classify(model: nn.Module, batches: Iterable[tuple[Any, torch.Tensor]]) -> dict[str, float]:
-    """Top-1 accuracy (percent) and mean cross-entropy of ``model`` over (inputs, targets) batches."""
+    """Top-1 accuracy (percent) and mean cross-entropy of ``model`` over (inputs, targets)
+    batches, on the model's device (a model trained on a GPU is measured there)."""
     model.eval()
-    device = _device(model)
+    device = model_device(model)
     correct, loss, count = 0, 0.0, 0
     for inputs, y in batches:
-        inputs, y = inputs.to(device), y.to(device)
+        inputs, y = move_to_device(inputs, device), y.to(device)
         logits = logits_of(model(inputs)).float()
         correct += int((logits.argmax(-1) == y).sum())
         loss += float(F.cross_entropy(logits, y, reduction="sum"))
@@ -105,7 +100,7 @@ def triangles_er(model: nn.Module, limit: int | None = None) -> dict[str, float]
     test = TriangleCounting("er", "test", pre_transform=AddTriangles())
     test = test[:limit] if limit is not None else test
     model.eval()
-    device = _device(model)
+    device = model_device(model)
     predictions, targets = [], []
     with torch.inference_mode():
         for batch in DataLoader(test, batch_size=256):
@@ -138,7 +133,7 @@ def fashion_mnist_graphs(model: nn.Module, limit: int | None = None) -> dict[str
 def stdlib_bytes(model: nn.Module, limit: int | None = None) -> dict[str, float]:
     """Language models on the standard-library test split: mean next-byte cross-entropy in bits
     over consecutive ``CONTEXT``-token windows (the first ``limit`` windows), fp32."""
-    stream = stdlib_corpus("test").long().to(_device(model))
+    stream = stdlib_corpus("test").long().to(model_device(model))
     windows = (len(stream) - 1) // CONTEXT if limit is None else limit
     inputs = stream[: windows * CONTEXT].view(windows, CONTEXT)
     targets = stream[1 : windows * CONTEXT + 1].view(windows, CONTEXT)

@@ -33,6 +33,7 @@ from training.report import (
     Forward,
     classifier_forward,
     evaluate_classifier,
+    model_device,
     plot_confusion_matrix,
     write_bytes_atomic,
     write_json,
@@ -74,10 +75,6 @@ def _eval_mode(model: nn.Module) -> Iterator[nn.Module]:
 def _as_args(example_input: ExampleInput, device: torch.device) -> tuple[Any, ...]:
     args = example_input if isinstance(example_input, tuple) else (example_input,)
     return tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
-
-
-def _model_device(model: nn.Module) -> torch.device:
-    return next(model.parameters(), torch.empty(0)).device
 
 
 def _grown_batch(args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -177,7 +174,7 @@ def export_torchscript(
     batch size would fail there). Load it with ``torch.jit.load`` or libtorch in C++."""
     path = Path(path)
     start = time.perf_counter()
-    args = _as_args(example_input, _model_device(model))
+    args = _as_args(example_input, model_device(model))
     check = [args, _grown_batch(args)] if dynamic_batch else [args]
     with _eval_mode(model), warnings.catch_warnings():
         # torch 2.14 deprecates torch.jit in favour of torch.export (see the module docstring);
@@ -187,7 +184,7 @@ def export_torchscript(
         with torch.no_grad():
             traced = torch.jit.trace(_traceable(model, args), args, check_trace=False)
         size = _write_bytes(path, lambda buffer: torch.jit.save(traced, buffer))
-        loaded = torch.jit.load(str(path), map_location=_model_device(model))
+        loaded = torch.jit.load(str(path), map_location=model_device(model))
         diff = _max_diff(model, loaded, check, rtol, atol)
     return ExportResult(str(path), size, diff, time.perf_counter() - start)
 
@@ -209,7 +206,7 @@ def export_program(
     if path.suffix != ".pt2":
         raise ValueError(f"torch.export.load only reads files ending in .pt2, got {path.name!r}")
     start = time.perf_counter()
-    args = _as_args(example_input, _model_device(model))
+    args = _as_args(example_input, model_device(model))
     dynamic_shapes = None
     check = [args]
     if dynamic_batch:
@@ -322,7 +319,7 @@ def post_training(
     itself is not modified."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    device = torch.device(device) if device is not None else _model_device(model)
+    device = torch.device(device) if device is not None else model_device(model)
 
     def evaluate(m: nn.Module, on: torch.device = device) -> ClassificationReport:
         return evaluate_classifier(

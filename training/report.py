@@ -50,6 +50,11 @@ def classifier_forward(model: nn.Module, batch: Any) -> tuple[torch.Tensor, torc
     )
 
 
+def model_device(model: nn.Module) -> torch.device:
+    """Where ``model``'s parameters are (the CPU for a model without any)."""
+    return next(model.parameters(), torch.empty(0)).device
+
+
 def move_to_device(batch: Any, device: torch.device) -> Any:
     """``batch`` with every tensor on ``device``: tensors, (nested) tuples/lists/dicts, and
     objects with a ``.to`` method (PyG ``Data``/``Batch``)."""
@@ -170,9 +175,7 @@ def evaluate_classifier(
     """Run ``model`` (in eval mode, restored afterwards) over ``loader`` and report accuracy,
     macro-F1, per-class precision/recall/F1 and the confusion matrix. ``device`` defaults to
     the model's; ``forward(model, batch) -> (logits, targets)`` adapts other batch layouts."""
-    if device is None:
-        device = next(model.parameters(), torch.empty(0)).device
-    device = torch.device(device)
+    device = torch.device(device) if device is not None else model_device(model)
     was_training = model.training
     model.eval()
     predictions: list[torch.Tensor] = []
