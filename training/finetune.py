@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn as nn
@@ -147,7 +147,7 @@ class Distillation:
 
     teacher: str
     alpha: float = 0.5
-    kind: str = "hard"
+    kind: Literal["hard", "soft"] = "hard"
     temperature: float = 1.0
     bf16: bool = False
 
