@@ -199,8 +199,8 @@ class ClassificationStep:
 
     def __call__(self, model: nn.Module, batch: Any) -> StepOutput:
         inputs, targets = split_batch(batch)
-        logits, loss, logs = self._forward(model, inputs)
-        loss = self._cross_entropy(logits, targets.reshape(-1)) + loss
+        logits, aux_loss, logs = self._forward(model, inputs)
+        loss = self._cross_entropy(logits, targets.reshape(-1)) + aux_loss
         return StepOutput(loss, logits.detach(), targets, logs)
 
     def _forward(self, model: nn.Module, inputs: Any) -> tuple[torch.Tensor, torch.Tensor | float, dict[str, Any]]:
