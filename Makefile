@@ -7,10 +7,10 @@ FASHION_MNIST := /usr/share/datasets/fashion-mnist
 
 .PHONY: demo test data clean
 
-# Reinstalls only when pyproject.toml changed since the last install.
-$(INSTALLED): pyproject.toml
+# Reinstalls only when pyproject.toml or the tested versions changed since the last install.
+$(INSTALLED): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(INSTALLED)
 
 # Fashion-MNIST from Debian (root only; others get torchvision's download as the fallback).

@@ -18,7 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from zoo.registry import register_model
+from ._registry import register_model
 
 from .features import feature_indices
 from .layers import LinearClassifier, SqueezeExcite, check_image_input

@@ -37,7 +37,7 @@ from torch_geometric.nn.aggr import Aggregation
 from torch_geometric.transforms import BaseTransform
 from torch_geometric.utils import scatter
 
-from zoo.registry import register_model
+from ._registry import register_model
 
 from .layers import LinearClassifier
 
@@ -445,7 +445,7 @@ class GIN(LinearClassifier, nn.Module):
         if self.needs_triangles and getattr(data, "triangle_index", None) is None:
             raise ValueError(
                 f"{self.name} uses the triangle readout, which needs data.triangle_index: apply the AddTriangles "
-                "transform (from architectures.graph), e.g. dataset = TUDataset(root, name, "
+                "transform (from zoo.architectures.graph), e.g. dataset = TUDataset(root, name, "
                 "pre_transform=AddTriangles()), or load the model with triangle=False"
             )
 

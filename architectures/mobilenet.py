@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
-from zoo.registry import register_model
+from ._registry import register_model
 
 from .features import feature_indices
 from .layers import (

@@ -10,12 +10,12 @@ Parameter names are Hugging Face's Mixtral ones without the ``model.`` prefix
 (``layers.0.self_attn.q_proj``, ``layers.0.mlp.gate``, ``layers.0.mlp.experts.gate_up_proj``),
 so Mixtral, Qwen2-MoE and OLMoE checkpoints load by renaming keys (zoo/hf.py).
 
-Output: ``model(x)`` returns an `MoEOutput`, the logits plus the routing losses of that forward
-pass (``aux_loss``, already weighted by the coefficients of the config, is what a training loop
-adds to its task loss) and the share of token slots each expert received. The routing losses
-must come out of ``forward`` itself: a side channel would be lost under DistributedDataParallel,
-torch.compile and activation checkpointing. ``forward_features`` and ``forward_head`` return
-plain tensors, as in every zoo model.
+Output: ``model(x)`` returns the logits, a Tensor, as every zoo model does. ``model(x,
+return_aux=True)`` returns an `MoEOutput` instead: the logits plus the routing losses of that
+forward pass (``aux_loss``, already weighted by the coefficients of the config, is what a
+training loop adds to its task loss) and the share of token slots each expert received. The
+routing losses come out of ``forward`` itself, because a side channel (losses left on the
+module) would be lost under DistributedDataParallel, torch.compile and activation checkpointing.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from zoo.registry import register_model
+from ._registry import register_model
 
 from .features import feature_indices
 from .layers import ConvNormAct, LinearClassifier, apply_rotary, check_image_input, linear_classifier, rotary_cos_sin
@@ -116,7 +116,8 @@ class MoEConfig:
 
 @dataclass
 class MoEOutput:
-    """What an MoE model's forward returns: the logits of its head and the routing losses.
+    """What an MoE model's ``forward(..., return_aux=True)`` returns: the logits of its head and
+    the routing losses.
 
     ``aux_loss`` = router_aux_loss_coef * load_balancing_loss + router_z_loss_coef *
     router_z_loss: add it to the task loss when training. ``expert_fractions[l, e]`` is the
@@ -655,7 +656,8 @@ class MoETransformer(_MoEBody):
     ``"token_classification"``.
 
     ``forward(input_ids, attention_mask=None)`` takes token ids (N, L) and an optional mask
-    (N, L), 1 for real tokens and 0 for padding; it returns an `MoEOutput`.
+    (N, L), 1 for real tokens and 0 for padding; it returns the logits (an `MoEOutput` with
+    ``return_aux=True``).
     """
 
     def __init__(
@@ -781,11 +783,18 @@ class MoETransformer(_MoEBody):
         return (x * weights).sum(1) / weights.sum(1).clamp(min=1)
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, cache: KVCache | None = None
-    ) -> MoEOutput:
-        """Logits and routing losses; ``cache`` (a `KVCache`) continues from earlier calls."""
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        return_aux: bool = False,
+    ) -> torch.Tensor | MoEOutput:
+        """Logits, or with ``return_aux`` an `MoEOutput` that adds the routing losses;
+        ``cache`` (a `KVCache`) continues from earlier calls."""
         h, router_logits = self._encode(input_ids, attention_mask, cache)
         logits = self.forward_head(h, attention_mask=attention_mask)
+        if not return_aux:
+            return logits
         token_mask = attention_mask[:, -input_ids.shape[1] :] if attention_mask is not None else None
         return self._output(logits, router_logits, token_mask)
 
@@ -939,9 +948,11 @@ class MoEViT(LinearClassifier, _MoEBody):
         x = x.mean(dim=1)
         return x if pre_logits else self.classifier(self.drop(x))
 
-    def forward(self, x: torch.Tensor) -> MoEOutput:
+    def forward(self, x: torch.Tensor, return_aux: bool = False) -> torch.Tensor | MoEOutput:
+        """Logits, or with ``return_aux`` an `MoEOutput` that adds the routing losses."""
         h, router_logits = self._encode(x)
-        return self._output(self.forward_head(h), router_logits, None)
+        logits = self.forward_head(h)
+        return self._output(logits, router_logits, None) if return_aux else logits
 
 
 # --------------------------------------------------------------------------- registered architectures

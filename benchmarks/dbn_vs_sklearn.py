@@ -38,10 +38,10 @@ from sklearn.pipeline import Pipeline
 from threadpoolctl import threadpool_limits
 
 import zoo
-from architectures.dbn import RBM, bernoulli
-from training.data import load_fashion_mnist
-from training.dbn import FinetuneConfig, RBMConfig, finetune, pretrain, train_rbm
-from training.digits import load_nudged_digits
+from zoo.architectures.dbn import RBM, bernoulli
+from zoo.training.data import load_fashion_mnist
+from zoo.training.dbn import FinetuneConfig, RBMConfig, finetune, pretrain, train_rbm
+from zoo.training.digits import load_nudged_digits
 
 DBN_SIZES = (64, 500, 500)
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torchvision
 
-from architectures import densenet
+from zoo.architectures import densenet
 
 
 def _torchvision_cifar(memory_efficient: bool) -> nn.Module:

@@ -28,8 +28,8 @@ from torch_geometric.loader import DataLoader
 from tqdm.auto import tqdm
 
 import zoo
-from architectures.graph import AddTriangles
-from training.graph_data import FashionMNISTGraphs, MotifClassification, TriangleCounting, normalized_mse
+from zoo.architectures.graph import AddTriangles
+from zoo.training.graph_data import FashionMNISTGraphs, MotifClassification, TriangleCounting, normalized_mse
 
 VARIANTS: dict[str, tuple[str, dict]] = {
     "GIN + sum": ("gin_sum", {}),

@@ -33,7 +33,7 @@ import torch
 from transformers import MixtralConfig
 from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
 
-from architectures.moe_transformer import MoEConfig, SparseMoeBlock
+from zoo.architectures.moe_transformer import MoEConfig, SparseMoeBlock
 
 HIDDEN, INTERMEDIATE, EXPERTS, TOP_K = 512, 1024, 8, 2
 HF_IMPLEMENTATIONS = ("eager", "batched_mm", "grouped_mm")

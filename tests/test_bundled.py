@@ -14,15 +14,15 @@ import safetensors.torch
 import torch
 
 import zoo
-from training import data, evaluate, publish
-from training.recipes import dbn as dbn_recipe
-from training.recipes import fmnist as fmnist_recipe
-from training.recipes import graph as graph_recipe
-from training.recipes import moe_lm as moe_lm_recipe
+from zoo.training import data, evaluate, publish
+from zoo.training.recipes import dbn as dbn_recipe
+from zoo.training.recipes import fmnist as fmnist_recipe
+from zoo.training.recipes import graph as graph_recipe
+from zoo.training.recipes import moe_lm as moe_lm_recipe
 from zoo import cli, registry
 from zoo.tokenizer import ByteTokenizer
 
-WEIGHTS = Path(str(resources.files("weights")))
+WEIGHTS = Path(str(resources.files("zoo.weights")))
 BUNDLED = [name for name in zoo.list_models(pretrained=True) if registry.weight_info(name).file]
 MAX_TEST_SAMPLES = 2000  # the slice the test re-measures; cards claim a [:N] slice for bigger test sets
 
@@ -61,7 +61,7 @@ def test_entry_file_card_and_recipe_agree(name: str) -> None:
             assert f"| {task} | {metric} | {value:g} |" in card
     assert (WEIGHTS / f"{name}.png").is_file(), "no training-curve PNG"
     command = shlex.split(info.recipe)
-    assert command[:2] == ["python", "-m"] and command[2].startswith("training.recipes.")
+    assert command[:2] == ["python", "-m"] and command[2].startswith("zoo.training.recipes.")
     importlib.import_module(command[2])  # the recipe exists
     assert info.eval_task in evaluate.TASKS
 

@@ -24,8 +24,8 @@ from threadpoolctl import threadpool_limits
 from torch import nn
 
 import zoo
-from architectures.dbn import DBN, RBM, GaussianRBM, Sparsity
-from training.dbn import (
+from zoo.architectures.dbn import DBN, RBM, GaussianRBM, Sparsity
+from zoo.training.dbn import (
     DBNClassifier,
     FinetuneConfig,
     RBMConfig,
@@ -34,7 +34,7 @@ from training.dbn import (
     pretrain,
     train_rbm,
 )
-from training.digits import load_nudged_digits
+from zoo.training.digits import load_nudged_digits
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -10,8 +10,8 @@ import torchvision
 from torch import nn
 
 import zoo
-from architectures import densenet
-from architectures.layers import SqueezeExcite
+from zoo.architectures import densenet
+from zoo.architectures.layers import SqueezeExcite
 from zoo.convert import convert_state_dict
 
 def _num_params(model: nn.Module) -> int:

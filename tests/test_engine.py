@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -20,8 +21,8 @@ import torch.nn as nn
 from torch.utils.data import TensorDataset
 
 import zoo
-from training.data import EpochSampler, ShardSampler, TextBatches
-from training.engine import ClassificationStep, DistillationStep, StepOutput, Trainer, TrainConfig, param_groups
+from zoo.training.data import EpochSampler, ShardSampler, TextBatches
+from zoo.training.engine import ClassificationStep, DistillationStep, StepOutput, Trainer, TrainConfig, param_groups
 
 REPO = Path(__file__).resolve().parents[1]
 FAMILIES = ("resnet20", "densenet_bc_40", "mobilenet_v2_cifar")
@@ -266,17 +267,19 @@ def test_no_weight_decay_on_norms_and_biases() -> None:
 
 
 class _MoEToy(nn.Module):
-    """An output with logits, aux_loss and expert_fractions, as the MoE models return."""
+    """Logits, or with return_aux logits, aux_loss and expert_fractions, as the MoE models."""
 
     def __init__(self) -> None:
         super().__init__()
         self.body = nn.Linear(4, 8)
         self.head = nn.Linear(8, 3)
 
-    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    def forward(self, x: torch.Tensor, return_aux: bool = False) -> torch.Tensor | SimpleNamespace:
         h = self.body(x)
-        aux = h.pow(2).mean()
-        return {"logits": self.head(h), "aux_loss": aux, "expert_fractions": torch.tensor([[0.25, 0.75], [0.5, 0.5]])}
+        if not return_aux:
+            return self.head(h)
+        fractions = torch.tensor([[0.25, 0.75], [0.5, 0.5]])
+        return SimpleNamespace(logits=self.head(h), aux_loss=h.pow(2).mean(), expert_fractions=fractions)
 
 
 def test_aux_loss_is_added_and_expert_load_logged() -> None:
@@ -284,7 +287,7 @@ def test_aux_loss_is_added_and_expert_load_logged() -> None:
     model = _MoEToy()
     x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
     out = ClassificationStep()(model, (x, y))
-    expected = nn.functional.cross_entropy(model(x)["logits"], y) + model(x)["aux_loss"]
+    expected = nn.functional.cross_entropy(model(x), y) + model(x, return_aux=True).aux_loss
     torch.testing.assert_close(out.loss, expected)
     history = Trainer(model, TrainConfig(max_steps=2, batch_size=4, **QUIET)).fit(TensorDataset(x, y))
     row = history[-1]
@@ -298,8 +301,8 @@ def test_distillation_losses_match_their_definitions() -> None:
     torch.manual_seed(0)
     student, teacher = _MoEToy(), nn.Linear(4, 3)
     x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
-    out = student(x)
-    logits, aux, ce = out["logits"], out["aux_loss"], nn.functional.cross_entropy(out["logits"], y)
+    out = student(x, return_aux=True)
+    logits, aux, ce = out.logits, out.aux_loss, nn.functional.cross_entropy(out.logits, y)
     hard = DistillationStep(teacher=teacher, alpha=0.3)(student, (x, y))
     expected = 0.7 * ce + 0.3 * nn.functional.cross_entropy(logits, teacher(x).argmax(-1)) + aux
     torch.testing.assert_close(hard.loss, expected)
@@ -415,7 +418,7 @@ RESUME_SCRIPT = textwrap.dedent(
     import os, signal, sys
     import torch
     import zoo
-    from training.engine import ClassificationStep, Trainer, TrainConfig
+    from zoo.training.engine import ClassificationStep, Trainer, TrainConfig
 
     class Flips(torch.utils.data.Dataset):
         # random augmentation drawn from the global RNG, as torchvision transforms do
@@ -499,7 +502,7 @@ DISTRIBUTED_SCRIPT = textwrap.dedent(
     import torch
     import torch.nn as nn
     import zoo
-    from training.engine import Trainer, TrainConfig
+    from zoo.training.engine import Trainer, TrainConfig
 
     def main(kind, batch_size):
         torch.set_num_threads(1)

@@ -13,9 +13,9 @@ import torch.nn as nn
 from PIL import Image
 
 import zoo
-from training.data import Augment, image_transforms, open_data
-from training.engine import Trainer, TrainConfig
-from training.finetune import Distillation, apply_mode, distillation_step, finetune, layer_decay_scale, parameter_levels
+from zoo.training.data import Augment, image_transforms, open_data
+from zoo.training.engine import Trainer, TrainConfig
+from zoo.training.finetune import Distillation, apply_mode, distillation_step, finetune, layer_decay_scale, parameter_levels
 from zoo import cli
 
 FAMILIES = ("resnet20", "densenet_bc_40", "mobilenet_v2_cifar")
@@ -293,8 +293,8 @@ def test_finetune_a_text_classifier_from_a_csv(tmp_path: Path) -> None:
     assert (out / "eval_report.json").is_file() and (out / "confusion_matrix.png").is_file()
     restored = zoo.load(out)
     batch = open_data(tmp_path / "t.csv").collate_fn([("so bad", 1), ("great!", 2)])
-    torch.testing.assert_close(restored(batch["input_ids"], batch["attention_mask"]).logits,
-                               result.model(batch["input_ids"], batch["attention_mask"]).logits)
+    torch.testing.assert_close(restored(batch["input_ids"], batch["attention_mask"]),
+                               result.model(batch["input_ids"], batch["attention_mask"]))
 
 
 def test_text_file_errors(tmp_path: Path) -> None:
@@ -345,7 +345,7 @@ def test_pyg_dataset_passes_through(tmp_path: Path) -> None:
 
 
 def test_transfer_compares_pretrained_with_scratch(tmp_path: Path) -> None:
-    from training import transfer
+    from zoo.training import transfer
 
     start, _ = saved_start(tmp_path, "resnet20", in_chans=3)
     data = write_image_folder(tmp_path / "images")

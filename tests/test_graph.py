@@ -17,9 +17,9 @@ from torch_geometric.nn import SimpleConv
 from torch_geometric.utils import to_undirected
 
 import zoo
-from architectures.graph import AddTriangles, BatchRenorm, SecondOrderPooling, ThirdOrderPooling, triangles
-from training.data import FASHION_MNIST_DIR, load_fashion_mnist
-from training.graph_data import (
+from zoo.architectures.graph import AddTriangles, BatchRenorm, SecondOrderPooling, ThirdOrderPooling, triangles
+from zoo.training.data import FASHION_MNIST_DIR, load_fashion_mnist
+from zoo.training.graph_data import (
     FashionMNISTGraphs,
     MotifClassification,
     TriangleCounting,

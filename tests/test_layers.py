@@ -11,7 +11,7 @@ import torchvision.models.mobilenetv3 as tv_v3
 from torch import nn
 from torchvision.ops import Conv2dNormActivation, SqueezeExcitation
 
-from architectures.layers import (
+from zoo.architectures.layers import (
     ConvNormAct,
     DepthwiseSeparable,
     DropPath,

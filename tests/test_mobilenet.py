@@ -12,8 +12,8 @@ import torchvision
 from torch import nn
 
 import zoo
-from architectures import mobilenet
-from architectures.layers import DepthwiseSeparable, InvertedResidual, SqueezeExcite
+from zoo.architectures import mobilenet
+from zoo.architectures.layers import DepthwiseSeparable, InvertedResidual, SqueezeExcite
 from published import publish, randomize_batchnorm, randomize_linear
 
 def _num_params(model: nn.Module) -> int:

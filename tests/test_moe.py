@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import zoo
-from architectures.moe_transformer import (  # importing it registers moe_lm, moe_encoder, moe_vit
+from zoo.architectures.moe_transformer import (  # importing it registers moe_lm, moe_encoder, moe_vit
     MoEConfig,
     MoEExperts,
     MoEOutput,
@@ -155,7 +155,8 @@ def test_router_z_loss_is_the_mean_squared_logsumexp():
 def test_output_carries_weighted_aux_loss_and_expert_fractions():
     model = tiny_lm(router_aux_loss_coef=0.1, router_z_loss_coef=0.01).train()
     ids = torch.randint(0, 259, (2, 10))
-    out = model(ids)
+    assert isinstance(model(ids), torch.Tensor)  # the contract: model(x) returns the logits
+    out = model(ids, return_aux=True)
     assert isinstance(out, MoEOutput) and out.logits.shape == (2, 10, 259)
     torch.testing.assert_close(out.aux_loss, 0.1 * out.load_balancing_loss + 0.01 * out.router_z_loss)
     assert out.expert_fractions.shape == (2, 4) and not out.expert_fractions.requires_grad
@@ -173,13 +174,13 @@ def test_causal_lm_ignores_right_padding_and_future_tokens():
     mask = torch.ones_like(ids)
     mask[1, 7:] = 0
     with torch.no_grad():
-        full = model(ids, attention_mask=mask).logits
-        short = model(ids[1:, :7]).logits
+        full = model(ids, attention_mask=mask)
+        short = model(ids[1:, :7])
         changed = ids.clone()
         changed[:, 8:] = 5
-        prefix = model(changed).logits[:, :8]
+        prefix = model(changed)[:, :8]
     torch.testing.assert_close(full[1, :7], short[0], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(prefix, model(ids).logits[:, :8].detach(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(prefix, model(ids)[:, :8].detach(), atol=1e-5, rtol=1e-5)
 
 
 def test_encoder_sequence_head_pools_real_tokens_only():
@@ -189,8 +190,8 @@ def test_encoder_sequence_head_pools_real_tokens_only():
     padded = torch.cat([ids, torch.full((1, 4), 256)], dim=1)
     mask = torch.tensor([[1] * 6 + [0] * 4])
     with torch.no_grad():
-        logits = model(ids).logits
-        torch.testing.assert_close(model(padded, attention_mask=mask).logits, logits, atol=1e-5, rtol=1e-5)
+        logits = model(ids)
+        torch.testing.assert_close(model(padded, attention_mask=mask), logits, atol=1e-5, rtol=1e-5)
         assert logits.shape == (1, 3)
         changed = ids.clone()
         changed[0, -1] = (ids[0, -1] + 1) % 256
@@ -202,12 +203,12 @@ def test_heads_and_classifier_reset():
     ids = torch.randint(0, 256, (2, 5))
     seq = zoo.load("moe_lm", pretrained=False, head="sequence_classification", num_classes=4, **TINY).eval()
     tok = zoo.load("moe_lm", pretrained=False, head="token_classification", num_classes=7, **TINY)
-    assert seq(ids).logits.shape == (2, 4) and tok(ids).logits.shape == (2, 5, 7)
+    assert seq(ids).shape == (2, 4) and tok(ids).shape == (2, 5, 7)
     with torch.no_grad():  # a causal model's sequence features are its last real token's
         features = seq.forward_features(ids)
         torch.testing.assert_close(seq.forward_head(features, pre_logits=True), features[:, -1])
     seq.reset_classifier(0)
-    assert seq(ids).logits.shape == (2, TINY["hidden_size"]) and seq.num_classes == 0
+    assert seq(ids).shape == (2, TINY["hidden_size"]) and seq.num_classes == 0
     lm = zoo.load("moe_lm", pretrained=False, **TINY)
     assert lm.num_classes == 259 and lm.get_classifier() is lm.lm_head
     with pytest.raises(ValueError, match="sequence_classification"):
@@ -222,7 +223,7 @@ def test_save_and_load_roundtrip(tmp_path):
         zoo.save(model, tmp_path / str(len(kwargs)))
         again = zoo.load(tmp_path / str(len(kwargs)))
         ids = torch.randint(0, 259, (2, 7))
-        torch.testing.assert_close(again(ids).logits, model(ids).logits)
+        torch.testing.assert_close(again(ids), model(ids))
         if kwargs:
             assert again.lm_head.weight is again.embed_tokens.weight
 
@@ -235,7 +236,7 @@ def test_cached_generation_equals_full_recompute():
         tokens = prompt
         with torch.no_grad():
             for _ in range(10):
-                next_token = model(tokens).logits[:, -1].argmax(-1, keepdim=True)
+                next_token = model(tokens)[:, -1].argmax(-1, keepdim=True)
                 tokens = torch.cat([tokens, next_token], dim=1)
         assert torch.equal(generated, tokens), options
 
@@ -267,7 +268,7 @@ def test_grad_checkpointing_gives_the_same_gradients():
         model.zero_grad(set_to_none=True)
         model.set_grad_checkpointing(checkpointing)
         torch.manual_seed(3)
-        out = model(ids)
+        out = model(ids, return_aux=True)
         (F.cross_entropy(out.logits.flatten(0, 1), ids.flatten()) + out.aux_loss).backward()
         return {n: p.grad.clone() for n, p in model.named_parameters()}
 
@@ -279,9 +280,9 @@ def test_grad_checkpointing_gives_the_same_gradients():
 def test_dense_layers_and_shared_expert():
     model = tiny_lm(dense_layers=[0], shared_expert_size=16, qkv_bias=True, qk_norm=True)
     assert not model.layers[0].is_moe and model.layers[1].mlp.shared_expert is not None
-    out = model(torch.randint(0, 256, (2, 5)))
+    out = model(torch.randint(0, 256, (2, 5)), return_aux=True)
     assert out.expert_fractions.shape == (1, 4)
-    dense = tiny_lm(dense_layers=[0, 1])(torch.randint(0, 256, (1, 3)))
+    dense = tiny_lm(dense_layers=[0, 1])(torch.randint(0, 256, (1, 3)), return_aux=True)
     assert dense.aux_loss.item() == 0 and dense.expert_fractions.shape == (0, 4)
 
 
@@ -289,7 +290,7 @@ def test_autocast_bf16_training_step():
     model = tiny_lm().train()
     ids = torch.randint(0, 256, (2, 6))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = model(ids)
+        out = model(ids, return_aux=True)
         loss = F.cross_entropy(out.logits.float().flatten(0, 1), ids.flatten()) + out.aux_loss
     loss.backward()
     grad = model.layers[0].mlp.experts.gate_up_proj.grad
@@ -299,13 +300,13 @@ def test_autocast_bf16_training_step():
 def test_moe_vit_on_28px_grayscale_and_other_sizes():
     torch.manual_seed(0)
     model = zoo.load("moe_vit", pretrained=False, num_layers=2).eval()
-    out = model(torch.randn(3, 1, 28, 28))
+    out = model(torch.randn(3, 1, 28, 28), return_aux=True)
     assert out.logits.shape == (3, 10) and out.expert_fractions.shape == (1, 8)  # MoE in every other layer
-    assert model(torch.randn(1, 1, 32, 32)).logits.shape == (1, 10)  # position grid resized
+    assert model(torch.randn(1, 1, 32, 32)).shape == (1, 10)  # position grid resized
     maps = model.forward_intermediates(torch.randn(2, 1, 28, 28))
     assert [tuple(m.shape) for m in maps] == [(2, 128, 7, 7)] * 2
     rgb = zoo.load("moe_vit", pretrained=False, in_chans=3, img_size=32, patch_size=8, num_classes=5, num_layers=2)
-    assert rgb(torch.randn(2, 3, 32, 32)).logits.shape == (2, 5)
+    assert rgb(torch.randn(2, 3, 32, 32)).shape == (2, 5)
     backbone = zoo.load("moe_vit", pretrained=False, features_only=True, out_indices=[-1], num_layers=2)
     assert backbone(torch.randn(1, 1, 28, 28))[0].shape == (1, 128, 7, 7)
 
@@ -315,8 +316,7 @@ def test_moe_vit_convolutional_stem():
     model = zoo.load("moe_vit", pretrained=False, num_layers=2, stem_channels=(8, 16)).eval()
     assert model.get_submodule(model.first_conv).weight.shape == (8, 1, 3, 3)
     assert model.patch_embed[0][1].weight.eq(1).all()  # BatchNorm starts as the identity, not zeroed
-    out = model(torch.randn(3, 1, 28, 28))
-    assert out.logits.shape == (3, 10)
+    assert model(torch.randn(3, 1, 28, 28)).shape == (3, 10)
     assert model.forward_intermediates(torch.randn(2, 1, 28, 28))[0].shape == (2, 128, 7, 7)
     with pytest.raises(ValueError, match="set patch_size=8"):
         zoo.load("moe_vit", pretrained=False, stem_channels=(8, 16, 32))
@@ -351,7 +351,7 @@ def test_bad_inputs_raise_clear_errors():
 
 def test_encoder_with_capacity_trains():
     model = zoo.load("moe_encoder", pretrained=False, capacity_factor=0.5, **TINY).train()
-    out = model(torch.randint(0, 256, (4, 16)))
+    out = model(torch.randint(0, 256, (4, 16)), return_aux=True)
     (out.logits.sum() + out.aux_loss).backward()
     assert torch.isfinite(model.layers[0].mlp.experts.down_proj.grad).all()
 
@@ -375,5 +375,4 @@ def test_byte_tokenizer_roundtrip_and_batches():
     with pytest.raises(ValueError, match="outside the vocabulary"):
         tok.decode([259])
     model = tiny_lm().eval()
-    out = model(*tok(["a byte", "batch"]))
-    assert out.logits.shape == (2, 6, tok.vocab_size)
+    assert model(*tok(["a byte", "batch"])).shape == (2, 6, tok.vocab_size)

@@ -13,7 +13,7 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import zoo
-from training.export import (
+from zoo.training.export import (
     ExportMismatchError,
     export_program,
     export_torchscript,
@@ -24,7 +24,7 @@ from training.export import (
     state_dict_bytes,
     weight_sparsity,
 )
-from training.report import (
+from zoo.training.report import (
     classification_report,
     evaluate_classifier,
     plot_confusion_matrix,
@@ -93,17 +93,17 @@ def test_evaluate_classifier_matches_direct_computation_and_restores_mode() -> N
     assert report.agreement(expected) == 1.0
 
 
-def test_evaluate_classifier_reads_logits_from_dicts_and_pyg_batches() -> None:
+def test_evaluate_classifier_reads_pyg_batches() -> None:
     data = pytest.importorskip("torch_geometric.data")
 
-    class GraphMean(nn.Module):  # mean of node features per graph, then a linear head, as a dict
+    class GraphMean(nn.Module):  # mean of node features per graph, then a linear head
         def __init__(self) -> None:
             super().__init__()
             self.head = nn.Linear(4, 3)
 
-        def forward(self, batch: data.Batch) -> dict[str, torch.Tensor]:
+        def forward(self, batch: data.Batch) -> torch.Tensor:
             pooled = torch.zeros(batch.num_graphs, 4).index_add_(0, batch.batch, batch.x)
-            return {"logits": self.head(pooled / torch.bincount(batch.batch)[:, None]), "aux_loss": torch.zeros(())}
+            return self.head(pooled / torch.bincount(batch.batch)[:, None])
 
     torch.manual_seed(0)
     edges = torch.tensor([[0], [1]])
@@ -111,7 +111,7 @@ def test_evaluate_classifier_reads_logits_from_dicts_and_pyg_batches() -> None:
     model = GraphMean()
     batches = [data.Batch.from_data_list(graphs[i : i + 4]) for i in range(0, 10, 4)]
     report = evaluate_classifier(model, batches, progress=False)
-    expected = torch.cat([model(b)["logits"].argmax(1) for b in batches])
+    expected = torch.cat([model(b).argmax(1) for b in batches])
     assert report.num_samples == 10 and torch.equal(report.predictions, expected)
 
     with pytest.raises(TypeError, match="pass forward="):
@@ -177,7 +177,7 @@ def test_moe_models_export_their_logits(export, name: str, tmp_path: Path) -> No
     else:
         loaded = torch.export.load(result.path).module()
     x = make(7)  # new batch size, new routing
-    torch.testing.assert_close(loaded(x), model(x).logits, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(loaded(x), model(x), rtol=1e-4, atol=1e-5)
 
 
 def test_export_catches_a_baked_batch_size(tmp_path: Path) -> None:

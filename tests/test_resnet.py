@@ -14,8 +14,8 @@ from torch import nn
 from torchvision.models._utils import _make_divisible
 
 import zoo
-from architectures import resnet
-from architectures.layers import SqueezeExcite, make_divisible
+from zoo.architectures import resnet
+from zoo.architectures.layers import SqueezeExcite, make_divisible
 
 TORCHVISION_NAMES = [
     "resnet18",

@@ -36,7 +36,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 from tqdm.auto import tqdm
 
-from architectures.dbn import DBN, RBM, GaussianRBM, Sparsity, check_visible_input
+from zoo.architectures.dbn import DBN, RBM, GaussianRBM, Sparsity, check_visible_input
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ scikit-learn's handwritten digits (1797 real 8x8 scans, a domain the bundled mod
 are written out as an image folder of 28x28 grayscale PNGs; a few labelled images per class
 train, the others measure. The bundled Fashion-MNIST ResNet-20 (``resnet20.fmnist``) is
 fine-tuned on them, and the same network is trained from random weights on the same images
-with the same budget and seed (`training.transfer`). Both accuracies are printed; the plot of
+with the same budget and seed (`zoo.training.transfer`). Both accuracies are printed; the plot of
 both runs and the fine-tuned model (``zoo.load(OUT/pretrained)``) are saved.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from training import finetune, transfer
+from zoo.training import finetune, transfer
 
 DEFAULT_WEIGHTS = "resnet20.fmnist"
 

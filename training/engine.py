@@ -1,8 +1,8 @@
 """One training loop for every model in the zoo: `Trainer` with a `TrainConfig`.
 
 The batch -> loss computation is a small pluggable function (`StepFn`): `ClassificationStep`
-by default (cross-entropy; a model output carrying ``aux_loss`` gets it added, and its
-``expert_fractions`` are logged per expert), `DistillationStep` (the same, learning also from a
+by default (cross-entropy; for a model whose forward takes ``return_aux`` its ``aux_loss`` is
+added and its ``expert_fractions`` are logged per expert, see `forward_with_aux`), `DistillationStep` (the same, learning also from a
 frozen teacher's predictions), or any function returning a `StepOutput`, e.g. a
 contrastive-divergence step for DBN pretraining that sets the gradients itself. Everything
 else is shared: optimizers with parameter groups, schedules, mixed precision, accumulation,
@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import inspect
 import io
 import json
 import logging
@@ -39,8 +40,8 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
-from training.data import EpochSampler, ShardSampler, build_loader
-from training.report import plot_curves, write_bytes_atomic, write_json
+from zoo.training.data import EpochSampler, ShardSampler, build_loader
+from zoo.training.report import plot_curves, write_bytes_atomic, write_json
 
 log = logging.getLogger(__name__)
 
@@ -167,32 +168,44 @@ def split_batch(batch: Any) -> tuple[Any, torch.Tensor]:
     )
 
 
-def unpack_output(output: Any) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, torch.Tensor]]:
-    """(logits, aux_loss or None, logs) from a model output: a tensor of logits, or an object /
-    dict with ``logits`` and optionally ``aux_loss`` and ``expert_fractions`` (share of token
-    slots per expert, [layers, experts] as in `architectures.moe_transformer.MoEOutput`),
-    logged per expert as ``expert_load/<i>``, the mean over layers."""
-    if isinstance(output, torch.Tensor):
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The model inside DistributedDataParallel and torch.compile wrappers (FSDP2 wraps none)."""
+    while True:
+        if isinstance(model, nn.parallel.DistributedDataParallel):
+            model = model.module
+        elif isinstance(getattr(model, "_orig_mod", None), nn.Module):  # torch.compile's OptimizedModule
+            model = model._orig_mod
+        else:
+            return model
+
+
+def forward_with_aux(model: nn.Module, inputs: Any) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, torch.Tensor]]:
+    """(logits, aux_loss or None, logs) of ``model`` on ``inputs``: the one place that knows
+    about auxiliary losses. ``model(x)`` returns logits; a model whose ``forward`` takes
+    ``return_aux`` (the MoE models) is called with ``return_aux=True`` and returns an object
+    with ``logits``, ``aux_loss`` and ``expert_fractions`` (share of token slots per expert,
+    [layers, experts], as `zoo.architectures.moe_transformer.MoEOutput`), logged per expert as
+    ``expert_load/<i>``, the mean over layers. The call goes through the wrappers (DDP,
+    torch.compile), so their hooks see it."""
+    takes_aux = "return_aux" in inspect.signature(unwrap_model(model).forward).parameters
+    kwargs = {"return_aux": True} if takes_aux else {}
+    output = model(**inputs, **kwargs) if isinstance(inputs, Mapping) else model(inputs, **kwargs)
+    if not takes_aux:
         return output, None, {}
-    get = output.get if isinstance(output, Mapping) else (lambda key: getattr(output, key, None))
-    logits = get("logits")
-    if logits is None:
-        raise TypeError(
-            f"model returned {type(output).__name__} without logits; expected a tensor or an output with .logits"
-        )
     logs: dict[str, torch.Tensor] = {}
-    fractions = get("expert_fractions")
-    if fractions is not None and fractions.numel():
+    fractions = output.expert_fractions
+    if fractions.numel():
         fractions = fractions.detach().float()
         for i, value in enumerate(fractions.reshape(-1, fractions.shape[-1]).mean(0)):
             logs[f"expert_load/{i}"] = value
-    return logits, get("aux_loss"), logs
+    return output.logits, output.aux_loss, logs
 
 
 @dataclass
 class ClassificationStep:
     """Cross-entropy on the model's logits ([N, K], or [N, T, K] with targets [N, T] and
-    -100 for ignored positions), plus ``aux_loss_weight`` times the output's ``aux_loss``."""
+    -100 for ignored positions), plus ``aux_loss_weight`` times the model's ``aux_loss``
+    (`forward_with_aux`)."""
 
     label_smoothing: float = 0.0
     aux_loss_weight: float = 1.0
@@ -205,8 +218,7 @@ class ClassificationStep:
 
     def _forward(self, model: nn.Module, inputs: Any) -> tuple[torch.Tensor, torch.Tensor | float, dict[str, Any]]:
         """(logits, weighted aux loss or 0, logs) of ``model`` on ``inputs``."""
-        output = model(**inputs) if isinstance(inputs, Mapping) else model(inputs)
-        logits, aux_loss, logs = unpack_output(output)
+        logits, aux_loss, logs = forward_with_aux(model, inputs)
         if aux_loss is None:
             return logits, 0.0, logs
         logs["aux_loss"] = aux_loss.detach()
@@ -266,8 +278,8 @@ class DistillationStep(ClassificationStep):
         teacher = self.teacher.to(device)
         inputs = self.teacher_input(inputs) if self.teacher_input else inputs
         with torch.autocast(device.type, dtype=self.teacher_dtype, enabled=self.teacher_dtype is not None):
-            output = teacher(**inputs) if isinstance(inputs, Mapping) else teacher(inputs)
-        return unpack_output(output)[0].float()
+            logits = teacher(**inputs) if isinstance(inputs, Mapping) else teacher(inputs)
+        return logits.float()
 
 
 # ---------------------------------------------------------------------------------------------

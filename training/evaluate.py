@@ -17,8 +17,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import zoo
-from training.data import load_fashion_mnist, stdlib_corpus
-from training.report import logits_of, model_device, move_to_device
+from zoo.training.data import load_fashion_mnist, stdlib_corpus
+from zoo.training.report import model_device, move_to_device
 
 Task = Callable[[nn.Module, int | None], dict[str, float]]
 TASKS: dict[str, Task] = {}
@@ -51,7 +51,7 @@ def _classify(model: nn.Module, batches: Iterable[tuple[Any, torch.Tensor]]) -> 
     correct, loss, count = 0, 0.0, 0
     for inputs, y in batches:
         inputs, y = move_to_device(inputs, device), y.to(device)
-        logits = logits_of(model(inputs)).float()
+        logits = model(inputs).float()
         correct += int((logits.argmax(-1) == y).sum())
         loss += float(F.cross_entropy(logits, y, reduction="sum"))
         count += len(y)
@@ -82,7 +82,7 @@ def fashion_mnist_pixels(model: nn.Module, limit: int | None = None) -> dict[str
 @task("digits-nudged")
 def digits_nudged(model: nn.Module, limit: int | None = None) -> dict[str, float]:
     """scikit-learn's nudged digits test split (1797 vectors of 64 pixels in [0, 1])."""
-    from training.digits import load_nudged_digits
+    from zoo.training.digits import load_nudged_digits
 
     _, x_test, _, y_test = load_nudged_digits()
     inputs, targets = torch.from_numpy(x_test[:limit]).float(), torch.from_numpy(y_test[:limit]).long()
@@ -94,8 +94,8 @@ def triangles_er(model: nn.Module, limit: int | None = None) -> dict[str, float]
     """Triangle counting on Erdős–Rényi graphs (Chen et al., 2020): test MSE / label variance."""
     from torch_geometric.loader import DataLoader
 
-    from architectures.graph import AddTriangles
-    from training.graph_data import TriangleCounting, normalized_mse
+    from zoo.architectures.graph import AddTriangles
+    from zoo.training.graph_data import TriangleCounting, normalized_mse
 
     test = TriangleCounting("er", "test", pre_transform=AddTriangles())
     test = test[:limit] if limit is not None else test
@@ -113,8 +113,8 @@ def triangles_er(model: nn.Module, limit: int | None = None) -> dict[str, float]
 @lru_cache(maxsize=2)
 def _fashion_mnist_test_graphs(limit: int | None) -> Any:
     """The first ``limit`` test images as graphs with triangles (built once: ~20 s for all)."""
-    from architectures.graph import AddTriangles
-    from training.graph_data import FashionMNISTGraphs
+    from zoo.architectures.graph import AddTriangles
+    from zoo.training.graph_data import FashionMNISTGraphs
 
     return FashionMNISTGraphs("test", num_graphs=limit, seed=None, pre_transform=AddTriangles())
 
@@ -122,7 +122,7 @@ def _fashion_mnist_test_graphs(limit: int | None) -> Any:
 @task("fashion-mnist-graphs")
 def fashion_mnist_graphs(model: nn.Module, limit: int | None = None) -> dict[str, float]:
     """Graph classifiers on the official 10k test images as 14x14 pixel graphs with their
-    triangles (`training.graph_data.FashionMNISTGraphs`)."""
+    triangles (`zoo.training.graph_data.FashionMNISTGraphs`)."""
     from torch_geometric.loader import DataLoader
 
     loader = DataLoader(_fashion_mnist_test_graphs(limit), batch_size=256)
@@ -141,7 +141,7 @@ def stdlib_bytes(model: nn.Module, limit: int | None = None) -> dict[str, float]
     total = 0.0
     with torch.inference_mode():
         for start in range(0, windows, 64):
-            logits = logits_of(model(inputs[start : start + 64])).float()
+            logits = model(inputs[start : start + 64]).float()
             total += float(F.cross_entropy(logits.flatten(0, 1), targets[start : start + 64].flatten(), reduction="sum"))
     return {"bits_per_byte": total / (windows * CONTEXT) / math.log(2)}
 

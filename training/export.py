@@ -28,7 +28,7 @@ import torch.nn as nn
 import torch.nn.utils.prune as prune
 from torch.export import Dim
 
-from training.report import (
+from zoo.training.report import (
     ClassificationReport,
     Forward,
     classifier_forward,
@@ -92,37 +92,14 @@ def _check_batch(args: tuple[Any, ...]) -> None:
         )
 
 
-class _Logits(nn.Module):
-    """A model's ``.logits`` alone, for models that return an output object (MoEOutput): the
-    tracers capture tensors, tuples and dicts only."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, *args: Any) -> torch.Tensor:
-        return self.model(*args).logits
-
-
-@torch.no_grad()
-def _traceable(model: nn.Module, args: tuple[Any, ...]) -> nn.Module:
-    """``model``, or `_Logits` around it when its output is an object with ``.logits``."""
-    output = model(*args)
-    if isinstance(output, (torch.Tensor, tuple, list, Mapping)) or not hasattr(output, "logits"):
-        return model
-    return _Logits(model)
-
-
 def _tensors(output: Any) -> list[torch.Tensor]:
-    """Every tensor in a model output (tensor, nested tuple/list/dict, or an object's .logits)."""
+    """Every tensor in a model output (tensor, or nested tuple/list/dict)."""
     if isinstance(output, torch.Tensor):
         return [output]
     if isinstance(output, Mapping):
         return [t for v in output.values() for t in _tensors(v)]
     if isinstance(output, (tuple, list)):
         return [t for v in output for t in _tensors(v)]
-    if isinstance(getattr(output, "logits", None), torch.Tensor):
-        return [output.logits]
     raise TypeError(f"cannot compare model outputs of type {type(output).__name__}")
 
 
@@ -182,7 +159,7 @@ def export_torchscript(
         warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=FutureWarning)
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
         with torch.no_grad():
-            traced = torch.jit.trace(_traceable(model, args), args, check_trace=False)
+            traced = torch.jit.trace(model, args, check_trace=False)
         size = _write_bytes(path, lambda buffer: torch.jit.save(traced, buffer))
         loaded = torch.jit.load(str(path), map_location=model_device(model))
         diff = _max_diff(model, loaded, check, rtol, atol)
@@ -214,10 +191,7 @@ def export_program(
         dynamic_shapes = tuple({0: Dim.AUTO} if isinstance(a, torch.Tensor) and a.ndim else None for a in args)
         check.append(_grown_batch(args))
     with _eval_mode(model):
-        traceable = _traceable(model, args)
-        if traceable is not model and dynamic_shapes is not None:
-            dynamic_shapes = (dynamic_shapes,)  # the shapes of _Logits.forward's *args
-        program = torch.export.export(traceable, args, dynamic_shapes=dynamic_shapes)
+        program = torch.export.export(model, args, dynamic_shapes=dynamic_shapes)
         size = _write_bytes(path, lambda buffer: torch.export.save(program, buffer))
         loaded = torch.export.load(str(path)).module()
         diff = _max_diff(model, loaded, check, rtol, atol)

@@ -1,5 +1,5 @@
 """Fine-tune a zoo model on your data: ``zoo finetune NAME --data PATH --out DIR`` (also
-``python -m training.finetune``), or `finetune` from Python.
+``python -m zoo.training.finetune``), or `finetune` from Python.
 
 NAME is a weight name (``resnet50.tv_in1k``), a directory written by `zoo.save`, or a bare
 architecture (``resnet20``), which trains from scratch with a warning. The head gets one
@@ -33,10 +33,10 @@ import torch.nn as nn
 from torch.utils.data import Dataset, SequentialSampler
 
 import zoo
-from training import export
-from training.data import Augment, DataSource, build_loader, default_preprocess, image_transforms, open_data
-from training.engine import SCHEDULERS, DistillationStep, StepFn, Trainer, TrainConfig, split_batch, unpack_output
-from training.report import write_bytes_atomic
+from zoo.training import export
+from zoo.training.data import Augment, DataSource, build_loader, default_preprocess, image_transforms, open_data
+from zoo.training.engine import SCHEDULERS, DistillationStep, StepFn, Trainer, TrainConfig, split_batch
+from zoo.training.report import write_bytes_atomic
 from zoo import registry
 from zoo.api import CARD_FILE, CONFIG_FILE
 
@@ -140,7 +140,7 @@ def layer_decay_scale(model: nn.Module, decay: float) -> Callable[[str], float]:
 @dataclass(frozen=True)
 class Distillation:
     """A frozen teacher that `finetune` learns from as well as from the labels
-    (`training.engine.DistillationStep`): a weight name or a `zoo.save` folder that predicts the
+    (`zoo.training.engine.DistillationStep`): a weight name or a `zoo.save` folder that predicts the
     data's classes. Images are renormalised from the student's preprocessing to the teacher's;
     ``bf16`` runs the teacher under bfloat16 autocast (for resnet56.fmnist on an AVX512-BF16
     CPU: 2.4x faster, 95.15% against 95.16% top-1 on the Fashion-MNIST test set)."""
@@ -277,7 +277,7 @@ def finetune(
     many training samples; ``image_size`` resizes images (the model's own size otherwise);
     ``distill`` adds a teacher's predictions to the loss (instead of a custom ``step_fn``).
     ``post_training`` adds the evaluation report (confusion matrix), TorchScript and
-    torch.export files, int8 quantization and pruning results of `training.export`."""
+    torch.export files, int8 quantization and pruning results of `zoo.training.export`."""
     config = dataclasses.replace(config or TrainConfig(), out_dir=str(out))
     out = Path(out)
     source = open_data(data, max_length=max_length)
@@ -337,14 +337,13 @@ def finetune(
 
 
 def _report_forward(model: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logits, targets) of a batch, for `training.report.evaluate_classifier`."""
+    """(logits, targets) of a batch, for `zoo.training.report.evaluate_classifier`."""
     inputs, targets = split_batch(batch)
-    output = model(**inputs) if isinstance(inputs, Mapping) else model(inputs)
-    return unpack_output(output)[0], targets
+    return (model(**inputs) if isinstance(inputs, Mapping) else model(inputs)), targets
 
 
 def _post_training(model: nn.Module, val_set: Dataset, source: DataSource, config: TrainConfig) -> dict[str, Any]:
-    """`training.export.post_training` on the validation set: report, exports, int8, pruning."""
+    """`zoo.training.export.post_training` on the validation set: report, exports, int8, pruning."""
     loader = build_loader(val_set, config.batch_size, sampler=SequentialSampler(val_set), collate_fn=source.collate_fn)
     inputs, _ = split_batch(next(iter(loader)))
     if isinstance(inputs, Mapping):
@@ -471,7 +470,7 @@ def _post_training_lines(after: dict[str, Any] | None) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The `finetune` options (shared by ``zoo finetune`` and ``python -m training.finetune``)."""
+    """The `finetune` options (shared by ``zoo finetune`` and ``python -m zoo.training.finetune``)."""
     defaults = TrainConfig()
     parser.add_argument(
         "name", help="weight name (arch.tag), a directory written by zoo.save, or a bare architecture (from scratch)"
@@ -587,10 +586,10 @@ def run(args: argparse.Namespace, command: str | None = None) -> FinetuneResult:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.finetune", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m zoo.training.finetune", description=__doc__.splitlines()[0])
     add_arguments(parser)
     argv = list(sys.argv[1:] if argv is None else argv)
-    run(parser.parse_args(argv), command=shlex.join(["python", "-m", "training.finetune", *argv]))
+    run(parser.parse_args(argv), command=shlex.join(["python", "-m", "zoo.training.finetune", *argv]))
     return 0
 
 

@@ -17,7 +17,7 @@ import networkx as nx
 import numpy as np
 import torch
 from torch import Tensor
-from architectures.graph import AddTriangles  # before PyG: it imports PyG with its import-time FutureWarning silenced
+from zoo.architectures.graph import AddTriangles  # before PyG: it imports PyG with its import-time FutureWarning silenced
 from torch_geometric.data import Data, InMemoryDataset
 from torch_geometric.datasets import ExplainerDataset, TUDataset
 from torch_geometric.datasets.graph_generator import BAGraph
@@ -26,7 +26,7 @@ from torch_geometric.transforms import Compose, Constant
 from torch_geometric.utils import grid, remove_self_loops, subgraph, to_undirected
 from tqdm.auto import tqdm
 
-from training.data import load_fashion_mnist
+from zoo.training.data import load_fashion_mnist
 from zoo.hub import zoo_home
 
 Split = Literal["train", "val", "test"]
@@ -136,7 +136,7 @@ class MotifClassification(_GeneratedDataset):
 
 
 class FashionMNISTGraphs(_GeneratedDataset):
-    """Fashion-MNIST images (the real ones, ``training.data.load_fashion_mnist``) as pixel
+    """Fashion-MNIST images (the real ones, ``zoo.training.data.load_fashion_mnist``) as pixel
     graphs: the image is average-pooled to ``size`` x ``size`` (28 % size == 0), each pixel
     brighter than ``threshold`` (in [0, 1]) becomes a node with x = [intensity, row / size,
     col / size], joined to its bright 8-neighbours (diagonals give triangles); ``pos`` holds

@@ -3,7 +3,7 @@ its model card ``.md``, its training-curve ``.png`` and its registry entry ``.js
 
 The entry is data (`zoo.registry.WeightInfo`): the file's full sha256, the architecture
 options, preprocessing, class names, the measured metrics keyed by evaluation task (see
-`training.evaluate`) and the recipe command, so `zoo.load(name)` verifies the file and
+`zoo.training.evaluate`) and the recipe command, so `zoo.load(name)` verifies the file and
 `zoo eval name` re-measures the card's numbers.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ import safetensors.torch
 import torch
 import torch.nn as nn
 
-from training.report import plot_curves, write_bytes_atomic
+from zoo.training.report import plot_curves, write_bytes_atomic
 
 WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
 

@@ -20,29 +20,14 @@ from tqdm.auto import tqdm
 Forward = Callable[[nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
 
 
-def logits_of(output: Any) -> torch.Tensor:
-    """The class scores in a model's output: the tensor itself, ``output["logits"]`` or
-    ``output.logits`` (models that also return auxiliary losses, e.g. the MoE transformer)."""
-    if isinstance(output, torch.Tensor):
-        return output
-    if isinstance(output, Mapping) and "logits" in output:
-        return output["logits"]
-    if isinstance(getattr(output, "logits", None), torch.Tensor):
-        return output.logits
-    raise TypeError(
-        f"cannot find logits in a model output of type {type(output).__name__}: return a tensor, "
-        "a dict with 'logits' or an object with .logits, or pass forward=... to evaluate_classifier"
-    )
-
-
 def classifier_forward(model: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """Default ``forward``: ``(inputs, targets)`` pairs give ``model(inputs)``; batches with a
     ``.y`` attribute (PyG ``Batch``) are passed whole, ``model(batch)``, against ``batch.y``."""
     if isinstance(batch, (tuple, list)) and len(batch) == 2:
         inputs, targets = batch
-        return logits_of(model(inputs)), targets
+        return model(inputs), targets
     if isinstance(getattr(batch, "y", None), torch.Tensor):
-        return logits_of(model(batch)), batch.y
+        return model(batch), batch.y
     raise TypeError(
         f"cannot split a batch of type {type(batch).__name__} into inputs and targets: the default "
         "forward takes (inputs, targets) pairs or PyG batches with .y; pass forward=fn(model, batch) "

@@ -2,8 +2,8 @@
 the same architecture from random weights on the same data, with the same budget and seed,
 and plot both runs' validation curves.
 
-    python -m training.transfer resnet18.tv_in1k --data my_images/ --out runs/transfer --epochs 5
-    python -m training.transfer my_saved_model/ --data fashion-mnist --limit 1000 --out runs/t
+    python -m zoo.training.transfer resnet18.tv_in1k --data my_images/ --out runs/transfer --epochs 5
+    python -m zoo.training.transfer my_saved_model/ --data fashion-mnist --limit 1000 --out runs/t
 
 OUT gets ``pretrained/`` and ``scratch/`` (each a full `zoo finetune` output), ``transfer.png``
 and ``transfer.json``. Takes every ``zoo finetune`` option; the scratch run always trains
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from training.finetune import FinetuneResult, add_arguments, run
-from training.report import plot_curves, write_json
+from zoo.training.finetune import FinetuneResult, add_arguments, run
+from zoo.training.report import plot_curves, write_json
 from zoo import registry
 from zoo.api import CONFIG_FILE
 
@@ -76,10 +76,10 @@ def compare(args: argparse.Namespace, command: str | None = None) -> dict[str, A
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.transfer", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m zoo.training.transfer", description=__doc__.splitlines()[0])
     add_arguments(parser)
     argv = list(sys.argv[1:] if argv is None else argv)
-    compare(parser.parse_args(argv), command=shlex.join(["python", "-m", "training.transfer", *argv]))
+    compare(parser.parse_args(argv), command=shlex.join(["python", "-m", "zoo.training.transfer", *argv]))
     return 0
 
 

@@ -17,17 +17,15 @@ import torch.nn as nn
 from torchvision.transforms import InterpolationMode, v2
 
 from zoo import hub, registry
-from architectures.features import FeatureExtractor
+from zoo.architectures.features import FeatureExtractor
 from zoo.convert import StateDict, adapt_input_conv, convert_state_dict
+from zoo.errors import WeightsMismatchError
+from zoo.hf import load_pretrained
 from zoo.registry import WeightInfo
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 CARD_FILE = "README.md"
-
-
-class WeightsMismatchError(ValueError):
-    """A state dict whose keys or shapes don't fit the model it is loaded into."""
 
 
 def info(name: str) -> WeightInfo:
@@ -64,8 +62,6 @@ def load(
     if (path / CONFIG_FILE).is_file():
         model = _load_saved(path)
     elif weights is not None and (Path(weights) / CONFIG_FILE).is_file():  # a Hugging Face checkpoint directory
-        from zoo.hf import load_pretrained  # here: zoo.hf imports this module
-
         model = load_pretrained(str(name_or_path), weights, head=head, num_classes=num_classes, dtype=dtype, **model_kwargs)
     else:
         model = _load_registered(str(name_or_path), pretrained, num_classes, head, weights, model_kwargs)
@@ -169,7 +165,7 @@ def _read_weights(entry: WeightInfo | None, weights: str | os.PathLike | None) -
         suffix = Path(_url_basename(entry.url)).suffix
         path = hub.fetch_state_dict(entry.url, sha256=entry.sha256, filename=f"{entry.name}{suffix}")
     else:
-        path = Path(str(resources.files("weights").joinpath(entry.file)))
+        path = Path(str(resources.files("zoo.weights").joinpath(entry.file)))
         hub.verify_file(path, entry.sha256)
     state_dict = hub.load_state_dict_file(path)
     return convert_state_dict(entry.converter if entry else "identity", state_dict)

@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 
 import zoo
-from training import demo, evaluate, finetune
+from zoo.training import demo, evaluate, finetune
 from zoo import registry
 from zoo.tokenizer import complete
 
@@ -61,8 +61,7 @@ def _predict(args: argparse.Namespace) -> int:
     categories = registry.load_categories(list_name) if list_name else None
     batch = torch.stack([preprocess(Image.open(path).convert("RGB")) for path in args.images])
     with torch.inference_mode():
-        output = model(batch.to(args.device))
-        probs = getattr(output, "logits", output).softmax(dim=-1)  # MoE models return logits with their losses
+        probs = model(batch.to(args.device)).softmax(dim=-1)
     top = probs.topk(min(args.topk, probs.shape[-1]), dim=-1)
     for path, values, indices in zip(args.images, top.values, top.indices):
         print(path)

@@ -25,9 +25,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from architectures.moe_transformer import MoETransformer
+from zoo.architectures.moe_transformer import MoETransformer
 from zoo import registry
-from zoo.api import WeightsMismatchError
+from zoo.errors import WeightsMismatchError
 
 CONFIG_FILE = "config.json"
 INDEX_FILE = "model.safetensors.index.json"

@@ -1,34 +1,28 @@
 """One registry for every architecture (registered by a decorator next to its builder)
-and every weight entry (data files under the `weights` package, named ``arch.tag``)."""
+and every weight entry (data files in `zoo.weights`, named ``arch.tag``); the builders themselves are in the
+leaf `zoo.architectures._registry`."""
 from __future__ import annotations
 
 import dataclasses
 import difflib
 import fnmatch
-import importlib
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import torch.nn as nn
+from zoo.architectures import model_builders as _model_builders
+from zoo.architectures import model_heads as _model_heads
+from zoo.architectures import register_model
+from zoo.architectures._registry import ModelBuilder
+from zoo.errors import UnknownModelError
 
-ModelBuilder = Callable[..., nn.Module]
+__all__ = ["ModelBuilder", "UnknownModelError", "WeightInfo", "list_models", "register_model", "resolve", "weight_info"]
 
-_ARCHITECTURE_PACKAGES = ("architectures",)
-_model_builders: dict[str, ModelBuilder] = {}
-_model_heads: dict[str, tuple[str, ...]] = {}
 _weights: dict[str, WeightInfo] = {}
 _loaded = False
-
-
-class UnknownModelError(KeyError, ValueError):
-    """An architecture or weight name that the registry does not know."""
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0])
 
 
 @dataclass(frozen=True)
@@ -74,7 +68,7 @@ class WeightInfo:
     def card_text(self) -> str | None:
         if self.card is None or "://" in self.card:
             return None
-        return resources.files("weights").joinpath(self.card).read_text()
+        return resources.files("zoo.weights").joinpath(self.card).read_text()
 
     def to_dict(self) -> dict[str, Any]:
         return {"arch": self.arch, "tag": self.tag, **dataclasses.asdict(self)}
@@ -82,21 +76,7 @@ class WeightInfo:
 
 def load_categories(name: str) -> list[str]:
     """A class-name list shipped in ``weights/categories/<name>.txt``, one name per line."""
-    return resources.files("weights").joinpath("categories", f"{name}.txt").read_text().splitlines()
-
-
-def register_model(fn: ModelBuilder | None = None, *, heads: Iterable[str] = ("classification",)):
-    """Register a model builder under its function name; use bare or with ``heads=``."""
-
-    def register(builder: ModelBuilder) -> ModelBuilder:
-        name = builder.__name__
-        if name in _model_builders:
-            raise ValueError(f"model {name!r} is registered twice")
-        _model_builders[name] = builder
-        _model_heads[name] = tuple(heads)
-        return builder
-
-    return register(fn) if fn is not None else register
+    return resources.files("zoo.weights").joinpath("categories", f"{name}.txt").read_text().splitlines()
 
 
 def register_weights(info: WeightInfo) -> None:
@@ -105,14 +85,12 @@ def register_weights(info: WeightInfo) -> None:
 
 
 def _ensure_loaded() -> None:
-    """Import the architecture packages and read the weight entries, once."""
+    """Read the weight entries, once."""
     global _loaded
     if _loaded:
         return
     _loaded = True
-    for package in _ARCHITECTURE_PACKAGES:
-        importlib.import_module(package)
-    root = Path(str(resources.files("weights")))
+    root = Path(str(resources.files("zoo.weights")))
     for path in sorted(root.rglob("*.json")):
         entries = json.loads(path.read_text())
         for entry in entries if isinstance(entries, list) else [entries]:

@@ -1,8 +1,8 @@
 """Recipes for the weights the project trains itself: one command per weight file, fixed seed,
 recorded hyperparameters; each trains, measures the held-out test split and publishes the
-file, its model card, curves and registry entry into ``weights/`` (`training.publish`).
+file, its model card, curves and registry entry into ``weights/`` (`zoo.training.publish`).
 
-    python -m training.recipes.fmnist resnet20      # Fashion-MNIST image classifiers
-    python -m training.recipes.dbn digits           # deep belief nets (digits, fashion-mnist)
-    python -m training.recipes.graph triangles-er   # graph model on triangle counting
+    python -m zoo.training.recipes.fmnist resnet20      # Fashion-MNIST image classifiers
+    python -m zoo.training.recipes.dbn digits           # deep belief nets (digits, fashion-mnist)
+    python -m zoo.training.recipes.graph triangles-er   # graph model on triangle counting
 """

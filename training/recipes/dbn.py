@@ -1,10 +1,10 @@
 """Deep belief nets (``dbn.digits``, ``dbn.fmnist``): greedy RBM pretraining on the training
-rows, then backprop fine-tuning of the unrolled net (`training.dbn`), measured on the test
+rows, then backprop fine-tuning of the unrolled net (`zoo.training.dbn`), measured on the test
 split. The last epoch's weights are published; a fixed-seed validation hold-out from the
 training rows draws the curves (it picks nothing).
 
-    python -m training.recipes.dbn digits          # scikit-learn's nudged digits, 64-256-256
-    python -m training.recipes.dbn fashion-mnist   # 784-1000-1000, pixels scaled to [0, 1]
+    python -m zoo.training.recipes.dbn digits          # scikit-learn's nudged digits, 64-256-256
+    python -m zoo.training.recipes.dbn fashion-mnist   # 784-1000-1000, pixels scaled to [0, 1]
 """
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from typing import Any
 import torch
 
 import zoo
-from training.data import load_fashion_mnist
-from training.dbn import FinetuneConfig, RBMConfig, finetune, pretrain
-from training.digits import load_nudged_digits
-from training.evaluate import evaluate, task_key
-from training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
+from zoo.training.data import load_fashion_mnist
+from zoo.training.dbn import FinetuneConfig, RBMConfig, finetune, pretrain
+from zoo.training.digits import load_nudged_digits
+from zoo.training.evaluate import evaluate, task_key
+from zoo.training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
 
 SEED = 0
 RECIPES: dict[str, dict[str, Any]] = {
@@ -41,7 +41,7 @@ RECIPES: dict[str, dict[str, Any]] = {
 
 
 def _load(dataset: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The training rows and labels (the test split is read by `training.evaluate`)."""
+    """The training rows and labels (the test split is read by `zoo.training.evaluate`)."""
     if dataset == "digits":
         x_train, _, y_train, _ = load_nudged_digits()
         return torch.from_numpy(x_train).float(), torch.from_numpy(y_train).long()
@@ -77,7 +77,7 @@ def run(dataset: str, epochs: int | None = None, limit: int | None = None, out: 
     ]
     provenance = Provenance(
         data=f"{recipe['data']}; {size} training rows, {num_val} held out by seed {SEED} for the curves",
-        command=command or f"python -m training.recipes.dbn {dataset}",
+        command=command or f"python -m zoo.training.recipes.dbn {dataset}",
         seed=SEED, epochs=tune_config.epochs, wall_time_s=clock.seconds,
         hyperparameters={
             "pretraining (every RBM)": str(asdict(rbm_config)),
@@ -94,7 +94,7 @@ def run(dataset: str, epochs: int | None = None, limit: int | None = None, out: 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return recipe_main("training.recipes.dbn", __doc__, RECIPES, run, argv)
+    return recipe_main("zoo.training.recipes.dbn", __doc__, RECIPES, run, argv)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 split less a fixed-seed 5,000-image validation hold-out (which picks the best epoch), then
 measured on the official 10k test split.
 
-    python -m training.recipes.fmnist resnet20 [--epochs N] [--limit N] [--out weights/] [--run-dir DIR]
+    python -m zoo.training.recipes.fmnist resnet20 [--epochs N] [--limit N] [--out weights/] [--run-dir DIR]
         [--num-workers N]
 
 Each architecture's hyperparameters are data in ``RECIPES``; ``--epochs`` and ``--limit``
@@ -19,11 +19,11 @@ from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
 
-from training.data import Augment
-from training.engine import TrainConfig
-from training.evaluate import evaluate, task_key
-from training.finetune import Distillation, finetune
-from training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
+from zoo.training.data import Augment
+from zoo.training.engine import TrainConfig
+from zoo.training.evaluate import evaluate, task_key
+from zoo.training.finetune import Distillation, finetune
+from zoo.training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
 
 VAL_IMAGES = 5000
 SLICE = 1000  # the test-set slice the tests re-measure
@@ -86,7 +86,7 @@ def run(arch: str, epochs: int | None = None, limit: int | None = None, out: str
         data=f"Fashion-MNIST official training split ({len(result.history)} epochs over "
              f"{limit or 60000 - VAL_IMAGES} images; {VAL_IMAGES} held out by seed {cfg.seed} to pick the best "
              "epoch), test on the official 10k test split; from the Debian package dataset-fashion-mnist",
-        command=command or f"python -m training.recipes.fmnist {arch}",
+        command=command or f"python -m zoo.training.recipes.fmnist {arch}",
         seed=cfg.seed, epochs=len(result.history), wall_time_s=result.history[-1]["elapsed_s"] + evaluation.seconds,
         hyperparameters={
             "optimizer": f"{_optimizer_name(cfg)}, lr {cfg.lr}, weight decay {cfg.weight_decay} "
@@ -115,7 +115,7 @@ def _optimizer_name(cfg: TrainConfig) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return recipe_main("training.recipes.fmnist", __doc__, RECIPES, run, argv, resumable=True, workers=True)
+    return recipe_main("zoo.training.recipes.fmnist", __doc__, RECIPES, run, argv, resumable=True, workers=True)
 
 
 if __name__ == "__main__":

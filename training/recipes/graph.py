@@ -1,5 +1,5 @@
 """The graph model with third-order pooling (GIN + moment and triangle readouts), on the
-graph tasks of `training.graph_data`:
+graph tasks of `zoo.training.graph_data`:
 
 - ``gin3.triangles_er``: regressing the triangle count of Erdős–Rényi G(10, 0.3) graphs (Chen
   et al., 2020) on the seeded 30 / 20 / 50% train / validation / test split. Trains on
@@ -7,7 +7,7 @@ graph tasks of `training.graph_data`:
 - ``gin3.fmnist``: classifying Fashion-MNIST images as 14x14 pixel graphs (official training
   split less a seeded 1/12 validation hold-out, 5,000 graphs; official 10k test split).
 
-    python -m training.recipes.graph triangles-er|fashion-mnist-graphs [--epochs N] [--limit N] [--out weights/]
+    python -m zoo.training.recipes.graph triangles-er|fashion-mnist-graphs [--epochs N] [--limit N] [--out weights/]
 
 ``--limit`` trains on that many graphs (smoke tests).
 
@@ -22,16 +22,16 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-import architectures.graph  # noqa: F401  (before PyG: it imports PyG with its import-time FutureWarning silenced)
+import zoo.architectures.graph  # noqa: F401  (before PyG: it imports PyG with its import-time FutureWarning silenced)
 from torch_geometric.data import InMemoryDataset
 from torch_geometric.loader.dataloader import Collater
 
 import zoo
-from architectures.graph import AddTriangles
-from training.engine import StepOutput, Trainer, TrainConfig
-from training.evaluate import evaluate, task_key
-from training.graph_data import FashionMNISTGraphs, TriangleCounting
-from training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
+from zoo.architectures.graph import AddTriangles
+from zoo.training.engine import StepOutput, Trainer, TrainConfig
+from zoo.training.evaluate import evaluate, task_key
+from zoo.training.graph_data import FashionMNISTGraphs, TriangleCounting
+from zoo.training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
 
 SEED = 0
 VAL_SHARE = 12  # one Fashion-MNIST training graph in 12 is held out for validation
@@ -123,7 +123,7 @@ def run(task: str = "triangles-er", epochs: int | None = None, limit: int | None
     model.eval()
     metrics = {task_key(task, limit): evaluate(model, task, limit) for limit in recipe.slices}
     provenance = Provenance(
-        data=data, command=command or f"python -m training.recipes.graph {task}",
+        data=data, command=command or f"python -m zoo.training.recipes.graph {task}",
         seed=SEED, epochs=len(history), wall_time_s=clock.seconds,
         hyperparameters={
             "model": str(recipe.model_kwargs) + ", readout: third-order moment (rank 32) and triangle (32 channels)",
@@ -139,7 +139,7 @@ def run(task: str = "triangles-er", epochs: int | None = None, limit: int | None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return recipe_main("training.recipes.graph", __doc__, RECIPES, run, argv)
+    return recipe_main("zoo.training.recipes.graph", __doc__, RECIPES, run, argv)
 
 
 if __name__ == "__main__":

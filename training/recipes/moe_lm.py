@@ -4,9 +4,9 @@ MoE layer replaced by one SwiGLU MLP as wide as the top-2 experts together) on t
 windows in the same order, with the same steps, batch and schedule. Both cards report both
 models' held-out bits per byte.
 
-    python -m training.recipes.moe_lm stdlib [--steps N] [--out weights/]
+    python -m zoo.training.recipes.moe_lm stdlib [--steps N] [--out weights/]
 
-The corpus is `training.data.stdlib_files` (every ``.py`` file of this interpreter's standard
+The corpus is `zoo.training.data.stdlib_files` (every ``.py`` file of this interpreter's standard
 library outside test, idlelib, lib2to3 and site-packages folders, sorted by path); file i is
 test when i % 20 == 0, validation when 1 and training otherwise, files joined by the eos byte.
 """
@@ -24,10 +24,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch.utils.data import Dataset
 
 import zoo
-from training.data import stdlib_corpus, stdlib_files
-from training.engine import Trainer, TrainConfig
-from training.evaluate import CONTEXT, evaluate, task_key
-from training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
+from zoo.training.data import stdlib_corpus, stdlib_files
+from zoo.training.engine import Trainer, TrainConfig
+from zoo.training.evaluate import CONTEXT, evaluate, task_key
+from zoo.training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
 from zoo.tokenizer import complete
 
 SEED = 0
@@ -100,7 +100,7 @@ def run(target: str = "stdlib", steps: int | None = None, out: str = str(WEIGHTS
             data=f"{len(files)} .py files of the Python {sys.version.split()[0]} standard library (no test, idlelib, "
                  f"lib2to3 or site-packages folders), split by file index mod 20 (0: test, 1: validation): "
                  f"{len(stdlib_corpus('train')):,} training bytes, {len(stdlib_corpus('test')):,} test bytes",
-            command=command or "python -m training.recipes.moe_lm stdlib",
+            command=command or "python -m zoo.training.recipes.moe_lm stdlib",
             seed=SEED, epochs=1, wall_time_s=clock.seconds,
             hyperparameters={
                 "model": str(kwargs),
@@ -126,7 +126,7 @@ def run(target: str = "stdlib", steps: int | None = None, out: str = str(WEIGHTS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return recipe_main("training.recipes.moe_lm", __doc__, TARGETS, run, argv, budget="steps",
+    return recipe_main("zoo.training.recipes.moe_lm", __doc__, TARGETS, run, argv, budget="steps",
                        limit=False)
 
 
