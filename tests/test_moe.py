@@ -3,15 +3,16 @@ checkpointing, the image model, the byte tokenizer and input errors."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import zoo
+from zoo.architectures.moe_experts import MoEExperts
 from zoo.architectures.moe_transformer import (  # importing it registers moe_lm, moe_encoder, moe_vit
     MoEConfig,
-    MoEExperts,
     MoEOutput,
     load_balancing_loss,
     router_z_loss,
@@ -84,6 +85,8 @@ def run_experts(module_or_fn, x, index, weight, gate_up, down, capacity=None):
     ids=["random", "empty-experts", "topk-equals-experts", "one-expert-only"],
 )
 def test_dispatch_matches_reference_loop(dispatch, num_experts, top_k, allowed):
+    if dispatch == "grouped_mm" and not hasattr(F, "grouped_mm"):
+        pytest.skip("torch.nn.functional.grouped_mm needs torch >= 2.10")
     torch.manual_seed(0)
     hidden, inter, tokens = 16, 12, 37
     x = torch.randn(tokens, hidden)
@@ -125,6 +128,19 @@ def test_bf16_dispatch_is_close_to_fp32_and_keeps_dtypes():
     out, grads = run_experts(experts, x.bfloat16(), index, weight, gate_up.bfloat16(), down.bfloat16())
     assert out.dtype == torch.bfloat16 and grads[0].dtype == torch.bfloat16 and grads[2].dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), ref_out, atol=0.05, rtol=0.05)
+
+
+def test_grouped_mm_dispatch_needs_a_torch_that_has_it(monkeypatch):
+    """Without torch.nn.functional.grouped_mm, "auto" takes the split even for bf16 on CUDA
+    SM >= 80, and an explicit "grouped_mm" names the torch it needs."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    cuda_bf16 = SimpleNamespace(is_cuda=True, dtype=torch.bfloat16, device="cuda")
+    if hasattr(F, "grouped_mm"):
+        assert MoEExperts(4, 16, 12, "auto")._use_grouped_mm(cuda_bf16)
+    monkeypatch.delattr(F, "grouped_mm", raising=False)
+    assert not MoEExperts(4, 16, 12, "auto")._use_grouped_mm(cuda_bf16)
+    with pytest.raises(ValueError, match=r"torch\.nn\.functional\.grouped_mm, added in torch 2\.10"):
+        MoEExperts(4, 16, 12, "grouped_mm")
 
 
 # --------------------------------------------------------------------------- routing losses
