@@ -24,12 +24,12 @@ from zoo.training.export import (
     state_dict_bytes,
     weight_sparsity,
 )
+from zoo.files import write_json
 from zoo.training.report import (
     classification_report,
     evaluate_classifier,
     plot_confusion_matrix,
     plot_curves,
-    write_json,
 )
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

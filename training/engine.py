@@ -41,7 +41,8 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from zoo.training.data import EpochSampler, ShardSampler, build_loader
-from zoo.training.report import plot_curves, write_bytes_atomic, write_json
+from zoo.files import atomic_path, write_bytes_atomic, write_json
+from zoo.training.report import plot_curves
 
 log = logging.getLogger(__name__)
 
@@ -1117,19 +1118,6 @@ def _plain(value: Any) -> Any:
 
 
 def _atomic_save(payload: Any, path: Path) -> None:
-    """torch.save to a temporary file in the same folder, fsync, then rename over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with tmp.open("wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    """torch.save ``payload`` to ``path`` atomically."""
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)

@@ -28,6 +28,7 @@ import torch.nn as nn
 import torch.nn.utils.prune as prune
 from torch.export import Dim
 
+from zoo.files import write_bytes_atomic, write_json
 from zoo.training.report import (
     ClassificationReport,
     Forward,
@@ -35,8 +36,6 @@ from zoo.training.report import (
     evaluate_classifier,
     model_device,
     plot_confusion_matrix,
-    write_bytes_atomic,
-    write_json,
 )
 
 ExampleInput = torch.Tensor | tuple[Any, ...]

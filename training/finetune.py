@@ -36,7 +36,7 @@ import zoo
 from zoo.training import export
 from zoo.training.data import Augment, DataSource, build_loader, default_preprocess, image_transforms, open_data
 from zoo.training.engine import SCHEDULERS, DistillationStep, StepFn, Trainer, TrainConfig, split_batch
-from zoo.training.report import write_bytes_atomic
+from zoo.files import write_bytes_atomic
 from zoo import registry
 from zoo.api import CARD_FILE, CONFIG_FILE
 

@@ -26,7 +26,8 @@ import safetensors.torch
 import torch
 import torch.nn as nn
 
-from zoo.training.report import plot_curves, write_bytes_atomic
+from zoo.files import write_bytes_atomic
+from zoo.training.report import plot_curves
 
 WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
 

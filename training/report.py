@@ -17,6 +17,8 @@ import torch.nn as nn
 from matplotlib.figure import Figure
 from tqdm.auto import tqdm
 
+from zoo.files import write_bytes_atomic
+
 Forward = Callable[[nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
 
 
@@ -181,26 +183,6 @@ def evaluate_classifier(
     if num_classes is None:
         raise ValueError("the loader yielded no batches; nothing to evaluate")
     return classification_report(torch.cat(predictions), torch.cat(targets), num_classes, class_names)
-
-
-def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to a temporary file next to ``path`` and rename it into place, so a
-    reader (or a killed run) never leaves half a file; permissions follow the umask."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
-
-
-def write_json(data: Any, path: str | os.PathLike) -> Path:
-    """Write ``data`` as indented JSON, atomically."""
-    return write_bytes_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
 
 
 def _save_figure(fig: Figure, path: str | os.PathLike) -> Path:

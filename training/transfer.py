@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from zoo.training.finetune import FinetuneResult, add_arguments, run
-from zoo.training.report import plot_curves, write_json
+from zoo.files import write_json
+from zoo.training.report import plot_curves
 from zoo import registry
 from zoo.api import CONFIG_FILE
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import urllib.parse
 from collections.abc import Callable, Sequence
 from importlib import resources
@@ -20,6 +19,7 @@ from zoo import hub, registry
 from zoo.architectures.features import FeatureExtractor
 from zoo.convert import StateDict, adapt_input_conv, convert_state_dict
 from zoo.errors import WeightsMismatchError
+from zoo.files import atomic_files
 from zoo.hf import load_pretrained
 from zoo.registry import WeightInfo
 
@@ -282,19 +282,15 @@ def save(model: nn.Module, directory: str | os.PathLike) -> Path:
     if not cfg or "architecture" not in cfg:
         raise ValueError("zoo.save needs a model made by zoo.load (it records the architecture to rebuild)")
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     config = {**cfg, "num_classes": model.num_classes, "format": "zoo/1"}
     card = None
     if cfg.get("weights") in registry.list_models(pretrained=True):
         card = registry.weight_info(cfg["weights"]).card_text()
-    with tempfile.TemporaryDirectory(dir=directory, prefix=".saving-") as tmp:
-        safetensors.torch.save_model(model, os.path.join(tmp, WEIGHTS_FILE))
-        Path(tmp, CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+    with atomic_files(directory, last=(CONFIG_FILE,)) as staging:  # config last: it marks a complete save
+        safetensors.torch.save_model(model, staging / WEIGHTS_FILE)
+        (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
         if card:
-            Path(tmp, CARD_FILE).write_text(card)
-        for name in (WEIGHTS_FILE, CARD_FILE, CONFIG_FILE):  # config last: it marks a complete save
-            if Path(tmp, name).exists():
-                os.replace(Path(tmp, name), directory / name)
+            (staging / CARD_FILE).write_text(card)
     return directory
 
 

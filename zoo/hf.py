@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from tqdm import tqdm
 from zoo.architectures.moe_transformer import MoETransformer
 from zoo import registry
 from zoo.errors import WeightsMismatchError
+from zoo.files import atomic_files
 
 CONFIG_FILE = "config.json"
 INDEX_FILE = "model.safetensors.index.json"
@@ -258,29 +258,26 @@ def export_hf(model: nn.Module, directory: str | os.PathLike, max_shard_size: in
     appear whole or not at all; the config is written last."""
     _check_exportable(model)
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     tensors = dict(_mixtral_tensors(model))
     shards = _split_shards(tensors, max_shard_size)
     names = [SINGLE_FILE] if len(shards) == 1 else [
         f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))
     ]
-    with tempfile.TemporaryDirectory(dir=directory, prefix=".exporting-") as tmp:
+    with atomic_files(directory, last=(CONFIG_FILE,)) as staging:
         for name, shard in zip(names, tqdm(shards, desc="writing shards", unit="shard", disable=len(shards) == 1)):
             standalone = {k: tensors[k].contiguous().clone() for k in shard}  # views of fused experts
-            save_file(standalone, os.path.join(tmp, name), metadata={"format": "pt"})
+            save_file(standalone, staging / name, metadata={"format": "pt"})
         if len(shards) > 1:
             index = {
                 "metadata": {"total_size": sum(t.numel() * t.element_size() for t in tensors.values())},
                 "weight_map": {key: name for name, shard in zip(names, shards) for key in shard},
             }
-            Path(tmp, INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
+            (staging / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
             names.append(INDEX_FILE)
-        Path(tmp, CONFIG_FILE).write_text(json.dumps(_mixtral_config(model), indent=2) + "\n")
+        (staging / CONFIG_FILE).write_text(json.dumps(_mixtral_config(model), indent=2) + "\n")
         for stale in (SINGLE_FILE, INDEX_FILE):  # a previous export's other layout
             if stale not in names:
                 (directory / stale).unlink(missing_ok=True)
-        for name in [*names, CONFIG_FILE]:
-            os.replace(Path(tmp, name), directory / name)
     return directory
 
 

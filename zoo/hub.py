@@ -17,7 +17,6 @@ import json
 import os
 import pickle
 import re
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +33,8 @@ from filelock import FileLock
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
+
+from zoo.files import atomic_path, write_bytes_atomic
 
 __all__ = [
     "ChecksumError",
@@ -236,7 +237,8 @@ def fetch_state_dict(
         source_digest = verify_file(source, expected)
         tensors = _standalone(load_state_dict_file(source))
         metadata = {"format": "pt", "zoo.source_url": url, _SOURCE_SHA256_KEY: source_digest}
-        _atomic_write(converted, lambda tmp: save_file(tensors, tmp, metadata=metadata))
+        with atomic_path(converted) as tmp:
+            save_file(tensors, tmp, metadata=metadata)
         verify_file(converted, None)  # records the hash that later calls check against
         with FileLock(_subdir("locks", "downloads") / f"{source.name}.lock"):
             _forget(source)
@@ -387,26 +389,13 @@ def _write_record(path: Path, digest: str, stat: os.stat_result | None = None) -
         "sha256": digest,
     }
     data = json.dumps(record, indent=1).encode()
-    _atomic_write(_record_path(path), lambda tmp: Path(tmp).write_bytes(data))
+    write_bytes_atomic(_record_path(path), data)
 
 
 def _forget(path: Path) -> None:
     """Delete a cached file and its record."""
     path.unlink(missing_ok=True)
     _record_path(path).unlink(missing_ok=True)
-
-
-def _atomic_write(target: Path, write: Any) -> None:
-    """Call ``write(tmp_path)`` on a temporary file next to ``target``, then rename it into
-    place; the temporary file is removed if anything fails."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _warn_unverified(path: Path, url: str, stacklevel: int) -> None:
@@ -467,11 +456,7 @@ def _download(url: str, target: Path, expected: str | None, progress: bool) -> N
             expected = _sha256_from_headers(chain)
         length = response.headers.get("Content-Length")
         total = int(length) if length and length.isdigit() else None
-        fd, tmp_name = tempfile.mkstemp(
-            prefix=f".{target.name}.", suffix=".part", dir=target.parent
-        )
-        tmp = Path(tmp_name)
-        try:
+        with atomic_path(target) as tmp:
             digest = hashlib.sha256()
             received = 0
             bar = tqdm(
@@ -482,7 +467,7 @@ def _download(url: str, target: Path, expected: str | None, progress: bool) -> N
                 desc=target.name,
                 disable=not progress,
             )
-            with os.fdopen(fd, "wb") as out, bar:
+            with tmp.open("wb") as out, bar:
                 while True:
                     try:
                         chunk = response.read(_CHUNK_SIZE)
@@ -497,8 +482,6 @@ def _download(url: str, target: Path, expected: str | None, progress: bool) -> N
                     digest.update(chunk)
                     received += len(chunk)
                     bar.update(len(chunk))
-                out.flush()
-                os.fsync(out.fileno())
             if total is not None and received != total:
                 raise _TransientError(
                     f"Could not download {url}: truncated transfer, received {received} of "
@@ -511,10 +494,6 @@ def _download(url: str, target: Path, expected: str | None, progress: bool) -> N
                     f"{_describe(expected)}; nothing was saved. The server sent a different file "
                     "than the one published: check the URL and the expected sha256."
                 )
-            os.replace(tmp, target)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
     _write_record(target, got)
     if expected is None:
         _warn_unverified(target, url, stacklevel=3)

@@ -1,0 +1,69 @@
+"""Atomic writes: a file (or a set of files) appears whole or not at all, so a reader, a crash or
+a killed run never leaves half of one. The one implementation every writer in zoo uses."""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+@contextmanager
+def atomic_path(target: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path next to ``target`` to write to; on a clean exit it is flushed to disk
+    and renamed over ``target``, on an exception it is removed. Permissions follow the umask."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.part")
+    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    try:
+        yield tmp
+        _fsync(tmp)
+        os.replace(tmp, target)
+        _fsync(target.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
+def write_json(data: Any, path: str | os.PathLike) -> Path:
+    """Write ``data`` as indented JSON, atomically."""
+    return write_bytes_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
+
+
+@contextmanager
+def atomic_files(directory: str | os.PathLike, last: Sequence[str] = ()) -> Iterator[Path]:
+    """A staging folder inside ``directory``: the files written into it move into ``directory``
+    on a clean exit, those named in ``last`` last and in that order (a file that marks the set
+    complete, such as a config, goes last), and vanish on an exception."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory, prefix=".staging-") as staging:
+        yield Path(staging)
+        staged = sorted(Path(staging).iterdir(), key=lambda p: (p.name in last, last.index(p.name) if p.name in last else 0))
+        for path in staged:
+            _fsync(path)
+            os.replace(path, directory / path.name)
+        _fsync(directory)
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file's or a folder's data to disk (folders: the renames in them)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems cannot fsync a folder
+        if not path.is_dir():
+            raise
+    finally:
+        os.close(fd)
