@@ -58,17 +58,105 @@ def corrupt_keeping_size(path: Path) -> None:
 # ------------------------------------------------------------------ small helpers
 
 
-def test_zoo_home_defaults_to_user_cache_and_is_created(monkeypatch, tmp_path):
+def test_zoo_home_defaults_to_user_cache_and_is_created_when_written(monkeypatch, tmp_path):
     monkeypatch.delenv("ZOO_HOME")
     monkeypatch.setenv("HOME", str(tmp_path))
     assert hub.zoo_home() == tmp_path / ".cache" / "zoo"
-    assert (tmp_path / ".cache" / "zoo").is_dir()
+    hub.verify_file(Path(hub.__file__), None)  # writes a record
+    assert (tmp_path / ".cache" / "zoo" / "records").is_dir()
 
 
-def test_zoo_home_follows_env(zoo_home):
+def test_zoo_home_follows_env_and_reading_creates_nothing(zoo_home):
     assert not zoo_home.exists()
     assert hub.zoo_home() == zoo_home
-    assert zoo_home.is_dir()
+    assert not zoo_home.exists()
+
+
+def test_zoo_home_pointing_at_a_file_is_named(monkeypatch, tmp_path):
+    (tmp_path / "home").write_text("not a folder")
+    monkeypatch.setenv("ZOO_HOME", str(tmp_path / "home"))
+    with pytest.raises(WeightsError, match=r"ZOO_HOME=.*home is a file, not a folder"):
+        verify_file(Path(hub.__file__), None)
+
+
+def snapshot(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*")}
+
+
+@pytest.fixture
+def read_only_cache(zoo_home, monkeypatch):
+    """The cache folder made read-only. Root ignores permission bits, so for root the check zoo
+    makes (os.access) is answered as a read-only mount would answer it; either way the test
+    asserts that nothing in the cache changed."""
+    def make() -> dict[str, int]:
+        for path in [zoo_home, *zoo_home.rglob("*")]:
+            if path.is_dir():
+                path.chmod(0o555)
+        if os.geteuid() == 0:
+            real = os.access
+            monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if mode & os.W_OK and str(p).startswith(str(zoo_home)) else real(p, mode, **kw))
+        return snapshot(zoo_home)
+
+    yield make
+    for path in [zoo_home, *zoo_home.rglob("*")]:
+        if path.is_dir():
+            path.chmod(0o755)
+
+
+def test_read_only_cache_serves_verified_files_and_writes_nothing(http_server, zoo_home, read_only_cache):
+    data = payload()
+    url = http_server.add("blob.bin", data)
+    path = fetch(url, sha256=sha(data), progress=False)
+    expected, blob = _checkpoint()
+    converted = fetch_state_dict(http_server.add("net.pth", blob), sha256=sha(blob), progress=False)
+    before = read_only_cache()
+    assert fetch(url, sha256=sha(data), progress=False) == path
+    assert fetch_state_dict(f"{http_server.base_url}/net.pth", sha256=sha(blob), progress=False) == converted
+    assert snapshot(zoo_home) == before
+    with pytest.raises(WeightsError, match="Set ZOO_HOME to a writable folder"):
+        fetch(http_server.add("other.bin", data), sha256=sha(data), progress=False)
+    corrupt_keeping_size(path)
+    with pytest.raises(ChecksumError, match=f"delete {path}"):
+        fetch(url, sha256=sha(data), progress=False)
+
+
+def test_read_only_cache_verifies_bundled_weights(zoo_home, read_only_cache, tmp_path):
+    """verify_file of a file outside the cache (as bundled weights are) must not need to write a record."""
+    data = payload()
+    (tmp_path / "bundled.bin").write_bytes(data)
+    zoo_home.mkdir()
+    before = read_only_cache()
+    assert verify_file(tmp_path / "bundled.bin", sha(data)) == sha(data)
+    assert snapshot(zoo_home) == before
+
+
+def test_a_corrupt_record_does_not_fail_a_good_file(zoo_home, tmp_path):
+    data = payload()
+    path = tmp_path / "good.bin"
+    path.write_bytes(data)
+    verify_file(path, sha(data))
+    (record,) = (zoo_home / "records").iterdir()
+    fields = json.loads(record.read_text())
+    record.write_text(json.dumps({**fields, "sha256": "0" * 64}))  # wrong digest, same size and mtime
+    assert verify_file(path, sha(data)) == sha(data)
+    record.write_text("{not json")
+    assert verify_file(path, sha(data)) == sha(data)
+
+
+def test_a_converted_file_without_a_record_is_not_trusted(http_server, zoo_home, monkeypatch):
+    expected, blob = _checkpoint()
+    url = http_server.add("net.pth", blob)
+    path = fetch_state_dict(url, sha256=sha(blob), progress=False)
+    corrupt_keeping_size(path)
+    for record in (zoo_home / "records").iterdir():
+        record.unlink()
+    monkeypatch.setenv("ZOO_OFFLINE", "1")
+    with pytest.raises(ChecksumError, match=f"no valid verification record.*delete {path}"):
+        fetch_state_dict(url, sha256=sha(blob), progress=False)
+    monkeypatch.delenv("ZOO_OFFLINE")
+    with pytest.warns(UserWarning, match="no valid verification record"):
+        assert fetch_state_dict(url, sha256=sha(blob), progress=False) == path
+    _assert_tensors_equal(load_file(path), expected)
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""The errors a user can cause on the weights side, under one base class `ZooError`."""
+"""zoo's errors, under one base class `ZooError`: each message names the problem, the argument
+or file, and the fix. The command line turns every ZooError into one line and exit code 2."""
 from __future__ import annotations
 
 
@@ -15,3 +16,19 @@ class UnknownModelError(ZooError, KeyError, ValueError):
 
 class WeightsMismatchError(ZooError, ValueError):
     """A state dict whose keys or shapes don't fit the model it is loaded into."""
+
+
+class WeightsError(ZooError, RuntimeError):
+    """Something went wrong getting or reading weights."""
+
+
+class ChecksumError(WeightsError):
+    """A file's sha256 does not match the expected digest (or prefix)."""
+
+
+class DownloadError(WeightsError):
+    """A download failed: HTTP error, network error or truncated transfer."""
+
+
+class WeightsNotFoundError(WeightsError, FileNotFoundError):
+    """A weight file is neither in the cache nor allowed to be downloaded."""

@@ -34,6 +34,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
+from zoo.errors import ChecksumError, DownloadError, WeightsError, WeightsNotFoundError
 from zoo.files import atomic_path, write_bytes_atomic
 
 __all__ = [
@@ -65,30 +66,16 @@ _WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DDP, torch.compile
 _SOURCE_SHA256_KEY = "zoo.source_sha256"  # safetensors metadata of converted files
 
 
-class WeightsError(RuntimeError):
-    """Base class for everything that can go wrong getting or reading weights."""
-
-
-class ChecksumError(WeightsError):
-    """A file's sha256 does not match the expected digest (or prefix)."""
-
-
-class DownloadError(WeightsError):
-    """A download failed: HTTP error, network error or truncated transfer."""
-
-
-class WeightsNotFoundError(WeightsError, FileNotFoundError):
-    """A weight file is neither in the cache nor allowed to be downloaded."""
-
-
 class _TransientError(Exception):
     """A download failure worth retrying (network error, 5xx, truncated transfer)."""
 
 
 def zoo_home() -> Path:
-    """The cache root: ``$ZOO_HOME`` or ``~/.cache/zoo``, created on demand."""
+    """The cache root: ``$ZOO_HOME`` or ``~/.cache/zoo``. It may be read-only (a shared cache, a
+    container image): files already there are verified and used, and only writing into it fails."""
     home = Path(os.environ.get("ZOO_HOME") or "~/.cache/zoo").expanduser()
-    home.mkdir(parents=True, exist_ok=True)
+    if home.exists() and not home.is_dir():
+        raise WeightsError(f"ZOO_HOME={home} is a file, not a folder: point ZOO_HOME at a folder for zoo's cache.")
     return home
 
 
@@ -125,10 +112,12 @@ def verify_file(path: Path, sha256: str | None) -> str:
         and record["mtime_ns"] == stat.st_mtime_ns
     )
     digest = record["sha256"] if unchanged else _hash_file(path)
+    if unchanged and expected is not None and not digest.startswith(expected):
+        unchanged, digest = False, _hash_file(path)  # the record is only a cache: the file's bytes decide
     if expected is not None and not digest.startswith(expected):
         raise ChecksumError(
             f"{path} failed verification: expected sha256 {_describe(expected)}, got {digest}. "
-            "The file is corrupt or is not the published one: delete it and fetch it again "
+            f"The file is corrupt or is not the published one: delete {path} and fetch it again "
             "(or correct the expected sha256 if the publisher replaced the file)."
         )
     if not unchanged:
@@ -160,7 +149,9 @@ def fetch(
         raise ValueError(f"retries is the total number of attempts, must be >= 1, got {retries}.")
     name = _checked_filename(filename if filename is not None else _basename(url), url)
     expected = _normalize_expected(sha256 if sha256 is not None else hash_prefix_from_filename(url))
-    target = _subdir("downloads") / name
+    target = zoo_home() / "downloads" / name
+    if target.exists() and not _writable(target.parent):
+        return _verified_read_only(target, expected, url)
     with FileLock(_subdir("locks", "downloads") / f"{name}.lock"):
         if target.exists():
             record = _read_record(target)
@@ -220,7 +211,12 @@ def fetch_state_dict(
         return fetch(url, sha256=sha256, filename=filename, progress=progress)
     name = _checked_filename(name, url)
     expected = _normalize_expected(sha256 if sha256 is not None else hash_prefix_from_filename(url))
-    converted = _subdir("converted") / f"{Path(name).stem}.safetensors"
+    converted = zoo_home() / "converted" / f"{Path(name).stem}.safetensors"
+    if converted.exists() and not _writable(converted.parent):
+        problem = _converted_problem(converted, expected)
+        if problem is not None:
+            raise ChecksumError(f"{problem} The cache is read-only: replace the file, or set ZOO_HOME to a writable folder.")
+        return converted
     with FileLock(_subdir("locks", "converted") / f"{converted.name}.lock"):
         if converted.exists():
             problem = _converted_problem(converted, expected)
@@ -228,8 +224,8 @@ def fetch_state_dict(
                 return converted
             if is_offline():
                 raise ChecksumError(
-                    f"{problem} ZOO_OFFLINE=1 is set, so it cannot be rebuilt from {url}: "
-                    "replace it with a good copy, or unset ZOO_OFFLINE."
+                    f"{problem} ZOO_OFFLINE=1 is set, so it cannot be rebuilt from {url}: delete {converted} "
+                    "and unset ZOO_OFFLINE to convert it again, or replace it with a good copy."
                 )
             warnings.warn(f"{problem} Converting it again from {url}.", stacklevel=2)
             _forget(converted)
@@ -346,9 +342,32 @@ def _describe(expected: str) -> str:
 
 
 def _subdir(*parts: str) -> Path:
+    """A folder of the cache to write into, created on demand."""
     path = zoo_home().joinpath(*parts)
+    if not _writable_or_creatable(path):
+        raise WeightsError(
+            f"Cannot write to zoo's cache folder {path}: it is read-only. Set ZOO_HOME to a writable folder "
+            "(files already in a read-only cache are still used)."
+        )
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def _writable(folder: Path) -> bool:
+    return os.access(folder, os.W_OK)
+
+
+def _verified_read_only(target: Path, expected: str | None, url: str) -> Path:
+    """A file in a read-only cache, verified without writing anything (no lock, no record)."""
+    record = _read_record(target)
+    pinned = expected or (record["sha256"] if record else None)
+    if pinned is None:
+        raise ChecksumError(
+            f"{target} is in a read-only cache with no known sha256 to check it against (it comes from {url}). "
+            "Pass sha256=..., or set ZOO_HOME to a writable folder so it can be downloaded and recorded."
+        )
+    verify_file(target, pinned)
+    return target
 
 
 def _hash_file(path: Path) -> str:
@@ -362,17 +381,25 @@ def _hash_file(path: Path) -> str:
 
 def _record_path(path: Path) -> Path:
     key = hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()
-    return _subdir("records") / f"{key}.json"
+    return zoo_home() / "records" / f"{key}.json"
+
+
+def _record_checksum(record: Mapping[str, Any]) -> str:
+    fields = {k: record[k] for k in ("path", "size", "mtime_ns", "sha256")}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
 def _read_record(path: Path) -> dict[str, Any] | None:
-    """The verification record of ``path``, or None if missing or unreadable."""
+    """The verification record of ``path``, or None if it is missing, unreadable, for another
+    path, or fails its own checksum (a corrupt record is ignored, never trusted)."""
     try:
         record = json.loads(_record_path(path).read_text())
         if (
-            isinstance(record["size"], int)
+            record["path"] == str(Path(path).resolve())
+            and isinstance(record["size"], int)
             and isinstance(record["mtime_ns"], int)
             and _SHA256_HEX.fullmatch(record["sha256"])
+            and record["checksum"] == _record_checksum(record)
         ):
             return record
     except (OSError, ValueError, KeyError, TypeError):
@@ -381,15 +408,25 @@ def _read_record(path: Path) -> dict[str, Any] | None:
 
 
 def _write_record(path: Path, digest: str, stat: os.stat_result | None = None) -> None:
+    """Record ``path``'s digest with its size and mtime; skipped where the cache is read-only
+    (the file is then hashed again on its next load)."""
     stat = stat or path.stat()
-    record = {
+    record: dict[str, Any] = {
         "path": str(path.resolve()),
         "size": stat.st_size,
         "mtime_ns": stat.st_mtime_ns,
         "sha256": digest,
     }
-    data = json.dumps(record, indent=1).encode()
-    write_bytes_atomic(_record_path(path), data)
+    record["checksum"] = _record_checksum(record)
+    if _writable_or_creatable(_record_path(path).parent):
+        write_bytes_atomic(_record_path(path), json.dumps(record, indent=1).encode())
+
+
+def _writable_or_creatable(folder: Path) -> bool:
+    """Whether ``folder`` can be written, or created in the nearest existing parent that can."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return _writable(folder)
 
 
 def _forget(path: Path) -> None:
@@ -503,8 +540,10 @@ def _converted_problem(path: Path, expected_source: str | None) -> str | None:
     """Why the converted file ``path`` cannot be used (corrupt, or made from a source other
     than ``expected_source``), or None when it is good."""
     record = _read_record(path)
+    if record is None:
+        return f"{path} has no valid verification record, so nothing vouches for its bytes."
     try:
-        verify_file(path, record["sha256"] if record else None)
+        verify_file(path, record["sha256"])
         with safe_open(path, framework="pt") as f:
             source = (f.metadata() or {}).get(_SOURCE_SHA256_KEY)
     except ChecksumError as err:
