@@ -207,7 +207,7 @@ _V2 = [
 # MobileNetV3 (Howard et al., 2019, tables 1 and 2, as torchvision builds them): kernel,
 # expanded channels, out channels, squeeze-excite, activation, stride.
 _RE, _HS = nn.ReLU, nn.Hardswish
-_V3_LARGE = [
+_V3_LARGE_BLOCKS = [
     (3, 16, 16, False, _RE, 1),
     (3, 64, 24, False, _RE, 2),
     (3, 72, 24, False, _RE, 1),
@@ -224,7 +224,7 @@ _V3_LARGE = [
     (5, 960, 160, True, _HS, 1),
     (5, 960, 160, True, _HS, 1),
 ]
-_V3_SMALL = [
+_V3_SMALL_BLOCKS = [
     (3, 16, 16, True, _RE, 2),
     (3, 72, 24, False, _RE, 2),
     (3, 88, 24, False, _RE, 1),
@@ -282,7 +282,7 @@ def _mobilenet_v3(
     )
 
 
-_SMALL = dict(small_input=True, num_classes=10)
+_CIFAR_DEFAULTS = dict(small_input=True, num_classes=10)
 
 
 @register_model
@@ -303,28 +303,28 @@ def mobilenet_v2(**kwargs: Any) -> MobileNet:
 @register_model
 def mobilenet_v3_large(**kwargs: Any) -> MobileNet:
     """MobileNetV3-Large (Howard et al., 2019); torchvision layout."""
-    return _mobilenet_v3("mobilenet_v3_large", _V3_LARGE, 1280, **kwargs)
+    return _mobilenet_v3("mobilenet_v3_large", _V3_LARGE_BLOCKS, 1280, **kwargs)
 
 
 @register_model
 def mobilenet_v3_small(**kwargs: Any) -> MobileNet:
     """MobileNetV3-Small (Howard et al., 2019); torchvision layout."""
-    return _mobilenet_v3("mobilenet_v3_small", _V3_SMALL, 1024, **kwargs)
+    return _mobilenet_v3("mobilenet_v3_small", _V3_SMALL_BLOCKS, 1024, **kwargs)
 
 
 @register_model
 def mobilenet_v1_cifar(**kwargs: Any) -> MobileNet:
     """MobileNetV1 for 28-32 px images (``small_input``: total stride 8), 10 classes."""
-    return _mobilenet_v1("mobilenet_v1_cifar", **{**_SMALL, **kwargs})
+    return _mobilenet_v1("mobilenet_v1_cifar", **{**_CIFAR_DEFAULTS, **kwargs})
 
 
 @register_model
 def mobilenet_v2_cifar(**kwargs: Any) -> MobileNet:
     """MobileNetV2 for 28-32 px images (``small_input``: total stride 8), 10 classes."""
-    return _mobilenet_v2("mobilenet_v2_cifar", **{**_SMALL, **kwargs})
+    return _mobilenet_v2("mobilenet_v2_cifar", **{**_CIFAR_DEFAULTS, **kwargs})
 
 
 @register_model
 def mobilenet_v3_small_cifar(**kwargs: Any) -> MobileNet:
     """MobileNetV3-Small for 28-32 px images (``small_input``: total stride 8), 10 classes."""
-    return _mobilenet_v3("mobilenet_v3_small_cifar", _V3_SMALL, 1024, **{**_SMALL, **kwargs})
+    return _mobilenet_v3("mobilenet_v3_small_cifar", _V3_SMALL_BLOCKS, 1024, **{**_CIFAR_DEFAULTS, **kwargs})
