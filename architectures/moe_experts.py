@@ -1,11 +1,22 @@
-"""The feed-forward networks of the MoE transformer (moe_transformer.py): `SwiGLU`, the dense
-gated MLP of the dense layers and the shared expert, and `MoEExperts`, ``num_experts`` SwiGLU
-MLPs in two fused parameters, with the kernels that run them on the token slots a router
-chose: a per-expert split with a hand-written backward (`_GroupedSwiGLU`), PyTorch's grouped
-GEMM (`_grouped_mm_swiglu`) and a dense form for tracing and export (`_dense_swiglu`).
+"""The sparse MoE layer of the MoE transformers (moe_transformer.py): router, experts and
+routing losses.
+
+`SparseMoeBlock` is the layer: a router picks ``top_k`` of ``num_experts`` experts per token,
+optionally next to a sigmoid-gated shared expert. `MoEExperts` holds the experts, ``num_experts``
+SwiGLU MLPs in two fused parameters, with the kernels that run them on the token slots the
+router chose: a per-expert split with a hand-written backward (`_GroupedSwiGLU`), PyTorch's
+grouped GEMM (`_grouped_mm_swiglu`) and a dense form for tracing and export (`_dense_swiglu`).
+`SwiGLU` is the dense gated MLP (the shared expert, and the MLP of the transformer's dense
+layers). `routing_losses` computes the load-balancing loss and the router z-loss from the
+layers' router logits (`load_balancing_loss` and `router_z_loss` give one each).
+
+The layer takes its sizes and options as arguments rather than the transformer's config, so
+this module imports nothing from moe_transformer.py.
 """
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
@@ -124,7 +135,7 @@ def _grouped_mm_swiglu(
     return F.grouped_mm(F.silu(gu[:, :inter]) * gu[:, inter:], down.transpose(1, 2), offs=offsets)
 
 
-def _tracing() -> bool:
+def is_tracing() -> bool:
     """Whether torch.jit.trace or torch.export is capturing the model (shapes must not depend on data)."""
     return torch.jit.is_tracing() or torch.compiler.is_exporting()
 
@@ -190,7 +201,7 @@ class MoEExperts(nn.Module):
         token order, as in GShard) and a dropped slot contributes nothing."""
         num_tokens, top_k = expert_index.shape
         dtype = self._compute_dtype(x)
-        if self.dispatch == "dense" or (self.dispatch == "auto" and _tracing()):
+        if self.dispatch == "dense" or (self.dispatch == "auto" and is_tracing()):
             mix = _routing_matrix(expert_index, expert_weight, self.num_experts, capacity).to(dtype)
             return _dense_swiglu(x.to(dtype), mix, self.gate_up_proj.to(dtype), self.down_proj.to(dtype)).to(x.dtype)
         num_slots = num_tokens * top_k
@@ -252,3 +263,99 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class SparseMoeBlock(nn.Module):
+    """The sparse MoE layer: a router (``gate``) picks ``top_k`` of ``num_experts`` SwiGLU
+    experts per token (softmax in fp32, top-k, renormalised if ``norm_topk_prob``), the experts
+    run in `MoEExperts`, and a sigmoid-gated shared expert of ``shared_expert_size`` (Qwen2-MoE)
+    is added if that is > 0. ``router_jitter`` multiplies the router's input by U(1 - j, 1 + j)
+    in training; with a ``capacity_factor`` each expert takes at most
+    ceil(capacity_factor * tokens * top_k / num_experts) token slots. Returns the output and
+    the router's logits (tokens, experts), from which `routing_losses` are computed."""
+
+    def __init__(
+        self,
+        hidden_size: int,
+        intermediate_size: int,
+        num_experts: int,
+        top_k: int,
+        *,
+        norm_topk_prob: bool = True,
+        shared_expert_size: int = 0,
+        router_jitter: float = 0.0,
+        capacity_factor: float | None = None,
+        dispatch: Dispatch = "auto",
+    ) -> None:
+        super().__init__()
+        self.top_k = top_k
+        self.norm_topk_prob = norm_topk_prob
+        self.jitter = router_jitter
+        self.capacity_factor = capacity_factor
+        self.gate = nn.Linear(hidden_size, num_experts, bias=False)
+        self.experts = MoEExperts(num_experts, hidden_size, intermediate_size, dispatch)
+        if shared_expert_size:
+            self.shared_expert = SwiGLU(hidden_size, shared_expert_size)
+            self.shared_expert_gate = nn.Linear(hidden_size, 1, bias=False)
+        else:
+            self.shared_expert = self.shared_expert_gate = None
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        router_input = x
+        if self.training and self.jitter > 0:
+            router_input = x * torch.empty_like(x).uniform_(1.0 - self.jitter, 1.0 + self.jitter)
+        logits = self.gate(router_input)
+        probs = logits.float().softmax(dim=-1)
+        weights, index = probs.topk(self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        capacity = None
+        if self.capacity_factor is not None:
+            capacity = math.ceil(self.capacity_factor * x.shape[0] * self.top_k / self.experts.num_experts)
+        out = self.experts(x, index, weights, capacity)
+        if self.shared_expert is not None:
+            out = out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+        return out.view(shape), logits
+
+
+def routing_losses(
+    router_logits: Sequence[torch.Tensor], top_k: int, token_mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(load-balancing loss, router z-loss, routed-slot counts per layer and expert) of the MoE
+    layers' router logits (each (tokens, experts)), over the tokens ``token_mask`` keeps.
+
+    Load balancing: Switch Transformer's auxiliary loss (Fedus et al., 2021, eq. 4-6) as Mixtral
+    computes it, num_experts * sum_e f_e * P_e with f_e the share of tokens whose top-k holds
+    expert e and P_e its mean router probability, both pooled over all layers' tokens, so the
+    value equals transformers' ``load_balancing_loss_func``; 1 for balanced top-1 routing.
+    Z-loss: ST-MoE's (Zoph et al., 2022, eq. 5) mean squared log-partition function of the
+    logits, which keeps them small and the routing numerically stable."""
+    logits = torch.stack([g.float() for g in router_logits])  # (layers, tokens, experts)
+    num_layers, num_tokens, num_experts = logits.shape
+    mask = torch.ones(num_tokens, device=logits.device) if token_mask is None else token_mask.reshape(-1).float()
+    probs = logits.softmax(dim=-1)
+    selected = probs.topk(top_k, dim=-1).indices.reshape(num_layers, -1)
+    counts = torch.zeros(num_layers, num_experts, device=logits.device)
+    counts.scatter_add_(1, selected, mask.repeat_interleave(top_k).expand(num_layers, -1))
+    rows = mask.sum() * num_layers
+    token_share = counts.sum(0) / rows
+    mean_prob = (probs * mask[:, None]).sum(dim=(0, 1)) / rows
+    balance = num_experts * (token_share * mean_prob).sum()
+    z_loss = (logits.logsumexp(dim=-1).square() * mask).sum() / rows
+    return balance, z_loss, counts
+
+
+def load_balancing_loss(
+    router_logits: Sequence[torch.Tensor], num_experts: int, top_k: int, token_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The load-balancing loss of `routing_losses`, with transformers' signature."""
+    if router_logits[0].shape[-1] != num_experts:
+        raise ValueError(f"router logits have {router_logits[0].shape[-1]} experts, not num_experts={num_experts}")
+    return routing_losses(router_logits, top_k, token_mask)[0]
+
+
+def router_z_loss(router_logits: Sequence[torch.Tensor], token_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The router z-loss of `routing_losses`."""
+    return routing_losses(router_logits, 1, token_mask)[1]

@@ -1,7 +1,7 @@
 """Mixture-of-experts transformers: a Mixtral-compatible decoder (``moe_lm``), a bidirectional
 encoder for classification (``moe_encoder``) and a V-MoE-style image classifier (``moe_vit``):
-their config, routing losses, sparse MoE layer, attention, blocks and models. The experts and
-the dense SwiGLU MLP, with the kernels that run them, are in moe_experts.py.
+their config, attention, blocks and models. The sparse MoE layer (router, experts, routing
+losses) and the dense SwiGLU MLP are in moe_experts.py.
 
 Each block is pre-norm (RMSNorm) attention with rotary embeddings and grouped-query heads, then
 a sparse MoE layer: a router picks ``top_k`` of ``num_experts`` SwiGLU experts per token
@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, get_args
 
 import torch
 import torch.nn as nn
@@ -34,7 +34,7 @@ from torch.utils.checkpoint import checkpoint
 from ._registry import register_model
 from .features import feature_indices
 from .layers import ConvNormAct, LinearClassifier, apply_rotary, check_image_input, linear_classifier, rotary_cos_sin
-from .moe_experts import Dispatch, MoEExperts, SwiGLU, _tracing
+from .moe_experts import Dispatch, SparseMoeBlock, SwiGLU, is_tracing, routing_losses
 
 TEXT_HEADS = ("lm", "sequence_classification", "token_classification")
 
@@ -93,8 +93,8 @@ class MoEConfig:
             (all(0 <= i < self.num_layers for i in self.dense_layers),
              f"dense_layers {self.dense_layers} must be layer indices in 0..{self.num_layers - 1}"),
             (self.capacity_factor is None or self.capacity_factor > 0, "capacity_factor must be positive or None"),
-            (self.dispatch in ("auto", "split", "grouped_mm", "dense"),
-             f"dispatch must be 'auto', 'split', 'grouped_mm' or 'dense', got {self.dispatch!r}"),
+            (self.dispatch in get_args(Dispatch),
+             f"dispatch must be one of {', '.join(map(repr, get_args(Dispatch)))}, got {self.dispatch!r}"),
             (0.0 <= self.router_jitter < 1.0, f"router_jitter must be in [0, 1), got {self.router_jitter}"),
         ]
         for ok, message in checks:
@@ -148,91 +148,6 @@ class KVCache:
         self.keys[layer][:, :, self.length : end] = k
         self.values[layer][:, :, self.length : end] = v
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
-
-
-# --------------------------------------------------------------------------- routing losses
-
-
-def routing_losses(
-    router_logits: Sequence[torch.Tensor], top_k: int, token_mask: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(load-balancing loss, router z-loss, routed-slot counts per layer and expert) of the MoE
-    layers' router logits (each (tokens, experts)), over the tokens ``token_mask`` keeps.
-
-    Load balancing: Switch Transformer's auxiliary loss (Fedus et al., 2021, eq. 4-6) as Mixtral
-    computes it, num_experts * sum_e f_e * P_e with f_e the share of tokens whose top-k holds
-    expert e and P_e its mean router probability, both pooled over all layers' tokens, so the
-    value equals transformers' ``load_balancing_loss_func``; 1 for balanced top-1 routing.
-    Z-loss: ST-MoE's (Zoph et al., 2022, eq. 5) mean squared log-partition function of the
-    logits, which keeps them small and the routing numerically stable."""
-    logits = torch.stack([g.float() for g in router_logits])  # (layers, tokens, experts)
-    num_layers, num_tokens, num_experts = logits.shape
-    mask = torch.ones(num_tokens, device=logits.device) if token_mask is None else token_mask.reshape(-1).float()
-    probs = logits.softmax(dim=-1)
-    selected = probs.topk(top_k, dim=-1).indices.reshape(num_layers, -1)
-    counts = torch.zeros(num_layers, num_experts, device=logits.device)
-    counts.scatter_add_(1, selected, mask.repeat_interleave(top_k).expand(num_layers, -1))
-    rows = mask.sum() * num_layers
-    token_share = counts.sum(0) / rows
-    mean_prob = (probs * mask[:, None]).sum(dim=(0, 1)) / rows
-    balance = num_experts * (token_share * mean_prob).sum()
-    z_loss = (logits.logsumexp(dim=-1).square() * mask).sum() / rows
-    return balance, z_loss, counts
-
-
-def load_balancing_loss(
-    router_logits: Sequence[torch.Tensor], num_experts: int, top_k: int, token_mask: torch.Tensor | None = None
-) -> torch.Tensor:
-    """The load-balancing loss of `routing_losses`, with transformers' signature."""
-    if router_logits[0].shape[-1] != num_experts:
-        raise ValueError(f"router logits have {router_logits[0].shape[-1]} experts, not num_experts={num_experts}")
-    return routing_losses(router_logits, top_k, token_mask)[0]
-
-
-def router_z_loss(router_logits: Sequence[torch.Tensor], token_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """The router z-loss of `routing_losses`."""
-    return routing_losses(router_logits, 1, token_mask)[1]
-
-
-# --------------------------------------------------------------------------- sparse MoE layer
-
-
-class SparseMoeBlock(nn.Module):
-    """Router + experts (+ optional shared expert). Returns the output and the router's
-    logits, from which the model computes the routing losses."""
-
-    def __init__(self, config: MoEConfig) -> None:
-        super().__init__()
-        self.top_k = config.top_k
-        self.norm_topk_prob = config.norm_topk_prob
-        self.jitter = config.router_jitter
-        self.capacity_factor = config.capacity_factor
-        self.gate = nn.Linear(config.hidden_size, config.num_experts, bias=False)
-        self.experts = MoEExperts(config.num_experts, config.hidden_size, config.intermediate_size, config.dispatch)
-        if config.shared_expert_size:
-            self.shared_expert = SwiGLU(config.hidden_size, config.shared_expert_size)
-            self.shared_expert_gate = nn.Linear(config.hidden_size, 1, bias=False)
-        else:
-            self.shared_expert = self.shared_expert_gate = None
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        shape = x.shape
-        x = x.reshape(-1, shape[-1])
-        router_input = x
-        if self.training and self.jitter > 0:
-            router_input = x * torch.empty_like(x).uniform_(1.0 - self.jitter, 1.0 + self.jitter)
-        logits = self.gate(router_input)
-        probs = logits.float().softmax(dim=-1)
-        weights, index = probs.topk(self.top_k, dim=-1)
-        if self.norm_topk_prob:
-            weights = weights / weights.sum(dim=-1, keepdim=True)
-        capacity = None
-        if self.capacity_factor is not None:
-            capacity = math.ceil(self.capacity_factor * x.shape[0] * self.top_k / self.experts.num_experts)
-        out = self.experts(x, index, weights, capacity)
-        if self.shared_expert is not None:
-            out = out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
-        return out.view(shape), logits
 
 
 # --------------------------------------------------------------------------- attention and blocks
@@ -300,7 +215,11 @@ class Block(nn.Module):
         self.post_attention_layernorm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.is_moe = index not in config.dense_layers
         if self.is_moe:
-            self.mlp = SparseMoeBlock(config)
+            self.mlp = SparseMoeBlock(
+                config.hidden_size, config.intermediate_size, config.num_experts, config.top_k,
+                norm_topk_prob=config.norm_topk_prob, shared_expert_size=config.shared_expert_size,
+                router_jitter=config.router_jitter, capacity_factor=config.capacity_factor, dispatch=config.dispatch,
+            )
         else:
             size = config.dense_intermediate_size or config.intermediate_size * config.top_k
             self.mlp = SwiGLU(config.hidden_size, size)
@@ -490,7 +409,7 @@ class MoETransformer(_MoEBody):
             hint = "; add a batch dimension with x.unsqueeze(0)" if input_ids.ndim == 1 else ""
             raise ValueError(f"{expected}; got a {input_ids.ndim}-D tensor of shape {tuple(input_ids.shape)}{hint}")
         # on accelerators the check would cost a host sync, and a tracer cannot branch on values
-        if input_ids.device.type == "cpu" and input_ids.numel() and not _tracing():
+        if input_ids.device.type == "cpu" and input_ids.numel() and not is_tracing():
             low, high = input_ids.min().item(), input_ids.max().item()
             if low < 0 or high >= self.config.vocab_size:
                 raise ValueError(

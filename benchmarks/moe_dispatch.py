@@ -33,7 +33,7 @@ import torch
 from transformers import MixtralConfig
 from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
 
-from zoo.architectures.moe_transformer import MoEConfig, SparseMoeBlock
+from zoo.architectures.moe_experts import SparseMoeBlock
 
 HIDDEN, INTERMEDIATE, EXPERTS, TOP_K = 512, 1024, 8, 2
 HF_IMPLEMENTATIONS = ("eager", "batched_mm", "grouped_mm")
@@ -62,10 +62,7 @@ def build_layers(dtype: torch.dtype, tokens: int) -> dict[str, torch.nn.Module]:
         reference.experts.down_proj.normal_(std=INTERMEDIATE**-0.5)
     state = reference.state_dict()
     for dispatch in ZOO_DISPATCHES:
-        config = MoEConfig(
-            hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_experts=EXPERTS, top_k=TOP_K, dispatch=dispatch
-        )
-        layers[f"zoo {dispatch}"] = SparseMoeBlock(config)
+        layers[f"zoo {dispatch}"] = SparseMoeBlock(HIDDEN, INTERMEDIATE, EXPERTS, TOP_K, dispatch=dispatch)
     for layer in layers.values():
         layer.load_state_dict(state)
         layer.to(dtype).eval()

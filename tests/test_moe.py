@@ -10,13 +10,8 @@ import torch
 import torch.nn.functional as F
 
 import zoo
-from zoo.architectures.moe_experts import MoEExperts
-from zoo.architectures.moe_transformer import (  # importing it registers moe_lm, moe_encoder, moe_vit
-    MoEConfig,
-    MoEOutput,
-    load_balancing_loss,
-    router_z_loss,
-)
+from zoo.architectures.moe_experts import MoEExperts, load_balancing_loss, router_z_loss
+from zoo.architectures.moe_transformer import MoEConfig, MoEOutput  # importing it registers moe_lm, moe_encoder, moe_vit
 from zoo.tokenizer import ByteTokenizer
 
 TINY = dict(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=24, num_experts=4, top_k=2)
