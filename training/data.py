@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
 from torchvision.transforms import InterpolationMode, v2
 
-from zoo.api import build_transforms
+from zoo.api import ConvertChannels, build_transforms
 from zoo.tokenizer import ByteTokenizer
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")  # Debian package dataset-fashion-mnist
@@ -137,10 +137,10 @@ def image_transforms(
     same geometry with random crops, flips and colour changes added. ``in_chans`` converts
     between grayscale and RGB when the images have the other count."""
     if augment is None:
-        steps: list[nn.Module] = [_channel_conversion(in_chans)] if in_chans else []
+        steps: list[nn.Module] = [ConvertChannels(in_chans)] if in_chans else []
         return v2.Compose([*steps, *build_transforms(preprocess).transforms])
     size = _output_size(preprocess, image_size)
-    steps = [_channel_conversion(in_chans or len(preprocess["mean"]))]
+    steps = [ConvertChannels(in_chans or len(preprocess["mean"]))]
     interpolation = InterpolationMode(preprocess.get("interpolation", "bilinear"))
     if augment.random_resized_crop is not None:
         scale = (augment.random_resized_crop, 1.0)
@@ -181,22 +181,6 @@ def _output_size(preprocess: dict[str, Any], image_size: tuple[int, int]) -> tup
         h, w = image_size  # an int resizes the shorter side, keeping the aspect ratio
         return (resize, int(resize * w / h)) if h <= w else (int(resize * h / w), resize)
     return image_size
-
-
-def _channel_conversion(in_chans: int) -> nn.Module:
-    """Grayscale <-> RGB so images of either kind fit a 1- or 3-channel model."""
-    if in_chans not in (1, 3):
-        return nn.Identity()
-    return v2.Grayscale(num_output_channels=1) if in_chans == 1 else _ToRGB()
-
-
-class _ToRGB(nn.Module):
-    """Repeat a single channel three times (PIL images: convert to RGB); RGB passes."""
-
-    def forward(self, image: Any) -> Any:
-        if isinstance(image, Image.Image):
-            return image.convert("RGB")
-        return image.expand(3, -1, -1) if image.shape[-3] == 1 else image
 
 
 @dataclass

@@ -5,20 +5,23 @@ import hashlib
 import json
 import os
 import urllib.parse
+import urllib.request
 from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import safetensors.torch
 import torch
 import torch.nn as nn
+from PIL import Image
 from torchvision.transforms import InterpolationMode, v2
 
 from zoo import hub, registry
 from zoo.architectures.features import FeatureExtractor
 from zoo.convert import StateDict, adapt_input_conv, convert_state_dict
-from zoo.errors import WeightsMismatchError
+from zoo.errors import InvalidArgumentError, WeightsMismatchError, WeightsNotFoundError
 from zoo.files import atomic_files
 from zoo.hf import load_pretrained
 from zoo.registry import WeightInfo
@@ -60,7 +63,7 @@ def load(
         raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
     path = Path(name_or_path)
     if (path / CONFIG_FILE).is_file():
-        model = _load_saved(path)
+        model = _load_saved(path, pretrained, head, weights, model_kwargs)
     elif weights is not None and (Path(weights) / CONFIG_FILE).is_file():  # a Hugging Face checkpoint directory
         model = load_pretrained(str(name_or_path), weights, head=head, num_classes=num_classes, dtype=dtype, **model_kwargs)
     else:
@@ -124,7 +127,7 @@ def _load_registered(
     }
     builder = registry.get_builder(arch)
     if not use_weights:
-        model = builder(**kwargs)
+        model = _build(builder, kwargs, arch)
     else:
         state_dict = _read_weights(entry, weights)
         model = _build_with_state_dict(builder, kwargs, state_dict, num_classes)
@@ -140,14 +143,16 @@ def _load_registered(
 
 def _adapt_preprocess(preprocess: dict[str, Any], in_chans: int | None) -> dict[str, Any]:
     """The weights' preprocessing for a model whose first convolution was adapted to
-    ``in_chans``: grayscale input and averaged statistics for 1 channel, repeated otherwise."""
+    ``in_chans``: images converted to that many channels (gray, RGB, RGBA), with averaged
+    statistics for 1 channel and the weights' statistics repeated for more."""
     if not preprocess or in_chans is None or in_chans == len(preprocess["mean"]):
         return dict(preprocess)
     if in_chans == 1:
-        mean, std = [sum(preprocess["mean"]) / 3], [sum(preprocess["std"]) / 3]
+        mean, std = [sum(preprocess["mean"]) / len(preprocess["mean"])], [sum(preprocess["std"]) / len(preprocess["std"])]
         return {**preprocess, "channels": 1, "mean": mean, "std": std}
-    repeat = -(-in_chans // 3)
-    return {**preprocess, "mean": (preprocess["mean"] * repeat)[:in_chans], "std": (preprocess["std"] * repeat)[:in_chans]}
+    repeat = -(-in_chans // len(preprocess["mean"]))
+    mean, std = (preprocess["mean"] * repeat)[:in_chans], (preprocess["std"] * repeat)[:in_chans]
+    return {**preprocess, "channels": in_chans, "mean": mean, "std": std}
 
 
 def _read_weights(entry: WeightInfo | None, weights: str | os.PathLike | None) -> StateDict:
@@ -158,9 +163,7 @@ def _read_weights(entry: WeightInfo | None, weights: str | os.PathLike | None) -
             url_id = hashlib.sha256(source.encode()).hexdigest()[:12]
             path = hub.fetch_state_dict(source, sha256=None, filename=f"{url_id}-{_url_basename(source)}")
         else:
-            path = Path(source).expanduser()
-            if not path.is_file():
-                raise FileNotFoundError(f"weights file {path} does not exist")
+            path = _local_weights_path(source)
     elif entry.url is not None:
         suffix = Path(_url_basename(entry.url)).suffix
         path = hub.fetch_state_dict(entry.url, sha256=entry.sha256, filename=f"{entry.name}{suffix}")
@@ -169,6 +172,21 @@ def _read_weights(entry: WeightInfo | None, weights: str | os.PathLike | None) -
         hub.verify_file(path, entry.sha256)
     state_dict = hub.load_state_dict_file(path)
     return convert_state_dict(entry.converter if entry else "identity", state_dict)
+
+
+def _local_weights_path(source: str) -> Path:
+    """The file named by ``weights=``: a path or a ``file://`` URL."""
+    if source.startswith("file://"):
+        source = urllib.request.url2pathname(urllib.parse.urlsplit(source).path)
+    path = Path(source).expanduser()
+    if path.is_dir():
+        raise WeightsNotFoundError(
+            f"weights={source!r} is a folder without {CONFIG_FILE}: pass the weight file inside it "
+            "(.safetensors, .pth, .bin), or the folder itself as the model name if zoo.save wrote it"
+        )
+    if not path.is_file():
+        raise WeightsNotFoundError(f"weights file {path} does not exist")
+    return path
 
 
 def _url_basename(url: str) -> str:
@@ -192,7 +210,7 @@ def _build_with_state_dict(
     ``num_classes``: the head is then replaced by a fresh one anyway.
     """
     with torch.device("meta"):
-        model = builder(**kwargs)
+        model = _build(builder, kwargs, builder.__name__)
     expected = model.state_dict()
     first_conv = f"{getattr(model, 'first_conv', '')}.weight"
     if first_conv in expected and first_conv in state_dict:
@@ -215,6 +233,10 @@ def _build_with_state_dict(
         expected = {k: v for k, v in expected.items() if k not in head_keys}
     if missing or unexpected or mismatched:
         raise WeightsMismatchError(_mismatch_message(missing, unexpected, mismatched, expected, state_dict))
+    state_dict = {  # a checkpoint stored in fp16 (or with an fp64 tensor) loads in the model's own dtype
+        k: v.to(expected[k].dtype) if v.is_floating_point() and expected[k].is_floating_point() else v
+        for k, v in state_dict.items()
+    }
     model.load_state_dict(state_dict, strict=False, assign=True)
     meta = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if meta:
@@ -257,11 +279,10 @@ def transforms(name_or_model: str | nn.Module) -> Callable[[Any], torch.Tensor]:
 
 
 def build_transforms(preprocess: dict[str, Any]) -> v2.Compose:
-    """Resize and crop first (on PIL images this uses PIL's resampling, as torchvision's
-    weight transforms do), then convert to a float tensor and normalise."""
-    steps: list[nn.Module] = []
-    if preprocess.get("channels") == 1:
-        steps.append(v2.Grayscale(num_output_channels=1))
+    """Convert to the model's channel count, resize and crop (on PIL images this uses PIL's
+    resampling, as torchvision's weight transforms do), then convert to a float tensor and
+    normalise."""
+    steps: list[nn.Module] = [ConvertChannels(len(preprocess["mean"]))]
     if "resize" in preprocess:
         interpolation = InterpolationMode(preprocess.get("interpolation", "bilinear"))
         steps.append(v2.Resize(preprocess["resize"], interpolation=interpolation, antialias=True))
@@ -273,6 +294,39 @@ def build_transforms(preprocess: dict[str, Any]) -> v2.Compose:
         v2.Normalize(mean=preprocess["mean"], std=preprocess["std"]),
     ]
     return v2.Compose(steps)
+
+
+class ConvertChannels(nn.Module):
+    """Bring an image of any mode to ``channels`` channels: 1 (gray), 3 (RGB) or 4 (RGBA).
+    PIL images are converted by mode (palette, gray+alpha, CMYK, 16-bit included); tensors
+    (..., C, H, W) with 1, 3 or 4 channels by luminance, repetition, or dropping/adding alpha."""
+
+    _MODES = {1: "L", 3: "RGB", 4: "RGBA"}
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        if channels not in self._MODES:
+            raise ValueError(f"images convert to 1, 3 or 4 channels, not {channels}")
+        self.channels = channels
+
+    def forward(self, image: Any) -> Any:
+        if isinstance(image, Image.Image):
+            if image.mode.startswith("I;16") or image.mode == "I":  # 16/32-bit gray: scale to 8 bits first
+                image = Image.fromarray((np.asarray(image, dtype=np.float64) / 257).clip(0, 255).astype(np.uint8))
+            return image if image.mode == self._MODES[self.channels] else image.convert(self._MODES[self.channels])
+        have = image.shape[-3]
+        if have == self.channels:
+            return image
+        rgb = image[..., :3, :, :] if have == 4 else image.expand(*image.shape[:-3], 3, *image.shape[-2:]) if have == 1 else image
+        if self.channels == 1:
+            return v2.functional.rgb_to_grayscale(rgb)
+        if self.channels == 3:
+            return rgb
+        opaque = torch.full_like(rgb[..., :1, :, :], 255 if rgb.dtype == torch.uint8 else 1)
+        return torch.cat([rgb, opaque], dim=-3)
+
+    def extra_repr(self) -> str:
+        return f"channels={self.channels}"
 
 
 def save(model: nn.Module, directory: str | os.PathLike) -> Path:
@@ -294,19 +348,59 @@ def save(model: nn.Module, directory: str | os.PathLike) -> Path:
     return directory
 
 
-def _load_saved(directory: Path) -> nn.Module:
+def _load_saved(
+    directory: Path, pretrained: bool, head: str | None, weights: str | os.PathLike | None, model_kwargs: dict[str, Any]
+) -> nn.Module:
+    """The model `save` wrote to ``directory``; ``model_kwargs`` override its options (``in_chans``
+    adapts the first convolution as for registered weights), ``pretrained=False`` keeps the
+    architecture only. ``weights`` and another ``head`` do not apply and are refused by name."""
     config = json.loads((directory / CONFIG_FILE).read_text())
-    kwargs = {**config["model_kwargs"], "num_classes": config["num_classes"]}
-    if len(registry.supported_heads(config["architecture"])) > 1:
+    if weights is not None:
+        raise InvalidArgumentError(
+            f"weights={str(weights)!r} does not apply to the saved folder {directory}: its weights are "
+            f"{directory / WEIGHTS_FILE}. To put other weights into this architecture, use "
+            f"zoo.load({config['architecture']!r}, weights=...)."
+        )
+    if head is not None and head != config["head"]:
+        raise InvalidArgumentError(
+            f"head={head!r} does not apply to the saved folder {directory}, whose model has head {config['head']!r}"
+        )
+    arch = config["architecture"]
+    kwargs = {**config["model_kwargs"], **model_kwargs, "num_classes": config["num_classes"]}
+    if len(registry.supported_heads(arch)) > 1:
         kwargs["head"] = config["head"]
-    model = registry.get_builder(config["architecture"])(**kwargs)
+    builder = registry.get_builder(arch)
+    if not pretrained:
+        model = _build(builder, kwargs, arch)
+    else:
+        state_dict = hub.load_state_dict_file(directory / WEIGHTS_FILE)
+        if config.get("features_only"):
+            state_dict = {k.removeprefix("model."): v for k, v in state_dict.items()}
+        try:
+            model = _build_with_state_dict(builder, kwargs, state_dict, None)
+        except WeightsMismatchError as error:
+            raise WeightsMismatchError(f"{error}\n  (in {directory / WEIGHTS_FILE})") from None
     if config.get("features_only"):
         model = FeatureExtractor(model, config["out_indices"])
-    missing, unexpected = safetensors.torch.load_model(model, directory / WEIGHTS_FILE, strict=False)
-    if missing or unexpected:
-        raise WeightsMismatchError(
-            _mismatch_message(sorted(missing), sorted(unexpected), [], {}, {}) + f"\n  (in {directory})"
-        )
     model.pretrained_cfg = {k: v for k, v in config.items() if k != "format"}
+    if "in_chans" in model_kwargs:
+        preprocess = _adapt_preprocess(config.get("preprocess") or {}, model_kwargs["in_chans"])
+        model.pretrained_cfg["preprocess"] = preprocess
+    if model_kwargs:
+        model.pretrained_cfg["model_kwargs"] = {k: v for k, v in kwargs.items() if k not in ("num_classes", "head")}
     return model
+
+
+def _build(builder: Callable[..., nn.Module], kwargs: dict[str, Any], arch: str) -> nn.Module:
+    """``builder(**kwargs)``, with an option the architecture does not take refused by name."""
+    try:
+        return builder(**kwargs)
+    except TypeError as error:
+        if "unexpected keyword argument" not in str(error):
+            raise
+        name = str(error).rsplit("argument", 1)[-1].strip(" '\"")
+        raise InvalidArgumentError(
+            f"{arch} takes no option {name!r}: remove {name}=... from the call "
+            f"(its options: help(zoo.registry.get_builder({arch!r})))"
+        ) from None
 

@@ -14,6 +14,10 @@ class UnknownModelError(ZooError, KeyError, ValueError):
         return str(self.args[0])
 
 
+class InvalidArgumentError(ZooError, TypeError, ValueError):
+    """An argument that does not apply to the model or the call, or has an unusable value."""
+
+
 class WeightsMismatchError(ZooError, ValueError):
     """A state dict whose keys or shapes don't fit the model it is loaded into."""
 

@@ -1,0 +1,121 @@
+"""What users bring to `zoo.load` and `zoo.transforms`: checkpoints in other dtypes, saved
+folders with extra arguments, colour or RGBA images for gray weights, odd image modes, a
+read-only cache. Each case either works or raises one of zoo's errors naming the argument or file."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from PIL import Image
+from safetensors.torch import save_file
+
+import zoo
+from zoo.api import ConvertChannels
+from zoo.errors import InvalidArgumentError, WeightsNotFoundError, ZooError
+
+
+@pytest.fixture(scope="module")
+def resnet20() -> torch.nn.Module:
+    return zoo.load("resnet20.fmnist")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_a_checkpoint_in_another_dtype_loads_in_the_models_dtype(resnet20, tmp_path: Path, dtype: torch.dtype) -> None:
+    state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in resnet20.state_dict().items()}
+    save_file(state, tmp_path / "ckpt.safetensors")
+    model = zoo.load("resnet20", weights=tmp_path / "ckpt.safetensors", in_chans=1, num_classes=10)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    x = torch.randn(2, 1, 28, 28)
+    torch.testing.assert_close(model(x), resnet20(x), atol=0.05 if dtype != torch.float64 else 1e-6, rtol=0.05)
+    half = zoo.load("resnet20", weights=tmp_path / "ckpt.safetensors", in_chans=1, num_classes=10, dtype=torch.float64)
+    assert {p.dtype for p in half.parameters()} == {torch.float64}
+
+
+def test_a_saved_folder_applies_what_applies_and_refuses_the_rest_by_name(resnet20, tmp_path: Path) -> None:
+    zoo.save(resnet20, tmp_path / "saved")
+    x = torch.randn(2, 1, 28, 28)
+    torch.testing.assert_close(zoo.load(tmp_path / "saved")(x), resnet20(x))
+    rgb = zoo.load(tmp_path / "saved", in_chans=3)
+    assert rgb(torch.randn(2, 3, 28, 28)).shape == (2, 10)
+    assert rgb.pretrained_cfg["preprocess"]["mean"] == [0.5] * 3 and rgb.pretrained_cfg["model_kwargs"]["in_chans"] == 3
+    assert zoo.load(tmp_path / "saved", num_classes=4)(x).shape == (2, 4)
+    fresh = zoo.load(tmp_path / "saved", pretrained=False)
+    assert not torch.equal(fresh.fc.weight, resnet20.fc.weight)
+    with pytest.raises(InvalidArgumentError, match=r"weights='other.pth' does not apply to the saved folder"):
+        zoo.load(tmp_path / "saved", weights="other.pth")
+    with pytest.raises(InvalidArgumentError, match=r"head='lm' does not apply"):
+        zoo.load(tmp_path / "saved", head="lm")
+    with pytest.raises(InvalidArgumentError, match=r"resnet20 takes no option 'foo'"):
+        zoo.load(tmp_path / "saved", foo=1)
+
+
+def test_weights_argument_forms(resnet20, tmp_path: Path) -> None:
+    save_file(resnet20.state_dict(), tmp_path / "w.safetensors")
+    url = (tmp_path / "w.safetensors").as_uri()
+    model = zoo.load("resnet20", weights=url, in_chans=1, num_classes=10)
+    assert torch.equal(model.fc.weight, resnet20.fc.weight)
+    with pytest.raises(WeightsNotFoundError, match="is a folder without config.json: pass the weight file inside it"):
+        zoo.load("resnet20", weights=tmp_path)
+    with pytest.raises(WeightsNotFoundError, match="does not exist"):
+        zoo.load("resnet20", weights=tmp_path / "missing.pth")
+
+
+@pytest.mark.parametrize("in_chans", [1, 2, 3, 4])
+def test_in_chans_adapts_the_preprocessing_with_the_first_convolution(in_chans: int) -> None:
+    model = zoo.load("resnet20.fmnist", in_chans=in_chans)
+    preprocess = model.pretrained_cfg["preprocess"]
+    assert len(preprocess["mean"]) == len(preprocess["std"]) == in_chans
+    if in_chans == 2:
+        with pytest.raises(ValueError, match="1, 3 or 4 channels"):
+            zoo.transforms(model)
+        return
+    image = Image.new("RGB", (28, 28), (200, 10, 10))
+    x = zoo.transforms(model)(image)
+    assert x.shape == (in_chans, 28, 28)
+    assert model(x[None]).shape == (1, 10)
+
+
+MODES = ["1", "L", "LA", "P", "RGB", "RGBA", "CMYK", "I;16", "I", "F"]
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(mode=st.sampled_from(MODES), channels=st.sampled_from([1, 3, 4]),
+       width=st.integers(1, 40), height=st.integers(1, 40))
+def test_convert_channels_brings_any_image_mode_to_the_models_channels(mode: str, channels: int, width: int, height: int) -> None:
+    pixels = np.random.default_rng(width * 41 + height).integers(0, 255, (height, width, 3), dtype=np.uint8)
+    image = Image.fromarray(pixels, "RGB").convert(mode if mode not in ("I;16", "I", "F") else "L")
+    if mode in ("I;16", "I", "F"):
+        image = Image.fromarray(np.asarray(image).astype({"I;16": np.uint16, "I": np.int32, "F": np.float32}[mode]) * 200, mode if mode != "I;16" else None)
+    out = ConvertChannels(channels)(image)
+    assert len(out.getbands()) == channels and out.size == (width, height)
+    gray = torch.randint(0, 255, (1, height, width), dtype=torch.uint8)
+    for have in (1, 3, 4):
+        assert ConvertChannels(channels)(gray.expand(have, -1, -1).clone()).shape == (channels, height, width)
+
+
+def test_a_read_only_zoo_home_loads_bundled_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "ro"
+    home.mkdir()
+    home.chmod(0o555)
+    monkeypatch.setenv("ZOO_HOME", str(home))
+    if os.geteuid() == 0:  # root ignores permission bits: answer zoo's writability check as a read-only mount would
+        real = os.access
+        monkeypatch.setattr(os, "access", lambda p, m, **kw: False if m & os.W_OK and str(p).startswith(str(home)) else real(p, m, **kw))
+    try:
+        model = zoo.load("resnet20.fmnist")
+        assert model(torch.zeros(1, 1, 28, 28)).shape == (1, 10)
+        assert list(home.iterdir()) == []
+    finally:
+        home.chmod(0o755)
+
+
+def test_zoo_home_pointing_at_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "f").write_text("")
+    monkeypatch.setenv("ZOO_HOME", str(tmp_path / "f"))
+    with pytest.raises(ZooError, match="is a file, not a folder"):
+        zoo.load("resnet20.fmnist")
