@@ -22,7 +22,8 @@ from torch.utils.data import TensorDataset
 
 import zoo
 from zoo.training.data import EpochSampler, ShardSampler, TextBatches
-from zoo.training.engine import ClassificationStep, DistillationStep, StepOutput, Trainer, TrainConfig, param_groups
+from zoo.training.engine import Trainer, TrainConfig, param_groups
+from zoo.training.steps import ClassificationStep, DistillationStep, StepOutput
 
 REPO = Path(__file__).resolve().parents[1]
 FAMILIES = ("resnet20", "densenet_bc_40", "mobilenet_v2_cifar")
@@ -418,7 +419,8 @@ RESUME_SCRIPT = textwrap.dedent(
     import os, signal, sys
     import torch
     import zoo
-    from zoo.training.engine import ClassificationStep, Trainer, TrainConfig
+    from zoo.training.engine import Trainer, TrainConfig
+    from zoo.training.steps import ClassificationStep
 
     class Flips(torch.utils.data.Dataset):
         # random augmentation drawn from the global RNG, as torchvision transforms do
@@ -502,6 +504,7 @@ DISTRIBUTED_SCRIPT = textwrap.dedent(
     import torch
     import torch.nn as nn
     import zoo
+    from zoo.training.checkpoint import full_model_state
     from zoo.training.engine import Trainer, TrainConfig
 
     def main(kind, batch_size):
@@ -525,7 +528,7 @@ DISTRIBUTED_SCRIPT = textwrap.dedent(
                              progress=False, tensorboard=False, plot=False)
         trainer = Trainer(model, config)
         trainer.fit(data, data)
-        state = trainer._full_state_dict(trainer.wrapped)
+        state = full_model_state(trainer.wrapped, sharded=trainer.fsdp)
         return {"model": state, "world": trainer.world_size, "val_acc": trainer.state.history[-1]["val_acc"]}, trainer.rank
 
     if __name__ == "__main__":

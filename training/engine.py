@@ -1,13 +1,14 @@
 """One training loop for every model in the zoo: `Trainer` with a `TrainConfig`.
 
-The batch -> loss computation is a small pluggable function (`StepFn`): `ClassificationStep`
-by default (cross-entropy; for a model whose forward takes ``return_aux`` its ``aux_loss`` is
-added and its ``expert_fractions`` are logged per expert, see `forward_with_aux`), `DistillationStep` (the same, learning also from a
-frozen teacher's predictions), or any function returning a `StepOutput`, e.g. a
-contrastive-divergence step for DBN pretraining that sets the gradients itself. Everything
-else is shared: optimizers with parameter groups, schedules, mixed precision, accumulation,
-clipping, EMA, early stopping, atomic checkpoints with exact resume, DDP/FSDP under torchrun,
-and the run's logs and plots.
+The batch -> loss computation is a small pluggable function (`zoo.training.steps.StepFn`):
+`ClassificationStep` by default (cross-entropy; a model's routing ``aux_loss`` is added, see
+`forward_with_aux`), `DistillationStep` (the same, learning also from a frozen teacher's
+predictions), or any function returning a `StepOutput`, e.g. a contrastive-divergence step
+for DBN pretraining that sets the gradients itself; all of them live in `zoo.training.steps`.
+Everything else is shared, and is here: optimizers with parameter groups (`param_groups`),
+schedules, mixed precision, accumulation, clipping, EMA, early stopping, the epoch meter,
+DDP/FSDP under torchrun, and the run's logs and plots. Checkpoints (atomic, with exact resume)
+are written and read by `zoo.training.checkpoint`.
 
     trainer = Trainer(model, TrainConfig(epochs=10, lr=1e-3, precision="bf16", out_dir="run"))
     trainer.fit(train_set, val_set)
@@ -17,20 +18,17 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
-import inspect
 import io
 import json
 import logging
 import math
 import os
-import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -40,15 +38,28 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
+from zoo.files import write_bytes_atomic, write_json
+from zoo.training.checkpoint import (
+    BEST_CHECKPOINT,
+    LAST_CHECKPOINT,
+    full_model_state,
+    full_optimizer_state,
+    load_full_state,
+    read_best_weights,
+    read_checkpoint,
+    rng_state,
+    seed_everything,
+    set_rng_state,
+    to_json_types,
+    write_best_weights,
+    write_checkpoint,
+)
 from zoo.training.data import EpochSampler, ShardSampler, build_loader
-from zoo.files import atomic_path, write_bytes_atomic, write_json
 from zoo.training.report import plot_curves
+from zoo.training.steps import ClassificationStep, StepFn, StepOutput, move_to_device
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_FORMAT = "zoo-trainer/1"
-LAST_CHECKPOINT = "last.pt"
-BEST_CHECKPOINT = "best.pt"
 SCHEDULERS = ("none", "cosine", "onecycle", "step", "plateau")
 
 
@@ -130,157 +141,6 @@ class TrainConfig:
             raise ValueError(
                 "profile, checkpoint_every and resume write to or read from out_dir: set TrainConfig.out_dir"
             )
-
-
-# ---------------------------------------------------------------------------------------------
-# Steps: batch -> loss
-
-
-@dataclass
-class StepOutput:
-    """What one step function returns: the loss to minimise, and optionally the logits and
-    targets (for accuracy) and extra scalars to log (averaged over the epoch). A loss without
-    autograd history means the step has set the parameters' ``.grad`` itself (contrastive
-    divergence, say); the Trainer then only logs it, and averages the gradients over processes."""
-
-    loss: torch.Tensor
-    logits: torch.Tensor | None = None
-    targets: torch.Tensor | None = None
-    logs: dict[str, torch.Tensor | float] = field(default_factory=dict)
-
-
-StepFn = Callable[[nn.Module, Any], StepOutput]
-
-
-def split_batch(batch: Any) -> tuple[Any, torch.Tensor]:
-    """(inputs, targets) from an ``(x, y)`` pair, a dict with ``labels``/``label``/``y``
-    (the rest are the model's keyword inputs), or a PyG batch (the batch itself and ``.y``)."""
-    if isinstance(batch, (tuple, list)) and len(batch) == 2:
-        return batch[0], batch[1]
-    if isinstance(batch, Mapping):
-        key = next((k for k in ("labels", "label", "y") if k in batch), None)
-        if key is not None:
-            return {k: v for k, v in batch.items() if k != key}, batch[key]
-    elif getattr(batch, "y", None) is not None:
-        return batch, batch.y
-    raise TypeError(
-        f"cannot find the targets in a batch of type {type(batch).__name__}: expected (inputs, targets), "
-        "a dict with 'labels', or a PyG batch with .y; pass Trainer(step_fn=...) for other batches"
-    )
-
-
-def unwrap_model(model: nn.Module) -> nn.Module:
-    """The model inside DistributedDataParallel and torch.compile wrappers (FSDP2 wraps none)."""
-    while True:
-        if isinstance(model, nn.parallel.DistributedDataParallel):
-            model = model.module
-        elif isinstance(getattr(model, "_orig_mod", None), nn.Module):  # torch.compile's OptimizedModule
-            model = model._orig_mod
-        else:
-            return model
-
-
-def forward_with_aux(model: nn.Module, inputs: Any) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, torch.Tensor]]:
-    """(logits, aux_loss or None, logs) of ``model`` on ``inputs``: the one place that knows
-    about auxiliary losses. ``model(x)`` returns logits; a model whose ``forward`` takes
-    ``return_aux`` (the MoE models) is called with ``return_aux=True`` and returns an object
-    with ``logits``, ``aux_loss`` and ``expert_fractions`` (share of token slots per expert,
-    [layers, experts], as `zoo.architectures.moe_transformer.MoEOutput`), logged per expert as
-    ``expert_load/<i>``, the mean over layers. The call goes through the wrappers (DDP,
-    torch.compile), so their hooks see it."""
-    takes_aux = "return_aux" in inspect.signature(unwrap_model(model).forward).parameters
-    kwargs = {"return_aux": True} if takes_aux else {}
-    output = model(**inputs, **kwargs) if isinstance(inputs, Mapping) else model(inputs, **kwargs)
-    if not takes_aux:
-        return output, None, {}
-    logs: dict[str, torch.Tensor] = {}
-    fractions = output.expert_fractions
-    if fractions.numel():
-        fractions = fractions.detach().float()
-        for i, value in enumerate(fractions.reshape(-1, fractions.shape[-1]).mean(0)):
-            logs[f"expert_load/{i}"] = value
-    return output.logits, output.aux_loss, logs
-
-
-@dataclass
-class ClassificationStep:
-    """Cross-entropy on the model's logits ([N, K], or [N, T, K] with targets [N, T] and
-    -100 for ignored positions), plus ``aux_loss_weight`` times the model's ``aux_loss``
-    (`forward_with_aux`)."""
-
-    label_smoothing: float = 0.0
-    aux_loss_weight: float = 1.0
-
-    def __call__(self, model: nn.Module, batch: Any) -> StepOutput:
-        inputs, targets = split_batch(batch)
-        logits, aux_loss, logs = self._forward(model, inputs)
-        loss = self._cross_entropy(logits, targets.reshape(-1)) + aux_loss
-        return StepOutput(loss, logits.detach(), targets, logs)
-
-    def _forward(self, model: nn.Module, inputs: Any) -> tuple[torch.Tensor, torch.Tensor | float, dict[str, Any]]:
-        """(logits, weighted aux loss or 0, logs) of ``model`` on ``inputs``."""
-        logits, aux_loss, logs = forward_with_aux(model, inputs)
-        if aux_loss is None:
-            return logits, 0.0, logs
-        logs["aux_loss"] = aux_loss.detach()
-        return logits, self.aux_loss_weight * aux_loss, logs
-
-    def _cross_entropy(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        flat_logits = logits.reshape(-1, logits.shape[-1]) if logits.ndim > 2 else logits
-        return F.cross_entropy(flat_logits.float(), targets, label_smoothing=self.label_smoothing)
-
-
-@dataclass
-class DistillationStep(ClassificationStep):
-    """Knowledge distillation from a frozen ``teacher`` run on the same (augmented) batch:
-    ``(1 - alpha)`` times the cross-entropy with the labels plus ``alpha`` times a loss against
-    the teacher's predictions, either its argmax labels ("hard", DeiT's hard distillation:
-    Touvron et al., 2021) or its distribution softened at ``temperature`` ("soft": KL
-    divergence times T², Hinton et al., 2015). ``teacher_input`` maps the student's inputs to
-    the teacher's (another normalisation); ``teacher_dtype`` runs the teacher under autocast to
-    it (bfloat16 for speed). Validation uses a plain `ClassificationStep`."""
-
-    teacher: nn.Module | None = None
-    alpha: float = 0.5
-    kind: Literal["hard", "soft"] = "hard"
-    temperature: float = 1.0
-    teacher_input: Callable[[Any], Any] | None = None
-    teacher_dtype: torch.dtype | None = None
-
-    def __post_init__(self) -> None:
-        if self.teacher is None:
-            raise ValueError("DistillationStep needs a teacher model, e.g. zoo.load('resnet56.fmnist')")
-        if not 0.0 <= self.alpha <= 1.0 or self.temperature <= 0 or self.kind not in ("hard", "soft"):
-            raise ValueError(
-                f"DistillationStep needs 0 <= alpha <= 1, temperature > 0 and kind 'hard' or 'soft'; got "
-                f"alpha={self.alpha}, temperature={self.temperature}, kind={self.kind!r}"
-            )
-        self.teacher.eval().requires_grad_(False)
-
-    def __call__(self, model: nn.Module, batch: Any) -> StepOutput:
-        inputs, targets = split_batch(batch)
-        logits, aux_loss, logs = self._forward(model, inputs)
-        targets_flat = targets.reshape(-1)
-        teacher_logits = self._teacher_logits(inputs, logits.device).reshape(-1, logits.shape[-1])
-        if self.kind == "hard":
-            distill = self._cross_entropy(logits, teacher_logits.argmax(-1).masked_fill(targets_flat == -100, -100))
-        else:
-            student = F.log_softmax(logits.reshape(-1, logits.shape[-1]).float() / self.temperature, dim=-1)
-            teacher = F.log_softmax(teacher_logits / self.temperature, dim=-1)
-            per_sample = F.kl_div(student, teacher, log_target=True, reduction="none").sum(-1)
-            valid = targets_flat != -100
-            distill = (per_sample * valid).sum() / valid.sum().clamp(min=1) * self.temperature**2
-        logs["distill_loss"] = distill.detach()
-        loss = (1 - self.alpha) * self._cross_entropy(logits, targets_flat) + self.alpha * distill + aux_loss
-        return StepOutput(loss, logits.detach(), targets, logs)
-
-    @torch.no_grad()
-    def _teacher_logits(self, inputs: Any, device: torch.device) -> torch.Tensor:
-        teacher = self.teacher.to(device)
-        inputs = self.teacher_input(inputs) if self.teacher_input else inputs
-        with torch.autocast(device.type, dtype=self.teacher_dtype, enabled=self.teacher_dtype is not None):
-            logits = teacher(**inputs) if isinstance(inputs, Mapping) else teacher(inputs)
-        return logits.float()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -399,6 +259,16 @@ def _batch_size(batch: Any) -> int:
         if size:
             return size
     return 0
+
+
+def _take_first_samples(out: StepOutput, n: int) -> StepOutput:
+    """The step output of the first ``n`` samples of a batch (the rest are padding): logits,
+    targets, and the cross-entropy recomputed on them when there are logits."""
+    if out.logits is None or out.targets is None or n == 0:
+        return StepOutput(out.loss.new_zeros(()), None, None, out.logs)
+    logits, targets = out.logits[:n], out.targets[:n]
+    flat = logits.reshape(-1, logits.shape[-1]).float()
+    return StepOutput(F.cross_entropy(flat, targets.reshape(-1)), logits, targets, out.logs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -570,7 +440,9 @@ class Trainer:
         manual = False
         for i, batch in enumerate(micro_batches):
             last = i == len(micro_batches) - 1
-            batch = self._to_device(batch)
+            batch = move_to_device(
+                batch, self.device, non_blocking=self._pin_memory(), channels_last=self.config.channels_last
+            )
             with self._no_sync(last), self._autocast():
                 out = self.step_fn(self.wrapped, batch)
             if out.loss.requires_grad:
@@ -636,7 +508,7 @@ class Trainer:
         if resumed is not None:
             self.load_checkpoint(resumed)
         else:
-            _seed_everything(cfg.seed + self.rank)
+            seed_everything(cfg.seed + self.rank)
         self._ticked = time.perf_counter()
         if self.out_dir is not None and self.is_main:
             self._open_logs(resumed)
@@ -708,11 +580,12 @@ class Trainer:
         improved = state.best_metric is None or (value < state.best_metric if minimize else value > state.best_metric)
         if improved:
             state.best_metric, state.best_epoch, state.bad_epochs = value, state.epoch + 1, 0
-            weights = self._full_state_dict(self._eval_model())
+            eval_model = self._eval_model()
+            weights = full_model_state(eval_model, sharded=self.fsdp and eval_model is self.wrapped)
             self._best_state = {k: v.detach().to("cpu", copy=True) for k, v in weights.items()}
             if self.out_dir is not None and self.is_main:
-                best = {"model": self._best_state, "epoch": state.epoch + 1, monitor: value}
-                _atomic_save(best, self._checkpoint_dir() / BEST_CHECKPOINT)
+                path = self._checkpoint_dir() / BEST_CHECKPOINT
+                write_best_weights(path, self._best_state, state.epoch + 1, monitor, value)
         else:
             state.bad_epochs += 1
             if cfg.early_stopping_patience is not None and state.bad_epochs >= cfg.early_stopping_patience:
@@ -746,14 +619,16 @@ class Trainer:
         model.eval()
         meter, seen = _Meter(), 0
         for batch in loader:
-            batch = self._to_device(batch)
+            batch = move_to_device(
+                batch, self.device, non_blocking=self._pin_memory(), channels_last=self.config.channels_last
+            )
             with self._autocast():
                 out = self.eval_step_fn(model, batch)
             num = _batch_size(batch)
             valid = max(min(num, sampler.num_valid - seen), 0)  # padded repeats at the end don't count
             seen += num
             if valid < num:
-                out = _first(out, valid)
+                out = _take_first_samples(out, valid)
             meter.update(out.loss, valid, *_accuracy(out), out.logs)
         meter.reduce()
         if was_training:
@@ -769,50 +644,37 @@ class Trainer:
         (default out_dir/checkpoints/last.pt), atomically: the file is whole or absent."""
         path = Path(path) if path else self._checkpoint_dir() / LAST_CHECKPOINT
         self._tick()
-        local = {"rng": _rng_state(), "meter": self._meter.state_dict()}  # each process has its own
+        local = {"rng": rng_state(), "meter": self._meter.state_dict()}  # each process has its own
         if self.world_size > 1:
             gathered: list[Any] = [None] * self.world_size
             dist.all_gather_object(gathered, local)
         else:
             gathered = [local]
-        model_state, optim_state = self._full_state_dict(self.wrapped), self._optimizer_state_dict()
+        model_state = full_model_state(self.wrapped, sharded=self.fsdp)
+        optim_state = full_optimizer_state(self.wrapped, self.optimizer, sharded=self.fsdp)
         if self.is_main:
-            payload = {
-                "format": CHECKPOINT_FORMAT,
-                "model": model_state,
-                "optimizer": optim_state,
-                "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
-                "scaler": self.scaler.state_dict(),
-                "ema": self.ema.state_dict() if self.ema is not None else None,
-                "processes": gathered,
-                "state": dataclasses.asdict(self.state),
-                "data": self._data_signature,
-                "config": _plain(dataclasses.asdict(self.config)),
-            }
-            _atomic_save(payload, path)
+            write_checkpoint(
+                path,
+                model=model_state,
+                optimizer=optim_state,
+                scheduler=self.scheduler.state_dict() if self.scheduler is not None else None,
+                scaler=self.scaler.state_dict(),
+                ema=self.ema.state_dict() if self.ema is not None else None,
+                processes=gathered,
+                state=dataclasses.asdict(self.state),
+                data=self._data_signature,
+                config=dataclasses.asdict(self.config),
+            )
         if self.world_size > 1:
             dist.barrier()
         return path
 
     def load_checkpoint(self, path: str | os.PathLike) -> None:
         """Restore a `save_checkpoint` file; training continues where it stopped."""
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-        if payload.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"{path} is not a Trainer checkpoint (format {payload.get('format')!r})")
-        signature = self._data_signature
-        if signature is not None and payload["data"] is not None and payload["data"] != signature:
-            raise ValueError(
-                f"{path} was written for data {payload['data']}, but this run has {signature}; "
-                "resume with the same data, batch size and number of processes"
-            )
         budget = {key: getattr(self.config, key) for key in ("epochs", "max_steps")}
-        saved = {key: payload["config"].get(key) for key in budget}
-        if saved != budget:
-            raise ValueError(
-                f"{path} was written by a run of {saved}, but this run asks for {budget}; the learning-rate "
-                "schedule depends on it: resume with the same epochs and max_steps, or start a new run elsewhere"
-            )
-        self._load_full_state_dict(payload["model"], payload["optimizer"])
+        payload = read_checkpoint(path, self._data_signature, budget)
+        # under FSDP self.model is the sharded module itself (fully_shard works in place)
+        load_full_state(self.model, self.optimizer, payload["model"], payload["optimizer"], sharded=self.fsdp)
         if self.scheduler is not None and payload["scheduler"] is not None:
             self.scheduler.load_state_dict(payload["scheduler"])
         self.scaler.load_state_dict(payload["scaler"])
@@ -825,7 +687,7 @@ class Trainer:
         self._meter = _Meter()
         if self.state.batches_done:
             self._meter.load_state_dict(local["meter"])
-        _set_rng_state(local["rng"])
+        set_rng_state(local["rng"])
 
     def _tick(self) -> None:
         """Add the wall time since the last tick of this `fit` to ``state.elapsed_s``."""
@@ -839,7 +701,7 @@ class Trainer:
         if self._best_state is None and self.out_dir is not None:
             best = self._checkpoint_dir() / BEST_CHECKPOINT
             if best.is_file():
-                self._best_state = torch.load(best, map_location="cpu", weights_only=True)["model"]
+                self._best_state = read_best_weights(best)
         return self._best_state
 
     def _resume_path(self) -> Path | None:
@@ -862,37 +724,6 @@ class Trainer:
         if self.out_dir is None:
             raise ValueError("checkpoints need TrainConfig.out_dir (or an explicit path)")
         return self.out_dir / "checkpoints"
-
-    def _full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        if self.fsdp and model is self.wrapped:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-            return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        module = model.module if isinstance(model, (AveragedModel, nn.parallel.DistributedDataParallel)) else model
-        return module.state_dict()
-
-    def _optimizer_state_dict(self) -> dict[str, Any]:
-        if self.fsdp:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-            return get_optimizer_state_dict(self.wrapped, self.optimizer, options=options)
-        return self.optimizer.state_dict()
-
-    def _load_full_state_dict(self, model_state: dict[str, Any], optim_state: dict[str, Any]) -> None:
-        if self.fsdp:
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                set_model_state_dict,
-                set_optimizer_state_dict,
-            )
-
-            options = StateDictOptions(full_state_dict=True)
-            set_model_state_dict(self.wrapped, model_state, options=options)
-            set_optimizer_state_dict(self.wrapped, self.optimizer, optim_state, options=options)
-            return
-        self.model.load_state_dict(model_state)
-        self.optimizer.load_state_dict(optim_state)
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -929,26 +760,6 @@ class Trainer:
     def _pin_memory(self) -> bool:
         return self.config.pin_memory if self.config.pin_memory is not None else self.device.type == "cuda"
 
-    def _to_device(self, batch: Any) -> Any:
-        non_blocking = self._pin_memory()
-        channels_last = self.config.channels_last
-
-        def move(item: Any) -> Any:
-            if isinstance(item, torch.Tensor):
-                item = item.to(self.device, non_blocking=non_blocking)
-                if channels_last and item.ndim == 4 and item.is_floating_point():
-                    item = item.contiguous(memory_format=torch.channels_last)
-                return item
-            if isinstance(item, Mapping):
-                return {k: move(v) for k, v in item.items()}
-            if isinstance(item, (tuple, list)):
-                return type(item)(move(v) for v in item)
-            if hasattr(item, "to"):  # PyG Data/Batch and similar containers
-                return item.to(self.device, non_blocking=non_blocking)
-            return item
-
-        return move(batch)
-
     def _profiler(self) -> Any:
         if not self.config.profile:
             return None
@@ -974,7 +785,8 @@ class Trainer:
         self._log_handler = handler
         log.addHandler(handler)
         log.setLevel(logging.INFO)
-        log.info("%s run: %s", "resumed" if resumed else "new", json.dumps(_plain(dataclasses.asdict(self.config))))
+        config = json.dumps(to_json_types(dataclasses.asdict(self.config)))
+        log.info("%s run: %s", "resumed" if resumed else "new", config)
         if self.config.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -1032,7 +844,7 @@ def write_history(history: list[dict[str, float]], out_dir: Path, extra: Mapping
 
 
 # ---------------------------------------------------------------------------------------------
-# Processes, devices, randomness, files
+# Processes, devices
 
 
 def _init_distributed() -> tuple[int, int, int]:
@@ -1063,61 +875,3 @@ def _pick_device(requested: str | None, local_rank: int) -> torch.device:
 def _shard_units(model: nn.Module) -> list[nn.Module]:
     """The blocks FSDP shards one by one: the items of the model's top-level ModuleLists."""
     return [block for child in model.children() if isinstance(child, nn.ModuleList) for block in child]
-
-
-def _first(out: StepOutput, n: int) -> StepOutput:
-    """The step output of the first ``n`` samples of a batch (the rest are padding): logits,
-    targets, and the cross-entropy recomputed on them when there are logits."""
-    if out.logits is None or out.targets is None or n == 0:
-        return StepOutput(out.loss.new_zeros(()), None, None, out.logs)
-    logits, targets = out.logits[:n], out.targets[:n]
-    flat = logits.reshape(-1, logits.shape[-1]).float()
-    return StepOutput(F.cross_entropy(flat, targets.reshape(-1)), logits, targets, out.logs)
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def _rng_state() -> dict[str, Any]:
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {
-        "torch": torch.get_rng_state(),
-        "numpy": {
-            "keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos, "has_gauss": has_gauss, "cached": cached,
-        },
-        "python": random.getstate(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: Mapping[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    n = state["numpy"]
-    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
-    random.setstate(_as_tuple(state["python"]))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _as_tuple(value: Any) -> Any:
-    return tuple(_as_tuple(v) for v in value) if isinstance(value, (list, tuple)) else value
-
-
-def _plain(value: Any) -> Any:
-    """Config values as JSON-friendly plain data."""
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
-
-
-def _atomic_save(payload: Any, path: Path) -> None:
-    """torch.save ``payload`` to ``path`` atomically."""
-    with atomic_path(path) as tmp:
-        torch.save(payload, tmp)

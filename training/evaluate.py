@@ -18,7 +18,8 @@ import torch.nn.functional as F
 
 import zoo
 from zoo.training.data import load_fashion_mnist, stdlib_corpus
-from zoo.training.report import model_device, move_to_device
+from zoo.training.report import model_device
+from zoo.training.steps import move_to_device
 
 Task = Callable[[nn.Module, int | None], dict[str, float]]
 TASKS: dict[str, Task] = {}

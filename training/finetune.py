@@ -35,7 +35,8 @@ from torch.utils.data import Dataset, SequentialSampler
 import zoo
 from zoo.training import export
 from zoo.training.data import Augment, DataSource, build_loader, default_preprocess, image_transforms, open_data
-from zoo.training.engine import SCHEDULERS, DistillationStep, StepFn, Trainer, TrainConfig, split_batch
+from zoo.training.engine import SCHEDULERS, Trainer, TrainConfig
+from zoo.training.steps import DistillationStep, StepFn, split_batch
 from zoo.files import write_bytes_atomic
 from zoo import registry
 from zoo.api import CARD_FILE, CONFIG_FILE
@@ -140,7 +141,7 @@ def layer_decay_scale(model: nn.Module, decay: float) -> Callable[[str], float]:
 @dataclass(frozen=True)
 class Distillation:
     """A frozen teacher that `finetune` learns from as well as from the labels
-    (`zoo.training.engine.DistillationStep`): a weight name or a `zoo.save` folder that predicts the
+    (`zoo.training.steps.DistillationStep`): a weight name or a `zoo.save` folder that predicts the
     data's classes. Images are renormalised from the student's preprocessing to the teacher's;
     ``bf16`` runs the teacher under bfloat16 autocast (for resnet56.fmnist on an AVX512-BF16
     CPU: 2.4x faster, 95.15% against 95.16% top-1 on the Fashion-MNIST test set)."""

@@ -7,7 +7,7 @@ import io
 import json
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from tqdm.auto import tqdm
 
 from zoo.files import write_bytes_atomic
+from zoo.training.steps import move_to_device
 
 Forward = Callable[[nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
 
@@ -40,18 +41,6 @@ def classifier_forward(model: nn.Module, batch: Any) -> tuple[torch.Tensor, torc
 def model_device(model: nn.Module) -> torch.device:
     """Where ``model``'s parameters are (the CPU for a model without any)."""
     return next(model.parameters(), torch.empty(0)).device
-
-
-def move_to_device(batch: Any, device: torch.device) -> Any:
-    """``batch`` with every tensor on ``device``: tensors, (nested) tuples/lists/dicts, and
-    objects with a ``.to`` method (PyG ``Data``/``Batch``)."""
-    if isinstance(batch, Mapping):
-        return {k: move_to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(move_to_device(v, device) for v in batch)
-    if hasattr(batch, "to"):
-        return batch.to(device)
-    return batch
 
 
 @dataclass

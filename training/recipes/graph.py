@@ -28,10 +28,11 @@ from torch_geometric.loader.dataloader import Collater
 
 import zoo
 from zoo.architectures.graph import AddTriangles
-from zoo.training.engine import StepOutput, Trainer, TrainConfig
+from zoo.training.engine import Trainer, TrainConfig
 from zoo.training.evaluate import evaluate, task_key
 from zoo.training.graph_data import FashionMNISTGraphs, TriangleCounting
 from zoo.training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
+from zoo.training.steps import StepOutput
 
 SEED = 0
 VAL_SHARE = 12  # one Fashion-MNIST training graph in 12 is held out for validation

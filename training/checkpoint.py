@@ -1,0 +1,200 @@
+"""The Trainer's checkpoint files and the random state they carry.
+
+A checkpoint (format `CHECKPOINT_FORMAT`, ``out_dir/checkpoints/last.pt``) holds everything a
+run needs to continue exactly where it stopped: full (unsharded) model and optimizer state,
+scheduler, GradScaler, EMA, every process's RNG states and epoch meter, the training state,
+the data signature and the config; `write_checkpoint` writes one atomically, `read_checkpoint`
+reads it back (``weights_only``) and checks it fits the run. ``best.pt`` holds the best epoch's
+weights (`write_best_weights`, `read_best_weights`). `seed_everything`, `rng_state` and
+`set_rng_state` cover Python's, NumPy's and torch's (CPU and CUDA) generators.
+"""
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.optim.swa_utils import AveragedModel
+
+from zoo.files import atomic_path
+
+CHECKPOINT_FORMAT = "zoo-trainer/1"
+LAST_CHECKPOINT = "last.pt"
+BEST_CHECKPOINT = "best.pt"
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint files
+
+
+def write_checkpoint(
+    path: Path,
+    *,
+    model: Mapping[str, Any],
+    optimizer: Mapping[str, Any],
+    scheduler: Mapping[str, Any] | None,
+    scaler: Mapping[str, Any],
+    ema: Mapping[str, Any] | None,
+    processes: list[Any],
+    state: Mapping[str, Any],
+    data: Mapping[str, int] | None,
+    config: Mapping[str, Any],
+) -> None:
+    """torch.save a checkpoint to ``path`` atomically (the file is whole or absent).
+    ``processes`` holds each process's ``{"rng": rng_state(), "meter": ...}`` by rank;
+    ``data`` the run's data signature (samples, batch size, world size) that a resume must match."""
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "model": model,
+        "optimizer": optimizer,
+        "scheduler": scheduler,
+        "scaler": scaler,
+        "ema": ema,
+        "processes": processes,
+        "state": state,
+        "data": data,
+        "config": to_json_types(config),
+    }
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)
+
+
+def read_checkpoint(
+    path: str | os.PathLike, data: Mapping[str, int] | None, budget: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The payload of a `write_checkpoint` file, loaded to the CPU with ``weights_only=True``,
+    after checking that it is one and that it was written for this ``data`` signature (when
+    both are known) and this training ``budget`` (``epochs`` and ``max_steps``: the learning-rate
+    schedule depends on them)."""
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    if payload.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not a Trainer checkpoint (format {payload.get('format')!r})")
+    if data is not None and payload["data"] is not None and payload["data"] != data:
+        raise ValueError(
+            f"{path} was written for data {payload['data']}, but this run has {data}; "
+            "resume with the same data, batch size and number of processes"
+        )
+    saved = {key: payload["config"].get(key) for key in budget}
+    if saved != dict(budget):
+        raise ValueError(
+            f"{path} was written by a run of {saved}, but this run asks for {dict(budget)}; the learning-rate "
+            "schedule depends on it: resume with the same epochs and max_steps, or start a new run elsewhere"
+        )
+    return payload
+
+
+def write_best_weights(path: Path, weights: dict[str, torch.Tensor], epoch: int, monitor: str, value: float) -> None:
+    """``best.pt``: the best epoch's weights, its number and its ``monitor`` value, atomically."""
+    with atomic_path(path) as tmp:
+        torch.save({"model": weights, "epoch": epoch, monitor: value}, tmp)
+
+
+def read_best_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The weights of a `write_best_weights` file, on the CPU."""
+    return torch.load(path, map_location="cpu", weights_only=True)["model"]
+
+
+def to_json_types(value: Any) -> Any:
+    """``value`` (a config as a dict) made of JSON types only: mappings become dicts, tuples and
+    lists become lists, and anything but str, int, float, bool and None becomes its str()."""
+    if isinstance(value, Mapping):
+        return {k: to_json_types(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json_types(v) for v in value]
+    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Full (unsharded) state dicts, under FSDP too
+
+
+def full_model_state(model: nn.Module, sharded: bool) -> dict[str, torch.Tensor]:
+    """The whole state dict of ``model``: gathered to the CPU from every process when it is
+    ``sharded`` (FSDP2), else that of the module inside an AveragedModel (EMA) or DDP wrapper."""
+    if sharded:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    module = model.module if isinstance(model, (AveragedModel, nn.parallel.DistributedDataParallel)) else model
+    return module.state_dict()
+
+
+def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, sharded: bool) -> dict[str, Any]:
+    """The whole state dict of ``optimizer`` (gathered to the CPU when ``model`` is ``sharded``)."""
+    if sharded:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_optimizer_state_dict(model, optimizer, options=options)
+    return optimizer.state_dict()
+
+
+def load_full_state(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    model_state: dict[str, Any],
+    optim_state: dict[str, Any],
+    sharded: bool,
+) -> None:
+    """Load whole model and optimizer state dicts (`full_model_state`, `full_optimizer_state`)
+    into ``model`` and ``optimizer``, each process taking its shard when ``model`` is ``sharded``."""
+    if sharded:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(model, model_state, options=options)
+        set_optimizer_state_dict(model, optimizer, optim_state, options=options)
+        return
+    model.load_state_dict(model_state)
+    optimizer.load_state_dict(optim_state)
+
+
+# ---------------------------------------------------------------------------------------------
+# Random state
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's global generators."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's generator states (Python, NumPy, torch CPU and CUDA), as data that
+    ``torch.load(weights_only=True)`` can read back."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos, "has_gauss": has_gauss, "cached": cached,
+        },
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    """Restore the generator states of `rng_state`."""
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    random.setstate(_lists_to_tuples(state["python"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _lists_to_tuples(value: Any) -> Any:
+    """``value`` with every (nested) list turned back into a tuple, as `random.setstate` needs."""
+    return tuple(_lists_to_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
