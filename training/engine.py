@@ -6,9 +6,11 @@ The batch -> loss computation is a small pluggable function (`zoo.training.steps
 predictions), or any function returning a `StepOutput`, e.g. a contrastive-divergence step
 for DBN pretraining that sets the gradients itself; all of them live in `zoo.training.steps`.
 Everything else is shared, and is here: optimizers with parameter groups (`param_groups`),
-schedules, mixed precision, accumulation, clipping, EMA, early stopping, the epoch meter,
-DDP/FSDP under torchrun, and the run's logs and plots. Checkpoints (atomic, with exact resume)
-are written and read by `zoo.training.checkpoint`.
+schedules, mixed precision, accumulation, clipping, EMA, early stopping, and the run's logs
+(train.log, TensorBoard, metrics.csv/json) and plots. Its parts live beside it:
+`zoo.training.checkpoint` writes and reads the atomic checkpoints (exact resume, RNG states),
+`zoo.training.meter` counts an epoch's loss and accuracy, and `zoo.training.distributed`
+joins the processes of torchrun and wraps the model for DDP or FSDP2.
 
     trainer = Trainer(model, TrainConfig(epochs=10, lr=1e-3, precision="bf16", out_dir="run"))
     trainer.fit(train_set, val_set)
@@ -32,7 +34,6 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _NormBase
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torch.utils.data import Dataset
@@ -55,6 +56,8 @@ from zoo.training.checkpoint import (
     write_checkpoint,
 )
 from zoo.training.data import EpochSampler, ShardSampler, build_loader
+from zoo.training.distributed import gradient_sync, init_distributed, pick_device, use_fsdp, wrap_model
+from zoo.training.meter import EpochMeter, count_correct, count_samples, take_first_samples
 from zoo.training.report import plot_curves
 from zoo.training.steps import ClassificationStep, StepFn, StepOutput, move_to_device
 
@@ -175,103 +178,6 @@ def param_groups(
 
 
 # ---------------------------------------------------------------------------------------------
-# Epoch meter
-
-
-class _Meter:
-    """Running sums for one epoch, kept on the device so steps never wait for a sync."""
-
-    def __init__(self) -> None:
-        self.sums: dict[str, torch.Tensor | float] = {}
-        self.samples = 0
-        self.steps = 0
-
-    def update(
-        self,
-        loss: torch.Tensor,
-        num: int,
-        correct: torch.Tensor | None,
-        counted: torch.Tensor | None,
-        logs: Mapping[str, Any],
-    ) -> None:
-        self._add("loss", loss.detach().float() * num)
-        self.samples += num
-        if correct is not None:
-            self._add("correct", correct)
-            self._add("counted", counted)
-        for key, value in logs.items():
-            self._add(f"log:{key}", value.detach().float() if isinstance(value, torch.Tensor) else float(value))
-        self.steps += 1
-
-    def _add(self, key: str, value: torch.Tensor | float) -> None:
-        self.sums[key] = self.sums.get(key, 0.0) + value
-
-    def reduce(self) -> None:
-        """Sum over every process (before `result`, under DDP/FSDP)."""
-        if not (dist.is_available() and dist.is_initialized()):
-            return
-        keys = sorted(self.sums)
-        total = torch.tensor([float(self.sums[k]) for k in keys] + [self.samples, self.steps], dtype=torch.float64)
-        dist.all_reduce(total)
-        values = total.tolist()
-        self.sums = dict(zip(keys, values))
-        self.samples, self.steps = int(values[-2]), int(values[-1])
-
-    def result(self, prefix: str) -> dict[str, float]:
-        out: dict[str, float] = {}
-        if self.samples:
-            out[f"{prefix}_loss"] = float(self.sums["loss"]) / self.samples
-        if float(self.sums.get("counted", 0)):
-            out[f"{prefix}_acc"] = float(self.sums["correct"]) / float(self.sums["counted"])
-        for key, value in self.sums.items():
-            if key.startswith("log:"):
-                out[f"{prefix}_{key[4:]}"] = float(value) / max(self.steps, 1)
-        return out
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"sums": {k: float(v) for k, v in self.sums.items()}, "samples": self.samples, "steps": self.steps}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.sums, self.samples, self.steps = dict(state["sums"]), state["samples"], state["steps"]
-
-
-def _accuracy(out: StepOutput) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """Correct predictions and how many were counted (targets of -100 are ignored)."""
-    if out.logits is None or out.targets is None or out.targets.is_floating_point():
-        return None, None
-    targets = out.targets.reshape(-1)
-    predictions = out.logits.reshape(-1, out.logits.shape[-1]).argmax(-1)
-    if predictions.shape != targets.shape:
-        return None, None
-    valid = targets != -100
-    return ((predictions == targets) & valid).sum(), valid.sum()
-
-
-def _batch_size(batch: Any) -> int:
-    """Samples in a batch: the first dimension of its first tensor (graphs: ``num_graphs``)."""
-    if hasattr(batch, "num_graphs"):
-        return int(batch.num_graphs)
-    if isinstance(batch, torch.Tensor):
-        return batch.shape[0]
-    items = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (tuple, list)) else ()
-    for item in items:
-        size = _batch_size(item)
-        if size:
-            return size
-    return 0
-
-
-def _take_first_samples(out: StepOutput, n: int) -> StepOutput:
-    """The step output of the first ``n`` samples of a batch (the rest are padding): logits,
-    targets, and the cross-entropy recomputed on them when there are logits."""
-    if out.logits is None or out.targets is None or n == 0:
-        return StepOutput(out.loss.new_zeros(()), None, None, out.logs)
-    logits, targets = out.logits[:n], out.targets[:n]
-    flat = logits.reshape(-1, logits.shape[-1]).float()
-    return StepOutput(F.cross_entropy(flat, targets.reshape(-1)), logits, targets, out.logs)
-
-
-# ---------------------------------------------------------------------------------------------
 # Trainer
 
 
@@ -319,8 +225,8 @@ class Trainer:
             eval_step_fn = ClassificationStep(aux_loss_weight=self.step_fn.aux_loss_weight)
         self.eval_step_fn = eval_step_fn or self.step_fn
         self.collate_fn = collate_fn
-        self.rank, self.world_size, local_rank = _init_distributed()
-        self.device = _pick_device(cfg.device, local_rank)
+        self.rank, self.world_size, local_rank = init_distributed()
+        self.device = pick_device(cfg.device, local_rank)
         if cfg.precision == "fp16" and self.device.type != "cuda":
             raise ValueError("precision='fp16' needs a CUDA device (it uses a GradScaler); use 'bf16' on CPU")
         self.out_dir = Path(cfg.out_dir) if cfg.out_dir else None
@@ -334,7 +240,7 @@ class Trainer:
                 raise ValueError(f"{type(model).__name__} has no set_grad_checkpointing(); turn grad_checkpointing off")
             model.set_grad_checkpointing(True)
         self.model = model  # the bare module: its state dict is what checkpoints hold
-        self.fsdp = self._use_fsdp()
+        self.fsdp = use_fsdp(model, cfg.distributed, self.world_size)
         if self.fsdp and cfg.ema_decay is not None:
             raise ValueError("ema_decay is not supported with FSDP (the EMA would hold a full copy per process)")
         self.ema = (
@@ -343,14 +249,14 @@ class Trainer:
         )
         if cfg.compile:
             model.compile(backend=cfg.compile_backend)
-        self.wrapped = self._wrap(model)
+        self.wrapped = wrap_model(model, self.world_size, self.fsdp, self.device, cfg.find_unused_parameters)
         # after wrapping: FSDP replaces the parameters with sharded ones
         self.optimizer = self._make_optimizer(param_groups(model, cfg.lr, cfg.weight_decay, lr_scale))
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
         self.scheduler: Any = None
         self.state = TrainState()
         self._ticked: float | None = None  # perf_counter of the last `_tick`, while `fit` runs
-        self._meter = _Meter()
+        self._meter = EpochMeter()
         self._best_state: dict[str, torch.Tensor] | None = None
         self._writer: Any = None
         self._log_handler: logging.Handler | None = None
@@ -358,37 +264,6 @@ class Trainer:
         self._data_signature: dict[str, int] | None = None
 
     # -- setup ---------------------------------------------------------------------------------
-
-    def _use_fsdp(self) -> bool:
-        if self.config.distributed != "fsdp":
-            return False
-        if self.world_size < 2:
-            raise ValueError(
-                "distributed='fsdp' shards the model over processes: "
-                "start the script with torchrun --nproc_per_node=N (N >= 2)"
-            )
-        if not _shard_units(self.model):
-            raise ValueError(
-                f"distributed='fsdp' shards a model's list of blocks (nn.ModuleList), and {type(self.model).__name__} "
-                "has none; use distributed='ddp'"
-            )
-        return True
-
-    def _wrap(self, model: nn.Module) -> nn.Module:
-        if self.world_size < 2:
-            return model
-        if self.fsdp:
-            from torch.distributed.fsdp import fully_shard
-
-            for block in _shard_units(model):
-                fully_shard(block)
-            fully_shard(model)
-            return model
-        from torch.nn.parallel import DistributedDataParallel
-
-        device_ids = [self.device.index] if self.device.type == "cuda" else None
-        unused = self.config.find_unused_parameters
-        return DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=unused)
 
     def _make_optimizer(self, groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
         cfg = self.config
@@ -443,14 +318,14 @@ class Trainer:
             batch = move_to_device(
                 batch, self.device, non_blocking=self._pin_memory(), channels_last=self.config.channels_last
             )
-            with self._no_sync(last), self._autocast():
+            with gradient_sync(self.wrapped, last, self.world_size, self.fsdp), self._autocast():
                 out = self.step_fn(self.wrapped, batch)
             if out.loss.requires_grad:
                 self.scaler.scale(out.loss / len(micro_batches)).backward()
             else:
                 manual = True
             outputs.append(out)
-            self._meter.update(out.loss, _batch_size(batch), *_accuracy(out), out.logs)
+            self._meter.update(out.loss, count_samples(batch), *count_correct(out), out.logs)
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         if manual:
             self._check_manual_gradients(len(micro_batches), params)
@@ -522,7 +397,7 @@ class Trainer:
                 sampler.skip = self.state.batches_done * cfg.batch_size
                 generator.manual_seed(cfg.seed + epoch)  # worker seeds: a function of the epoch, not of a resume
                 if self.state.batches_done == 0:
-                    self._meter = _Meter()
+                    self._meter = EpochMeter()
                 self.train_mode()
                 start = time.perf_counter()
                 samples_before = self._meter.samples
@@ -617,19 +492,19 @@ class Trainer:
         )
         was_training = model.training
         model.eval()
-        meter, seen = _Meter(), 0
+        meter, seen = EpochMeter(), 0
         for batch in loader:
             batch = move_to_device(
                 batch, self.device, non_blocking=self._pin_memory(), channels_last=self.config.channels_last
             )
             with self._autocast():
                 out = self.eval_step_fn(model, batch)
-            num = _batch_size(batch)
+            num = count_samples(batch)
             valid = max(min(num, sampler.num_valid - seen), 0)  # padded repeats at the end don't count
             seen += num
             if valid < num:
-                out = _take_first_samples(out, valid)
-            meter.update(out.loss, valid, *_accuracy(out), out.logs)
+                out = take_first_samples(out, valid)
+            meter.update(out.loss, valid, *count_correct(out), out.logs)
         meter.reduce()
         if was_training:
             self.train_mode(model)
@@ -684,7 +559,7 @@ class Trainer:
             self.ema.load_state_dict(payload["ema"])
         self.state = TrainState(**payload["state"])
         local = payload["processes"][self.rank]
-        self._meter = _Meter()
+        self._meter = EpochMeter()
         if self.state.batches_done:
             self._meter.load_state_dict(local["meter"])
         set_rng_state(local["rng"])
@@ -747,15 +622,6 @@ class Trainer:
         if precision == "fp32":
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
-
-    def _no_sync(self, last: bool) -> contextlib.AbstractContextManager:
-        """Skip the gradient all-reduce on all but the last micro-batch of a step."""
-        if self.world_size < 2:
-            return contextlib.nullcontext()
-        if self.fsdp:
-            self.wrapped.set_requires_gradient_sync(last)
-            return contextlib.nullcontext()
-        return contextlib.nullcontext() if last else self.wrapped.no_sync()
 
     def _pin_memory(self) -> bool:
         return self.config.pin_memory if self.config.pin_memory is not None else self.device.type == "cuda"
@@ -841,37 +707,3 @@ def write_history(history: list[dict[str, float]], out_dir: Path, extra: Mapping
     writer.writerows(history)
     write_bytes_atomic(out_dir / "metrics.csv", text.getvalue().encode())
     write_json({"history": history, **(extra or {})}, out_dir / "metrics.json")
-
-
-# ---------------------------------------------------------------------------------------------
-# Processes, devices
-
-
-def _init_distributed() -> tuple[int, int, int]:
-    """(rank, world size, local rank); joins the process group torchrun describes (NCCL on
-    GPUs, Gloo on CPU) unless one is already initialised."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", dist.get_rank()))
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size < 2:
-        return 0, 1, 0
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend)
-    return dist.get_rank(), dist.get_world_size(), local_rank
-
-
-def _pick_device(requested: str | None, local_rank: int) -> torch.device:
-    if requested is not None:
-        device = torch.device(requested)
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"device {requested!r} asked for, but CUDA is not available; use device='cpu'")
-        return device
-    return torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
-
-
-def _shard_units(model: nn.Module) -> list[nn.Module]:
-    """The blocks FSDP shards one by one: the items of the model's top-level ModuleLists."""
-    return [block for child in model.children() if isinstance(child, nn.ModuleList) for block in child]
