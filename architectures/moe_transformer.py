@@ -22,7 +22,7 @@ module) would be lost under DistributedDataParallel, torch.compile and activatio
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, get_args
 
@@ -498,12 +498,15 @@ class MoETransformer(_MoEBody):
         top_p: float | None = None,
         eos_token_id: int | None = None,
         generator: torch.Generator | None = None,
+        on_token: Callable[[torch.Tensor], None] | None = None,
     ) -> torch.Tensor:
         """Continue the prompts ``input_ids`` (N, L; equal lengths, no padding) by up to
         ``max_new_tokens`` tokens, keeping keys and values in a `KVCache`. Sampling from the
         softmax at ``temperature`` (0: greedy), over the ``top_k`` most likely tokens and the
         smallest set whose probability reaches ``top_p``. A sequence that emitted
-        ``eos_token_id`` continues with it; generation stops once all have. Returns (N, L + new)."""
+        ``eos_token_id`` continues with it; generation stops once all have. ``on_token`` is
+        called with each new step's tokens (N, 1) as it is produced, to stream them. Returns
+        (N, L + new)."""
         if self.head != "lm" or not self.causal or not isinstance(self.lm_head, nn.Linear):
             raise ValueError(f"generate needs a causal model with its lm head; this {self.name} has head {self.head!r}")
         bad_top_k, bad_top_p = top_k is not None and top_k < 1, top_p is not None and not 0 < top_p <= 1
@@ -521,6 +524,8 @@ class MoETransformer(_MoEBody):
                 step = step.masked_fill(finished[:, None], eos_token_id)
                 finished |= step[:, 0] == eos_token_id
             tokens.append(step)
+            if on_token is not None:
+                on_token(step)
             if eos_token_id is not None and bool(finished.all()):
                 break
         return torch.cat(tokens, dim=1)

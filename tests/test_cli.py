@@ -50,3 +50,58 @@ def test_predict_prints_top5_with_class_names(http_server, monkeypatch, tmp_path
 def test_python_dash_m():
     result = subprocess.run([sys.executable, "-m", "zoo", "list", "seresnet*"], capture_output=True, text=True)
     assert result.returncode == 0 and "seresnet50" in result.stdout.split()
+
+
+def _image(path, size, mode="RGB"):
+    Image.fromarray(torch.randint(0, 256, (size[1], size[0], 3), dtype=torch.uint8).numpy()).convert(mode).save(path)
+    return str(path)
+
+
+def test_predict_takes_any_size_and_mode_and_names_a_corrupt_file(tmp_path, capsys):
+    images = [_image(tmp_path / "a.png", (28, 28), "L"), _image(tmp_path / "b.png", (224, 300), "RGBA"),
+              _image(tmp_path / "c.jpg", (17, 9))]
+    assert main(["predict", "resnet20.fmnist", *images, "--topk", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line for line in lines if not line.startswith(" ")] == images and len(lines) == 9
+    assert "Bag" in "".join(lines) or "Shirt" in "".join(lines) or any("(" in line for line in lines[1:])
+    (tmp_path / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\nnot an image")
+    assert main(["predict", "resnet20.fmnist", str(tmp_path / "bad.png")]) == 2
+    assert f"{tmp_path / 'bad.png'} is not a readable image" in capsys.readouterr().err
+
+
+def test_predict_of_a_finetuned_folder_prints_its_class_names(tmp_path, capsys):
+    import zoo
+
+    model = zoo.load("resnet20.fmnist", num_classes=3)
+    model.pretrained_cfg = {**model.pretrained_cfg, "class_names": ["ant", "bee", "cat"]}
+    zoo.save(model, tmp_path / "mine")
+    assert main(["predict", str(tmp_path / "mine"), _image(tmp_path / "x.png", (28, 28)), "--topk", "3"]) == 0
+    printed = capsys.readouterr().out
+    assert all(name in printed for name in ("ant", "bee", "cat"))
+
+
+def test_bad_arguments_are_one_line_and_exit_2(tmp_path, capsys):
+    image = _image(tmp_path / "x.png", (28, 28))
+    for argv in (["predict", "resnet20.fmnist", image, "--topk", "0"], ["predict", "resnet20.fmnist", image, "--topk", "-1"],
+                 ["generate", "moe_lm.stdlib", "x", "--max-new-tokens", "-5"]):
+        try:
+            code = main(argv)
+        except SystemExit as exit:  # argparse
+            code = exit.code
+        assert code == 2
+        assert "must be" in capsys.readouterr().err
+    assert main(["predict", "dbn.digits", image]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("zoo: error:") and len(err.strip().splitlines()) == 1
+
+
+def test_generate_streams_its_tokens(capsys):
+    assert main(["generate", "moe_lm.stdlib", "def fib(", "--max-new-tokens", "20", "--temperature", "0"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("def fib(") and 8 < len(out) <= len("def fib(") + 20 + 1
+
+
+def test_list_into_a_closed_pipe_is_quiet():
+    listing = subprocess.run(f"{sys.executable} -m zoo list --pretrained | head -1", shell=True,
+                             capture_output=True, text=True)
+    assert listing.stdout.count("\n") == 1 and listing.stderr == ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -14,6 +15,7 @@ from PIL import Image
 import zoo
 from zoo.training import demo, evaluate, finetune
 from zoo import registry
+from zoo.errors import DataError, ZooError
 from zoo.tokenizer import complete
 
 
@@ -57,25 +59,58 @@ def _info(args: argparse.Namespace) -> int:
 def _predict(args: argparse.Namespace) -> int:
     model = zoo.load(args.name, device=args.device)
     preprocess = zoo.transforms(model)
-    list_name = model.pretrained_cfg.get("categories")
-    categories = registry.load_categories(list_name) if list_name else None
-    batch = torch.stack([preprocess(Image.open(path).convert("RGB")) for path in args.images])
+    cfg = model.pretrained_cfg
+    names = cfg.get("class_names") or (registry.load_categories(cfg["categories"]) if cfg.get("categories") else None)
+    batch = torch.stack([preprocess(_open_image(path)) for path in args.images])
     with torch.inference_mode():
         probs = model(batch.to(args.device)).softmax(dim=-1)
     top = probs.topk(min(args.topk, probs.shape[-1]), dim=-1)
     for path, values, indices in zip(args.images, top.values, top.indices):
         print(path)
         for p, i in zip(values.tolist(), indices.tolist()):
-            label = categories[i] if categories else str(i)
+            label = names[i] if names else str(i)
             print(f"  {p:7.2%}  {label} ({i})")
     return 0
 
 
+def _open_image(path: str) -> Image.Image:
+    """The decoded image, or an error naming the file."""
+    try:
+        with Image.open(path) as image:
+            image.load()
+            return image
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such image file") from None
+    except (OSError, SyntaxError, ValueError) as error:  # PIL's errors for unreadable or truncated files
+        raise DataError(f"{path} is not a readable image ({error}); remove it or replace it") from None
+
+
 def _generate(args: argparse.Namespace) -> int:
     model = zoo.load(args.name, device=args.device)
-    print(complete(model, args.prompt, args.max_new_tokens, args.seed, temperature=args.temperature,
-                   top_k=args.top_k, top_p=args.top_p))
+    sys.stdout.write(args.prompt)
+    complete(model, args.prompt, args.max_new_tokens, args.seed, stream=_write_now,
+             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    print()
     return 0
+
+
+def _write_now(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
 
 
 def _finetune(args: argparse.Namespace) -> int:
@@ -122,14 +157,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("predict", help="top-k classes of images with pretrained weights")
     p.add_argument("name", help="arch.tag, or an architecture for its default weights")
     p.add_argument("images", nargs="+", help="image files")
-    p.add_argument("--topk", type=int, default=5)
+    p.add_argument("--topk", type=_positive_int, default=5, help="classes to show per image")
     p.add_argument("--device", default="cpu")
     p.set_defaults(run=_predict)
 
     p = commands.add_parser("generate", help="continue a text prompt with a byte-level language model")
     p.add_argument("name", help="weight name, e.g. moe_lm.stdlib")
     p.add_argument("prompt", help="the text to continue, e.g. 'def fib('")
-    p.add_argument("--max-new-tokens", type=int, default=200, help="bytes to generate at most (stops at end of file)")
+    p.add_argument("--max-new-tokens", type=_non_negative_int, default=200,
+                   help="bytes to generate at most (stops at end of file); printed as they come")
     p.add_argument("--temperature", type=float, default=0.8, help="0 for greedy decoding")
     p.add_argument("--top-k", type=int, help="sample from the k most likely bytes only")
     p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling threshold")
@@ -158,6 +194,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.command_line = shlex.join(["zoo", *argv])
     try:
         return args.run(args)
-    except (zoo.UnknownModelError, ValueError, OSError, RuntimeError) as error:
-        print(f"zoo: error: {error}", file=sys.stderr)
+    except BrokenPipeError:  # `zoo list | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return 0
+    except (ZooError, ValueError, OSError, RuntimeError) as error:
+        print(f"zoo: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2

@@ -14,6 +14,10 @@ class UnknownModelError(ZooError, KeyError, ValueError):
         return str(self.args[0])
 
 
+class DataError(ZooError, ValueError):
+    """A user's data file or folder that cannot be read or used as it is."""
+
+
 class InvalidArgumentError(ZooError, TypeError, ValueError):
     """An argument that does not apply to the model or the call, or has an unusable value."""
 

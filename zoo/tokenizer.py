@@ -3,7 +3,8 @@ token (ids 0-255), plus padding, beginning- and end-of-sequence tokens. No vocab
 unknown tokens, and any text round-trips exactly."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+import codecs
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import torch
@@ -76,11 +77,19 @@ class ByteTokenizer:
         return input_ids, attention_mask
 
 
-def complete(model: nn.Module, prompt: str, max_new_tokens: int, seed: int = 0, **sampling: Any) -> str:
+def complete(
+    model: nn.Module,
+    prompt: str,
+    max_new_tokens: int,
+    seed: int = 0,
+    stream: Callable[[str], None] | None = None,
+    **sampling: Any,
+) -> str:
     """``prompt`` continued by a byte-level language model's ``generate`` (``sampling``:
     temperature, top_k, top_p), up to ``max_new_tokens`` bytes or the end of the file. The
     prompt is preceded by eos, which separates files in the training corpus: the model
-    continues it as the start of a file."""
+    continues it as the start of a file. ``stream`` receives the text as it is generated
+    (whole UTF-8 characters; the final eos is not sent)."""
     tokenizer = ByteTokenizer()
     vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
     if not hasattr(model, "generate") or vocab_size != tokenizer.vocab_size:
@@ -89,5 +98,15 @@ def complete(model: nn.Module, prompt: str, max_new_tokens: int, seed: int = 0, 
     device = next(model.parameters()).device
     ids = torch.tensor([[tokenizer.eos_token_id, *tokenizer.encode(prompt)]], device=device)
     generator = torch.Generator(device).manual_seed(seed)
-    out = model.generate(ids, max_new_tokens, eos_token_id=tokenizer.eos_token_id, generator=generator, **sampling)
+    on_token = None
+    if stream is not None:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+        def on_token(step: torch.Tensor) -> None:
+            token = int(step[0, 0])
+            if token < 256:
+                stream(decoder.decode(bytes([token])))
+
+    out = model.generate(ids, max_new_tokens, eos_token_id=tokenizer.eos_token_id, generator=generator,
+                         on_token=on_token, **sampling)
     return tokenizer.decode(out[0, 1:])
