@@ -104,8 +104,12 @@ def run(arch: str, epochs: int | None = None, limit: int | None = None, out: str
     return publish(
         model, f"{arch}.fmnist", title=recipe["title"], task="fashion-mnist", metrics=metrics,
         provenance=provenance, history=result.history, model_kwargs={**recipe["model_kwargs"], "in_chans": 1},
-        preprocess=model.pretrained_cfg["preprocess"], categories="fashion-mnist", root=out,
+        preprocess={**_IMAGE_SIZE, **model.pretrained_cfg["preprocess"]}, categories="fashion-mnist", root=out,
     )
+
+
+# The weights' preprocessing brings an image of any size to the 28x28 they were trained on.
+_IMAGE_SIZE = {"resize": 28, "crop": 28}
 
 
 def _optimizer_name(cfg: TrainConfig) -> str:
