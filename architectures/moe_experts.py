@@ -28,8 +28,8 @@ Dispatch = Literal["auto", "split", "grouped_mm", "dense"]
 
 def _native_low_precision_matmul(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether matmuls run natively in ``dtype``. CPUs without bf16/fp16 units (no AVX512-BF16
-    or AMX) fall back to a generic kernel: on an AVX2 CPU about 10x slower than fp32 for
-    x @ Wᵀ and 80x for x @ W."""
+    or AMX) fall back to a generic kernel, many times slower than fp32
+    (benchmarks/moe_dispatch.py measures it on the machine at hand)."""
     if dtype not in (torch.bfloat16, torch.float16) or device.type != "cpu":
         return True
     if dtype == torch.bfloat16:
@@ -174,9 +174,8 @@ class MoEExperts(nn.Module):
     matmul per non-empty expert (`_GroupedSwiGLU`); ``"grouped_mm"`` uses
     ``torch.nn.functional.grouped_mm`` (torch >= 2.10); ``"auto"`` picks grouped_mm for bf16 on
     CUDA (SM >= 80, where its kernels exist) when torch has it, and the split elsewhere: on CPU
-    (benchmarks/moe_dispatch.py) the two are even in fp32 and, on CPUs with AVX512-BF16, in
-    bf16; without native bf16 matmul (AVX2) PyTorch's CPU grouped_mm in bf16 is 2-30x slower
-    than in fp32.
+    the two run alike, except that without native bf16 matmul (AVX2) PyTorch's CPU grouped_mm
+    in bf16 falls far behind fp32 (benchmarks/moe_dispatch.py compares them).
     ``"dense"`` (`_dense_swiglu`) has no data-dependent shapes, which is what ``torch.jit.trace``
     and ``torch.export`` need; ``"auto"`` takes it while they trace the model."""
 

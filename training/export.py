@@ -6,9 +6,8 @@ Two torch 2.14 deprecations shape this module. ``torch.jit`` (TorchScript) warns
 call in favour of ``torch.export``; TorchScript is still the format libtorch/C++ and older
 runtimes load, so it is produced here with those warnings silenced. ``torch.ao.quantization``
 is deprecated in favour of torchao (not a zoo dependency) but is still shipped and working in
-the pinned torch 2.14.1, and its fbgemm/x86 int8 kernels are the fast CPU path: a hand-written
-int8 Linear on ``torch._int_mm`` measured 57x slower than fp32 on CPU (1.86 s vs 33 ms for a
-64x1024 batch through a 1024-4096-1024 MLP).
+the pinned torch 2.14.1, and its fbgemm/x86 int8 kernels are the fast CPU path (a
+hand-written int8 Linear on ``torch._int_mm`` was far slower than fp32 on CPU).
 """
 from __future__ import annotations
 

@@ -143,8 +143,7 @@ class Distillation:
     """A frozen teacher that `finetune` learns from as well as from the labels
     (`zoo.training.steps.DistillationStep`): a weight name or a `zoo.save` folder that predicts the
     data's classes. Images are renormalised from the student's preprocessing to the teacher's;
-    ``bf16`` runs the teacher under bfloat16 autocast (for resnet56.fmnist on an AVX512-BF16
-    CPU: 2.4x faster, 95.15% against 95.16% top-1 on the Fashion-MNIST test set)."""
+    ``bf16`` runs the teacher under bfloat16 autocast (faster where the CPU has native bf16)."""
 
     teacher: str
     alpha: float = 0.5
