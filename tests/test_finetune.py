@@ -2,6 +2,7 @@
 vision family (frozen weights bit-identical), `zoo finetune` end to end, the transfer script."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -17,6 +18,7 @@ from zoo.training.data import Augment, image_transforms, open_data
 from zoo.training.engine import Trainer, TrainConfig
 from zoo.training.finetune import Distillation, apply_mode, distillation_step, finetune, layer_decay_scale, parameter_levels
 from zoo import cli
+from zoo.errors import CheckpointError, InvalidArgumentError
 
 FAMILIES = ("resnet20", "densenet_bc_40", "mobilenet_v2_cifar")
 QUIET = dict(progress=False, tensorboard=False, plot=False)
@@ -360,3 +362,40 @@ def test_transfer_compares_pretrained_with_scratch(tmp_path: Path) -> None:
     assert zoo.load(out / "scratch").pretrained_cfg["finetuned_from"] is None
     with pytest.raises(ValueError, match="not the bare architecture 'resnet20'"):
         transfer.main(["resnet20", "--data", str(data), "--out", str(out)])
+
+
+def test_out_must_be_empty_unless_resuming_or_overwriting(tmp_path: Path) -> None:
+    data, out = write_image_folder(tmp_path / "images"), tmp_path / "out"
+    config = TrainConfig(max_steps=1, batch_size=4, **QUIET)
+    out.mkdir()
+    (out / "my_notes.txt").write_text("the user's own file")
+    with pytest.raises(InvalidArgumentError, match=r"--out .*out is not empty \(my_notes.txt\)"):
+        finetune("resnet20", data, out, config=config, post_training=False)
+    finetune("resnet20", data, out, config=config, post_training=False, overwrite=True)
+    assert (out / "my_notes.txt").read_text() == "the user's own file"  # not a run's file: kept
+    (out / "model.torchscript.pt").write_bytes(b"an old run's export")
+    finetune("resnet20", data, out, config=config, post_training=False, overwrite=True)
+    assert not (out / "model.torchscript.pt").exists()  # what the old run wrote is gone
+    with pytest.raises(InvalidArgumentError, match=r"--resume: .*typo holds no checkpoint"):
+        finetune("resnet20", data, tmp_path / "typo", config=dataclasses.replace(config, resume=True, out_dir=str(tmp_path)), post_training=False)
+
+
+def test_a_truncated_checkpoint_names_its_file(tmp_path: Path) -> None:
+    data, out = write_image_folder(tmp_path / "images"), tmp_path / "out"
+    config = TrainConfig(max_steps=2, batch_size=4, checkpoint_every=1, out_dir=str(out), **QUIET)
+    finetune("resnet20", data, out, config=config, post_training=False)
+    last = out / "checkpoints" / "last.pt"
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match=f"{last} is not a readable checkpoint"):
+        finetune("resnet20", data, out, config=dataclasses.replace(config, resume=True, out_dir=str(tmp_path)), post_training=False)
+
+
+def test_a_saved_gray_model_adapts_to_colour_data(tmp_path: Path) -> None:
+    gray = write_image_folder(tmp_path / "gray", mode="L")
+    first = finetune("resnet20.fmnist", gray, tmp_path / "a", config=TrainConfig(max_steps=1, batch_size=4, **QUIET),
+                     post_training=False)
+    assert first.model.in_chans == 1
+    colour = write_image_folder(tmp_path / "rgb", mode="RGB")
+    second = finetune(str(tmp_path / "a"), colour, tmp_path / "b", config=TrainConfig(max_steps=1, batch_size=4, **QUIET),
+                      post_training=False)
+    assert second.model.in_chans == 3 and len(second.model.pretrained_cfg["preprocess"]["mean"]) == 3

@@ -11,6 +11,7 @@ weights (`write_best_weights`, `read_best_weights`). `seed_everything`, `rng_sta
 from __future__ import annotations
 
 import os
+import pickle
 import random
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +22,7 @@ import torch
 import torch.nn as nn
 from torch.optim.swa_utils import AveragedModel
 
+from zoo.errors import CheckpointError
 from zoo.files import atomic_path
 
 CHECKPOINT_FORMAT = "zoo-trainer/1"
@@ -71,17 +73,24 @@ def read_checkpoint(
     after checking that it is one and that it was written for this ``data`` signature (when
     both are known) and this training ``budget`` (``epochs`` and ``max_steps``: the learning-rate
     schedule depends on them)."""
-    payload = torch.load(path, map_location="cpu", weights_only=True)
-    if payload.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} is not a Trainer checkpoint (format {payload.get('format')!r})")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, pickle.UnpicklingError) as error:
+        raise CheckpointError(
+            f"{path} is not a readable checkpoint ({' '.join(str(error).split())[:200]}): it is truncated or corrupt. "
+            "Delete it to start the run over, or resume from another checkpoint"
+        ) from None
+    found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
+    if found != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path} is not a Trainer checkpoint (format {found!r})")
     if data is not None and payload["data"] is not None and payload["data"] != data:
-        raise ValueError(
+        raise CheckpointError(
             f"{path} was written for data {payload['data']}, but this run has {data}; "
             "resume with the same data, batch size and number of processes"
         )
     saved = {key: payload["config"].get(key) for key in budget}
     if saved != dict(budget):
-        raise ValueError(
+        raise CheckpointError(
             f"{path} was written by a run of {saved}, but this run asks for {dict(budget)}; the learning-rate "
             "schedule depends on it: resume with the same epochs and max_steps, or start a new run elsewhere"
         )

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace, command: str | None = None) -> dict[str, Any]:
     options = [
         args.weights, "--data", str(train_dir), "--val-data", str(eval_dir), "--out", str(out),
         "--epochs", str(args.epochs), "--batch-size", "32", "--lr", str(args.lr), "--warmup-epochs", "1",
-        "--crop-padding", "2", "--seed", str(args.seed), "--no-post-training",
+        "--crop-padding", "2", "--seed", str(args.seed), "--no-post-training", "--overwrite",  # the demo's own folder
     ]
     print(f"digits: {args.per_class} labelled images per class in {train_dir}, "
           f"{sum(1 for _ in eval_dir.rglob('*.png'))} for evaluation in {eval_dir}")

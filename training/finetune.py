@@ -21,6 +21,7 @@ import datetime
 import json
 import os
 import shlex
+import shutil
 import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -39,7 +40,9 @@ from zoo.training.engine import SCHEDULERS, Trainer, TrainConfig
 from zoo.training.steps import DistillationStep, StepFn, split_batch
 from zoo.files import write_bytes_atomic
 from zoo import registry
-from zoo.api import CARD_FILE, CONFIG_FILE
+from zoo.api import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE
+from zoo.errors import InvalidArgumentError
+from zoo.training.checkpoint import LAST_CHECKPOINT
 
 MODES = ("linear-probe", "partial", "full")
 _DATA_HEADS = {"text": "sequence_classification", "graphs": "graph_classification"}  # for multi-head models
@@ -225,7 +228,8 @@ def load_for_data(
         if pretrained:
             if model_kwargs:
                 raise ValueError(f"{path} is a saved model with fixed options; drop model_kwargs {dict(model_kwargs)}")
-            return zoo.load(path, num_classes=data.num_classes), str(path)
+            channels = {"in_chans": data.in_chans} if data.kind == "images" else {}  # colour data, gray model: adapt
+            return zoo.load(path, num_classes=data.num_classes, **channels), str(path)
         arch, kwargs = saved["architecture"], {**saved["model_kwargs"], **(model_kwargs or {})}
         return zoo.load(arch, pretrained=False, num_classes=data.num_classes, **kwargs), None
     arch, _ = registry.resolve(name)
@@ -268,6 +272,7 @@ def finetune(
     distill: Distillation | None = None,
     max_length: int = 512,
     post_training: bool = True,
+    overwrite: bool = False,
     command: str | None = None,
 ) -> FinetuneResult:
     """Fine-tune NAME on ``data`` and save the best epoch's model to ``out`` (see the module
@@ -277,9 +282,13 @@ def finetune(
     many training samples; ``image_size`` resizes images (the model's own size otherwise);
     ``distill`` adds a teacher's predictions to the loss (instead of a custom ``step_fn``).
     ``post_training`` adds the evaluation report (confusion matrix), TorchScript and
-    torch.export files, int8 quantization and pruning results of `zoo.training.export`."""
+    torch.export files, int8 quantization and pruning results of `zoo.training.export`.
+    ``out`` must be empty or missing, or hold a run to resume (``config.resume``); with
+    ``overwrite`` the files an earlier run wrote there are removed first."""
     config = dataclasses.replace(config or TrainConfig(), out_dir=str(out))
     out = Path(out)
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one process checks and clears
+        prepare_output(out, resume=bool(config.resume), overwrite=overwrite)
     source = open_data(data, max_length=max_length)
     torch.manual_seed(config.seed)  # the new head's initialisation
     model, base = load_for_data(name, source, pretrained, model_kwargs)
@@ -354,6 +363,45 @@ def _post_training(model: nn.Module, val_set: Dataset, source: DataSource, confi
         model, loader, config.out_dir, example, class_names=source.class_names, forward=_report_forward,
         dynamic_batch=source.kind != "graphs", progress=config.progress,
     )
+
+
+RUN_OUTPUTS = (
+    CONFIG_FILE, WEIGHTS_FILE, CARD_FILE, "metrics.csv", "metrics.json", "curves.png", "train.log", "tensorboard",
+    "checkpoints", "profile", export.TORCHSCRIPT_FILE, export.EXPORTED_PROGRAM_FILE, export.REPORT_FILE,
+    export.CONFUSION_FILE, export.SUMMARY_FILE,
+)
+
+
+def prepare_output(out: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse an output folder that holds anything but a run to resume, unless ``overwrite``;
+    then remove what a run writes there (and nothing else), so runs never mix. A resume
+    needs the run's checkpoint and removes nothing."""
+    if resume:
+        if not (out / "checkpoints" / LAST_CHECKPOINT).is_file():
+            raise InvalidArgumentError(
+                f"--resume: {out} holds no checkpoint to resume ({out / 'checkpoints' / LAST_CHECKPOINT}); "
+                "check --out, or drop --resume to start a new run"
+            )
+        return
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise InvalidArgumentError(f"--out {out} is a file, not a folder: choose a folder for the run")
+    present = sorted(p.name for p in out.iterdir())
+    if not present:
+        return
+    if not overwrite:
+        shown = ", ".join(present[:5]) + (f" and {len(present) - 5} more" if len(present) > 5 else "")
+        raise InvalidArgumentError(
+            f"--out {out} is not empty ({shown}): choose a new folder, pass --resume to continue the run in it, "
+            "or --overwrite to replace an earlier run's files"
+        )
+    for name in RUN_OUTPUTS:
+        path = out / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def _image_preprocess(model: nn.Module, source: DataSource, image_size: int | None) -> tuple[dict[str, Any], int]:
@@ -535,6 +583,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=defaults.seed)
     g.add_argument("--checkpoint-every", type=int, metavar="STEPS", help="also checkpoint every this many steps")
     g.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.pt")
+    g.add_argument("--overwrite", action="store_true",
+                   help="OUT may hold an earlier run: remove the files it wrote first (other files stay)")
     g.add_argument("--profile", action="store_true", help="torch.profiler trace into OUT/profile")
     g.add_argument("--no-post-training", action="store_true", help="skip the report, exports, int8 and pruning")
     g.add_argument("--no-tensorboard", action="store_true")
@@ -577,7 +627,7 @@ def run(args: argparse.Namespace, command: str | None = None) -> FinetuneResult:
         val_fraction=args.val_fraction, limit=args.limit,
         image_size=args.image_size, augment=augment_from_args(args), config=config_from_args(args),
         distill=distillation_from_args(args), max_length=args.max_length, post_training=not args.no_post_training,
-        command=command,
+        overwrite=args.overwrite, command=command,
     )
     shown = ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items() if k in ("val_acc", "val_loss"))
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, only the process that saved

@@ -14,6 +14,10 @@ class UnknownModelError(ZooError, KeyError, ValueError):
         return str(self.args[0])
 
 
+class CheckpointError(ZooError, ValueError):
+    """A training checkpoint that cannot be read or does not fit the run resuming from it."""
+
+
 class DataError(ZooError, ValueError):
     """A user's data file or folder that cannot be read or used as it is."""
 

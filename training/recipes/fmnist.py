@@ -17,8 +17,10 @@ import tempfile
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+from zoo.training.checkpoint import LAST_CHECKPOINT
 from zoo.training.data import Augment
 from zoo.training.engine import TrainConfig
 from zoo.training.evaluate import evaluate, task_key
@@ -68,14 +70,15 @@ def run(arch: str, epochs: int | None = None, limit: int | None = None, out: str
         raise ValueError(f"no Fashion-MNIST recipe for {arch!r}; recipes: {', '.join(RECIPES)}")
     recipe = RECIPES[arch]
     config = replace(recipe["config"], epochs=epochs or recipe["config"].epochs, num_workers=num_workers)
-    if run_dir is not None:
-        config = replace(config, out_dir=run_dir, resume=True)
+    if run_dir is not None:  # the recipe's own folder: continue the run in it, or start one there
+        resume = (Path(run_dir) / "checkpoints" / LAST_CHECKPOINT).is_file()
+        config = replace(config, out_dir=run_dir, resume=resume)
     distill = recipe.get("distill")
     with nullcontext(run_dir) if run_dir else tempfile.TemporaryDirectory(prefix=f"zoo-recipe-{arch}-") as where:
         result = finetune(
             arch, "fashion-mnist", where, pretrained=False, model_kwargs=recipe["model_kwargs"],
             val_fraction=VAL_IMAGES / 60000, limit=limit, augment=recipe["augment"], config=config,
-            distill=distill, post_training=False,
+            distill=distill, post_training=False, overwrite=True,
         )
     model = result.model
     evaluation = Stopwatch()
