@@ -40,7 +40,7 @@ from threadpoolctl import threadpool_limits
 import zoo
 from zoo.architectures.dbn import RBM, bernoulli
 from zoo.training.data import load_fashion_mnist
-from zoo.training.dbn import FinetuneConfig, RBMConfig, finetune, pretrain, train_rbm
+from zoo.training.dbn import FinetuneConfig, RBMConfig, finetune_dbn, pretrain, train_rbm
 from zoo.training.digits import load_nudged_digits
 
 DBN_SIZES = (64, 500, 500)
@@ -57,7 +57,7 @@ def _zoo_dbn(seed: int, X: np.ndarray, y: np.ndarray, pretrained: bool) -> Calla
     model = zoo.load("dbn", pretrained=False, sizes=DBN_SIZES, num_classes=10)
     if pretrained:
         pretrain(model, X, RBMConfig(epochs=10), generator=generator, progress=False)
-    finetune(model, X, y, FinetuneConfig(epochs=30), generator=generator, progress=False)
+    finetune_dbn(model, X, y, FinetuneConfig(epochs=30), generator=generator, progress=False)
 
     def predict(data: np.ndarray) -> np.ndarray:
         with torch.no_grad():

@@ -1,13 +1,13 @@
 """Training deep belief nets: RBMs by contrastive divergence with the defaults of Hinton's
 "A Practical Guide to Training Restricted Boltzmann Machines" (2010), greedy layer-wise
-pretraining, supervised fine-tuning with backprop, and `DBNClassifier`, a scikit-learn-style
-estimator around all three.
+pretraining, supervised fine-tuning with backprop (through `zoo.training.engine.Trainer`, like
+every other zoo model), and `DBNClassifier`, a scikit-learn-style estimator around all three.
 
 A recipe pretrains and fine-tunes a zoo model in a few lines::
 
     model = zoo.load("dbn", pretrained=False, sizes=(784, 500, 500, 2000), num_classes=10)
     pretrain(model, images, RBMConfig(epochs=10), valid=held_out_images)
-    finetune(model, images, labels, FinetuneConfig(epochs=30), valid=(held_out_images, held_out_labels))
+    finetune_dbn(model, images, labels, FinetuneConfig(epochs=30), valid=(held_out_images, held_out_labels))
 
 Data are float tensors (or arrays) of shape (N, sizes[0]), or image batches that flatten to it,
 with values in [0, 1] for binary visible units and standardised for Gaussian ones; they are
@@ -16,17 +16,19 @@ reproducible sampling and shuffling.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
+import os
+import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
 from sklearn.exceptions import NotFittedError
@@ -34,9 +36,11 @@ from sklearn.utils import Tags
 from sklearn.utils.extmath import softmax
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
+from torch.utils.data import Dataset, default_collate
 from tqdm.auto import tqdm
 
 from zoo.architectures.dbn import DBN, RBM, GaussianRBM, Sparsity, check_visible_input
+from zoo.training.engine import Trainer, TrainConfig
 
 logger = logging.getLogger(__name__)
 
@@ -97,13 +101,45 @@ class RBMEpochStats:
 @dataclass
 class FinetuneConfig:
     """Supervised fine-tuning of the unrolled net: cross-entropy, SGD with momentum and L2 weight
-    decay, the learning rate annealed to 0 along a cosine over all steps."""
+    decay (on the weight matrices, not the biases), the learning rate annealed to 0 along a
+    cosine over all steps, every epoch trained (no early stopping: the last epoch's weights are
+    kept). `train_config` is how the `Trainer` runs it."""
 
     epochs: int = 30
     batch_size: int = 64
     learning_rate: float = 0.3  # sigmoid layers pass small gradients down; 0.1 fine-tunes slower
     momentum: float = 0.9
     weight_decay: float = 1e-4
+
+    def train_config(
+        self,
+        device: torch.device | str,
+        *,
+        seed: int = 0,
+        progress: bool = True,
+        out_dir: str | os.PathLike | None = None,
+    ) -> TrainConfig:
+        """This fine-tuning as a `TrainConfig` (the one place the two meet). The rows already
+        sit on ``device``, so the loader reads them there (no workers, no pinned memory); the
+        Trainer writes logs, curves and checkpoints only with an ``out_dir``."""
+        return TrainConfig(
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            optimizer="sgd",
+            lr=self.learning_rate,
+            momentum=self.momentum,
+            weight_decay=self.weight_decay,
+            scheduler="cosine",  # stepped every optimizer step, down to min_lr=0
+            warmup_epochs=0.0,
+            min_lr=0.0,
+            early_stopping_patience=None,
+            device=str(device),
+            seed=seed,
+            num_workers=0,
+            pin_memory=False,
+            progress=progress,
+            out_dir=None if out_dir is None else os.fspath(out_dir),
+        )
 
 
 @dataclass
@@ -286,13 +322,6 @@ def pretrain(
     return histories
 
 
-@torch.no_grad()
-def _evaluate(model: nn.Module, data: torch.Tensor, targets: torch.Tensor) -> tuple[float, float]:
-    model.eval()
-    logits = _batched(model, data)
-    return F.cross_entropy(logits, targets).item(), (logits.argmax(1) == targets).float().mean().item()
-
-
 def _as_targets(targets: ArrayLike, data: torch.Tensor, num_classes: int) -> torch.Tensor:
     targets = torch.as_tensor(targets, device=data.device).long()
     if targets.shape != (data.shape[0],):
@@ -304,7 +333,43 @@ def _as_targets(targets: ArrayLike, data: torch.Tensor, num_classes: int) -> tor
     return targets
 
 
-def finetune(
+class _Rows(Dataset):
+    """Labelled rows already on the model's device; the loader reads a whole batch with one
+    indexing (``__getitems__``) instead of stacking single rows."""
+
+    def __init__(self, data: torch.Tensor, targets: torch.Tensor) -> None:
+        self.data, self.targets = data, targets
+
+    def __len__(self) -> int:
+        return self.data.shape[0]
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.data[index], self.targets[index]
+
+    def __getitems__(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        index = torch.as_tensor(indices, device=self.data.device)
+        return self.data[index], self.targets[index]
+
+
+def _collate_rows(batch: Any) -> Any:
+    """A batch `_Rows.__getitems__` already made passes through; single rows are stacked."""
+    return batch if isinstance(batch, tuple) else default_collate(batch)
+
+
+@contextlib.contextmanager
+def _own_random_state(device: torch.device) -> Iterator[None]:
+    """Give back the caller's global random states (torch's on CPU and ``device``, NumPy's,
+    Python's) afterwards: `Trainer.fit` seeds them all."""
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            yield
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+
+
+def finetune_dbn(
     model: DBN,
     data: ArrayLike,
     targets: ArrayLike,
@@ -313,10 +378,17 @@ def finetune(
     valid: tuple[ArrayLike, ArrayLike] | None = None,
     generator: torch.Generator | None = None,
     progress: bool = True,
+    out_dir: str | os.PathLike | None = None,
 ) -> list[FinetuneEpochStats]:
     """Fine-tune the whole unrolled net (every RBM's weights and hidden biases, and the head) to
     classify ``data`` as ``targets`` (class indices) by backprop; returns per-epoch losses and
-    accuracies, on ``valid = (data, targets)`` too when given. Leaves the model in eval mode."""
+    accuracies, on ``valid = (data, targets)`` too when given. Leaves the model in eval mode.
+
+    The loop is `zoo.training.engine.Trainer`'s, configured by `FinetuneConfig.train_config`; like
+    every Trainer run it drops each epoch's last partial batch (when there is a full one). Its
+    seed (shuffling, dropout) is drawn from ``generator`` (torch's global generator without one);
+    the caller's global random states are left as they were. With ``out_dir`` the Trainer writes
+    its metrics, logs, curves and checkpoints there."""
     if model.num_classes == 0:
         raise ValueError("the model has no classifier (num_classes=0); call model.reset_classifier(num_classes) first")
     config = config or FinetuneConfig()
@@ -326,40 +398,24 @@ def finetune(
     held_out = None
     if valid is not None:
         held_x = _as_data(valid[0], reference, model.sizes[0], model.name)
-        held_out = (held_x, _as_targets(valid[1], held_x, model.num_classes))
-    decay = [p for name, p in model.named_parameters() if name.endswith("weight")]
-    no_decay = [p for name, p in model.named_parameters() if not name.endswith("weight")]
-    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    optimizer = _sgd(groups, config.learning_rate, config.momentum)
-    n = x.shape[0]
-    num_batches = math.ceil(n / config.batch_size)
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=config.epochs * num_batches)
-    history = []
-    with tqdm(total=config.epochs * num_batches, desc="fine-tune", unit="batch", disable=not progress) as bar:
-        for epoch in range(config.epochs):
-            model.train()
-            order = _randperm(n, generator, x.device)
-            xs, ys = x[order], y[order]
-            total_loss, correct = 0.0, 0
-            for first in range(0, n, config.batch_size):
-                xb, yb = xs[first : first + config.batch_size], ys[first : first + config.batch_size]
-                logits = model(xb)
-                loss = F.cross_entropy(logits, yb)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                scheduler.step()
-                total_loss += loss.item() * xb.shape[0]
-                correct += (logits.argmax(1) == yb).sum().item()
-                bar.update()
-            stats = FinetuneEpochStats(epoch + 1, total_loss / n, correct / n, None, None)
-            if held_out is not None:
-                stats.valid_loss, stats.valid_accuracy = _evaluate(model, *held_out)
-            history.append(stats)
-            shown = {k: v for k, v in dataclasses.asdict(stats).items() if v is not None and k != "epoch"}
-            bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items()}, refresh=False)
-            logger.info("fine-tune epoch %d: %s", epoch + 1, ", ".join(f"{k}={v:.4g}" for k, v in shown.items()))
+        held_out = _Rows(held_x, _as_targets(valid[1], held_x, model.num_classes))
+    if config.epochs == 0:
+        model.eval()
+        return []
+    source = generator.device if generator is not None else torch.device("cpu")
+    seed = int(torch.randint(2**31 - 1, (), generator=generator, device=source))
+    train_config = config.train_config(reference.device, seed=seed, progress=progress, out_dir=out_dir)
+    with _own_random_state(reference.device):
+        trainer = Trainer(model, train_config, collate_fn=_collate_rows)
+        rows = trainer.fit(_Rows(x, y), held_out)
     model.eval()
+    history = [
+        FinetuneEpochStats(int(r["epoch"]), r["train_loss"], r["train_acc"], r.get("val_loss"), r.get("val_acc"))
+        for r in rows
+    ]
+    for stats in history:
+        shown = {k: v for k, v in dataclasses.asdict(stats).items() if v is not None and k != "epoch"}
+        logger.info("fine-tune epoch %d: %s", stats.epoch, ", ".join(f"{k}={v:.4g}" for k, v in shown.items()))
     return history
 
 
@@ -457,7 +513,7 @@ class DBNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):
             self.finetune_history_ = []
             if y is not None and self.finetune_epochs > 0:
                 targets = torch.from_numpy(y).to(device)
-                self.finetune_history_ = finetune(
+                self.finetune_history_ = finetune_dbn(
                     self.model_, X, targets, finetune_config, generator=generator, progress=self.verbose
                 )
         return self

@@ -1,7 +1,8 @@
 """Deep belief nets (``dbn.digits``, ``dbn.fmnist``): greedy RBM pretraining on the training
-rows, then backprop fine-tuning of the unrolled net (`zoo.training.dbn`), measured on the test
-split. The last epoch's weights are published; a fixed-seed validation hold-out from the
-training rows draws the curves (it picks nothing).
+rows, then backprop fine-tuning of the unrolled net (`zoo.training.dbn.finetune_dbn`, a
+`zoo.training.engine.Trainer` run), measured on the test split. The last epoch's weights are
+published; a fixed-seed validation hold-out from the training rows draws the curves (it picks
+nothing).
 
     python -m zoo.training.recipes.dbn digits          # scikit-learn's nudged digits, 64-256-256
     python -m zoo.training.recipes.dbn fashion-mnist   # 784-1000-1000, pixels scaled to [0, 1]
@@ -17,7 +18,7 @@ import torch
 
 import zoo
 from zoo.training.data import load_fashion_mnist
-from zoo.training.dbn import FinetuneConfig, RBMConfig, finetune, pretrain
+from zoo.training.dbn import FinetuneConfig, RBMConfig, finetune_dbn, pretrain
 from zoo.training.digits import load_nudged_digits
 from zoo.training.evaluate import evaluate, task_key
 from zoo.training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
@@ -67,7 +68,7 @@ def run(dataset: str, epochs: int | None = None, limit: int | None = None, out: 
     model = zoo.load("dbn", pretrained=False, sizes=recipe["sizes"], num_classes=10)
     generator = torch.Generator().manual_seed(SEED)
     layers = pretrain(model, x[train], rbm_config, valid=x[val], generator=generator)
-    history = finetune(model, x[train], y[train], tune_config, valid=(x[val], y[val]), generator=generator)
+    history = finetune_dbn(model, x[train], y[train], tune_config, valid=(x[val], y[val]), generator=generator)
     metrics = {task_key(recipe["task"], None): evaluate(model, recipe["task"])}
     size = len(x) - num_val if limit is None else min(limit, len(x) - num_val)
     rbm_lines = [
