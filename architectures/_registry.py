@@ -6,17 +6,24 @@ weights side (`zoo.registry`) can read the table without the architectures readi
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Literal
 
 import torch.nn as nn
 
 ModelBuilder = Callable[..., nn.Module]
+Inputs = Literal["images", "text", "graphs", "vectors"]
 
 model_builders: dict[str, ModelBuilder] = {}
 model_heads: dict[str, tuple[str, ...]] = {}
+model_inputs: dict[str, Inputs] = {}
 
 
-def register_model(fn: ModelBuilder | None = None, *, heads: Iterable[str] = ("classification",)):
-    """Register a model builder under its function name; use bare or with ``heads=``."""
+def register_model(
+    fn: ModelBuilder | None = None, *, heads: Iterable[str] = ("classification",), inputs: Inputs = "images"
+):
+    """Register a model builder under its function name; use bare or with ``heads=`` (the heads
+    it can be built with, default first) and ``inputs=`` (what it reads: images (N, C, H, W),
+    token ids (N, L), PyG graph batches, or feature vectors (N, D))."""
 
     def register(builder: ModelBuilder) -> ModelBuilder:
         name = builder.__name__
@@ -24,6 +31,7 @@ def register_model(fn: ModelBuilder | None = None, *, heads: Iterable[str] = ("c
             raise ValueError(f"model {name!r} is registered twice")
         model_builders[name] = builder
         model_heads[name] = tuple(heads)
+        model_inputs[name] = inputs
         return builder
 
     return register(fn) if fn is not None else register

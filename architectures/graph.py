@@ -496,20 +496,20 @@ def _build(name: str, readout: str, defaults: dict[str, Any], kwargs: dict[str, 
     return GIN(readout=readout, readout_kwargs=readout_kwargs, name=name, **model_kwargs)
 
 
-@register_model(heads=GRAPH_HEADS)
+@register_model(heads=GRAPH_HEADS, inputs="graphs")
 def gin_sum(**kwargs: Any) -> GIN:
     """GIN with jumping knowledge and sum readout (Xu et al., 2019): the first-order baseline."""
     return _build("gin_sum", "sum", {}, kwargs)
 
 
-@register_model(heads=GRAPH_HEADS)
+@register_model(heads=GRAPH_HEADS, inputs="graphs")
 def gin_sopool(**kwargs: Any) -> GIN:
     """GIN with SOPool's bilinear second-order readout (Wang & Ji, 2020); ``out_channels=32``
     gives 32^2 = 1024 graph features."""
     return _build("gin_sopool", "second_order", {}, kwargs)
 
 
-@register_model(heads=GRAPH_HEADS)
+@register_model(heads=GRAPH_HEADS, inputs="graphs")
 def gin3(**kwargs: Any) -> GIN:
     """GIN with third-order pooling: moment (rank 32) and triangle (32 channels) parts. The
     triangle part needs ``AddTriangles`` on the data; ``triangle=False`` or ``moment=False``

@@ -659,14 +659,14 @@ def _text_model(
     return MoETransformer(MoEConfig.from_kwargs(kwargs), head, num_classes, causal, drop_rate, name)
 
 
-@register_model(heads=TEXT_HEADS)
+@register_model(heads=TEXT_HEADS, inputs="text")
 def moe_lm(head: str = "lm", num_classes: int | None = None, drop_rate: float = 0.0, **kwargs: Any) -> MoETransformer:
     """Causal MoE language model (Mixtral architecture); defaults: 4 layers, hidden 256,
     8 experts of which 2 per token, byte-level vocabulary (zoo.tokenizer)."""
     return _text_model("moe_lm", True, head, num_classes, drop_rate, kwargs)
 
 
-@register_model(heads=("sequence_classification", "token_classification", "lm"))
+@register_model(heads=("sequence_classification", "token_classification", "lm"), inputs="text")
 def moe_encoder(
     head: str = "sequence_classification", num_classes: int | None = None, drop_rate: float = 0.0, **kwargs: Any
 ) -> MoETransformer:

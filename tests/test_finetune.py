@@ -18,7 +18,7 @@ from zoo.training.data import Augment, image_transforms, open_data
 from zoo.training.engine import Trainer, TrainConfig
 from zoo.training.finetune import Distillation, apply_mode, distillation_step, finetune, layer_decay_scale, parameter_levels
 from zoo import cli
-from zoo.errors import CheckpointError, InvalidArgumentError
+from zoo.errors import CheckpointError, DataError, InvalidArgumentError
 
 FAMILIES = ("resnet20", "densenet_bc_40", "mobilenet_v2_cifar")
 QUIET = dict(progress=False, tensorboard=False, plot=False)
@@ -399,3 +399,27 @@ def test_a_saved_gray_model_adapts_to_colour_data(tmp_path: Path) -> None:
     second = finetune(str(tmp_path / "a"), colour, tmp_path / "b", config=TrainConfig(max_steps=1, batch_size=4, **QUIET),
                       post_training=False)
     assert second.model.in_chans == 3 and len(second.model.pretrained_cfg["preprocess"]["mean"]) == 3
+
+
+@pytest.mark.parametrize("name,data", [("dbn.digits", "images"), ("gin3.fmnist", "images"), ("moe_lm.stdlib", "images"),
+                                       ("resnet20.fmnist", "text")])
+def test_data_a_model_cannot_read_is_refused_before_training(tmp_path: Path, name: str, data: str) -> None:
+    path = write_image_folder(tmp_path / "images") if data == "images" else write_text_file(tmp_path / "t.csv")
+    with pytest.raises(DataError, match=f"{name} reads .* but .* holds {data}: fine-tune a model that reads {data}"):
+        finetune(name, path, tmp_path / "out", config=TrainConfig(max_steps=1, **QUIET))
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name,head,num_classes", [("moe_lm.stdlib", "sequence_classification", 3),
+                                                   ("moe_lm.stdlib", "token_classification", 5),
+                                                   ("gin3.fmnist", "node_classification", 4),
+                                                   ("gin3.triangles_er", "graph_classification", 2)])
+def test_weights_load_under_another_head(name: str, head: str, num_classes: int) -> None:
+    own = zoo.load(name)
+    model = zoo.load(name, head=head, num_classes=num_classes)
+    assert model.head == head and model.num_classes == num_classes
+    heads = {name for m in (own, model) for name, module in m.named_modules() if module is m.get_classifier()}
+    body = {k: v for k, v in own.state_dict().items() if k in model.state_dict() and k.rsplit(".", 1)[0] not in heads}
+    assert body and all(torch.equal(model.state_dict()[k], v) for k, v in body.items())
+    with pytest.raises(zoo.ZooError, match="needs num_classes=N"):
+        zoo.load(name, head=head)

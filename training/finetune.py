@@ -41,11 +41,23 @@ from zoo.training.steps import DistillationStep, StepFn, split_batch
 from zoo.files import write_bytes_atomic
 from zoo import registry
 from zoo.api import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE
-from zoo.errors import InvalidArgumentError
+from zoo.errors import DataError, InvalidArgumentError
 from zoo.training.checkpoint import LAST_CHECKPOINT
 
 MODES = ("linear-probe", "partial", "full")
 _DATA_HEADS = {"text": "sequence_classification", "graphs": "graph_classification"}  # for multi-head models
+_FITTING_EXAMPLE = {"images": "resnet20.fmnist", "text": "moe_encoder", "graphs": "gin3", "vectors": "dbn.digits"}
+
+
+def _check_fits(name: str, arch: str, data: DataSource) -> None:
+    """Refuse, before anything is built, data of a kind the architecture does not read."""
+    holds = data.kind if data.kind != "tensors" else "images" if data.image_size else "vectors"
+    reads = registry.input_kind(arch)
+    if reads != holds:
+        raise DataError(
+            f"{name} reads {reads}, but {data.description} holds {holds}: fine-tune a model that reads "
+            f"{holds}, e.g. {_FITTING_EXAMPLE[holds]}"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,6 +237,7 @@ def load_for_data(
     path = Path(name)
     if (path / CONFIG_FILE).is_file():
         saved = json.loads((path / CONFIG_FILE).read_text())
+        _check_fits(name, saved["architecture"], data)
         if pretrained:
             if model_kwargs:
                 raise ValueError(f"{path} is a saved model with fixed options; drop model_kwargs {dict(model_kwargs)}")
@@ -241,6 +254,7 @@ def load_for_data(
     head = _DATA_HEADS.get(data.kind)
     if head is not None and head in registry.supported_heads(arch):
         kwargs.setdefault("head", head)
+    _check_fits(name, arch, data)
     if "." not in name:
         if pretrained:
             tags = [w.name for w in registry.weights_for(arch)]

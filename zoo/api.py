@@ -100,8 +100,8 @@ def _load_registered(
 ) -> nn.Module:
     arch, entry = registry.resolve(name)
     heads = registry.supported_heads(arch)
-    entry_head = entry.model_kwargs.get("head") if entry is not None and pretrained else None
-    head = head or entry_head or heads[0]
+    entry_head = entry.model_kwargs.get("head", heads[0]) if entry is not None and pretrained else None
+    head = head or model_kwargs.pop("head", None) or entry_head or heads[0]
     if head not in heads:
         raise ValueError(f"{arch} has no head {head!r}; choose one of: {', '.join(heads)}")
     if "." in name and not pretrained and weights is None:
@@ -130,7 +130,17 @@ def _load_registered(
         model = _build(builder, kwargs, arch)
     else:
         state_dict = _read_weights(entry, weights)
-        model = _build_with_state_dict(builder, kwargs, state_dict, num_classes)
+        new_head = entry_head is not None and head != entry_head and weights is None
+        if new_head:  # the body of the weights under another head: their own head is left out
+            if num_classes is None:
+                raise InvalidArgumentError(f"{name} under head={head!r} needs num_classes=N for its new head")
+            kwargs["num_classes"] = num_classes
+            with torch.device("meta"):  # what only the weights' own head uses (its classifier, a pooling)
+                own = _build(builder, {**kwargs, "head": entry_head, "num_classes": entry.num_classes}, arch)
+                target = _build(builder, kwargs, arch)
+            dropped = _classifier_keys(own) | (own.state_dict().keys() - target.state_dict().keys())
+            state_dict = {k: v for k, v in state_dict.items() if k not in dropped}
+        model = _build_with_state_dict(builder, kwargs, state_dict, num_classes, fresh_head=new_head)
         source = str(weights) if weights is not None else entry.name
         cfg |= {"weights": source}
         if entry is not None:
@@ -202,12 +212,17 @@ def _classifier_keys(model: nn.Module) -> set[str]:
 
 
 def _build_with_state_dict(
-    builder: Callable[..., nn.Module], kwargs: dict[str, Any], state_dict: StateDict, num_classes: int | None
+    builder: Callable[..., nn.Module],
+    kwargs: dict[str, Any],
+    state_dict: StateDict,
+    num_classes: int | None,
+    fresh_head: bool = False,
 ) -> nn.Module:
     """Build on the meta device (no wasted random init) and take the tensors of ``state_dict``.
 
     A checkpoint whose classifier differs in size loads its body when the caller asked for
-    ``num_classes``: the head is then replaced by a fresh one anyway.
+    ``num_classes``: the head is then replaced by a fresh one anyway; ``fresh_head`` does the
+    same for a state dict that has no head for this model (another head's weights).
     """
     with torch.device("meta"):
         model = _build(builder, kwargs, builder.__name__)
@@ -226,7 +241,7 @@ def _build_with_state_dict(
         k for k in expected.keys() & state_dict.keys() if expected[k].shape != state_dict[k].shape
     )
     head_keys = _classifier_keys(model)
-    if num_classes is not None and mismatched and set(mismatched) <= head_keys:
+    if fresh_head or (num_classes is not None and mismatched and set(mismatched) <= head_keys):
         model.reset_classifier(num_classes)
         state_dict = {k: v for k, v in state_dict.items() if k not in head_keys}
         missing, mismatched = sorted(set(missing) - head_keys), []

@@ -15,6 +15,7 @@ from typing import Any
 
 from zoo.architectures import model_builders as _model_builders
 from zoo.architectures import model_heads as _model_heads
+from zoo.architectures import model_inputs as _model_inputs
 from zoo.architectures import register_model
 from zoo.architectures._registry import ModelBuilder
 from zoo.errors import UnknownModelError
@@ -143,6 +144,12 @@ def get_builder(arch: str) -> ModelBuilder:
     if arch not in _model_builders:
         raise _unknown("model", arch, [*_model_builders, *_weights])
     return _model_builders[arch]
+
+
+def input_kind(arch: str) -> str:
+    """What the architecture reads: "images", "text", "graphs" or "vectors"."""
+    get_builder(arch)
+    return _model_inputs[arch]
 
 
 def supported_heads(arch: str) -> tuple[str, ...]:
