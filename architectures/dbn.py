@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from ._registry import register_model
 
@@ -416,6 +417,7 @@ class DBN(LinearClassifier, nn.Module):
         self.name = name
         self.sizes = sizes
         self.pretrained_cfg: dict[str, Any] = {}
+        self.grad_checkpointing = False
         first = RBM(sizes[0], sizes[1])
         if visible == "gaussian":
             first = GaussianRBM(sizes[0], sizes[1], learn_std=learn_std)
@@ -424,11 +426,17 @@ class DBN(LinearClassifier, nn.Module):
         self.drop = nn.Dropout(drop_rate)
         self.reset_classifier(num_classes)
 
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Recompute each RBM layer in the backward pass of fine-tuning instead of storing its
+        activations (training only); gradients are unchanged."""
+        self.grad_checkpointing = enable
+
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The top hidden layer's probabilities, (N, num_features): each RBM's P(h=1|v) feeds the next."""
         x = check_visible_input(x, self.sizes[0], self.name)
+        use_checkpoint = self.grad_checkpointing and self.training and torch.is_grad_enabled()
         for rbm in self.rbms:
-            x = rbm(x)
+            x = checkpoint(rbm, x, use_reentrant=False) if use_checkpoint else rbm(x)
         return x
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
