@@ -3,10 +3,11 @@ each of its heads, read from the registry: an architecture is tested the day it 
 
 Each case builds its model once (a module-scoped fixture: pytest runs a case's tests together,
 then drops the model), small where its family has size options (`_small_kwargs`, a rule on
-the builder's signature and class, never a list of names), and makes the input from what the
-model says about itself (`_make_input`: image channels and strides, vocabulary, graph
-features, visible units). The classifier resets run on a deep copy; the training steps run on
-the model itself, whose buffers and modes are put back. The file runs on one thread.
+the registry entry, never a list of names), and makes its input from what the architecture
+registered that it reads and what the model says about itself (`_make_input`: image channels
+and strides, vocabulary, graph features, visible units). The classifier resets run on a deep
+copy; the training steps run on the model itself, whose buffers and modes are put back. The
+file runs on one thread.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.utils import erdos_renyi_graph
 
 import zoo
-from zoo.architectures.graph import GRAPH_HEADS, AddTriangles
+from zoo.architectures.graph import AddTriangles
 from zoo.architectures.resnet import ResNet
 
 BATCH = 2  # images, sequences, visible vectors; the graph batch has 3 graphs
@@ -47,7 +48,7 @@ class Case:
     arch: str
     head: str
     model: nn.Module  # as built, in eval mode; a test that changes it restores it or works on a copy
-    kind: str  # "image", "tokens", "graph" or "vectors": the input family (see _make_input)
+    kind: str  # what it reads: "images", "text", "graphs" or "vectors" (zoo.registry.input_kind)
     x: Any
     rows: tuple[int, ...]  # the leading dimensions of every output: (N,), (N, L) or (num_nodes,)
     _memo: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -73,23 +74,24 @@ def _model_class(arch: str) -> type | None:
     return cls if isinstance(cls, type) else None
 
 
-def _small_kwargs(arch: str, head: str) -> dict[str, Any]:
-    """Size options that keep a family fast, chosen by a rule on the builder (its signature
-    and the class it returns), never by name: the MoE transformers (forward takes
-    ``return_aux``) get 2 layers of width 32 with 4 experts, top-2, so the routed path runs;
-    the DBN (a builder taking ``sizes``) 3 small layers; the GINs (graph heads) 2 layers of 16
-    channels; the ImageNet-width ResNets a quarter of their stage widths (``stage_channels``:
-    the same blocks, depths, strides and feature levels: their time here goes into
-    weight-sized work, not into the input's size, and at full width resnet152 and
-    wide_resnet50_2 alone took about 10 s of the file's time). The other CNNs are built as
-    they are, densenet201 included."""
+def _small_kwargs(arch: str) -> dict[str, Any]:
+    """Size options that keep a family fast, chosen by a rule on the registry entry (what it
+    reads, its builder's signature and the class it returns), never by name: the MoE
+    transformers (forward takes ``return_aux``) get 2 layers of width 32 with 4 experts, top-2,
+    so the routed path runs; the DBN (reads vectors, builder takes ``sizes``) 3 small layers;
+    the GINs (read graphs) 2 layers of 16 channels; the ImageNet-width ResNets a quarter of
+    their stage widths (``stage_channels``: the same blocks, depths, strides and feature
+    levels; their time here goes into weight-sized work, not into the input's size, and at full
+    width resnet152 and wide_resnet50_2 alone took about 10 s of the file's time). The other
+    CNNs are built as they are, densenet201 included."""
     cls = _model_class(arch)
     if cls is not None and "return_aux" in inspect.signature(cls.forward).parameters:
         return dict(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=24,
                     num_experts=4, top_k=2)
-    if "sizes" in inspect.signature(zoo.registry.get_builder(arch)).parameters:  # DBN: layer sizes
+    kind = zoo.registry.input_kind(arch)
+    if kind == "vectors" and "sizes" in inspect.signature(zoo.registry.get_builder(arch)).parameters:
         return dict(sizes=(36, 24, 16))
-    if head in GRAPH_HEADS:
+    if kind == "graphs":
         return dict(hidden_channels=16, num_layers=2)
     if cls is not None and issubclass(cls, ResNet):
         with torch.device("meta"):  # no weights: only its stage widths are read
@@ -101,19 +103,13 @@ def _small_kwargs(arch: str, head: str) -> dict[str, Any]:
     return {}
 
 
-def _kind(model: nn.Module, head: str) -> str:
-    """The input family of a model, from what it says about itself."""
-    if hasattr(model, "feature_info"):
-        return "image"  # vision models: (N, in_chans, H, W)
-    if head in GRAPH_HEADS:
-        return "graph"  # a torch_geometric Batch
-    if hasattr(getattr(model, "config", None), "vocab_size") and hasattr(model, "embed_tokens"):
-        return "tokens"  # token ids (N, L)
-    if isinstance(getattr(model, "sizes", None), tuple):
-        return "vectors"  # DBN: visible vectors (N, sizes[0]) in [0, 1]
-    raise AssertionError(
-        f"{type(model).__name__} fits no input family of this test; teach _kind and _make_input its input"
-    )
+def _kind(arch: str, model: nn.Module) -> str:
+    """What the architecture reads, as it registered it (``register_model(inputs=...)``)."""
+    kind = zoo.registry.input_kind(arch)
+    if kind == "images":  # vision models have feature levels, which say the strides
+        assert hasattr(model, "feature_info") and hasattr(model, "in_chans"), f"{arch} reads images"
+    assert kind in ("images", "text", "graphs", "vectors"), f"{arch} reads {kind!r}: teach _make_input it"
+    return kind
 
 
 def _image_size(model: nn.Module) -> tuple[int, int]:
@@ -136,24 +132,20 @@ def _graph_batch(in_channels: int, extra_channels: int = 0) -> Batch:
 
 
 def _make_input(model: nn.Module, kind: str) -> Any:
-    if kind == "image":
+    if kind == "images":
         return torch.randn(BATCH, model.in_chans, *_image_size(model))
-    if kind == "tokens":
+    if kind == "text":  # token ids (N, L)
         return torch.randint(0, model.config.vocab_size, (BATCH, SEQ_LEN))
-    if kind == "graph":
+    if kind == "graphs":  # a torch_geometric Batch with the triangles gin3 reads
         return _graph_batch(model.in_channels)
-    if kind == "vectors":
-        return torch.rand(BATCH, model.sizes[0])
-    raise AssertionError(kind)
+    return torch.rand(BATCH, model.sizes[0])  # vectors: the DBN's visible units, in [0, 1]
 
 
 def _wrong_input(case: Case) -> Any:
     """An input of the wrong shape for the model."""
-    if case.kind == "image":
+    if case.kind in ("images", "text"):
         return case.x[0]  # no batch dimension
-    if case.kind == "tokens":
-        return case.x[0]  # no batch dimension
-    if case.kind == "graph":
+    if case.kind == "graphs":
         return _graph_batch(case.model.in_channels, extra_channels=1)  # wrong feature width
     return case.x[:, :-1]  # one visible unit short
 
@@ -163,7 +155,7 @@ def _rows(head: str, kind: str, x: Any) -> tuple[int, ...]:
         return tuple(x.shape)  # (N, L)
     if head in NODE_HEADS:
         return (x.num_nodes,)
-    if kind == "graph":
+    if kind == "graphs":
         return (x.num_graphs,)
     return (x.shape[0],)
 
@@ -187,8 +179,8 @@ def _one_thread() -> Iterator[None]:
 def case(request: pytest.FixtureRequest) -> Case:
     arch, head = request.param
     torch.manual_seed(0)
-    model = zoo.load(arch, pretrained=False, head=head, **_small_kwargs(arch, head))
-    kind = _kind(model, head)
+    model = zoo.load(arch, pretrained=False, head=head, **_small_kwargs(arch))
+    kind = _kind(arch, model)
     x = _make_input(model, kind)
     return Case(arch, head, model, kind, x, _rows(head, kind, x))
 
@@ -316,7 +308,7 @@ def test_grad_checkpointing(case: Case) -> None:
 
 def test_feature_levels(case: Case) -> None:
     model = case.model
-    if not hasattr(model, "feature_info"):  # not a vision model: no feature levels
+    if case.kind != "images":  # feature levels are the vision models' (README)
         assert not hasattr(model, "forward_intermediates")
         return
     info = model.feature_info
