@@ -119,3 +119,26 @@ def test_zoo_home_pointing_at_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("ZOO_HOME", str(tmp_path / "f"))
     with pytest.raises(ZooError, match="is a file, not a folder"):
         zoo.load("resnet20.fmnist")
+
+
+def test_a_folder_named_like_registered_weights_does_not_shadow_them(resnet20, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from zoo.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    zoo.save(zoo.load("resnet20.fmnist", num_classes=3), "resnet20.fmnist")  # a user's --out resnet20.fmnist
+    with pytest.warns(UserWarning, match=r"using the registered weights\. Write \./resnet20\.fmnist for the folder"):
+        assert zoo.load("resnet20.fmnist").num_classes == 10
+    assert zoo.load("./resnet20.fmnist").num_classes == 3
+    assert zoo.load(tmp_path / "resnet20.fmnist").num_classes == 3
+    zoo.save(zoo.load("resnet20.fmnist", num_classes=4), "mine")
+    assert zoo.load("mine").num_classes == 4  # no entry has that name: the folder
+    with pytest.raises(WeightsNotFoundError, match="does not exist"):
+        zoo.load("./nothing")
+    image = tmp_path / "x.png"
+    Image.new("L", (28, 28)).save(image)
+    assert main(["predict", "./resnet20.fmnist", str(image), "--topk", "3"]) == 0
+    assert main(["predict", "resnet20.fmnist", str(image), "--topk", "3"]) == 0
+    folder_run, registered_run = capsys.readouterr().out.split(str(image))[1:]
+    names = zoo.registry.load_categories("fashion-mnist")
+    assert not any(n in folder_run for n in names) and any(n in registered_run for n in names)

@@ -40,7 +40,7 @@ from zoo.training.engine import SCHEDULERS, Trainer, TrainConfig
 from zoo.training.steps import DistillationStep, StepFn, split_batch
 from zoo.files import write_bytes_atomic
 from zoo import registry
-from zoo.api import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE
+from zoo.api import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, saved_folder
 from zoo.errors import DataError, InvalidArgumentError
 from zoo.training.checkpoint import LAST_CHECKPOINT
 
@@ -234,8 +234,8 @@ def load_for_data(
         raise ValueError(
             f"{data.description} has no labels; fine-tuning a classifier needs them (use Trainer with a custom step)"
         )
-    path = Path(name)
-    if (path / CONFIG_FILE).is_file():
+    path = saved_folder(name)
+    if path is not None:
         saved = json.loads((path / CONFIG_FILE).read_text())
         _check_fits(name, saved["architecture"], data)
         if pretrained:

@@ -24,7 +24,7 @@ from zoo.training.finetune import FinetuneResult, add_arguments, run
 from zoo.files import write_json
 from zoo.training.report import plot_curves
 from zoo import registry
-from zoo.api import CONFIG_FILE
+from zoo.api import saved_folder
 
 CURVES = ("train_loss", "val_loss", "train_acc", "val_acc")
 
@@ -33,7 +33,7 @@ def compare(args: argparse.Namespace, command: str | None = None) -> dict[str, A
     """Run both arms and write the comparison; returns the summary written to transfer.json."""
     if args.scratch:
         raise ValueError("transfer runs the scratch arm itself; drop --scratch")
-    if not (Path(args.name) / CONFIG_FILE).is_file():
+    if saved_folder(args.name) is None:
         arch, entry = registry.resolve(args.name)
         if entry is None or "." not in args.name:
             raise ValueError(

@@ -6,6 +6,7 @@ import json
 import os
 import urllib.parse
 import urllib.request
+import warnings
 from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
@@ -61,9 +62,9 @@ def load(
     """
     if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes <= 0):
         raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
-    path = Path(name_or_path)
-    if (path / CONFIG_FILE).is_file():
-        model = _load_saved(path, pretrained, head, weights, model_kwargs)
+    saved = saved_folder(name_or_path)
+    if saved is not None:
+        model = _load_saved(saved, pretrained, head, weights, model_kwargs)
     elif weights is not None and (Path(weights) / CONFIG_FILE).is_file():  # a Hugging Face checkpoint directory
         model = load_pretrained(str(name_or_path), weights, head=head, num_classes=num_classes, dtype=dtype, **model_kwargs)
     else:
@@ -361,6 +362,29 @@ def save(model: nn.Module, directory: str | os.PathLike) -> Path:
         if card:
             (staging / CARD_FILE).write_text(card)
     return directory
+
+
+def saved_folder(name_or_path: str | os.PathLike) -> Path | None:
+    """The folder `save` wrote that ``name_or_path`` means, or None for a registry name. A
+    string is a path when it is written as one (``./name``, ``a/b``, ``~/x``, absolute), or
+    when no architecture or weight entry has that name; a registered name that is also a
+    folder here means the registry, with a warning saying how to name the folder."""
+    path = Path(name_or_path).expanduser()
+    written_as_path = not isinstance(name_or_path, str) or os.sep in name_or_path or "/" in name_or_path \
+        or name_or_path.startswith(("~", "."))
+    is_folder = (path / CONFIG_FILE).is_file()
+    if written_as_path:
+        if path.is_dir() and not is_folder:
+            raise WeightsNotFoundError(f"{path} has no {CONFIG_FILE}: it is not a folder written by zoo.save")
+        if not path.exists():
+            raise WeightsNotFoundError(f"{path} does not exist (a folder written by zoo.save was expected)")
+        return path
+    if not registry.is_registered(name_or_path):
+        return path if is_folder else None
+    if is_folder:
+        warnings.warn(f"{name_or_path!r} names registered weights and also a folder here; using the registered "
+                      f"weights. Write ./{name_or_path} for the folder.", stacklevel=3)
+    return None
 
 
 def _load_saved(

@@ -187,6 +187,12 @@ def resolve(name: str) -> tuple[str, WeightInfo | None]:
     return arch, _weights[name]
 
 
+def is_registered(name: str) -> bool:
+    """Whether ``name`` is an architecture or a weight entry (``arch`` or ``arch.tag``)."""
+    _ensure_loaded()
+    return name in _model_builders or name in _weights
+
+
 def weight_info(name: str) -> WeightInfo:
     """The weight entry of ``arch.tag``, or of an architecture's default weights."""
     arch, info = resolve(name)
