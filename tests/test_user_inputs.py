@@ -3,6 +3,7 @@ folders with extra arguments, colour or RGBA images for gray weights, odd image 
 read-only cache. Each case either works or raises one of zoo's errors naming the argument or file."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -142,3 +143,23 @@ def test_a_folder_named_like_registered_weights_does_not_shadow_them(resnet20, t
     folder_run, registered_run = capsys.readouterr().out.split(str(image))[1:]
     names = zoo.registry.load_categories("fashion-mnist")
     assert not any(n in folder_run for n in names) and any(n in registered_run for n in names)
+
+
+@pytest.mark.parametrize("damage,message", [
+    ("truncate weights", r"model\.safetensors is not a readable safetensors file"),
+    ("malformed config", r"config\.json is not readable JSON"),
+    ("config without architecture", r"config\.json lacks architecture"),
+])
+def test_a_damaged_saved_folder_names_its_file(resnet20, tmp_path: Path, damage: str, message: str) -> None:
+    folder = zoo.save(resnet20, tmp_path / "saved")
+    if damage == "truncate weights":
+        data = (folder / "model.safetensors").read_bytes()
+        (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
+    elif damage == "malformed config":
+        (folder / "config.json").write_text("{not json")
+    else:
+        config = json.loads((folder / "config.json").read_text())
+        del config["architecture"]
+        (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ZooError, match=message):
+        zoo.load(folder)

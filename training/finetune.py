@@ -40,7 +40,7 @@ from zoo.training.engine import SCHEDULERS, Trainer, TrainConfig
 from zoo.training.steps import DistillationStep, StepFn, split_batch
 from zoo.files import write_bytes_atomic
 from zoo import registry
-from zoo.api import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, saved_folder
+from zoo.api import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, read_saved_config, saved_folder
 from zoo.errors import DataError, InvalidArgumentError
 from zoo.training.checkpoint import LAST_CHECKPOINT
 
@@ -236,7 +236,7 @@ def load_for_data(
         )
     path = saved_folder(name)
     if path is not None:
-        saved = json.loads((path / CONFIG_FILE).read_text())
+        saved = read_saved_config(path)
         _check_fits(name, saved["architecture"], data)
         if pretrained:
             if model_kwargs:

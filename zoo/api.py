@@ -22,7 +22,7 @@ from torchvision.transforms import InterpolationMode, v2
 from zoo import hub, registry
 from zoo.architectures.features import FeatureExtractor
 from zoo.convert import StateDict, adapt_input_conv, convert_state_dict
-from zoo.errors import InvalidArgumentError, WeightsMismatchError, WeightsNotFoundError
+from zoo.errors import InvalidArgumentError, WeightsError, WeightsMismatchError, WeightsNotFoundError
 from zoo.files import atomic_files
 from zoo.hf import load_pretrained
 from zoo.registry import WeightInfo
@@ -393,7 +393,7 @@ def _load_saved(
     """The model `save` wrote to ``directory``; ``model_kwargs`` override its options (``in_chans``
     adapts the first convolution as for registered weights), ``pretrained=False`` keeps the
     architecture only. ``weights`` and another ``head`` do not apply and are refused by name."""
-    config = json.loads((directory / CONFIG_FILE).read_text())
+    config = read_saved_config(directory)
     if weights is not None:
         raise InvalidArgumentError(
             f"weights={str(weights)!r} does not apply to the saved folder {directory}: its weights are "
@@ -428,6 +428,23 @@ def _load_saved(
     if model_kwargs:
         model.pretrained_cfg["model_kwargs"] = {k: v for k, v in kwargs.items() if k not in ("num_classes", "head")}
     return model
+
+
+_SAVED_KEYS = {"architecture": str, "head": str, "model_kwargs": dict, "num_classes": int}
+
+
+def read_saved_config(directory: Path) -> dict[str, Any]:
+    """The ``config.json`` of a folder `save` wrote, checked: an error names the file and what is wrong."""
+    path = directory / CONFIG_FILE
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise WeightsError(f"{path} is not readable JSON ({error}); save the model again with zoo.save") from None
+    missing = [key for key, kind in _SAVED_KEYS.items() if not isinstance(config.get(key) if isinstance(config, dict) else None, kind)]
+    if missing:
+        raise WeightsError(f"{path} lacks {', '.join(missing)} (or has the wrong type): it was not written by "
+                           "zoo.save, or was edited; save the model again with zoo.save")
+    return config
 
 
 def _build(builder: Callable[..., nn.Module], kwargs: dict[str, Any], arch: str) -> nn.Module:

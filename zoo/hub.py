@@ -251,7 +251,13 @@ def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
     if not path.is_file():
         raise WeightsNotFoundError(f"Cannot load weights from {path}: the file does not exist.")
     if path.suffix == ".safetensors":
-        return unwrap_state_dict(load_file(path, device="cpu"))
+        try:
+            return unwrap_state_dict(load_file(path, device="cpu"))
+        except SafetensorError as err:
+            raise WeightsError(
+                f"{path} is not a readable safetensors file ({err}): it is truncated or corrupt. "
+                "Delete it and fetch or save it again"
+            ) from None
     try:
         obj = torch.load(path, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as err:
