@@ -218,7 +218,7 @@ class DenseNet(LinearClassifier, nn.Module):
         return self.forward_head(self.forward_features(x))
 
 
-_SMALL = dict(stem="cifar", num_classes=10)
+_CIFAR_DEFAULTS = dict(stem="cifar", num_classes=10)
 
 
 @register_model
@@ -249,16 +249,16 @@ def densenet201(**kwargs: Any) -> DenseNet:
 def densenet_bc_100(**kwargs: Any) -> DenseNet:
     """CIFAR DenseNet-BC, depth 100, growth 12 (Huang et al., 2017, table 2): 3 blocks of
     16 bottleneck layers, 0.8M params."""
-    return DenseNet(12, (16, 16, 16), 24, name="densenet_bc_100", **{**_SMALL, **kwargs})
+    return DenseNet(12, (16, 16, 16), 24, name="densenet_bc_100", **{**_CIFAR_DEFAULTS, **kwargs})
 
 
 @register_model
 def densenet_bc_40(**kwargs: Any) -> DenseNet:
     """CIFAR DenseNet-BC, depth 40, growth 12: 3 blocks of 6 bottleneck layers, 0.19M params."""
-    return DenseNet(12, (6, 6, 6), 24, name="densenet_bc_40", **{**_SMALL, **kwargs})
+    return DenseNet(12, (6, 6, 6), 24, name="densenet_bc_40", **{**_CIFAR_DEFAULTS, **kwargs})
 
 
 @register_model
 def sedensenet_bc_100(**kwargs: Any) -> DenseNet:
     """CIFAR DenseNet-BC-100 with a squeeze-excite gate (reduction 16) at the end of each dense block."""
-    return DenseNet(12, (16, 16, 16), 24, se_ratio=1 / 16, name="sedensenet_bc_100", **{**_SMALL, **kwargs})
+    return DenseNet(12, (16, 16, 16), 24, se_ratio=1 / 16, name="sedensenet_bc_100", **{**_CIFAR_DEFAULTS, **kwargs})

@@ -249,7 +249,7 @@ class ResNet(LinearClassifier, nn.Module):
         return self.forward_head(self.forward_features(x))
 
 
-_SMALL = dict(stem="cifar", stage_channels=(16, 32, 64), num_classes=10)
+_CIFAR_DEFAULTS = dict(stem="cifar", stage_channels=(16, 32, 64), num_classes=10)
 
 
 @register_model
@@ -303,16 +303,16 @@ def seresnet50(**kwargs: Any) -> ResNet:
 @register_model
 def resnet20(**kwargs: Any) -> ResNet:
     """CIFAR ResNet-20 (He et al., 2016, sec. 4.2): 3 stages of 3 basic blocks, 0.27M params."""
-    return ResNet(BasicBlock, (3, 3, 3), name="resnet20", **{**_SMALL, **kwargs})
+    return ResNet(BasicBlock, (3, 3, 3), name="resnet20", **{**_CIFAR_DEFAULTS, **kwargs})
 
 
 @register_model
 def resnet56(**kwargs: Any) -> ResNet:
     """CIFAR ResNet-56 (He et al., 2016, sec. 4.2): 3 stages of 9 basic blocks, 0.85M params."""
-    return ResNet(BasicBlock, (9, 9, 9), name="resnet56", **{**_SMALL, **kwargs})
+    return ResNet(BasicBlock, (9, 9, 9), name="resnet56", **{**_CIFAR_DEFAULTS, **kwargs})
 
 
 @register_model
 def seresnet20(**kwargs: Any) -> ResNet:
     """CIFAR ResNet-20 with squeeze-excite (reduction 16, at least 8 channels as in timm)."""
-    return ResNet(BasicBlock, (3, 3, 3), se_ratio=1 / 16, name="seresnet20", **{**_SMALL, **kwargs})
+    return ResNet(BasicBlock, (3, 3, 3), se_ratio=1 / 16, name="seresnet20", **{**_CIFAR_DEFAULTS, **kwargs})
