@@ -228,6 +228,10 @@ def _build_with_state_dict(
     with torch.device("meta"):
         model = _build(builder, kwargs, builder.__name__)
     expected = model.state_dict()
+    tied = _tied_parameters(model)
+    for alias, canonical in tied.items():  # safetensors stores a shared tensor once
+        if alias not in state_dict and canonical in state_dict:
+            state_dict = {**state_dict, alias: state_dict[canonical]}
     first_conv = f"{getattr(model, 'first_conv', '')}.weight"
     if first_conv in expected and first_conv in state_dict:
         in_chans = expected[first_conv].shape[1]
@@ -254,10 +258,25 @@ def _build_with_state_dict(
         for k, v in state_dict.items()
     }
     model.load_state_dict(state_dict, strict=False, assign=True)
+    for alias, canonical in tied.items():  # assign=True made two parameters of one: share it again
+        owner, _, attr = alias.rpartition(".")
+        setattr(model.get_submodule(owner), attr, model.get_parameter(canonical))
     meta = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if meta:
         raise WeightsMismatchError(f"weights leave these tensors uninitialised: {', '.join(meta[:10])}")
     return model
+
+
+def _tied_parameters(model: nn.Module) -> dict[str, str]:
+    """Parameter names that share one tensor with an earlier name (tied embeddings): alias -> first name."""
+    first: dict[int, str] = {}
+    tied = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if id(param) in first:
+            tied[name] = first[id(param)]
+        else:
+            first[id(param)] = name
+    return tied
 
 
 def _mismatch_message(
