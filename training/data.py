@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import itertools
 import json
+import math
 import os
+import re
 import sysconfig
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -20,10 +24,11 @@ import torch
 import torch.nn as nn
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
-from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
+from torchvision.datasets.folder import IMG_EXTENSIONS
 from torchvision.transforms import InterpolationMode, v2
 
 from zoo.api import ConvertChannels, build_transforms
+from zoo.errors import DataError
 from zoo.tokenizer import ByteTokenizer
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")  # Debian package dataset-fashion-mnist
@@ -187,7 +192,8 @@ def _output_size(preprocess: dict[str, Any], image_size: tuple[int, int]) -> tup
 class DataSource:
     """A labelled (or, for tensors, unlabelled) dataset on disk, described before any model
     is built: what the model must fit (classes, channels, image size) and how to batch it.
-    `split` turns it into training and validation datasets."""
+    `split` turns it into training and validation datasets; ``class_counts`` (samples per
+    class name, in class order) and `describe_classes` are there for the caller to show."""
 
     kind: Literal["images", "tensors", "text", "graphs"]
     description: str
@@ -198,6 +204,15 @@ class DataSource:
     in_chans: int | None = None  # image channels, or node features of graphs
     image_size: tuple[int, int] | None = None
     collate_fn: Callable[[list[Any]], Any] | None = None
+    class_counts: dict[str, int] | None = None  # samples of each class, in class_names order
+    labels: Sequence[int] | torch.Tensor | None = None  # each sample's class index, in file order
+
+    def describe_classes(self) -> str:
+        """One line for the caller to print before training, e.g. ``3 classes: ant (6), bee (6), cow (5)``."""
+        if self.class_counts is None:
+            return "unlabelled" if self.num_classes is None else f"{self.num_classes} classes"
+        counts = ", ".join(f"{name} ({count})" for name, count in self.class_counts.items())
+        return f"{len(self.class_counts)} classes: {counts}"
 
     def split(
         self,
@@ -208,7 +223,12 @@ class DataSource:
         limit: int | None = None,
     ) -> tuple[Dataset, Dataset | None]:
         """Training and validation datasets from one fixed-seed shuffle of the samples (the
-        same seed gives the same split); ``limit`` keeps that many training samples."""
+        same seed gives the same split); ``limit`` keeps that many training samples.
+
+        The hold-out is drawn from all samples, not per class: a class with fewer samples
+        than `samples_needed` (val_fraction) gets a warning (its validation accuracy rests on
+        very few samples), and a class whose every sample lands in validation is refused
+        with `DataError` (nothing of it would be trained on)."""
         if not 0.0 <= val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
         order = torch.randperm(self.num_samples, generator=torch.Generator().manual_seed(seed)).tolist()
@@ -216,25 +236,105 @@ class DataSource:
         if val_fraction > 0 and num_val == 0:
             num_val = 1
         val_indices, train_indices = order[:num_val], order[num_val:]
+        if val_indices and train_indices:
+            self._check_hold_out(train_indices, val_fraction, seed)
         if limit is not None:
             if limit <= 0:
                 raise ValueError(f"limit must be a positive number of samples, got {limit}")
             train_indices = train_indices[:limit]
         if not train_indices:
-            raise ValueError(f"{self.description}: no training samples left after holding out {num_val} for validation")
+            raise DataError(
+                f"{self.description}: no training samples left after holding out {num_val} for validation; "
+                "add samples or lower --val-fraction"
+            )
         train = self.make_subset(train_indices, train_transform)
         val = self.make_subset(val_indices, eval_transform) if val_indices else None
         return train, val
+
+    def _check_hold_out(self, train_indices: list[int], val_fraction: float, seed: int) -> None:
+        """Refuse classes the hold-out leaves without training samples; warn about classes
+        too small for the hold-out to hold one of them on average."""
+        if self.labels is None or not self.class_names:
+            return
+        labels = torch.as_tensor(self.labels, dtype=torch.long)
+        num_classes = len(self.class_names)
+        total = torch.bincount(labels, minlength=num_classes).tolist()
+        train = torch.bincount(labels[torch.tensor(train_indices)], minlength=num_classes).tolist()
+        need = samples_needed(val_fraction)
+        held = f"the validation hold-out (val_fraction {val_fraction}, seed {seed})"
+        starved = [c for c in range(num_classes) if total[c] and not train[c]]
+        if starved:
+            listed = ", ".join(f"{self.class_names[c]!r} ({_plural(total[c], 'sample')})" for c in starved)
+            raise DataError(
+                f"{self.description}: {held} takes every sample of {'class' if len(starved) == 1 else 'classes'} "
+                f"{listed}, leaving none to train on; "
+                f"at val_fraction {val_fraction} each class needs at least {need} samples: add samples of "
+                f"that class, lower --val-fraction, or pass separate validation data (--val-data)"
+            )
+        few = [c for c in range(num_classes) if 0 < total[c] < need]
+        if few:
+            listed = ", ".join(
+                f"{self.class_names[c]!r} ({_plural(total[c], 'sample')}, {total[c] - train[c]} in validation)"
+                for c in few
+            )
+            subject = f"class {listed} has" if len(few) == 1 else f"classes {listed} have"
+            warnings.warn(
+                f"{self.description}: {subject} fewer than the {need} samples that {held} needs to hold out one "
+                "of each class on average: their validation accuracy rests on very few samples",
+                stacklevel=3,
+            )
 
     def full(self, transform: Callable[[Any], Any] | None = None) -> Dataset:
         """Every sample, in file order (e.g. a separate validation set)."""
         return self.make_subset(range(self.num_samples), transform)
 
 
+def samples_needed(val_fraction: float) -> int:
+    """Samples a class needs so that a random hold-out of ``val_fraction`` puts one of them in
+    validation and leaves one for training, on average (10 at 0.1, 4 at 0.25, 2 at 0.5)."""
+    if val_fraction <= 0:
+        return 1
+    return max(2, math.ceil(round(1 / val_fraction, 9)), math.ceil(round(1 / (1 - val_fraction), 9)))
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}{'es' if noun.endswith('s') else 's'}"
+
+
+def _class_counts(labels: torch.Tensor, class_names: list[str]) -> dict[str, int]:
+    counts = torch.bincount(labels, minlength=len(class_names)).tolist()
+    return dict(zip(class_names, counts))
+
+
+def _check_classes(where: str, counts: dict[str, int], how_to_add: str, labels_hint: str = "") -> None:
+    """At least two classes with samples (a classifier of one class learns nothing); a warning
+    for declared classes without any."""
+    present = [name for name, count in counts.items() if count]
+    if len(present) < 2:
+        named = f" ({present[0]!r})" if present else ""
+        raise DataError(
+            f"{where} has {_plural(len(present), 'class')}{named}: a classifier needs at least 2; {how_to_add}"
+        )
+    empty = [name for name, count in counts.items() if not count]
+    if empty:
+        warnings.warn(
+            f"{where}: {_plural(len(empty), 'class')} without samples ({', '.join(map(repr, empty[:10]))}"
+            f"{', ...' if len(empty) > 10 else ''}); the model still gets an output for each{labels_hint}",
+            stacklevel=4,
+        )
+
+
+MAX_CLASS_INDEX = 100_000  # integer labels above this are ids, not class indices
+
+
 def open_data(source: str | os.PathLike | Dataset, *, max_length: int = 512) -> DataSource:
     """Describe a dataset: an image folder (torchvision ImageFolder layout: one sub-folder per
     class), a ``.csv``/``.jsonl`` of ``text,label`` rows, a tensor file (``.pt``, ``.npz``,
-    ``.npy``), a PyG dataset object, or ``"fashion-mnist"`` (the offline copy)."""
+    ``.npy``), a PyG dataset object, or ``"fashion-mnist"`` (the offline copy).
+
+    Data that cannot be used as it is (malformed rows, wrong keys, fewer than two classes,
+    unreadable images, ...) raises `zoo.errors.DataError` naming the file, the line for
+    text files, and the fix."""
     if _is_pyg_dataset(source):
         return _graph_source(source)
     if isinstance(source, Dataset):
@@ -258,7 +358,7 @@ def open_data(source: str | os.PathLike | Dataset, *, max_length: int = 512) -> 
         return _text_source(path, max_length)
     if suffix in (".pt", ".pth", ".npz", ".npy"):
         return _tensor_file_source(path)
-    raise ValueError(f"{path}: unknown data format {suffix!r}; use a folder of images, .csv, .jsonl, .pt, .npz or .npy")
+    raise DataError(f"{path}: unknown data format {suffix!r}; use a folder of images, .csv, .jsonl, .pt, .npz or .npy")
 
 
 def _is_pyg_dataset(source: object) -> bool:
@@ -271,8 +371,20 @@ def _is_pyg_dataset(source: object) -> bool:
     return isinstance(source, PygDataset)
 
 
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+def _unreadable_image(path: str | Path, error: BaseException) -> DataError:
+    return DataError(
+        f"{path} is not a readable image ({_first_line(error)}); remove it from the folder or replace it"
+    )
+
+
 class _ImageFiles(Dataset):
-    """Images read from files with PIL, converted to ``mode``, then transformed."""
+    """Images read from files with PIL, converted to ``mode``, then transformed; a file PIL
+    cannot read raises `DataError` naming it."""
 
     def __init__(self, samples: list[tuple[str, int]], mode: str, transform: Callable[[Any], Any] | None) -> None:
         self.samples, self.mode, self.transform = samples, mode, transform
@@ -282,26 +394,69 @@ class _ImageFiles(Dataset):
 
     def __getitem__(self, index: int) -> tuple[Any, int]:
         path, label = self.samples[index]
-        with Image.open(path) as image:
-            image = image.convert(self.mode)
+        try:
+            with Image.open(path) as image:
+                image = image.convert(self.mode)
+        except Exception as error:  # PIL raises OSError, SyntaxError, ValueError, EOFError, ... for bad bytes
+            raise _unreadable_image(path, error) from error
         return (self.transform(image) if self.transform else image), label
 
 
-def _image_folder_source(root: Path) -> DataSource:
+def _is_image_name(name: str) -> bool:
+    return not name.startswith(".") and name.lower().endswith(IMG_EXTENSIONS)
+
+
+def _scan_image_folder(root: Path) -> tuple[list[str], list[tuple[str, int]]]:
+    """Class names (visible sub-folders, sorted) and (path, class index) samples: the image
+    files (by extension, as torchvision's ImageFolder) of each class folder and its
+    sub-folders, in torchvision's order. Hidden files and folders (``.DS_Store``,
+    ``._x.jpg``, ``.ipynb_checkpoints``) and other files (``notes.txt``) are skipped."""
+    extensions = ", ".join(IMG_EXTENSIONS)
     try:
-        classes, class_to_idx = find_classes(str(root))
-        samples = make_dataset(str(root), class_to_idx, extensions=IMG_EXTENSIONS)
-    except FileNotFoundError as error:
-        raise ValueError(
-            f"{root} is not an image folder: expected one sub-folder per class holding "
-            f"{', '.join(IMG_EXTENSIONS)} files ({error})"
-        ) from None
-    with Image.open(samples[0][0]) as first:
-        modes = {first.mode}
-        image_size = (first.height, first.width)
-    for path, _ in samples[1:16]:
-        with Image.open(path) as image:
-            modes.add(image.mode)
+        entries = sorted(os.scandir(root), key=lambda entry: entry.name)
+    except OSError as error:
+        raise DataError(f"{root}: cannot list the image folder ({_first_line(error)})") from error
+    classes = [entry.name for entry in entries if not entry.name.startswith(".") and entry.is_dir()]
+    if not classes:
+        loose = sum(entry.is_file() and _is_image_name(entry.name) for entry in entries)
+        if loose:
+            raise DataError(
+                f"{root} holds {_plural(loose, 'image')} but no class sub-folders: an image folder has one "
+                f"sub-folder per class (e.g. {root / 'cat' / '1.jpg'}); move each image into its class's folder"
+            )
+        raise DataError(
+            f"{root} holds no class folders: an image folder has one sub-folder per class, each holding "
+            f"that class's images ({extensions})"
+        )
+    samples: list[tuple[str, int]] = []
+    for index, name in enumerate(classes):
+        folder = root / name
+        walked = []
+        for directory, subfolders, files in os.walk(folder, followlinks=True):
+            subfolders[:] = [d for d in subfolders if not d.startswith(".")]
+            walked.append((directory, files))
+        found = [os.path.join(d, f) for d, files in sorted(walked) for f in sorted(files) if _is_image_name(f)]
+        if not found:
+            raise DataError(
+                f"{folder} holds no images ({extensions}): add images of class {name!r} or remove the folder"
+            )
+        samples += [(path, index) for path in found]
+    return classes, samples
+
+
+def _image_folder_source(root: Path) -> DataSource:
+    classes, samples = _scan_image_folder(root)
+    labels = torch.tensor([label for _, label in samples])
+    counts = _class_counts(labels, classes)
+    _check_classes(str(root), counts, "add a sub-folder of images for each class")
+    modes, image_size = set(), None
+    for path, _ in samples[:16]:  # the headers only; a file that fails later raises when it is read
+        try:
+            with Image.open(path) as image:
+                modes.add(image.mode)
+                image_size = image_size or (image.height, image.width)
+        except Exception as error:
+            raise _unreadable_image(path, error) from error
     in_chans = 1 if modes <= {"L", "1", "I", "I;16", "F"} else 3
     mode = "L" if in_chans == 1 else "RGB"
 
@@ -317,6 +472,8 @@ def _image_folder_source(root: Path) -> DataSource:
         make_subset=make_subset,
         in_chans=in_chans,
         image_size=image_size,
+        class_counts=counts,
+        labels=labels,
     )
 
 
@@ -337,23 +494,98 @@ class _TensorSamples(Dataset):
         return (sample, self.y[i]) if self.y is not None else sample
 
 
+_UNSIGNED = {np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.uint64)}
+
+
+def _as_tensor(value: Any, where: str, name: str) -> torch.Tensor:
+    """A numeric tensor from a tensor, a numpy array or nested lists of numbers."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "biuf":
+            raise DataError(f"{where}: {name} holds {value.dtype} values; expected numbers")
+        value = torch.from_numpy(value.astype(np.int64) if value.dtype in _UNSIGNED else value)
+    try:
+        tensor = torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise DataError(f"{where}: {name} is not a tensor of numbers ({_first_line(error)})") from error
+    if tensor.is_complex():
+        raise DataError(f"{where}: {name} holds complex numbers; expected real numbers")
+    return tensor
+
+
 def _tensor_source(
-    x: torch.Tensor, y: torch.Tensor | None, class_names: list[str] | None, description: str
+    x: Any,
+    y: Any,
+    class_names: Any,
+    description: str,
+    x_name: str = "the samples",
+    y_name: str = "the labels",
 ) -> DataSource:
-    if y is not None:
-        if len(y) != len(x):
-            raise ValueError(f"{description}: {len(x)} samples but {len(y)} labels")
-        if y.is_floating_point() or y.ndim != 1:
-            raise ValueError(
-                f"{description}: labels must be a 1-D integer tensor of class indices, got {y.dtype} {tuple(y.shape)}"
+    """Samples ``x`` (uint8 [N, H, W] or [N, C, H, W] are images, anything else feature rows)
+    with integer class indices ``y`` (or none), checked: one label per sample, labels 0..K-1,
+    finite inputs, at least two classes."""
+    x = _as_tensor(x, description, x_name)
+    if x.ndim == 0 or x.numel() == 0:
+        raise DataError(
+            f"{description}: {x_name} holds no samples (shape {tuple(x.shape)}); expected one row per sample"
+        )
+    if x.is_floating_point():
+        bad = ~torch.isfinite(x.reshape(len(x), -1)).all(dim=1)
+        if bad.any():
+            first = int(bad.nonzero()[0])
+            raise DataError(
+                f"{description}: {x_name} holds NaN or infinite values in {_plural(int(bad.sum()), 'sample')} "
+                f"(the first is sample {first}); drop or fill them before training"
             )
-        y = y.long()
     images = x.dtype == torch.uint8 and x.ndim in (3, 4)
     if images and x.ndim == 3:
         x = x.unsqueeze(1)  # [N, H, W] grayscale
-    num_classes = int(y.max()) + 1 if y is not None and len(y) else None
-    if class_names is None and num_classes is not None:
-        class_names = [str(i) for i in range(num_classes)]
+    if images and x.shape[1] not in (1, 3, 4) and x.shape[-1] in (1, 3, 4):
+        raise DataError(
+            f"{description}: {x_name} has shape {tuple(x.shape)}, channels last; images are [N, C, H, W]: "
+            "save x.permute(0, 3, 1, 2)"
+        )
+    counts = None
+    if y is not None:
+        y = _as_tensor(y, description, y_name)
+        if y.ndim != 1:
+            hint = " (one-hot? save y.argmax(1))" if y.ndim == 2 else ""
+            raise DataError(
+                f"{description}: {y_name} has shape {tuple(y.shape)}; expected a 1-D tensor of class indices, "
+                f"one per sample{hint}"
+            )
+        if len(y) != len(x):
+            raise DataError(
+                f"{description}: {_plural(len(x), 'sample')} under {x_name} but {_plural(len(y), 'label')} under "
+                f"{y_name}; they must pair up one to one"
+            )
+        if y.is_floating_point():
+            raise DataError(
+                f"{description}: {y_name} are {y.dtype} numbers; expected integer class indices 0, 1, ... "
+                "(save them with .long() / .astype(int))"
+            )
+        y = y.long()
+        if int(y.min()) < 0:
+            first = int((y < 0).nonzero()[0])
+            raise DataError(
+                f"{description}: {y_name} must be class indices >= 0; sample {first} has {int(y[first])}"
+            )
+        if int(y.max()) >= MAX_CLASS_INDEX:
+            raise DataError(
+                f"{description}: {y_name} go up to {int(y.max())}; expected class indices 0..K-1 (renumber them)"
+            )
+        if class_names is not None:
+            class_names = _class_name_list(class_names, description)
+            if int(y.max()) >= len(class_names):
+                raise DataError(
+                    f"{description}: {y_name} go up to {int(y.max())} but 'classes' names "
+                    f"{_plural(len(class_names), 'class')}; name one class per index 0..{int(y.max())}"
+                )
+        else:
+            class_names = [str(i) for i in range(int(y.max()) + 1)]
+        counts = _class_counts(y, class_names)
+        _check_classes(description, counts, f"the file needs labels of at least two classes under {y_name}")
+    else:
+        class_names = None
 
     def make_subset(indices: Sequence[int], transform: Callable[[Any], Any] | None) -> Dataset:
         return _TensorSamples(x, y, indices, transform if images else None)
@@ -362,58 +594,242 @@ def _tensor_source(
         kind="images" if images else "tensors",
         description=f"{description} ({len(x)} samples of shape {tuple(x.shape[1:])})",
         num_samples=len(x),
-        num_classes=num_classes,
+        num_classes=len(class_names) if class_names is not None else None,
         class_names=class_names,
         make_subset=make_subset,
         in_chans=x.shape[1] if images else None,
         image_size=tuple(x.shape[-2:]) if images else None,
+        class_counts=counts,
+        labels=y,
     )
 
 
+def _class_name_list(names: Any, where: str) -> list[str]:
+    if isinstance(names, np.ndarray):
+        names = names.tolist()
+    if isinstance(names, str) or not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise DataError(f"{where}: 'classes' must be a list of class names (strings), got {type(names).__name__}")
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise DataError(f"{where}: 'classes' names {twice} more than once; each class needs its own name")
+    return list(names)
+
+
+def _load_tensor_file(path: Path) -> Any:
+    """What a tensor file holds: ``.pt`` through torch.load(weights_only=True) (tensors,
+    lists, dicts; no arbitrary objects), ``.npz``/``.npy`` through numpy without pickles."""
+    suffix = path.suffix.lower()
+    if path.stat().st_size == 0:
+        raise DataError(f"{path} is empty (0 bytes); expected a {suffix} file of samples and labels")
+    try:
+        if suffix in (".npz", ".npy"):
+            loaded = np.load(path, allow_pickle=False)
+            if isinstance(loaded, np.lib.npyio.NpzFile):
+                with loaded:
+                    return {name: loaded[name] for name in loaded.files}
+            return loaded
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # zip, pickle and format errors of all kinds
+        numpy = suffix in (".npz", ".npy")
+        how = "numpy.savez(path, x=..., y=...)" if numpy else "torch.save({'x': ..., 'y': ...}, path)"
+        raise DataError(
+            f"{path} cannot be read as a {suffix} tensor file ({_load_error(error)}); write it with {how}"
+        ) from error
+
+
+def _load_error(error: BaseException) -> str:
+    """The useful part of a loader's error: torch.load(weights_only=True) puts its reason
+    (an object other than tensors, lists, dicts and numbers; bytes that are no pickle)
+    after 'WeightsUnpickler error:' in a long message."""
+    match = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\.\s|\n|$)", str(error), re.S)
+    if match:
+        reason = " ".join(match.group(1).split())
+        return f"torch.load(weights_only=True) refuses it: {reason}; only tensors, lists, dicts and numbers are read"
+    return _first_line(error).split(". ")[0]
+
+
 def _tensor_file_source(path: Path) -> DataSource:
-    """``.pt``: a tensor, an (x, y) pair or a dict with x/y (images/labels, data/targets);
-    ``.npz``: arrays under those names; ``.npy``: one array of unlabelled samples."""
-    if path.suffix.lower() == ".npy":
-        return _tensor_source(torch.from_numpy(np.load(path)), None, None, str(path))
-    if path.suffix.lower() == ".npz":
-        with np.load(path) as arrays:
-            content: Any = {k: torch.from_numpy(arrays[k]) for k in arrays.files}
-    else:
-        content = torch.load(path, map_location="cpu", weights_only=True)
+    """``.pt``: a tensor, an (x, y) pair or a dict with x/y (images/labels, data/targets,
+    features/labels, plus optional class names under ``classes``); ``.npz``: arrays under
+    those names; ``.npy``: one array of unlabelled samples."""
+    content = _load_tensor_file(path)
     class_names = None
-    if isinstance(content, torch.Tensor):
-        x, y = content, None
+    if isinstance(content, (torch.Tensor, np.ndarray)):
+        x, y, x_name, y_name = content, None, "the samples", "the labels"
     elif isinstance(content, (tuple, list)) and len(content) == 2:
-        x, y = content
+        (x, y), x_name, y_name = content, "the samples (first item)", "the labels (second item)"
     elif isinstance(content, dict):
+        pairs = ", ".join(f"{a}/{b}" for a, b in _FEATURE_KEYS)
         keys = next((k for k in _FEATURE_KEYS if k[0] in content), None)
         if keys is None:
-            names = [k[0] for k in _FEATURE_KEYS]
-            raise ValueError(f"{path}: expected the samples under one of {names}, found {sorted(content)}")
+            raise DataError(
+                f"{path}: expected the samples and labels under one of the key pairs {pairs}, "
+                f"found {sorted(map(str, content))}"
+            )
         x, y = content[keys[0]], content.get(keys[1])
+        x_name, y_name = repr(keys[0]), repr(keys[1])
+        unused = sorted(map(str, set(content) - {*keys, "classes"}))
+        if y is None and unused:
+            raise DataError(
+                f"{path}: samples under {keys[0]!r} but no labels under {keys[1]!r}, and {unused} are not read; "
+                f"save the labels under {keys[1]!r} (the key pairs are {pairs})"
+            )
         class_names = content.get("classes")
     else:
-        raise ValueError(
-            f"{path}: expected a tensor, an (x, y) pair or a dict of tensors, got {type(content).__name__}"
+        kind = f"a list of {len(content)} items" if isinstance(content, (tuple, list)) else type(content).__name__
+        raise DataError(
+            f"{path}: expected a tensor, an (x, y) pair or a dict of tensors, got {kind}"
         )
-    return _tensor_source(torch.as_tensor(x), None if y is None else torch.as_tensor(y), class_names, str(path))
+    return _tensor_source(x, y, class_names, str(path), x_name, y_name)
 
 
-def _read_text_rows(path: Path) -> list[dict[str, Any]]:
-    if path.suffix.lower() == ".jsonl":
-        with path.open(encoding="utf-8") as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-    else:
-        with path.open(encoding="utf-8", newline="") as f:
-            rows = list(csv.DictReader(f))
-    if not rows:
-        raise ValueError(f"{path} holds no rows")
-    missing = [c for c in TEXT_COLUMNS if c not in rows[0]]
-    if missing:
-        raise ValueError(
-            f"{path}: each row needs the fields {TEXT_COLUMNS}; missing {missing}, found {sorted(rows[0])}"
+# Text files: `text,label` CSV with a header, or JSON lines {"text": ..., "label": ...}.
+
+_CLASS_INDEX = re.compile(r"-?[0-9]+")
+_CSV_EXAMPLE = 'the line `text,label` then rows such as `"great film, loved it",pos`'
+
+
+def _decode_text(path: Path) -> str:
+    """The file as UTF-8 text (a leading BOM dropped); other encodings name the line."""
+    data = path.read_bytes()
+    start = 3 if data.startswith(b"\xef\xbb\xbf") else 0  # a BOM (utf-8-sig's offsets would not count it)
+    try:
+        return data[start:].decode("utf-8")
+    except UnicodeDecodeError as error:
+        before = data[: start + error.start]
+        line = before.count(b"\n") + before.count(b"\r") - before.count(b"\r\n") + 1
+        raise DataError(
+            f"{path}, line {line}: byte {data[start + error.start]:#04x} is not UTF-8 text; save the file as UTF-8 "
+            "(spreadsheets: 'CSV UTF-8')"
+        ) from None
+
+
+def _text_lines(text: str) -> Iterator[str]:
+    """Lines split at \\n, \\r\\n or \\r (line numbers as editors count them), with trailing
+    spaces and tabs dropped."""
+    for line in io.StringIO(text, newline=""):
+        body = line.rstrip("\r\n")
+        yield body.rstrip(" \t") + line[len(body):]
+
+
+def _csv_error(path: Path, start: int, end: int, error: csv.Error) -> DataError:
+    reason = str(error)
+    if "unexpected end of data" in reason:
+        return DataError(
+            f"{path}, line {start}: a quote opened on line {start} is never closed, so everything up to the end "
+            f"of the file (line {end}) would be one text; close the quote, and double any quote inside a "
+            'quoted text ("")'
         )
+    if "expected after" in reason:
+        where = f"line {end}" + (f" (in a quoted text opened on line {start})" if end != start else "")
+        return DataError(
+            f"{path}, {where}: a closing quote is followed by more text ({reason}); put the whole text in "
+            'double quotes and double the quotes inside it, e.g. "she said ""hi""",pos'
+        )
+    return DataError(f"{path}, line {start}: not valid CSV ({reason})")
+
+
+def _csv_rows(path: Path, text: str) -> list[tuple[int, str, str]]:
+    """(line, text, label) of each row of a CSV with a header naming ``text`` and ``label``
+    (other columns are ignored), parsed with the csv module's strict rules."""
+    csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))  # long texts are fine
+    reader = csv.reader(_text_lines(text), strict=True)
+    header: list[str] | None = None
+    rows: list[tuple[int, str, str]] = []
+    while True:
+        start = reader.line_num + 1
+        try:
+            fields = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as error:
+            raise _csv_error(path, start, reader.line_num, error) from None
+        if not fields:
+            continue  # a blank line
+        if header is None:
+            header = [name.strip() for name in fields]
+            missing = [c for c in TEXT_COLUMNS if c not in header]
+            if missing:
+                raise DataError(
+                    f"{path}, line {start}: each row needs the fields {TEXT_COLUMNS}; missing {missing}, found "
+                    f"{header}: the first line must be a header naming the columns, e.g. {_CSV_EXAMPLE}"
+                )
+            twice = sorted({c for c in TEXT_COLUMNS if header.count(c) > 1})
+            if twice:
+                raise DataError(f"{path}, line {start}: the header names {twice} more than once")
+            text_at, label_at = header.index("text"), header.index("label")
+            continue
+        if len(fields) != len(header):
+            columns = ",".join(header)
+            if len(fields) > len(header):
+                fix = 'a text holding a comma must be in double quotes, e.g. "great film, loved it",pos'
+            elif len(fields) <= label_at:
+                fix = "the row has no label"
+            else:
+                fix = "fill in every column"
+            raise DataError(
+                f"{path}, line {start}: {_plural(len(fields), 'field')} where the header ({columns}) has "
+                f"{len(header)}; {fix}"
+            )
+        label = fields[label_at].strip()
+        if not label:
+            raise DataError(f"{path}, line {start}: the label is empty; every row needs its class in the label column")
+        if not fields[text_at].strip():
+            raise DataError(f"{path}, line {start}: the text is empty; every row needs a text")
+        rows.append((start, fields[text_at], label))
+    if header is None:
+        raise DataError(f"{path} is empty; expected a header line and one row per sample, e.g. {_CSV_EXAMPLE}")
     return rows
+
+
+def _jsonl_rows(path: Path, text: str) -> list[tuple[int, str, str]]:
+    """(line, text, label) of each JSON object line; blank lines are skipped."""
+    example = '{"text": "great film", "label": "pos"}'
+    rows: list[tuple[int, str, str]] = []
+    for number, line in enumerate(_text_lines(text), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line.rstrip("\r\n"))
+        except json.JSONDecodeError as error:
+            raise DataError(
+                f"{path}, line {number}: not valid JSON ({error.msg}, column {error.colno}); each line must be "
+                f"one JSON object such as {example}"
+            ) from None
+        if not isinstance(row, dict):
+            raise DataError(
+                f"{path}, line {number}: a JSON {_json_type(row)}, not an object; each line must be one JSON "
+                f"object such as {example}"
+            )
+        missing = [c for c in TEXT_COLUMNS if c not in row]
+        if missing:
+            raise DataError(
+                f"{path}, line {number}: each row needs the fields {TEXT_COLUMNS}; missing {missing}, found "
+                f"{sorted(row)}"
+            )
+        value, label = row["text"], row["label"]
+        if not isinstance(value, str):
+            raise DataError(f"{path}, line {number}: \"text\" must be a string, got a JSON {_json_type(value)}")
+        if isinstance(label, bool) or not isinstance(label, (str, int)):
+            raise DataError(
+                f"{path}, line {number}: \"label\" must be a class name (string) or class index (integer), got "
+                f"a JSON {_json_type(label)}"
+            )
+        label = str(label).strip()
+        if not label:
+            raise DataError(f"{path}, line {number}: the label is empty; every row needs its class")
+        if not value.strip():
+            raise DataError(f"{path}, line {number}: the text is empty; every row needs a text")
+        rows.append((number, value, label))
+    return rows
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return {dict: "object", list: "array", str: "string", int: "number", float: "number"}.get(type(value), "value")
 
 
 class TextBatches:
@@ -443,21 +859,33 @@ class _Rows(Dataset):
 
 def _text_source(path: Path, max_length: int) -> DataSource:
     """Texts and class indices; string labels are numbered in sorted order, integer labels
-    are used as they are. Batches are byte-level tokens (`TextBatches`)."""
-    rows = _read_text_rows(path)
-    labels = [str(row["label"]).strip() for row in rows]
-    if all(label.lstrip("-").isdigit() for label in labels):
+    (all of them digits) are class indices as they are. Batches are byte-level tokens
+    (`TextBatches`)."""
+    text = _decode_text(path)
+    rows = _jsonl_rows(path, text) if path.suffix.lower() == ".jsonl" else _csv_rows(path, text)
+    if not rows:
+        raise DataError(f"{path} holds no rows; expected one (text, label) row per sample")
+    labels = [label for _, _, label in rows]
+    hint = ""
+    if all(_CLASS_INDEX.fullmatch(label) for label in labels):
         indices = [int(label) for label in labels]
-        if min(indices) < 0:
-            raise ValueError(f"{path}: integer labels must be class indices >= 0")
+        for (line, _, _), index in zip(rows, indices):
+            if not 0 <= index < MAX_CLASS_INDEX:
+                raise DataError(
+                    f"{path}, line {line}: label {index}; integer labels are class indices 0, 1, ... "
+                    f"(below {MAX_CLASS_INDEX}): renumber them or use class names"
+                )
         class_names = [str(i) for i in range(max(indices) + 1)]
+        if min(indices) > 0:
+            hint = " (integer labels are class indices from 0: subtract 1 if yours start at 1)"
     else:
         class_names = sorted(set(labels))
-        indices = [class_names.index(label) for label in labels]
-    texts = [str(row["text"]) for row in rows]
-    if not all(texts):
-        raise ValueError(f"{path}: every row needs a non-empty text")
-    samples = list(zip(texts, indices))
+        number = {name: i for i, name in enumerate(class_names)}
+        indices = [number[label] for label in labels]
+    targets = torch.tensor(indices, dtype=torch.long)
+    counts = _class_counts(targets, class_names)
+    _check_classes(str(path), counts, "add rows of the other classes", hint)
+    samples = [(value, index) for (_, value, _), index in zip(rows, indices)]
 
     def make_subset(subset: Sequence[int], transform: Callable[[Any], Any] | None) -> Dataset:
         return _Rows([samples[i] for i in subset])
@@ -470,6 +898,8 @@ def _text_source(path: Path, max_length: int) -> DataSource:
         class_names=class_names,
         make_subset=make_subset,
         collate_fn=TextBatches(max_length),
+        class_counts=counts,
+        labels=targets,
     )
 
 
@@ -483,6 +913,8 @@ def _graph_source(dataset: Any) -> DataSource:
             "(graph classification), not the nodes of one graph"
         )
     num_classes = int(dataset.num_classes)
+    class_names = [str(i) for i in range(num_classes)]
+    labels = _graph_labels(dataset, num_classes)
 
     def make_subset(indices: Sequence[int], transform: Callable[[Any], Any] | None) -> Dataset:
         return dataset.index_select(list(indices))
@@ -492,11 +924,28 @@ def _graph_source(dataset: Any) -> DataSource:
         description=f"{type(dataset).__name__} ({len(dataset)} graphs, {num_classes} classes)",
         num_samples=len(dataset),
         num_classes=num_classes,
-        class_names=[str(i) for i in range(num_classes)],
+        class_names=class_names,
         make_subset=make_subset,
         in_chans=int(dataset.num_features),  # node features
         collate_fn=Collater(dataset),
+        class_counts=_class_counts(labels, class_names) if labels is not None else None,
+        labels=labels,
     )
+
+
+def _graph_labels(dataset: Any, num_classes: int) -> torch.Tensor | None:
+    """One class index per graph when the dataset holds them in memory (``dataset.y``);
+    None for regression targets, node labels, or datasets read lazily."""
+    try:
+        y = dataset.y
+    except Exception:
+        return None
+    if not isinstance(y, torch.Tensor) or y.is_floating_point() or y.ndim != 1 or len(y) != len(dataset):
+        return None
+    y = y.long()
+    if len(y) == 0 or int(y.min()) < 0 or int(y.max()) >= num_classes:
+        return None
+    return y
 
 
 # ---------------------------------------------------------------------------------------------
