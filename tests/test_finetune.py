@@ -423,3 +423,14 @@ def test_weights_load_under_another_head(name: str, head: str, num_classes: int)
     assert body and all(torch.equal(model.state_dict()[k], v) for k, v in body.items())
     with pytest.raises(zoo.ZooError, match="needs num_classes=N"):
         zoo.load(name, head=head)
+
+
+def test_a_folder_of_mixed_sizes_and_modes_trains_from_scratch(tmp_path: Path) -> None:
+    root = tmp_path / "mixed"
+    for c, name in enumerate(("ant", "bee")):
+        (root / name).mkdir(parents=True)
+        for i, (size, mode) in enumerate([((12, 10), "RGB"), ((20, 9), "L"), ((7, 16), "RGBA"), ((12, 12), "P")]):
+            Image.new("RGB", size, (250 * c, 40 * i, 90)).convert(mode).save(root / name / f"{i}.png")
+    result = finetune("resnet20", root, tmp_path / "out", config=TrainConfig(max_steps=1, batch_size=4, **QUIET),
+                      post_training=False)
+    assert result.model.in_chans == 3 and result.model.pretrained_cfg["preprocess"]["resize"] == [10, 12]

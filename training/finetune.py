@@ -304,6 +304,8 @@ def finetune(
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one process checks and clears
         prepare_output(out, resume=bool(config.resume), overwrite=overwrite)
     source = open_data(data, max_length=max_length)
+    if int(os.environ.get("RANK", "0")) == 0 and config.progress:
+        print(f"data: {source.description}; {source.describe_classes()}")
     torch.manual_seed(config.seed)  # the new head's initialisation
     model, base = load_for_data(name, source, pretrained, model_kwargs)
     train_tf = eval_tf = None
@@ -429,6 +431,8 @@ def _image_preprocess(model: nn.Module, source: DataSource, image_size: int | No
             preprocess |= {"resize": round(image_size * ratio), "crop": image_size}
         else:
             preprocess |= {"resize": image_size, "crop": image_size}
+    elif "resize" not in preprocess and "crop" not in preprocess:  # one size for a folder of mixed sizes
+        preprocess |= {"resize": list(source.image_size)}
     if in_chans == 1:
         preprocess["channels"] = 1
     size = preprocess.get("crop") or preprocess.get("resize") or min(source.image_size)
