@@ -163,3 +163,25 @@ def test_a_damaged_saved_folder_names_its_file(resnet20, tmp_path: Path, damage:
         (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(ZooError, match=message):
         zoo.load(folder)
+
+
+@given(num_classes=st.sampled_from([None, 1, 3, 10, 0, -2, 2.5]), in_chans=st.sampled_from([None, 1, 3, 4]),
+       pretrained=st.booleans(), dtype=st.sampled_from([None, torch.float32, torch.float64, torch.bfloat16]),
+       features_only=st.booleans(), extra=st.sampled_from([{}, {"drop_rate": 0.1}, {"foo": 1}]))
+def test_load_keyword_combinations_work_or_name_the_argument(num_classes, in_chans, pretrained, dtype, features_only, extra) -> None:
+    kwargs = {k: v for k, v in dict(num_classes=num_classes, in_chans=in_chans, dtype=dtype).items() if v is not None}
+    try:
+        model = zoo.load("resnet20.fmnist", pretrained=pretrained, features_only=features_only, **kwargs, **extra)
+    except (ZooError, ValueError) as error:
+        named = [name for name in ("num_classes", "foo", "features_only") if name in str(error)]
+        assert named, f"{type(error).__name__} names no argument: {error}"
+        return
+    assert "foo" not in extra and (num_classes is None or (isinstance(num_classes, int) and num_classes > 0))
+    channels = in_chans or (1 if pretrained else 3)  # the weights are gray; the architecture defaults to RGB
+    x = torch.randn(2, channels, 28, 28, dtype=dtype or torch.float32)
+    out = model(x)
+    if features_only:
+        assert isinstance(out, list) and all(t.shape[0] == 2 for t in out)
+    else:
+        assert out.shape == (2, num_classes or 10) and out.dtype == (dtype or torch.float32)
+    assert len(model.pretrained_cfg["preprocess"].get("mean", [0] * channels)) == channels or not pretrained
