@@ -185,3 +185,10 @@ def test_load_keyword_combinations_work_or_name_the_argument(num_classes, in_cha
     else:
         assert out.shape == (2, num_classes or 10) and out.dtype == (dtype or torch.float32)
     assert len(model.pretrained_cfg["preprocess"].get("mean", [0] * channels)) == channels or not pretrained
+
+
+def test_saving_over_another_model_leaves_no_stale_card(resnet20, tmp_path: Path) -> None:
+    zoo.save(resnet20, tmp_path / "m")
+    assert "resnet20" in (tmp_path / "m" / "README.md").read_text()
+    zoo.save(zoo.load("resnet20", pretrained=False, in_chans=1, num_classes=3), tmp_path / "m")
+    assert not (tmp_path / "m" / "README.md").exists() and zoo.load(tmp_path / "m").num_classes == 3

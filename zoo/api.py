@@ -366,7 +366,8 @@ class ConvertChannels(nn.Module):
 
 def save(model: nn.Module, directory: str | os.PathLike) -> Path:
     """Write ``config.json`` + ``model.safetensors`` (+ the weights' card as README.md) so that
-    ``zoo.load(directory)`` restores the model exactly. Files appear whole or not at all."""
+    ``zoo.load(directory)`` restores the model exactly. Files appear whole or not at all; the
+    card of a model saved there before goes when this one has none."""
     cfg = getattr(model, "pretrained_cfg", None)
     if not cfg or "architecture" not in cfg:
         raise ValueError("zoo.save needs a model made by zoo.load (it records the architecture to rebuild)")
@@ -380,6 +381,8 @@ def save(model: nn.Module, directory: str | os.PathLike) -> Path:
         (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
         if card:
             (staging / CARD_FILE).write_text(card)
+        elif (directory / CONFIG_FILE).is_file():  # the folder held another model: its card is not this one's
+            (directory / CARD_FILE).unlink(missing_ok=True)
     return directory
 
 
