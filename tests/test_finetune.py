@@ -376,7 +376,7 @@ def test_out_must_be_empty_unless_resuming_or_overwriting(tmp_path: Path) -> Non
     (out / "model.torchscript.pt").write_bytes(b"an old run's export")
     finetune("resnet20", data, out, config=config, post_training=False, overwrite=True)
     assert not (out / "model.torchscript.pt").exists()  # what the old run wrote is gone
-    with pytest.raises(InvalidArgumentError, match=r"--resume: .*typo holds no checkpoint"):
+    with pytest.raises(InvalidArgumentError, match=r"--resume: .*typo holds no run to resume"):
         finetune("resnet20", data, tmp_path / "typo", config=dataclasses.replace(config, resume=True, out_dir=str(tmp_path)), post_training=False)
 
 
@@ -434,3 +434,61 @@ def test_a_folder_of_mixed_sizes_and_modes_trains_from_scratch(tmp_path: Path) -
     result = finetune("resnet20", root, tmp_path / "out", config=TrainConfig(max_steps=1, batch_size=4, **QUIET),
                       post_training=False)
     assert result.model.in_chans == 3 and result.model.pretrained_cfg["preprocess"]["resize"] == [10, 12]
+
+
+KILLER = """
+import importlib, os, signal, sys
+from zoo import cli
+
+point, calls = sys.argv[1], int(sys.argv[2])
+module_name, attr = point.rsplit(".", 1)
+module = importlib.import_module(module_name)
+original, seen = getattr(module, attr), [0]
+
+def kill_at_call(*args, **kwargs):
+    seen[0] += 1
+    if seen[0] == calls:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return original(*args, **kwargs)
+
+setattr(module, attr, kill_at_call)
+sys.exit(cli.main(sys.argv[3:]))
+"""
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], Path]:
+    """The `zoo finetune` arguments of the kill test and the folder of their uninterrupted run."""
+    root = tmp_path_factory.mktemp("uninterrupted")
+    args = ["finetune", "resnet20", "--data", str(write_image_folder(root / "images", per_class=8)), "--epochs", "2",
+            "--batch-size", "8", "--no-progress", "--no-tensorboard", "--image-size", "8"]
+    assert cli.main([*args, "--out", str(root / "reference")]) == 0
+    return args, root / "reference"
+
+
+@pytest.mark.parametrize("point,calls", [
+    ("zoo.training.engine.write_checkpoint", 2),  # training, after the first epoch's checkpoint
+    ("safetensors.torch.save_model", 1),  # writing the final model
+    ("zoo.training.finetune._write_card", 1),  # the model saved, its card not written
+    ("zoo.training.export.post_training", 1),  # the card written, the exports not
+])
+def test_a_killed_finetune_leaves_a_folder_that_resumes_to_the_same_model(
+    uninterrupted: tuple[list[str], Path], tmp_path: Path, point: str, calls: int
+) -> None:
+    """SIGKILL at several points of `zoo finetune`: the output folder is then either complete or
+    resumable, and `--resume` finishes it with the model an uninterrupted run makes."""
+    import subprocess
+    import sys
+
+    args, reference = uninterrupted
+    (tmp_path / "killer.py").write_text(KILLER)
+    out = str(tmp_path / "killed")
+    killed = subprocess.run([sys.executable, str(tmp_path / "killer.py"), point, str(calls), *args, "--out", out],
+                            capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    if (tmp_path / "killed" / "config.json").is_file():  # whatever was saved is whole
+        zoo.load(tmp_path / "killed")
+    assert cli.main([*args, "--out", out, "--resume"]) == 0
+    x = torch.randn(3, 3, 8, 8)
+    torch.testing.assert_close(zoo.load(tmp_path / "killed")(x), zoo.load(reference)(x))
+    assert (tmp_path / "killed" / "README.md").is_file() and (tmp_path / "killed" / "model.pt2").is_file()

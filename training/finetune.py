@@ -391,11 +391,12 @@ RUN_OUTPUTS = (
 def prepare_output(out: Path, resume: bool, overwrite: bool) -> None:
     """Refuse an output folder that holds anything but a run to resume, unless ``overwrite``;
     then remove what a run writes there (and nothing else), so runs never mix. A resume
-    needs the run's checkpoint and removes nothing."""
+    needs a run's folder (a run killed before its first checkpoint starts over) and removes nothing."""
     if resume:
-        if not (out / "checkpoints" / LAST_CHECKPOINT).is_file():
+        run_files = [p.name for p in out.iterdir() if p.name in RUN_OUTPUTS] if out.is_dir() else []
+        if not run_files:
             raise InvalidArgumentError(
-                f"--resume: {out} holds no checkpoint to resume ({out / 'checkpoints' / LAST_CHECKPOINT}); "
+                f"--resume: {out} holds no run to resume (no {Path('checkpoints') / LAST_CHECKPOINT}); "
                 "check --out, or drop --resume to start a new run"
             )
         return
