@@ -41,7 +41,7 @@ from zoo.training.steps import DistillationStep, StepFn, split_batch
 from zoo.files import write_bytes_atomic
 from zoo import registry
 from zoo.api import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, read_saved_config, saved_folder
-from zoo.errors import DataError, InvalidArgumentError
+from zoo.errors import DataError, InvalidArgumentError, run_command
 from zoo.training.checkpoint import LAST_CHECKPOINT
 
 MODES = ("linear-probe", "partial", "full")
@@ -658,8 +658,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zoo.training.finetune", description=__doc__.splitlines()[0])
     add_arguments(parser)
     argv = list(sys.argv[1:] if argv is None else argv)
-    run(parser.parse_args(argv), command=shlex.join(["python", "-m", "zoo.training.finetune", *argv]))
-    return 0
+    args = parser.parse_args(argv)
+    command = shlex.join(["python", "-m", "zoo.training.finetune", *argv])
+
+    def fine_tune() -> int:
+        run(args, command=command)
+        return 0
+
+    return run_command(fine_tune, prog=parser.prog)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import safetensors.torch
 import torch
 import torch.nn as nn
 
+from zoo.errors import run_command
 from zoo.files import write_bytes_atomic
 from zoo.training.report import plot_curves
 
@@ -209,10 +210,14 @@ def recipe_main(
     if workers:
         options["num_workers"] = args.num_workers
     command = shlex.join(["python", "-m", module, *_without_run_dir(argv)])
-    published = run(args.target, out=args.out, command=command, **options)
-    for entry in published if isinstance(published, list) else [published]:
-        print(f"{entry['name']}: test {entry['metrics']}")
-    return 0
+
+    def train_and_publish() -> int:
+        published = run(args.target, out=args.out, command=command, **options)
+        for entry in published if isinstance(published, list) else [published]:
+            print(f"{entry['name']}: test {entry['metrics']}")
+        return 0
+
+    return run_command(train_and_publish, prog=parser.prog)
 
 
 def _without_run_dir(argv: Sequence[str]) -> list[str]:

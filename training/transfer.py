@@ -25,6 +25,7 @@ from zoo.files import write_json
 from zoo.training.report import plot_curves
 from zoo import registry
 from zoo.api import saved_folder
+from zoo.errors import run_command
 
 CURVES = ("train_loss", "val_loss", "train_acc", "val_acc")
 
@@ -80,8 +81,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zoo.training.transfer", description=__doc__.splitlines()[0])
     add_arguments(parser)
     argv = list(sys.argv[1:] if argv is None else argv)
-    compare(parser.parse_args(argv), command=shlex.join(["python", "-m", "zoo.training.transfer", *argv]))
-    return 0
+    args = parser.parse_args(argv)
+    command = shlex.join(["python", "-m", "zoo.training.transfer", *argv])
+
+    def transfer() -> int:
+        compare(args, command=command)
+        return 0
+
+    return run_command(transfer, prog=parser.prog)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -15,13 +14,18 @@ from PIL import Image
 import zoo
 from zoo.training import demo, evaluate, finetune
 from zoo import registry
-from zoo.errors import DataError, ZooError
+from zoo.errors import DataError, run_command
 from zoo.tokenizer import complete
 
 
 def _list(args: argparse.Namespace) -> int:
-    for name in zoo.list_models(args.pattern, pretrained=args.pretrained):
+    names = zoo.list_models(args.pattern, pretrained=args.pretrained)
+    for name in names:
         print(name)
+    if not names:
+        kind = "weights" if args.pretrained else "architecture"
+        print(f"zoo: no {kind} matches {args.pattern!r}; `zoo list{'' if args.pretrained else ' --pretrained'}` "
+              "shows every name", file=sys.stderr)
     return 0
 
 
@@ -192,11 +196,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     args.command_line = shlex.join(["zoo", *argv])
-    try:
-        return args.run(args)
-    except BrokenPipeError:  # `zoo list | head`: the reader has what it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
-        return 0
-    except (ZooError, ValueError, OSError, RuntimeError) as error:
-        print(f"zoo: error: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
+    return run_command(lambda: args.run(args))

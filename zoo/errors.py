@@ -2,6 +2,10 @@
 or file, and the fix. The command line turns every ZooError into one line and exit code 2."""
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Callable
+
 
 class ZooError(Exception):
     """Base of zoo's own errors: the message names the problem, the argument or file, and the fix."""
@@ -44,3 +48,17 @@ class DownloadError(WeightsError):
 
 class WeightsNotFoundError(WeightsError, FileNotFoundError):
     """A weight file is neither in the cache nor allowed to be downloaded."""
+
+
+def run_command(command: Callable[[], int], prog: str = "zoo") -> int:
+    """Run a command-line entry point: a ZooError (or ValueError, OSError, RuntimeError) becomes
+    one line on stderr and exit code 2; a reader that closed the pipe (``zoo list | head``) ends
+    it quietly. Every command of zoo's goes through here."""
+    try:
+        return command()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return 0
+    except (ZooError, ValueError, OSError, RuntimeError) as error:
+        print(f"{prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
