@@ -21,7 +21,8 @@ import torch.nn as nn
 from torch.utils.data import TensorDataset
 
 import zoo
-from zoo.training.data import EpochSampler, ShardSampler, TextBatches
+from zoo.training.data import EpochSampler, ShardSampler
+from zoo.training.sources import TextBatches
 from zoo.training.engine import Trainer, TrainConfig, param_groups
 from zoo.training.steps import ClassificationStep, DistillationStep, StepOutput
 

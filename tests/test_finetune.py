@@ -14,7 +14,8 @@ import torch.nn as nn
 from PIL import Image
 
 import zoo
-from zoo.training.data import Augment, image_transforms, open_data
+from zoo.training.data import Augment, image_transforms
+from zoo.training.sources import open_data
 from zoo.training.engine import Trainer, TrainConfig
 from zoo.training.finetune import Distillation, apply_mode, distillation_step, finetune, layer_decay_scale, parameter_levels
 from zoo import cli

@@ -35,7 +35,8 @@ from torch.utils.data import Dataset, SequentialSampler
 
 import zoo
 from zoo.training import export
-from zoo.training.data import Augment, DataSource, build_loader, default_preprocess, image_transforms, open_data
+from zoo.training.data import Augment, build_loader, default_preprocess, image_transforms
+from zoo.training.sources import DataSource, open_data
 from zoo.training.engine import SCHEDULERS, Trainer, TrainConfig
 from zoo.training.steps import DistillationStep, StepFn, split_batch
 from zoo.files import write_bytes_atomic

@@ -1,0 +1,166 @@
+"""The rows of users' text,label files: ``.csv`` read with the csv module's strict rules and a
+required header, ``.jsonl`` one JSON object a line; a malformed row raises `DataError` naming the
+file, the line and the fix."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from zoo.errors import DataError
+
+TEXT_COLUMNS = ("text", "label")
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}{'es' if noun.endswith('s') else 's'}"
+
+
+
+_CSV_EXAMPLE = 'the line `text,label` then rows such as `"great film, loved it",pos`'
+
+
+def decode_text(path: Path) -> str:
+    """The file as UTF-8 text (a leading BOM dropped); other encodings name the line."""
+    data = path.read_bytes()
+    start = 3 if data.startswith(b"\xef\xbb\xbf") else 0  # a BOM (utf-8-sig's offsets would not count it)
+    try:
+        return data[start:].decode("utf-8")
+    except UnicodeDecodeError as error:
+        before = data[: start + error.start]
+        line = before.count(b"\n") + before.count(b"\r") - before.count(b"\r\n") + 1
+        raise DataError(
+            f"{path}, line {line}: byte {data[start + error.start]:#04x} is not UTF-8 text; save the file as UTF-8 "
+            "(spreadsheets: 'CSV UTF-8')"
+        ) from None
+
+
+def _text_lines(text: str) -> Iterator[str]:
+    """Lines split at \\n, \\r\\n or \\r (line numbers as editors count them), with trailing
+    spaces and tabs dropped."""
+    for line in io.StringIO(text, newline=""):
+        body = line.rstrip("\r\n")
+        yield body.rstrip(" \t") + line[len(body):]
+
+
+def _csv_error(path: Path, start: int, end: int, error: csv.Error) -> DataError:
+    reason = str(error)
+    if "unexpected end of data" in reason:
+        return DataError(
+            f"{path}, line {start}: a quote opened on line {start} is never closed, so everything up to the end "
+            f"of the file (line {end}) would be one text; close the quote, and double any quote inside a "
+            'quoted text ("")'
+        )
+    if "expected after" in reason:
+        where = f"line {end}" + (f" (in a quoted text opened on line {start})" if end != start else "")
+        return DataError(
+            f"{path}, {where}: a closing quote is followed by more text ({reason}); put the whole text in "
+            'double quotes and double the quotes inside it, e.g. "she said ""hi""",pos'
+        )
+    return DataError(f"{path}, line {start}: not valid CSV ({reason})")
+
+
+def csv_rows(path: Path, text: str) -> list[tuple[int, str, str]]:
+    """(line, text, label) of each row of a CSV with a header naming ``text`` and ``label``
+    (other columns are ignored), parsed with the csv module's strict rules."""
+    csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))  # long texts are fine
+    reader = csv.reader(_text_lines(text), strict=True)
+    header: list[str] | None = None
+    rows: list[tuple[int, str, str]] = []
+    while True:
+        start = reader.line_num + 1
+        try:
+            fields = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as error:
+            raise _csv_error(path, start, reader.line_num, error) from None
+        if not fields:
+            continue  # a blank line
+        if header is None:
+            header = [name.strip() for name in fields]
+            missing = [c for c in TEXT_COLUMNS if c not in header]
+            if missing:
+                raise DataError(
+                    f"{path}, line {start}: each row needs the fields {TEXT_COLUMNS}; missing {missing}, found "
+                    f"{header}: the first line must be a header naming the columns, e.g. {_CSV_EXAMPLE}"
+                )
+            twice = sorted({c for c in TEXT_COLUMNS if header.count(c) > 1})
+            if twice:
+                raise DataError(f"{path}, line {start}: the header names {twice} more than once")
+            text_at, label_at = header.index("text"), header.index("label")
+            continue
+        if len(fields) != len(header):
+            columns = ",".join(header)
+            if len(fields) > len(header):
+                fix = 'a text holding a comma must be in double quotes, e.g. "great film, loved it",pos'
+            elif len(fields) <= label_at:
+                fix = "the row has no label"
+            else:
+                fix = "fill in every column"
+            raise DataError(
+                f"{path}, line {start}: {plural(len(fields), 'field')} where the header ({columns}) has "
+                f"{len(header)}; {fix}"
+            )
+        label = fields[label_at].strip()
+        if not label:
+            raise DataError(f"{path}, line {start}: the label is empty; every row needs its class in the label column")
+        if not fields[text_at].strip():
+            raise DataError(f"{path}, line {start}: the text is empty; every row needs a text")
+        rows.append((start, fields[text_at], label))
+    if header is None:
+        raise DataError(f"{path} is empty; expected a header line and one row per sample, e.g. {_CSV_EXAMPLE}")
+    return rows
+
+
+def jsonl_rows(path: Path, text: str) -> list[tuple[int, str, str]]:
+    """(line, text, label) of each JSON object line; blank lines are skipped."""
+    example = '{"text": "great film", "label": "pos"}'
+    rows: list[tuple[int, str, str]] = []
+    for number, line in enumerate(_text_lines(text), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line.rstrip("\r\n"))
+        except json.JSONDecodeError as error:
+            raise DataError(
+                f"{path}, line {number}: not valid JSON ({error.msg}, column {error.colno}); each line must be "
+                f"one JSON object such as {example}"
+            ) from None
+        if not isinstance(row, dict):
+            raise DataError(
+                f"{path}, line {number}: a JSON {_json_type(row)}, not an object; each line must be one JSON "
+                f"object such as {example}"
+            )
+        missing = [c for c in TEXT_COLUMNS if c not in row]
+        if missing:
+            raise DataError(
+                f"{path}, line {number}: each row needs the fields {TEXT_COLUMNS}; missing {missing}, found "
+                f"{sorted(row)}"
+            )
+        value, label = row["text"], row["label"]
+        if not isinstance(value, str):
+            raise DataError(f"{path}, line {number}: \"text\" must be a string, got a JSON {_json_type(value)}")
+        if isinstance(label, bool) or not isinstance(label, (str, int)):
+            raise DataError(
+                f"{path}, line {number}: \"label\" must be a class name (string) or class index (integer), got "
+                f"a JSON {_json_type(label)}"
+            )
+        label = str(label).strip()
+        if not label:
+            raise DataError(f"{path}, line {number}: the label is empty; every row needs its class")
+        if not value.strip():
+            raise DataError(f"{path}, line {number}: the text is empty; every row needs a text")
+        rows.append((number, value, label))
+    return rows
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return {dict: "object", list: "array", str: "string", int: "number", float: "number"}.get(type(value), "value")
