@@ -26,7 +26,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ._registry import register_model
 
-from .layers import LinearClassifier
+from .layers import InputDTypeError, LinearClassifier, check_input_dtype, check_rate_option
 
 if TYPE_CHECKING:
     from sklearn.neural_network import BernoulliRBM
@@ -35,17 +35,25 @@ _MAX_ENUMERATED_HIDDEN = 20  # log_partition sums over 2**num_hidden states
 _CHUNK_ELEMENTS = 1 << 22  # working-set size of chunked computations (float elements)
 
 
-def check_visible_input(x: torch.Tensor, num_visible: int, name: str) -> torch.Tensor:
+def check_visible_input(
+    x: torch.Tensor, num_visible: int, name: str, dtype: torch.dtype | None = None
+) -> torch.Tensor:
     """``x`` as a (N, num_visible) float batch; image batches (N, C, H, W) or (N, H, W) whose
     pixels number num_visible are flattened. Anything else raises a ValueError with the
-    expected shape, rather than a matrix-size error deep inside a matmul."""
+    expected shape, rather than a matrix-size error deep inside a matmul; given the weights'
+    ``dtype``, another floating dtype raises an `InputDTypeError` (a ValueError and a
+    TypeError) that names it (`check_input_dtype`)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} expects a torch.Tensor of shape (N, {num_visible}); got {type(x).__name__}")
     expected = f"{name} expects input of shape (N, {num_visible}) or images (N, C, H, W) with C*H*W = {num_visible}"
     got = tuple(x.shape)
     if not torch.is_floating_point(x):
-        raise ValueError(
+        raise InputDTypeError(
             f"{name} expects floating-point input (pixel values in [0, 1] for binary visible units); "
             f"got {x.dtype}: convert it, e.g. x.float() / 255"
         )
+    if dtype is not None:
+        check_input_dtype(x, dtype, name)
     if x.ndim == 2 and x.shape[1] == num_visible:
         return x
     if x.ndim >= 3 and math.prod(x.shape[1:]) == num_visible:
@@ -112,7 +120,7 @@ class RBM(nn.Module):
         return f"num_visible={self.num_visible}, num_hidden={self.num_hidden}"
 
     def _check(self, v: torch.Tensor) -> torch.Tensor:
-        return check_visible_input(v, self.num_visible, type(self).__name__)
+        return check_visible_input(v, self.num_visible, type(self).__name__, self.weight.dtype)
 
     # The visible units' input to the hidden units: v here, v / std for Gaussian visibles.
     def _visible_input(self, v: torch.Tensor) -> torch.Tensor:
@@ -410,10 +418,13 @@ class DBN(LinearClassifier, nn.Module):
     ) -> None:
         super().__init__()
         sizes = tuple(sizes)
-        if len(sizes) < 2 or not all(isinstance(s, int) and s > 0 for s in sizes):
-            raise ValueError(f"sizes must be at least two positive layer sizes (visible first), got {sizes!r}")
+        if len(sizes) < 2 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
+            raise ValueError(
+                f"sizes must be at least two positive layer sizes (ints, visible first), got {sizes!r}"
+            )
         if visible not in ("bernoulli", "gaussian"):
             raise ValueError(f"visible must be 'bernoulli' or 'gaussian', got {visible!r}")
+        check_rate_option("drop_rate", drop_rate)
         self.name = name
         self.sizes = sizes
         self.pretrained_cfg: dict[str, Any] = {}
@@ -433,7 +444,7 @@ class DBN(LinearClassifier, nn.Module):
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The top hidden layer's probabilities, (N, num_features): each RBM's P(h=1|v) feeds the next."""
-        x = check_visible_input(x, self.sizes[0], self.name)
+        x = check_visible_input(x, self.sizes[0], self.name, self.rbms[0].weight.dtype)
         use_checkpoint = self.grad_checkpointing and self.training and torch.is_grad_enabled()
         for rbm in self.rbms:
             x = checkpoint(rbm, x, use_reentrant=False) if use_checkpoint else rbm(x)
@@ -469,7 +480,7 @@ class DBN(LinearClassifier, nn.Module):
             state = top.weight.new_full((num_samples, top.num_visible), 0.5)
             state = top.visible_bias.expand_as(state) if isinstance(top, GaussianRBM) else bernoulli(state, generator)
         else:
-            state = check_visible_input(start, self.sizes[0], self.name)
+            state = check_visible_input(start, self.sizes[0], self.name, self.rbms[0].weight.dtype)
             for rbm in self.rbms[:-1]:
                 state = rbm.sample_hidden(state, generator)
         if steps > 1:

@@ -21,7 +21,14 @@ from torch.utils.checkpoint import checkpoint
 from ._registry import register_model
 
 from .features import feature_indices
-from .layers import LinearClassifier, SqueezeExcite, check_image_input
+from .layers import (
+    LinearClassifier,
+    SqueezeExcite,
+    check_float_option,
+    check_image_input,
+    check_int_option,
+    check_rate_option,
+)
 
 
 class DenseLayer(nn.Module):
@@ -95,6 +102,31 @@ def _transition(in_channels: int, out_channels: int) -> nn.Sequential:
     )
 
 
+def _pooled_side(side: int, features: nn.Module) -> int:
+    """The side of the feature map that an image side becomes after the convolutions and
+    poolings of ``features``, in order (the dense layers keep it; the stem and each
+    transition shrink it); 0 once a pooling has nothing left to pool."""
+    for m in features.modules():
+        if isinstance(m, (nn.Conv2d, nn.MaxPool2d, nn.AvgPool2d)):
+            k, s, p = (v if isinstance(v, int) else v[0] for v in (m.kernel_size, m.stride, m.padding))
+            d = 1 if isinstance(m, nn.AvgPool2d) else (m.dilation if isinstance(m.dilation, int) else m.dilation[0])
+            side = (side + 2 * p - d * (k - 1) - 1) // s + 1
+            if side < 1:
+                return 0
+    return side
+
+
+def _smallest_side(features: nn.Module) -> int:
+    """The smallest image side the net runs on. Unlike the ResNets' and MobileNets' padded
+    strides, each transition's unpadded 2x2 average pool needs a map of at least 2 pixels, so
+    small images fail there (torchvision's DenseNets alike): torchvision's densenet121 needs
+    29 px, the CIFAR DenseNets 4 px."""
+    side = 1
+    while _pooled_side(side, features) < 1:
+        side += 1
+    return side
+
+
 class DenseNet(LinearClassifier, nn.Module):
     """Densely connected network (Huang et al., 2017), DenseNet-BC: bottleneck dense layers
     and transitions that halve the channels (compression 0.5) and the resolution.
@@ -126,14 +158,20 @@ class DenseNet(LinearClassifier, nn.Module):
         super().__init__()
         if stem not in ("imagenet", "cifar"):
             raise ValueError(f"stem must be 'imagenet' or 'cifar', got {stem!r}")
-        if not block_config or min(block_config) < 1:
-            raise ValueError(f"need one positive layer count per dense block, got {tuple(block_config)}")
+        check_int_option("in_chans", in_chans, what=" (the image channels: 1 gray, 3 RGB)")
+        if not block_config or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in block_config):
+            raise ValueError(f"need one positive layer count (depth) per dense block, got {tuple(block_config)}")
+        check_int_option("growth_rate", growth_rate)
+        check_int_option("num_init_features", num_init_features)
+        check_int_option("bn_size", bn_size)
+        if se_ratio is not None:
+            check_float_option("se_ratio", se_ratio, 0.0, 1.0, low_open=True, high_open=False)
+        check_rate_option("drop_rate", drop_rate)
         small = stem == "cifar"
         self.name = name
         self.in_chans = in_chans
         self.pretrained_cfg: dict[str, Any] = {}
         self.grad_checkpointing = False
-        self.min_input_size = (1 if small else 4) * 2 ** (len(block_config) - 1)
 
         if small:
             self.features = nn.Sequential(
@@ -165,7 +203,9 @@ class DenseNet(LinearClassifier, nn.Module):
                 channels //= 2
         self.features.add_module("norm5", nn.BatchNorm2d(channels))
         self.features.add_module("relu5", nn.ReLU(inplace=True))
-        self.feature_info.append(dict(num_chs=channels, reduction=self.min_input_size, module="features.relu5"))
+        stride = (1 if small else 4) * 2 ** (len(block_config) - 1)
+        self.feature_info.append(dict(num_chs=channels, reduction=stride, module="features.relu5"))
+        self.min_input_size = _smallest_side(self.features)
         self._taps = [info["module"].removeprefix("features.") for info in self.feature_info]
 
         self.num_features = channels
@@ -191,7 +231,7 @@ class DenseNet(LinearClassifier, nn.Module):
     def forward_intermediates(self, x: torch.Tensor, indices: Sequence[int] | None = None) -> list[torch.Tensor]:
         """Feature maps at the levels ``indices`` of ``feature_info`` (None: all), computing
         no further than the deepest level asked for."""
-        check_image_input(x, self.in_chans, self.min_input_size, self.name)
+        check_image_input(x, self.in_chans, self.min_input_size, self.name, self.features.conv0.weight.dtype)
         take = feature_indices(indices, len(self.feature_info))
         use_checkpoint = self.grad_checkpointing and self.training and torch.is_grad_enabled()
         features = []
@@ -206,7 +246,8 @@ class DenseNet(LinearClassifier, nn.Module):
         return features
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """Unpooled feature map of shape (N, num_features, H / s, W / s), s = min_input_size."""
+        """Unpooled feature map of shape (N, num_features, about H / s, W / s), s the total
+        stride ``feature_info[-1]["reduction"]`` (the transitions' pooling rounds down)."""
         return self.forward_intermediates(x, [-1])[0]
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:

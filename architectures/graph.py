@@ -39,7 +39,7 @@ from torch_geometric.utils import scatter
 
 from ._registry import register_model
 
-from .layers import LinearClassifier
+from .layers import LinearClassifier, check_input_dtype, check_int_option, check_rate_option
 
 Reduce = Literal["sum", "mean"]
 GRAPH_HEADS = ("graph_classification", "graph_regression", "node_classification")
@@ -369,11 +369,15 @@ class GIN(LinearClassifier, nn.Module):
             raise ValueError(f"head must be one of {', '.join(GRAPH_HEADS)}; got {head!r}")
         if readout not in ("sum", "second_order", "third_order"):
             raise ValueError(f"readout must be 'sum', 'second_order' or 'third_order', got {readout!r}")
-        if in_channels < 1 or num_layers < 1:
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (in_channels, num_layers)):
             raise ValueError(
                 f"need in_channels >= 1 and num_layers >= 1, got {in_channels} and {num_layers}; "
                 "for graphs without node features add constant ones (torch_geometric.transforms.Constant())"
             )
+        check_int_option("hidden_channels", hidden_channels)
+        if edge_dim is not None:
+            check_int_option("edge_dim", edge_dim, what=" (or None)")
+        check_rate_option("dropout", dropout)
         self.name, self.head, self.readout_name = name, head, readout
         self.in_channels, self.edge_dim = in_channels, edge_dim
         self.pretrained_cfg: dict[str, Any] = {}
@@ -433,6 +437,9 @@ class GIN(LinearClassifier, nn.Module):
                 f"{expected}; got x of shape {tuple(x.shape)}: load the model with "
                 f"in_channels={x.size(1)} (dataset.num_features)"
             )
+        check_input_dtype(
+            x, self.norms[0].weight.dtype, self.name, "node features data.x", "e.g. data.x.float()", "data.x"
+        )
         if data.edge_index is None or data.edge_index.dim() != 2 or data.edge_index.size(0) != 2:
             shape = None if data.edge_index is None else tuple(data.edge_index.shape)
             raise ValueError(f"{expected}; got edge_index of shape {shape}")
@@ -442,6 +449,8 @@ class GIN(LinearClassifier, nn.Module):
                 shape = None if edge_attr is None else tuple(edge_attr.shape)
                 raise ValueError(f"{self.name} was built with edge_dim={self.edge_dim}: data.edge_attr must be "
                                  f"[E, {self.edge_dim}], got {shape}")
+            check_input_dtype(edge_attr, self.norms[0].weight.dtype, self.name, "edge features data.edge_attr",
+                              "e.g. data.edge_attr.float()", "data.edge_attr")
         if self.needs_triangles and getattr(data, "triangle_index", None) is None:
             raise ValueError(
                 f"{self.name} uses the triangle readout, which needs data.triangle_index: apply the AddTriangles "

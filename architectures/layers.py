@@ -1,8 +1,10 @@
 """Building blocks shared by several architecture families."""
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn as nn
@@ -52,24 +54,105 @@ class SqueezeExcite(nn.Module):
         return x * self.gate(scale)
 
 
-def check_image_input(x: torch.Tensor, in_chans: int, min_size: int, name: str) -> None:
-    """Raise a ValueError naming the model and the shape it expects unless ``x`` is an image
-    batch (N, in_chans, H, W) with H, W >= min_size; a clear message beats a shape error deep
-    inside a convolution."""
-    if x.ndim == 4 and x.shape[1] == in_chans and x.shape[2] >= min_size and x.shape[3] >= min_size:
-        return  # the common case, without building the messages
-    expected = f"{name} expects input of shape (N, {in_chans}, H, W) with H, W >= {min_size}"
-    got = tuple(x.shape)
-    if x.ndim != 4:
-        hint = "; add a batch dimension with x.unsqueeze(0)" if x.ndim == 3 else ""
-        raise ValueError(f"{expected}; got a {x.ndim}-D tensor of shape {got}{hint}")
-    if x.shape[1] != in_chans:
-        raise ValueError(
-            f"{expected}; got {got}: load the model with "
-            f"in_chans={x.shape[1]} or convert the images to {in_chans} channels"
+class InputDTypeError(TypeError, ValueError):
+    """An input tensor of the wrong dtype: a TypeError, and a ValueError like the models' other
+    input checks, so ``except ValueError`` around a model call catches every input problem."""
+
+
+_AUTOCAST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _autocast_enabled(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except RuntimeError:  # a device type autocast does not know (meta)
+        return False
+
+
+def check_input_dtype(
+    x: torch.Tensor,
+    dtype: torch.dtype,
+    name: str,
+    what: str = "input",
+    convert: str = "e.g. x.float() / 255 for 8-bit pixels",
+    var: str = "x",
+) -> None:
+    """Raise an `InputDTypeError` naming ``dtype`` unless ``x`` can go through a model whose
+    weights are ``dtype``: floating point of that dtype or, inside an autocast region for
+    x's device (which casts both sides), any dtype autocast casts (float32, float16,
+    bfloat16). Otherwise the first layer would fail with "expected scalar type Double but
+    found Float" or a similar message that names neither the model nor the fix. ``what`` names
+    the tensor in the message, ``var`` in the code it suggests, and ``convert`` says how to
+    make integer data floating point."""
+    if x.dtype == dtype:
+        return
+    if not x.is_floating_point():
+        raise InputDTypeError(
+            f"{name} expects floating-point {what} ({dtype}, the dtype of its weights); got {x.dtype}: "
+            f"convert it, {convert}"
         )
-    if x.shape[2] < min_size or x.shape[3] < min_size:
+    if _autocast_enabled(x.device.type) and x.dtype in _AUTOCAST_DTYPES and dtype in _AUTOCAST_DTYPES:
+        return
+    raise InputDTypeError(
+        f"{name} has {dtype} weights, so it expects {dtype} {what}; got {x.dtype}: convert it with "
+        f"{var}.to({dtype}), or the model with model.to({x.dtype}), or run it under torch.autocast"
+    )
+
+
+def check_image_input(
+    x: torch.Tensor, in_chans: int, min_size: int, name: str, dtype: torch.dtype | None = None
+) -> None:
+    """Raise a ValueError naming the model and the shape it expects unless ``x`` is an image
+    batch (N, in_chans, H, W) with H, W >= min_size, the smallest side that the model's
+    convolutions and poolings keep (1 for the ResNets and MobileNets, whose adaptive pooling
+    takes any size, as torchvision's do); then, given the weights' ``dtype``, an
+    `InputDTypeError` unless `check_input_dtype` accepts x. A clear message beats a shape or
+    dtype error deep inside a convolution. Any memory layout (channels_last, transposed
+    views) is fine: the convolutions take it as it is."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} expects a torch.Tensor of shape (N, {in_chans}, H, W); got {type(x).__name__}")
+    if not (x.ndim == 4 and x.shape[1] == in_chans and x.shape[2] >= min_size and x.shape[3] >= min_size):
+        expected = f"{name} expects input of shape (N, {in_chans}, H, W) with H, W >= {min_size}"
+        got = tuple(x.shape)
+        if x.ndim != 4:
+            hint = "; add a batch dimension with x.unsqueeze(0)" if x.ndim == 3 else ""
+            raise ValueError(f"{expected}; got a {x.ndim}-D tensor of shape {got}{hint}")
+        if x.shape[1] != in_chans:
+            raise ValueError(
+                f"{expected}; got {got}: load the model with "
+                f"in_chans={x.shape[1]} or convert the images to {in_chans} channels"
+            )
         raise ValueError(f"{expected}; got {got}: images must be at least {min_size}x{min_size} pixels")
+    if dtype is not None:
+        check_input_dtype(x, dtype, name)
+
+
+def check_int_option(name: str, value: Any, minimum: int = 1, what: str = "") -> None:
+    """Raise a ValueError naming the option and its range unless ``value`` is an int (not a
+    bool) >= ``minimum``; ``what`` says what the option is, for the message."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name}{what} must be an int >= {minimum}, got {value!r}")
+
+
+def check_float_option(
+    name: str, value: Any, low: float, high: float = math.inf, *, low_open: bool = False, high_open: bool = True
+) -> None:
+    """Raise a ValueError naming the option and its range unless ``value`` is a real number in
+    the interval from ``low`` to ``high`` (each end open or closed as asked), not infinite."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        ok = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+    if not ok:
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        if high == math.inf:
+            interval = f"> {low:g}" if low_open else f">= {low:g}"
+            raise ValueError(f"{name} must be a finite number {interval}, got {value!r}")
+        raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
+
+
+def check_rate_option(name: str, value: Any) -> None:
+    """A dropout or drop-path probability: a number in [0, 1)."""
+    check_float_option(name, value, 0.0, 1.0)
 
 
 def linear_classifier(num_features: int, num_classes: int) -> nn.Module:

@@ -26,7 +26,10 @@ from .layers import (
     InvertedResidual,
     NormLayer,
     SqueezeExcite,
+    check_float_option,
     check_image_input,
+    check_int_option,
+    check_rate_option,
     linear_classifier,
     make_divisible,
 )
@@ -77,6 +80,11 @@ class MobileNet(nn.Module):
         name: str = "mobilenet",
     ) -> None:
         super().__init__()
+        check_int_option("in_chans", in_chans, what=" (the image channels: 1 gray, 3 RGB)")
+        check_rate_option("drop_rate", drop_rate)
+        check_rate_option("drop_path_rate", drop_path_rate)
+        if not blocks:
+            raise ValueError("a MobileNet needs at least one block")
         self.name = name
         self.in_chans = in_chans
         self.pretrained_cfg: dict[str, Any] = {}
@@ -110,7 +118,10 @@ class MobileNet(nn.Module):
             dict(num_chs=c, reduction=r, module=f"features.{i}") for r, (i, c) in levels.items()
         ]
         self._taps = [i for i, _ in levels.values()]
-        self.min_input_size = reduction
+        # Every convolution is padded ((k - 1) // 2), so each stride keeps ceil(side / stride)
+        # >= 1 and global pooling takes whatever is left: any side >= 1 runs, as with
+        # torchvision's MobileNets. The total stride is feature_info[-1]["reduction"].
+        self.min_input_size = 1
 
         self.num_features = chs
         self.head_hidden_size = head_hidden or chs
@@ -150,7 +161,7 @@ class MobileNet(nn.Module):
     def forward_intermediates(self, x: torch.Tensor, indices: Sequence[int] | None = None) -> list[torch.Tensor]:
         """Feature maps at the levels ``indices`` of ``feature_info`` (None: all), computing
         no further than the deepest level asked for."""
-        check_image_input(x, self.in_chans, self.min_input_size, self.name)
+        check_image_input(x, self.in_chans, self.min_input_size, self.name, self.features[0][0].weight.dtype)
         take = {self._taps[level] for level in feature_indices(indices, len(self.feature_info))}
         use_checkpoint = self.grad_checkpointing and self.training and torch.is_grad_enabled()
         features = []
@@ -161,7 +172,8 @@ class MobileNet(nn.Module):
         return features
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """Unpooled feature map of shape (N, num_features, H / s, W / s), s = min_input_size."""
+        """Unpooled feature map of shape (N, num_features, ceil(H / s), ceil(W / s)), s the total
+        stride ``feature_info[-1]["reduction"]``."""
         return self.forward_intermediates(x, [-1])[0]
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
@@ -186,7 +198,16 @@ def _hard_se(chs: int) -> SqueezeExcite:
 
 def _se(se_ratio: float | None) -> Callable[[int], nn.Module] | None:
     """The optional V1/V2 gate: sigmoid, squeezing to ``se_ratio`` of the gated channels."""
-    return partial(SqueezeExcite, rd_ratio=se_ratio) if se_ratio is not None else None
+    if se_ratio is None:
+        return None
+    check_float_option("se_ratio", se_ratio, 0.0, 1.0, low_open=True, high_open=False)
+    return partial(SqueezeExcite, rd_ratio=se_ratio)
+
+
+def _check_width_mult(width_mult: float) -> None:
+    """The width multiplier scales every layer's channels (rounded to multiples of 8, at
+    least 8): any positive finite number."""
+    check_float_option("width_mult", width_mult, 0.0, low_open=True)
 
 
 # MobileNetV1 (Howard et al., 2017, table 1): out channels, stride of each block. The paper's
@@ -242,6 +263,7 @@ _V3_SMALL_BLOCKS = [
 def _mobilenet_v1(
     name: str, width_mult: float = 1.0, se_ratio: float | None = None, **kwargs: Any
 ) -> MobileNet:
+    _check_width_mult(width_mult)
     se_layer = _se(se_ratio)
     blocks = [BlockSpec(_channels(c * width_mult), s, se_layer=se_layer) for c, s in _V1]
     return MobileNet(blocks, stem_chs=_channels(32 * width_mult), name=name, **kwargs)
@@ -250,6 +272,7 @@ def _mobilenet_v1(
 def _mobilenet_v2(
     name: str, width_mult: float = 1.0, se_ratio: float | None = None, **kwargs: Any
 ) -> MobileNet:
+    _check_width_mult(width_mult)
     se_layer = _se(se_ratio)
     stem_chs = chs = _channels(32 * width_mult)
     blocks = []
@@ -265,6 +288,7 @@ def _mobilenet_v2(
 def _mobilenet_v3(
     name: str, table: Sequence[tuple], head_hidden: int, width_mult: float = 1.0, **kwargs: Any
 ) -> MobileNet:
+    _check_width_mult(width_mult)
     blocks = [
         BlockSpec(_channels(out * width_mult), s, _channels(mid * width_mult), k, act, _hard_se if se else None)
         for k, mid, out, se, act, s in table

@@ -216,7 +216,7 @@ class MoEExperts(nn.Module):
             sizes = sizes.clamp(max=capacity)
         xs = x[order // top_k].to(dtype)
         gate_up, down = self.gate_up_proj.to(dtype), self.down_proj.to(dtype)
-        if self._use_grouped_mm(xs):
+        if xs.shape[0] and self._use_grouped_mm(xs):  # no token slots (an empty batch): the split runs nothing
             ys = _grouped_mm_swiglu(xs, sizes, gate_up, down)
         else:
             ys = _GroupedSwiGLU.apply(xs, sizes.tolist(), gate_up, down)
@@ -225,7 +225,7 @@ class MoEExperts(nn.Module):
         position = torch.full((num_slots,), len(order), device=x.device).index_put_((order,), slot[: len(order)])
         if capacity is not None:
             ys = F.pad(ys, (0, 0, 0, 1))
-        slots = ys[position].view(num_tokens, top_k, -1)
+        slots = ys[position].view(num_tokens, top_k, ys.shape[-1])  # not -1: ambiguous for 0 tokens
         return torch.bmm(expert_weight[:, None, :].to(ys.dtype), slots)[:, 0].to(x.dtype)
 
     @staticmethod
@@ -338,7 +338,7 @@ def routing_losses(
     selected = probs.topk(top_k, dim=-1).indices.reshape(num_layers, -1)
     counts = torch.zeros(num_layers, num_experts, device=logits.device)
     counts.scatter_add_(1, selected, mask.repeat_interleave(top_k).expand(num_layers, -1))
-    rows = mask.sum() * num_layers
+    rows = (mask.sum() * num_layers).clamp(min=1)  # no tokens (an empty batch): zero losses, not 0 / 0
     token_share = counts.sum(0) / rows
     mean_prob = (probs * mask[:, None]).sum(dim=(0, 1)) / rows
     balance = num_experts * (token_share * mean_prob).sum()

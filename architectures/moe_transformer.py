@@ -33,7 +33,17 @@ from torch.utils.checkpoint import checkpoint
 
 from ._registry import register_model
 from .features import feature_indices
-from .layers import ConvNormAct, LinearClassifier, apply_rotary, check_image_input, linear_classifier, rotary_cos_sin
+from .layers import (
+    ConvNormAct,
+    LinearClassifier,
+    apply_rotary,
+    check_float_option,
+    check_image_input,
+    check_int_option,
+    check_rate_option,
+    linear_classifier,
+    rotary_cos_sin,
+)
 from .moe_experts import Dispatch, SparseMoeBlock, SwiGLU, is_tracing, routing_losses
 
 TEXT_HEADS = ("lm", "sequence_classification", "token_classification")
@@ -81,8 +91,24 @@ class MoEConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dense_layers", tuple(sorted(set(self.dense_layers))))
+        sizes = dict(
+            vocab_size=1, hidden_size=1, num_layers=1, num_heads=1, num_kv_heads=1, intermediate_size=1,
+            num_experts=1, top_k=1, shared_expert_size=0, max_position_embeddings=1,
+        )
+        optional_sizes = ("head_dim", "dense_intermediate_size", "sliding_window")
+        try:
+            for name, minimum in sizes.items():
+                check_int_option(name, getattr(self, name), minimum)
+            for name in optional_sizes:
+                if getattr(self, name) is not None:
+                    check_int_option(name, getattr(self, name), 1, what=" (or None)")
+            check_rate_option("attention_dropout", self.attention_dropout)
+            check_float_option("rms_norm_eps", self.rms_norm_eps, 0.0, low_open=True)
+            if self.rope_theta is not None:
+                check_float_option("rope_theta", self.rope_theta, 0.0, low_open=True)
+        except ValueError as error:
+            raise ValueError(f"invalid MoE config: {error}") from None
         checks = [
-            (self.hidden_size > 0 and self.num_layers > 0 and self.num_heads > 0, "sizes must be positive"),
             (self.num_kv_heads > 0 and self.num_heads % self.num_kv_heads == 0,
              f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"),
             (self.head_dim is not None or self.hidden_size % self.num_heads == 0,
@@ -200,7 +226,8 @@ class Attention(nn.Module):
             q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
             is_causal=is_causal, enable_gqa=self.num_kv_heads != self.num_heads,
         )
-        return self.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
+        # the width spelled out: -1 is ambiguous for an empty batch or sequence
+        return self.o_proj(out.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim))
 
 
 class Block(nn.Module):
@@ -362,6 +389,7 @@ class MoETransformer(_MoEBody):
         super().__init__(config, causal, name)
         if head not in TEXT_HEADS:
             raise ValueError(f"head must be one of {', '.join(TEXT_HEADS)}; got {head!r}")
+        check_rate_option("drop_rate", drop_rate)
         self.head = head
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.drop = nn.Dropout(drop_rate)
@@ -463,6 +491,11 @@ class MoETransformer(_MoEBody):
         return x if pre_logits else self.get_classifier()(self.drop(x))
 
     def _pool(self, x: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        if x.shape[1] == 0:
+            raise ValueError(
+                f"{self.name} with head 'sequence_classification' needs at least one token per sequence "
+                f"(input_ids of shape (N, L) with L >= 1); got {x.shape[1]} tokens"
+            )
         if attention_mask is None:
             return x[:, -1] if self.causal else x.mean(dim=1)
         mask = attention_mask[:, -x.shape[1] :].bool()
@@ -514,6 +547,17 @@ class MoETransformer(_MoEBody):
             raise ValueError("need max_new_tokens >= 0, temperature >= 0, top_k >= 1 and 0 < top_p <= 1")
         self._check_input(input_ids, None, 0)
         batch, length = input_ids.shape
+        if length == 0:
+            bos = self.config.bos_token_id
+            start = (
+                f"start from the bos token id {bos}, e.g. torch.full((N, 1), {bos})" if bos is not None
+                else "start from a beginning-of-sequence token, e.g. zoo.tokenizer.ByteTokenizer's "
+                "bos_token_id: torch.full((N, 1), tokenizer.bos_token_id)"
+            )
+            raise ValueError(
+                f"generate needs a prompt of at least one token (input_ids of shape (N, L), L >= 1), "
+                f"got shape {tuple(input_ids.shape)}; {start}"
+            )
         cache = KVCache(self.config, batch, length + max_new_tokens, input_ids.device, self.embed_tokens.weight.dtype)
         tokens, step = [input_ids], input_ids
         finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
@@ -570,6 +614,12 @@ class MoEViT(LinearClassifier, _MoEBody):
         stem_channels: Sequence[int] = (),
     ) -> None:
         super().__init__(config, causal=False, name=name)
+        check_int_option("in_chans", in_chans, what=" (the image channels: 1 gray, 3 RGB)")
+        check_int_option("img_size", img_size)
+        check_int_option("patch_size", patch_size)
+        check_rate_option("drop_rate", drop_rate)
+        for width in stem_channels:
+            check_int_option("stem_channels", width, what=" (each width)")
         if stem_channels and patch_size != 2 ** len(stem_channels):
             raise ValueError(
                 f"a stem of {len(stem_channels)} stride-2 convolutions makes {2 ** len(stem_channels)}-pixel "
@@ -578,6 +628,7 @@ class MoEViT(LinearClassifier, _MoEBody):
         if img_size % patch_size:
             raise ValueError(f"img_size ({img_size}) must be a multiple of patch_size ({patch_size})")
         self.in_chans, self.patch_size, self.grid = in_chans, patch_size, img_size // patch_size
+        self.min_input_size = patch_size  # and sides must be multiples of it
         if stem_channels:
             widths = (in_chans, *stem_channels)
             self.first_conv = "patch_embed.0.0"
@@ -603,7 +654,8 @@ class MoEViT(LinearClassifier, _MoEBody):
         self.reset_classifier(num_classes)
 
     def _embed(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
-        check_image_input(x, self.in_chans, self.patch_size, self.name)
+        first_conv = self.get_submodule(self.first_conv)
+        check_image_input(x, self.in_chans, self.patch_size, self.name, first_conv.weight.dtype)
         if x.shape[2] % self.patch_size or x.shape[3] % self.patch_size:
             raise ValueError(
                 f"{self.name} expects image sides that are multiples of patch_size={self.patch_size}; "
@@ -631,7 +683,7 @@ class MoEViT(LinearClassifier, _MoEBody):
         for i, layer in enumerate(self.layers[: take[-1] + 1]):
             h, _ = layer(h, None, None, False)
             if i in take:
-                features.append(h.transpose(1, 2).reshape(h.shape[0], -1, *grid))
+                features.append(h.transpose(1, 2).reshape(h.shape[0], h.shape[2], *grid))
         return features
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,14 @@ from torch.utils.checkpoint import checkpoint
 from ._registry import register_model
 
 from .features import feature_indices
-from .layers import LinearClassifier, SqueezeExcite, check_image_input
+from .layers import (
+    LinearClassifier,
+    SqueezeExcite,
+    check_float_option,
+    check_image_input,
+    check_int_option,
+    check_rate_option,
+)
 
 
 def _conv3x3(in_channels: int, out_channels: int, stride: int = 1, groups: int = 1) -> nn.Conv2d:
@@ -155,17 +162,30 @@ class ResNet(LinearClassifier, nn.Module):
         super().__init__()
         if stem not in ("imagenet", "cifar"):
             raise ValueError(f"stem must be 'imagenet' or 'cifar', got {stem!r}")
-        if len(layers) != len(stage_channels) or min(layers, default=0) < 1:
+        check_int_option("in_chans", in_chans, what=" (the image channels: 1 gray, 3 RGB)")
+        if (
+            not layers
+            or len(layers) != len(stage_channels)
+            or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in (*layers, *stage_channels))
+        ):
             raise ValueError(
-                f"need one positive block count per stage: layers={tuple(layers)}, "
-                f"stage_channels={tuple(stage_channels)}"
+                f"need one positive block count (depth) and one positive width per stage: "
+                f"layers={tuple(layers)}, stage_channels={tuple(stage_channels)}"
             )
+        check_int_option("groups", groups)
+        check_int_option("width_per_group", width_per_group)
+        if se_ratio is not None:
+            check_float_option("se_ratio", se_ratio, 0.0, 1.0, low_open=True, high_open=False)
+        check_rate_option("drop_rate", drop_rate)
         small = stem == "cifar"
         self.name = name
         self.in_chans = in_chans
         self.pretrained_cfg: dict[str, Any] = {}
         self.grad_checkpointing = False
-        self.min_input_size = (1 if small else 4) * 2 ** (len(layers) - 1)
+        # Every convolution and pooling is padded ((k - 1) // 2), so each halving keeps
+        # ceil(side / 2) >= 1 and global pooling takes whatever is left: any side >= 1 runs,
+        # as with torchvision's adaptive pooling. The total stride is feature_info[-1]["reduction"].
+        self.min_input_size = 1
 
         inplanes = stage_channels[0]
         if small:
@@ -223,7 +243,7 @@ class ResNet(LinearClassifier, nn.Module):
     def forward_intermediates(self, x: torch.Tensor, indices: Sequence[int] | None = None) -> list[torch.Tensor]:
         """Feature maps at the levels ``indices`` of ``feature_info`` (None: all), computing
         no further than the deepest level asked for."""
-        check_image_input(x, self.in_chans, self.min_input_size, self.name)
+        check_image_input(x, self.in_chans, self.min_input_size, self.name, self.conv1.weight.dtype)
         take = feature_indices(indices, len(self.feature_info))
         x = self.relu(self.bn1(self.conv1(x)))
         features = [x] if take[0] == 0 else []
@@ -237,7 +257,8 @@ class ResNet(LinearClassifier, nn.Module):
         return features
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """Unpooled feature map of shape (N, num_features, H / s, W / s), s = min_input_size."""
+        """Unpooled feature map of shape (N, num_features, ceil(H / s), ceil(W / s)), s the total
+        stride ``feature_info[-1]["reduction"]``."""
         return self.forward_intermediates(x, [-1])[0]
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:

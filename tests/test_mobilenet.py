@@ -79,7 +79,7 @@ def test_mobilenet_v1():
 )
 def test_small_input_variants(name, base):
     model = getattr(mobilenet, name)(in_chans=1).eval()
-    assert model.num_classes == 10 and model.min_input_size == 8
+    assert model.num_classes == 10 and model.feature_info[-1]["reduction"] == 8 and model.min_input_size == 1
     assert [info["reduction"] for info in model.feature_info] == [1, 2, 4, 8]
     assert model.features[0][0].stride == (1, 1)
     same = getattr(mobilenet, base)(small_input=True, num_classes=10, in_chans=1)
@@ -135,7 +135,7 @@ def test_model_contract(name, size, num_features, hidden):
     x = torch.randn(2, 3, size, size)
     with torch.no_grad():
         features = model.forward_features(x)
-        stride = model.min_input_size
+        stride = model.feature_info[-1]["reduction"]
         assert features.shape == (2, num_features, size // stride, size // stride)
         pooled = model.forward_head(features, pre_logits=True)
         assert pooled.shape == (2, num_features)  # V3: before the hidden layer
@@ -159,8 +159,10 @@ def test_model_contract(name, size, num_features, hidden):
         getattr(mobilenet, name)(num_classes=-3)
     with pytest.raises(ValueError, match=rf"{name} expects .*in_chans=1"):
         model(torch.randn(2, 1, size, size))
-    with pytest.raises(ValueError, match=f"at least {stride}x{stride}"):
-        model(torch.randn(2, 3, stride - 1, size))
+    smallest = model.min_input_size  # the smallest side that runs, not the stride
+    with pytest.raises(ValueError, match=f"at least {smallest}x{smallest}"):
+        model(torch.randn(2, 3, smallest - 1, size))
+    assert model(torch.randn(2, 3, smallest, size)).shape[0] == 2
 
 
 @pytest.mark.parametrize(

@@ -104,7 +104,7 @@ def test_resnet20_small_images() -> None:
     model = resnet.resnet20(in_chans=1, num_classes=10)
     assert 260_000 <= _num_params(model) <= 280_000
     assert not any("downsample" in k for k in model.state_dict())  # option-A shortcuts are free
-    assert model.min_input_size == 4
+    assert model.feature_info[-1]["reduction"] == 4 and model.min_input_size == 1
     x = torch.randn(2, 1, 28, 28)
     assert model.forward_features(x).shape == (2, 64, 7, 7)
     assert model(x).shape == (2, 10)
@@ -134,7 +134,7 @@ def test_model_contract(name: str, size: int, num_features: int) -> None:
     x = torch.randn(2, 3, size, size)
     with torch.no_grad():
         features = model.forward_features(x)
-        stride = model.min_input_size
+        stride = model.feature_info[-1]["reduction"]
         assert features.shape == (2, num_features, size // stride, size // stride)
         pooled = model.forward_head(features, pre_logits=True)
         assert pooled.shape == (2, num_features)
@@ -167,8 +167,10 @@ def test_weight_init_as_torchvision() -> None:
 
 
 def test_min_input_size() -> None:
-    assert resnet.resnet50().min_input_size == 32
-    assert resnet.resnet56().min_input_size == 4
+    """Any side runs (padded strides, then global pooling), as with torchvision's ResNets;
+    the total stride is the deepest feature level's reduction, not a minimum."""
+    assert resnet.resnet50().min_input_size == 1 and resnet.resnet50().feature_info[-1]["reduction"] == 32
+    assert resnet.resnet56().min_input_size == 1 and resnet.resnet56().feature_info[-1]["reduction"] == 4
 
 
 def test_zero_init_residual_and_dropout() -> None:
@@ -210,8 +212,8 @@ def test_grad_checkpointing_same_gradients(monkeypatch: pytest.MonkeyPatch) -> N
     [
         ("resnet18", (3, 64, 64), "3-D tensor"),
         ("resnet18", (2, 1, 64, 64), "in_chans=1"),
-        ("resnet18", (2, 3, 16, 64), "at least 32x32"),
-        ("resnet20", (2, 3, 3, 3), "at least 4x4"),
+        ("resnet18", (2, 3, 0, 64), "at least 1x1"),
+        ("resnet20", (2, 3, 3, 0), "at least 1x1"),
     ],
 )
 def test_bad_input_raises_clear_error(name: str, shape: tuple[int, ...], hint: str) -> None:
