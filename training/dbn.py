@@ -1,7 +1,8 @@
 """Training deep belief nets: RBMs by contrastive divergence with the defaults of Hinton's
 "A Practical Guide to Training Restricted Boltzmann Machines" (2010), greedy layer-wise
 pretraining, supervised fine-tuning with backprop (through `zoo.training.engine.Trainer`, like
-every other zoo model), and `DBNClassifier`, a scikit-learn-style estimator around all three.
+every other zoo model), and two scikit-learn estimators: `DBNClassifier` around all three, and
+`BernoulliRBM`, scikit-learn's RBM estimator (its training rule and random numbers) on a zoo `RBM`.
 
 A recipe pretrains and fine-tunes a zoo model in a few lines::
 
@@ -30,9 +31,10 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.exceptions import NotFittedError
-from sklearn.utils import Tags
+from sklearn.neural_network import BernoulliRBM as SklearnBernoulliRBM
+from sklearn.utils import Tags, check_random_state, gen_even_slices
 from sklearn.utils.extmath import softmax
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -538,3 +540,164 @@ class DBNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):
     def predict(self, X: ArrayLike) -> np.ndarray:
         proba = self.predict_proba(X)
         return self.classes_[proba.argmax(1)]
+
+
+def _rows(X: np.ndarray) -> torch.Tensor:
+    """A validated array as a tensor sharing its memory (copied if read-only: torch needs writable)."""
+    return torch.from_numpy(X if X.flags.writeable else X.copy())
+
+
+def _bernoulli_draw(p: torch.Tensor, rng: np.random.RandomState) -> torch.Tensor:
+    """``uniform < p`` with the uniforms from ``rng``, in scikit-learn's order and precision."""
+    return torch.from_numpy(rng.uniform(size=tuple(p.shape))) < p
+
+
+class BernoulliRBM(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """``sklearn.neural_network.BernoulliRBM`` on a zoo `RBM`: the same parameters, attributes
+    (``components_``, ``intercept_hidden_``, ``intercept_visible_``, ``h_samples_``,
+    ``n_features_in_``), methods and training rule, and the same random numbers drawn in the same
+    order from ``random_state``, so that a fit, a ``partial_fit``, ``gibbs`` and ``score_samples``
+    give scikit-learn's results to rounding. A drop-in replacement whose fitted model is ``rbm_``,
+    an `RBM` module for torch code, a `DBN` layer or ``zoo.save``.
+
+    The rule is scikit-learn's persistent CD-1 (stochastic maximum likelihood) with plain SGD: no
+    momentum, weight cost or visible-bias init (for those, `train_rbm`'s Practical Guide recipe).
+    Like scikit-learn, each step divides both phases' statistics by the data rows, although the
+    chain has ``batch_size`` particles; ``partial_fit(X)`` is one step on all of X.
+
+    Methods take arrays or CPU tensors and return NumPy arrays, as scikit-learn's do:
+    ``transform`` and ``score_samples`` in the fitted precision (float64, or float32 after
+    ``fit`` on float32 data), ``gibbs`` booleans. The attributes are NumPy views of ``rbm_``'s
+    parameters: writing into them changes the module. Sparse input is not accepted.
+    """
+
+    _parameter_constraints: dict = dict(SklearnBernoulliRBM._parameter_constraints)
+
+    def __init__(
+        self,
+        n_components: int = 256,
+        *,
+        learning_rate: float = 0.1,
+        batch_size: int = 10,
+        n_iter: int = 10,
+        verbose: int = 0,
+        random_state: int | np.random.RandomState | None = None,
+    ) -> None:
+        self.n_components = n_components
+        self.learning_rate = learning_rate
+        self.batch_size = batch_size
+        self.n_iter = n_iter
+        self.verbose = verbose
+        self.random_state = random_state
+
+    @property
+    def components_(self) -> np.ndarray:
+        """The weights, (n_components, n_features)."""
+        return self.rbm_.weight.detach().numpy()
+
+    @property
+    def intercept_hidden_(self) -> np.ndarray:
+        return self.rbm_.hidden_bias.detach().numpy()
+
+    @property
+    def intercept_visible_(self) -> np.ndarray:
+        return self.rbm_.visible_bias.detach().numpy()
+
+    @property
+    def _n_features_out(self) -> int:
+        return self.rbm_.num_hidden
+
+    def __sklearn_tags__(self) -> Tags:
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags
+
+    def _start(self, rng: np.random.RandomState, num_visible: int, dtype: np.dtype) -> None:
+        """scikit-learn's initial state: weights N(0, 0.01) drawn from ``rng``, zero biases and chain."""
+        weight = torch.from_numpy(np.asarray(rng.normal(0, 0.01, (self.n_components, num_visible)), dtype=dtype))
+        with torch.device("meta"):  # no draw from torch's global generator for an init replaced at once
+            rbm = RBM(num_visible, self.n_components)
+        self.rbm_ = rbm.to_empty(device="cpu").to(weight.dtype)
+        with torch.no_grad():
+            self.rbm_.weight.copy_(weight)
+            self.rbm_.hidden_bias.zero_()
+            self.rbm_.visible_bias.zero_()
+        self.h_samples_ = np.zeros((self.batch_size, self.n_components), dtype=dtype)
+
+    @torch.no_grad()
+    def _step(self, v_pos: torch.Tensor, rng: np.random.RandomState) -> None:
+        """One update on the mini-batch ``v_pos``: scikit-learn's ``BernoulliRBM._fit``."""
+        rbm = self.rbm_
+        v_pos = v_pos.to(rbm.weight.dtype)
+        h_pos = rbm.transform(v_pos)
+        v_neg = _bernoulli_draw(rbm.visible_mean(torch.from_numpy(self.h_samples_)), rng).to(v_pos.dtype)
+        h_neg = rbm.transform(v_neg)
+        lr = float(self.learning_rate) / v_pos.shape[0]
+        rbm.weight.addmm_(h_pos.t(), v_pos, alpha=lr).addmm_(h_neg.t(), v_neg, alpha=-lr)
+        rbm.hidden_bias.add_(h_pos.sum(0) - h_neg.sum(0), alpha=lr)
+        rbm.visible_bias.add_(v_pos.sum(0) - v_neg.sum(0), alpha=lr)
+        self.h_samples_ = _bernoulli_draw(h_neg, rng).to(h_neg.dtype).numpy()
+
+    def fit(self, X: ArrayLike, y: None = None) -> BernoulliRBM:
+        """Train from scratch: ``n_iter`` sweeps over X in order, in ``batch_size`` mini-batches;
+        ``verbose`` prints each sweep's pseudo-likelihood as scikit-learn does."""
+        self._validate_params()
+        X = validate_data(self, X, dtype=(np.float64, np.float32), order="C")
+        rng = check_random_state(self.random_state)
+        self._start(rng, X.shape[1], X.dtype)
+        data = _rows(X)
+        num_batches = math.ceil(X.shape[0] / self.batch_size)
+        batches = list(gen_even_slices(num_batches * self.batch_size, num_batches, n_samples=X.shape[0]))
+        begin = time.time()
+        for iteration in range(1, self.n_iter + 1):
+            for batch in batches:
+                self._step(data[batch], rng)
+            if self.verbose:
+                end = time.time()
+                print(
+                    f"[{type(self).__name__}] Iteration {iteration}, pseudo-likelihood = "
+                    f"{self.score_samples(X).mean():.2f}, time = {end - begin:.2f}s"
+                )
+                begin = end
+        return self
+
+    def partial_fit(self, X: ArrayLike, y: None = None) -> BernoulliRBM:
+        """One update on all of X (float64), starting the model and its persistent chain on the
+        first call; the random numbers come from ``random_state_``, made once from ``random_state``."""
+        self._validate_params()
+        first_pass = not hasattr(self, "rbm_")
+        X = validate_data(self, X, dtype=np.float64, reset=first_pass, order="C")
+        if not hasattr(self, "random_state_"):
+            self.random_state_ = check_random_state(self.random_state)
+        if first_pass:
+            self._start(self.random_state_, X.shape[1], X.dtype)
+        self._step(_rows(X), self.random_state_)
+        return self
+
+    def _visible(self, X: ArrayLike, dtype: Any = (np.float64, np.float32)) -> torch.Tensor:
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=dtype, reset=False, order="C")
+        return _rows(X).to(self.rbm_.weight.dtype)
+
+    @torch.no_grad()
+    def transform(self, X: ArrayLike) -> np.ndarray:
+        """P(h=1 | v=X), (n_samples, n_components)."""
+        v = self._visible(X)
+        return self.rbm_.transform(v).numpy()
+
+    @torch.no_grad()
+    def gibbs(self, v: ArrayLike) -> np.ndarray:
+        """One Gibbs step v -> h -> v per row, every state sampled; booleans, as scikit-learn's."""
+        v = self._visible(v)
+        if not hasattr(self, "random_state_"):
+            self.random_state_ = check_random_state(self.random_state)
+        h = _bernoulli_draw(self.rbm_.transform(v), self.random_state_).to(v.dtype)
+        return _bernoulli_draw(self.rbm_.visible_mean(h), self.random_state_).numpy()
+
+    def score_samples(self, X: ArrayLike) -> np.ndarray:
+        """scikit-learn's stochastic log pseudo-likelihood per row: n_features * log P(v_i | v_-i)
+        for one unit i per row, drawn afresh from ``random_state`` on every call."""
+        v = self._visible(X, dtype="numeric")
+        rng = check_random_state(self.random_state)
+        index = torch.from_numpy(rng.randint(0, v.shape[1], v.shape[0]))
+        return self.rbm_.pseudo_likelihood(v, index).numpy()

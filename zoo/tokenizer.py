@@ -1,6 +1,7 @@
 """Byte-level tokenizer for the language models zoo trains itself: every UTF-8 byte is a
 token (ids 0-255), plus padding, beginning- and end-of-sequence tokens. No vocabulary file, no
-unknown tokens, and any text round-trips exactly."""
+unknown tokens, and any text round-trips exactly. `ByteTokenizer.hf_files` describes the same
+tokenizer in Hugging Face's files, which `zoo.export_hf` writes next to the weights."""
 from __future__ import annotations
 
 import codecs
@@ -9,6 +10,17 @@ from typing import Any, Literal
 
 import torch
 import torch.nn as nn
+
+
+def _byte_characters() -> list[str]:
+    """GPT-2's printable stand-in character for each byte value (the ByteLevel pre-tokenizer's
+    table): printable Latin-1 bytes stand for themselves, the others for code points from 256 up."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    extra = iter(range(256, 512))
+    return [chr(b) if b in printable else chr(next(extra)) for b in range(256)]
+
+
+_BYTE_CHARACTERS = _byte_characters()
 
 
 class ByteTokenizer:
@@ -20,6 +32,8 @@ class ByteTokenizer:
     bos_token_id = 257
     eos_token_id = 258
     vocab_size = 259
+    special_tokens = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>"}  # their names in Hugging Face files
+    hf_file_names = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
     def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
         """The UTF-8 bytes of ``text`` as ids, optionally framed by bos / eos."""
@@ -48,6 +62,61 @@ class ByteTokenizer:
 
     def decode_batch(self, ids: torch.Tensor | Sequence[Sequence[int]], stop_at_eos: bool = True) -> list[str]:
         return [self.decode(row, stop_at_eos) for row in ids]
+
+    def hf_files(self, model_max_length: int) -> dict[str, dict[str, Any]]:
+        """tokenizer.json, tokenizer_config.json and special_tokens_map.json (name -> JSON content)
+        for which ``transformers.AutoTokenizer.from_pretrained`` loads a fast tokenizer that gives
+        these ids: ``tokenizer(text)`` is ``[eos_token_id] + encode(text)``, the prompt `complete`
+        feeds a model (files end with eos in training), and ``add_special_tokens=False`` gives
+        ``encode(text)``; special-token names in the text stay bytes, and ``decode(ids,
+        skip_special_tokens=True)`` equals ``decode(ids, stop_at_eos=False)``.
+
+        Each byte is one token of a BPE model without merges, after the ByteLevel pre-tokenizer
+        (GPT-2's byte-to-character table; no regex split, no prefix space), so token b is byte b."""
+        specials = [(self.pad_token_id, "pad_token"), (self.bos_token_id, "bos_token"), (self.eos_token_id, "eos_token")]
+        eos = self.special_tokens["eos_token"]
+        added = [
+            {"id": i, "content": self.special_tokens[role], "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": False, "special": True}
+            for i, role in specials
+        ]
+        byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+
+        def template(*parts: str) -> list[dict[str, Any]]:
+            return [{"SpecialToken": {"id": eos, "type_id": 0}} if p == eos else {"Sequence": {"id": p, "type_id": 0}}
+                    for p in parts]
+
+        tokenizer = {
+            "version": "1.0",
+            "truncation": None,
+            "padding": None,
+            "added_tokens": added,
+            "normalizer": None,
+            "pre_tokenizer": byte_level,
+            "post_processor": {
+                "type": "TemplateProcessing",
+                "single": template(eos, "A"),
+                "pair": template(eos, "A", eos, "B"),
+                "special_tokens": {eos: {"id": eos, "ids": [self.eos_token_id], "tokens": [eos]}},
+            },
+            "decoder": byte_level,
+            "model": {
+                "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                "vocab": {char: byte for byte, char in enumerate(_BYTE_CHARACTERS)},
+                "merges": [],
+            },
+        }
+        config = {
+            "tokenizer_class": "PreTrainedTokenizerFast",  # not the Llama tokenizer Mixtral's model type implies
+            **self.special_tokens,
+            "added_tokens_decoder": {str(t["id"]): {k: v for k, v in t.items() if k != "id"} for t in added},
+            "model_max_length": model_max_length,
+            "padding_side": "right",
+            "clean_up_tokenization_spaces": False,
+            "split_special_tokens": True,  # "</s>" typed in a text is four bytes, as in encode
+        }
+        return dict(zip(self.hf_file_names, (tokenizer, config, dict(self.special_tokens))))
 
     def __call__(
         self,
