@@ -26,6 +26,7 @@ import safetensors.torch
 import torch
 import torch.nn as nn
 
+from zoo.bench import architecture_gmacs
 from zoo.errors import run_command
 from zoo.files import write_bytes_atomic
 from zoo.training.report import plot_curves
@@ -117,6 +118,8 @@ def publish(
         "metrics": {k: {m: float(f"{v:.6g}") for m, v in task_metrics.items()} for k, task_metrics in metrics.items()},
         "eval_task": task,
         "num_params": sum(p.numel() for p in model.parameters()),
+        "gmacs": architecture_gmacs(arch, dict(model_kwargs or {}), int(getattr(model, "num_classes", 0)),
+                                    dict(preprocess or {})),
         "file_size": len(blob),
         "recipe": provenance.command,
         "license": "Apache-2.0",

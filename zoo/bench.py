@@ -1,0 +1,297 @@
+"""Compute and speed of the registry's models: `count_macs` (the ``gmacs`` every weight entry
+records) and `zoo bench`, a results table over the weight entries like timm's results CSVs
+(parameters, GMACs, file size, top-1, measured inference samples/s).
+
+MACs are counted per sample at the entry's own input size: images at the preprocessing's crop
+(224 px for ImageNet, 28 px for the Fashion-MNIST weights) with the model's input channels,
+text for a sequence of `TEXT_TOKENS` tokens, vectors (the DBN) for one visible vector. Graph
+models record none (``gmacs: null``): their MACs grow with each graph's nodes, so no one
+figure describes the weights; `zoo bench` skips them for the same reason.
+"""
+from __future__ import annotations
+
+import csv
+import fnmatch
+import inspect
+import io
+import os
+import platform
+import statistics
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.utils.flop_counter import FlopCounterMode
+from tqdm import tqdm
+
+from zoo import api, registry
+from zoo.errors import InvalidArgumentError, UnknownModelError, WeightsNotFoundError
+from zoo.files import write_bytes_atomic
+from zoo.registry import WeightInfo
+
+TEXT_TOKENS = 256  # the sequence length text models are counted and timed at
+DEFAULT_IMAGE_SIZE = 224  # for an architecture without a weight entry to take its crop from
+GRAPH_SKIP_REASON = "graph model: its compute grows with each graph's nodes, so no one figure describes it"
+
+
+def count_macs(model: nn.Module, example_input: Any) -> int:
+    """Multiply-accumulates of one ``model(example_input)``, counted by PyTorch's
+    ``FlopCounterMode`` (which counts 2 FLOPs per multiply-accumulate of matrix products,
+    convolutions and attention, and nothing for biases, norms, activations or pooling), halved:
+    the convention of torchvision's and timm's published figures (ResNet-50: 4.09 G at 224 px)."""
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(example_input)
+    return counter.get_total_flops() // 2
+
+
+def sample_shape(model: nn.Module, preprocess: dict[str, Any]) -> tuple[int, ...] | None:
+    """The shape of one input sample (no batch dimension) that MACs and speed are measured on,
+    from what the architecture reads and the weights' preprocessing; None for graph models."""
+    kind = registry.input_kind(model.pretrained_cfg["architecture"])
+    if kind == "images":
+        size = preprocess.get("crop", DEFAULT_IMAGE_SIZE)
+        return (model.in_chans, size, size)
+    if kind == "text":
+        return (TEXT_TOKENS,)
+    if kind == "vectors":
+        return (model.sizes[0],)
+    return None
+
+
+def example_input(model: nn.Module, preprocess: dict[str, Any], batch: int) -> torch.Tensor:
+    """A random batch of ``batch`` samples of `sample_shape`, on the model's device."""
+    shape = sample_shape(model, preprocess)
+    if shape is None:
+        raise InvalidArgumentError(f"{model.pretrained_cfg['architecture']}: {GRAPH_SKIP_REASON}")
+    device = next(model.parameters()).device
+    if registry.input_kind(model.pretrained_cfg["architecture"]) == "text":
+        return torch.randint(0, model.config.vocab_size, (batch, *shape), device=device)
+    return torch.rand(batch, *shape, device=device)
+
+
+def gmacs(model: nn.Module, preprocess: dict[str, Any]) -> float | None:
+    """GMACs per sample (4 significant digits) at `sample_shape`; None for graph models."""
+    if sample_shape(model, preprocess) is None:
+        return None
+    return float(f"{count_macs(model, example_input(model, preprocess, 1)) / 1e9:.4g}")
+
+
+def measure_gmacs(name: str) -> float | None:
+    """The GMACs the weight entry ``name`` records, counted on its architecture and options."""
+    info = registry.weight_info(name)
+    return architecture_gmacs(info.arch, info.model_kwargs, info.num_classes, info.preprocess)
+
+
+def architecture_gmacs(
+    arch: str, model_kwargs: dict[str, Any], num_classes: int, preprocess: dict[str, Any],
+) -> float | None:
+    """GMACs per sample of ``arch`` built with ``model_kwargs``, at its weights' input size.
+    Built on the meta device (shapes only, nothing computed) except models with
+    mixture-of-experts routing, whose expert batches depend on the data."""
+    with torch.device("meta"):
+        model = api.load(arch, pretrained=False, num_classes=num_classes, **model_kwargs)
+    if "return_aux" in inspect.signature(model.forward).parameters:  # routed: rebuild with real tensors
+        model = api.load(arch, pretrained=False, num_classes=num_classes, **model_kwargs)
+    return gmacs(model, preprocess)
+
+
+@dataclass
+class BenchRow:
+    """One line of the results table: a model at one batch size."""
+
+    model: str
+    weights: str  # "bundled", "cached" (a published file already downloaded) or "random"
+    top1: float | None
+    param_count: float  # millions, as timm's CSVs
+    gmacs: float | None
+    input_shape: str  # one sample, e.g. "3x224x224" or "256" (tokens)
+    file_size_mb: float | None
+    batch_size: int
+    infer_samples_per_sec: float  # fp32, eager
+    infer_step_time_ms: float
+    optimized_samples_per_sec: float | None  # zoo.optimize's choice, timed the same way
+    optimized_precision: str | None  # what zoo.optimize chose: eager, channels_last, fp32 (compiled), bf16, int8
+    optimized_speedup: float | None
+
+
+@dataclass(frozen=True)
+class BenchTarget:
+    """What to benchmark: a weight entry, or an architecture with random weights."""
+
+    name: str
+    info: WeightInfo | None  # None: an architecture, measured with random weights
+
+
+def parse_batch_sizes(text: str) -> list[int]:
+    """``"1,16"`` -> ``[1, 16]``, or an error naming ``--batch`` and the fix."""
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or any(size < 1 for size in sizes):
+        raise InvalidArgumentError(f"--batch takes positive batch sizes separated by commas, such as 1,16; got {text!r}")
+    return sizes
+
+
+def select(patterns: Sequence[str]) -> list[BenchTarget]:
+    """The weight entries matching any fnmatch pattern (every entry without patterns), and the
+    architectures named exactly (benchmarked with random weights)."""
+    entries = registry.list_models(list(patterns) or "*", pretrained=True)
+    targets = [BenchTarget(name, registry.weight_info(name)) for name in entries]
+    for pattern in patterns:
+        if pattern in registry.list_models(pattern):
+            targets.append(BenchTarget(pattern, None))
+        elif not fnmatch.filter(entries, pattern):
+            raise UnknownModelError(
+                f"{pattern!r} matches no weight entry or architecture; `zoo list --pretrained` shows "
+                "the weight names (patterns such as 'resnet*' work), `zoo list` the architectures"
+            )
+    return targets
+
+
+@contextmanager
+def _offline() -> Iterator[None]:
+    """ZOO_OFFLINE=1 for the block: bench measures what is on this machine and downloads nothing."""
+    before = os.environ.get("ZOO_OFFLINE")
+    os.environ["ZOO_OFFLINE"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["ZOO_OFFLINE"]
+        else:
+            os.environ["ZOO_OFFLINE"] = before
+
+
+def _load(target: BenchTarget) -> tuple[nn.Module, dict[str, Any]]:
+    """The model (eval mode, fp32) and the preprocessing its inputs follow."""
+    if target.info is not None:
+        with _offline():
+            return api.load(target.name), target.info.preprocess
+    arch, default = registry.resolve(target.name)
+    model = api.load(arch, pretrained=False, **(default.model_kwargs if default else {}))
+    return model, default.preprocess if default else {}
+
+
+def samples_per_second(model: nn.Module, batch: torch.Tensor, repeats: int) -> tuple[float, float]:
+    """Samples/s and the median seconds per forward pass over ``repeats`` timed passes, after
+    one untimed warm-up pass (allocations, lazy initialisation, compiled kernels)."""
+    with torch.no_grad():
+        model(batch)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            model(batch)
+            times.append(time.perf_counter() - start)
+    median = statistics.median(times)
+    return len(batch) / median, median
+
+
+def _top1(info: WeightInfo | None) -> float | None:
+    """Top-1 on the entry's evaluation task (the full test set), else on any task that has one."""
+    if info is None:
+        return None
+    ordered = [info.metrics.get(info.eval_task or "", {}), *info.metrics.values()]
+    return next((metrics["top1"] for metrics in ordered if "top1" in metrics), None)
+
+
+def bench(
+    targets: Sequence[BenchTarget], batch_sizes: Sequence[int], repeats: int, optimize: bool = False,
+) -> tuple[list[BenchRow], list[tuple[str, str]]]:
+    """Measure every target at every batch size in fp32 eager and, with ``optimize``, as
+    `zoo.inference.optimize` chooses (precision "auto", which compiles and times its candidates
+    on this machine); returns the rows and the (name, reason) of the targets skipped: graph
+    models, and published weights not in the cache."""
+    if repeats < 1:
+        raise InvalidArgumentError(f"--repeats must be 1 or more, got {repeats}")
+    if optimize:
+        from zoo.inference import optimize as optimize_model
+    rows: list[BenchRow] = []
+    skipped: list[tuple[str, str]] = []
+    progress = tqdm(total=len(targets) * len(batch_sizes), desc="zoo bench", unit="run", leave=False)
+    for target in targets:
+        if registry.input_kind(target.name.split(".")[0]) == "graphs":
+            skipped.append((target.name, GRAPH_SKIP_REASON))
+            progress.update(len(batch_sizes))
+            continue
+        try:
+            model, preprocess = _load(target)
+        except WeightsNotFoundError:
+            skipped.append((target.name, f"published weights not in the cache; `zoo info {target.name}` shows "
+                                         "the source, zoo.load downloads them once"))
+            progress.update(len(batch_sizes))
+            continue
+        info = target.info
+        model_gmacs = info.gmacs if info is not None else gmacs(model, preprocess)
+        for batch_size in batch_sizes:
+            progress.set_postfix_str(f"{target.name} batch {batch_size}")
+            x = example_input(model, preprocess, batch_size)
+            rate, seconds = samples_per_second(model, x, repeats)
+            optimized_rate = precision = None
+            if optimize:
+                optimized = optimize_model(model, x)
+                optimized_rate = round(samples_per_second(optimized, x, repeats)[0], 2)
+                precision = optimized.optimize_report.precision
+            rows.append(BenchRow(
+                model=target.name,
+                weights="random" if info is None else ("bundled" if info.file is not None else "cached"),
+                top1=_top1(info),
+                param_count=round(sum(p.numel() for p in model.parameters()) / 1e6, 3),
+                gmacs=model_gmacs,
+                input_shape="x".join(map(str, sample_shape(model, preprocess))),
+                file_size_mb=None if info is None or info.file_size is None else round(info.file_size / 2**20, 2),
+                batch_size=batch_size,
+                infer_samples_per_sec=round(rate, 2),
+                infer_step_time_ms=round(seconds * 1e3, 3),
+                optimized_samples_per_sec=optimized_rate,
+                optimized_precision=precision,
+                optimized_speedup=None if optimized_rate is None else round(optimized_rate / rate, 2),
+            ))
+            progress.update(1)
+    progress.close()
+    return rows, skipped
+
+
+def machine_header() -> list[str]:
+    """What the speeds depend on: CPU capability, AMX, torch version, threads."""
+    from zoo.inference import has_amx
+
+    amx = has_amx()
+    return [
+        f"cpu: {platform.processor() or platform.machine()}, capability {torch.backends.cpu.get_cpu_capability()}, "
+        f"AMX {'present' if amx else 'absent'}",
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads",
+    ]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def format_table(rows: Sequence[BenchRow]) -> str:
+    """The rows as an aligned text table, one header line."""
+    columns = [
+        ("model", "model"), ("weights", "weights"), ("top1", "top1"), ("params (M)", "param_count"),
+        ("GMACs", "gmacs"), ("input", "input_shape"), ("MiB", "file_size_mb"), ("batch", "batch_size"),
+        ("fp32 samples/s", "infer_samples_per_sec"), ("optimized samples/s", "optimized_samples_per_sec"),
+        ("precision", "optimized_precision"), ("speed-up", "optimized_speedup"),
+    ]
+    cells = [[title for title, _ in columns], *([_cell(getattr(row, key)) for _, key in columns] for row in rows)]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in cells)
+
+
+def write_csv(rows: Sequence[BenchRow], path: str | os.PathLike) -> None:
+    """The rows as CSV with timm's column names where timm has one, written atomically."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=[f for f in BenchRow.__dataclass_fields__], lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if v is None else v for k, v in asdict(row).items()})
+    write_bytes_atomic(path, buffer.getvalue().encode())
