@@ -137,9 +137,11 @@ def http_server() -> Iterator[LocalHTTPServer]:
 
 @pytest.fixture(autouse=True)
 def _isolated_zoo_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Point ZOO_HOME at a fresh directory (not created yet) and clear ZOO_OFFLINE."""
+    """Point ZOO_HOME at a fresh directory (not created yet), TORCH_HOME too (zoo reuses
+    torch.hub's downloads), and clear ZOO_OFFLINE."""
     home = tmp_path / "zoo_home"
     monkeypatch.setenv("ZOO_HOME", str(home))
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch_home"))
     monkeypatch.delenv("ZOO_OFFLINE", raising=False)
     return home
 
