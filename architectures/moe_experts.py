@@ -305,11 +305,7 @@ class SparseMoeBlock(nn.Module):
         router_input = x
         if self.training and self.jitter > 0:
             router_input = x * torch.empty_like(x).uniform_(1.0 - self.jitter, 1.0 + self.jitter)
-        logits = self.gate(router_input)
-        probs = logits.float().softmax(dim=-1)
-        weights, index = probs.topk(self.top_k, dim=-1)
-        if self.norm_topk_prob:
-            weights = weights / weights.sum(dim=-1, keepdim=True)
+        logits, weights, index = self.route(router_input)
         capacity = None
         if self.capacity_factor is not None:
             capacity = math.ceil(self.capacity_factor * x.shape[0] * self.top_k / self.experts.num_experts)
@@ -317,6 +313,16 @@ class SparseMoeBlock(nn.Module):
         if self.shared_expert is not None:
             out = out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
         return out.view(shape), logits
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The router's logits (T, E) for tokens ``x`` (T, H), and each token's ``top_k``
+        experts' weights (fp32) and indices (T, k)."""
+        logits = self.gate(x)
+        probs = logits.float().softmax(dim=-1)
+        weights, index = probs.topk(self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return logits, weights, index
 
 
 def routing_losses(
