@@ -1,5 +1,5 @@
-"""training.report (metrics against scikit-learn, plots, JSON) and training.export
-(TorchScript / torch.export round trips, int8 dynamic quantization, magnitude pruning,
+"""training.report (metrics against scikit-learn, plots, JSON), zoo.deploy's TorchScript /
+torch.export round trips, and training.export (int8 dynamic quantization, magnitude pruning,
 post_training) on small generated data."""
 from __future__ import annotations
 
@@ -13,10 +13,8 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import zoo
+from zoo.deploy import ExportMismatchError, export_program, export_torchscript
 from zoo.training.export import (
-    ExportMismatchError,
-    export_program,
-    export_torchscript,
     global_magnitude_prune,
     linear_fraction,
     post_training,

@@ -1,13 +1,12 @@
-"""After training: export to TorchScript and ``torch.export`` (each re-loaded and checked
-against eager), dynamic int8 quantization of Linear layers and global magnitude pruning,
-each with its size or sparsity and the accuracy it keeps; `post_training` runs them all.
+"""After training: export to TorchScript and ``torch.export`` (`zoo.deploy`'s exporters, each
+re-loaded and checked against eager), dynamic int8 quantization of Linear layers and global
+magnitude pruning, each with its size or sparsity and the accuracy it keeps; `post_training`
+runs them all.
 
-Two torch 2.14 deprecations shape this module. ``torch.jit`` (TorchScript) warns on every
-call in favour of ``torch.export``; TorchScript is still the format libtorch/C++ and older
-runtimes load, so it is produced here with those warnings silenced. ``torch.ao.quantization``
-is deprecated in favour of torchao (not a zoo dependency) but is still shipped and working in
-the pinned torch 2.14.1, and its fbgemm/x86 int8 kernels are the fast CPU path (a
-hand-written int8 Linear on ``torch._int_mm`` was far slower than fp32 on CPU).
+``torch.ao.quantization`` is deprecated in torch 2.14 in favour of torchao (not a zoo
+dependency) but is still shipped and working in the pinned torch 2.14.1, and its fbgemm/x86
+int8 kernels are the fast CPU path (a hand-written int8 Linear on ``torch._int_mm`` was far
+slower than fp32 on CPU).
 """
 from __future__ import annotations
 
@@ -16,184 +15,30 @@ import io
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn as nn
 import torch.nn.utils.prune as prune
-from torch.export import Dim
 
-from zoo.files import write_bytes_atomic, write_json
+from zoo.deploy import ExampleInput, export_program, export_torchscript, model_device
+from zoo.files import write_json
 from zoo.training.report import (
     ClassificationReport,
     Forward,
     classifier_forward,
     evaluate_classifier,
-    model_device,
     plot_confusion_matrix,
 )
-
-ExampleInput = torch.Tensor | tuple[Any, ...]
 
 TORCHSCRIPT_FILE = "model.torchscript.pt"
 EXPORTED_PROGRAM_FILE = "model.pt2"
 REPORT_FILE = "eval_report.json"
 CONFUSION_FILE = "confusion_matrix.png"
 SUMMARY_FILE = "post_training.json"
-
-
-class ExportMismatchError(RuntimeError):
-    """A re-loaded export whose outputs differ from the eager model's."""
-
-
-@dataclass
-class ExportResult:
-    """One exported file and how it compares with the eager model after re-loading."""
-
-    path: str
-    size_bytes: int
-    max_abs_diff: float  # over the example input and, with dynamic_batch, a batch one larger
-    seconds: float  # export + save + re-load + check
-
-
-@contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[nn.Module]:
-    was_training = model.training
-    model.eval()
-    try:
-        yield model
-    finally:
-        model.train(was_training)
-
-
-def _as_args(example_input: ExampleInput, device: torch.device) -> tuple[Any, ...]:
-    args = example_input if isinstance(example_input, tuple) else (example_input,)
-    return tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
-
-
-def _grown_batch(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The same inputs with one more sample (the first repeated) in every tensor's dim 0."""
-    return tuple(torch.cat([a, a[:1]]) if isinstance(a, torch.Tensor) and a.ndim else a for a in args)
-
-
-def _check_batch(args: tuple[Any, ...]) -> None:
-    sizes = {a.shape[0] for a in args if isinstance(a, torch.Tensor) and a.ndim}
-    if sizes and min(sizes) < 2:
-        raise ValueError(
-            "example_input needs a batch of at least 2 samples for a dynamic batch dimension "
-            "(torch.export fixes size-1 dimensions); pass 2+ samples, or dynamic_batch=False "
-            "when dim 0 of the inputs is not the batch (e.g. graph node features)"
-        )
-
-
-def _tensors(output: Any) -> list[torch.Tensor]:
-    """Every tensor in a model output (tensor, or nested tuple/list/dict)."""
-    if isinstance(output, torch.Tensor):
-        return [output]
-    if isinstance(output, Mapping):
-        return [t for v in output.values() for t in _tensors(v)]
-    if isinstance(output, (tuple, list)):
-        return [t for v in output for t in _tensors(v)]
-    raise TypeError(f"cannot compare model outputs of type {type(output).__name__}")
-
-
-@torch.no_grad()
-def _max_diff(
-    reference: nn.Module, candidate: Callable[..., Any], inputs: Sequence[tuple[Any, ...]], rtol: float, atol: float
-) -> float:
-    """Largest absolute difference between the two models' outputs over ``inputs``; raises
-    ExportMismatchError beyond ``atol + rtol * |reference|``."""
-    worst = 0.0
-    for args in inputs:
-        expected, actual = _tensors(reference(*args)), _tensors(candidate(*args))
-        if len(expected) != len(actual):
-            raise ExportMismatchError(f"the export returns {len(actual)} tensors, the eager model {len(expected)}")
-        for e, a in zip(expected, actual):
-            if e.shape != a.shape:
-                raise ExportMismatchError(f"output shape {tuple(a.shape)} differs from eager {tuple(e.shape)}")
-            diff = (e.float() - a.float()).abs()
-            worst = max(worst, diff.max().item() if diff.numel() else 0.0)
-            if not torch.all(diff <= atol + rtol * e.float().abs()):
-                raise ExportMismatchError(
-                    f"re-loaded export differs from eager by up to {diff.max().item():.3g} "
-                    f"(rtol={rtol}, atol={atol}) on inputs of shape "
-                    f"{[tuple(t.shape) for t in args if isinstance(t, torch.Tensor)]}"
-                )
-    return worst
-
-
-def _write_bytes(path: Path, save: Callable[[io.BytesIO], None]) -> int:
-    """Serialize with ``save(buffer)`` and write the bytes atomically; returns the size."""
-    buffer = io.BytesIO()
-    save(buffer)
-    write_bytes_atomic(path, buffer.getvalue())
-    return buffer.getbuffer().nbytes
-
-
-def export_torchscript(
-    model: nn.Module,
-    example_input: ExampleInput,
-    path: str | os.PathLike,
-    *,
-    dynamic_batch: bool = True,
-    rtol: float = 1e-4,
-    atol: float = 1e-5,
-) -> ExportResult:
-    """Trace ``model`` (eval mode) on ``example_input`` (a tensor or a tuple of positional
-    arguments), save it with ``torch.jit.save``, re-load it and check that its outputs equal
-    eager's on the example and, with ``dynamic_batch``, on a batch one sample larger (a traced
-    batch size would fail there). Load it with ``torch.jit.load`` or libtorch in C++."""
-    path = Path(path)
-    start = time.perf_counter()
-    args = _as_args(example_input, model_device(model))
-    check = [args, _grown_batch(args)] if dynamic_batch else [args]
-    with _eval_mode(model), warnings.catch_warnings():
-        # torch 2.14 deprecates torch.jit in favour of torch.export (see the module docstring);
-        # the tracer's shape-check warnings are covered by the re-load comparison below.
-        warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=FutureWarning)
-        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
-        with torch.no_grad():
-            traced = torch.jit.trace(model, args, check_trace=False)
-        size = _write_bytes(path, lambda buffer: torch.jit.save(traced, buffer))
-        loaded = torch.jit.load(str(path), map_location=model_device(model))
-        diff = _max_diff(model, loaded, check, rtol, atol)
-    return ExportResult(str(path), size, diff, time.perf_counter() - start)
-
-
-def export_program(
-    model: nn.Module,
-    example_input: ExampleInput,
-    path: str | os.PathLike,
-    *,
-    dynamic_batch: bool = True,
-    rtol: float = 1e-4,
-    atol: float = 1e-5,
-) -> ExportResult:
-    """``torch.export.export`` the model (eval mode) on ``example_input``, with dim 0 of every
-    tensor argument dynamic when ``dynamic_batch``, save the ExportedProgram as ``.pt2``,
-    re-load it with ``torch.export.load`` and check it against eager as `export_torchscript`
-    does. The ``.pt2`` feeds AOTInductor, ExecuTorch and ``torch.export.load(...).module()``."""
-    path = Path(path)
-    if path.suffix != ".pt2":
-        raise ValueError(f"torch.export.load only reads files ending in .pt2, got {path.name!r}")
-    start = time.perf_counter()
-    args = _as_args(example_input, model_device(model))
-    dynamic_shapes = None
-    check = [args]
-    if dynamic_batch:
-        _check_batch(args)
-        dynamic_shapes = tuple({0: Dim.AUTO} if isinstance(a, torch.Tensor) and a.ndim else None for a in args)
-        check.append(_grown_batch(args))
-    with _eval_mode(model):
-        program = torch.export.export(model, args, dynamic_shapes=dynamic_shapes)
-        size = _write_bytes(path, lambda buffer: torch.export.save(program, buffer))
-        loaded = torch.export.load(str(path)).module()
-        diff = _max_diff(model, loaded, check, rtol, atol)
-    return ExportResult(str(path), size, diff, time.perf_counter() - start)
 
 
 def state_dict_bytes(model: nn.Module) -> int:

@@ -4,7 +4,6 @@ and an atomic JSON writer. No scikit-learn at run time; the tests check against 
 from __future__ import annotations
 
 import io
-import json
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -17,6 +16,7 @@ import torch.nn as nn
 from matplotlib.figure import Figure
 from tqdm.auto import tqdm
 
+from zoo.deploy import model_device
 from zoo.files import write_bytes_atomic
 from zoo.training.steps import move_to_device
 
@@ -36,11 +36,6 @@ def classifier_forward(model: nn.Module, batch: Any) -> tuple[torch.Tensor, torc
         "forward takes (inputs, targets) pairs or PyG batches with .y; pass forward=fn(model, batch) "
         "returning (logits, targets)"
     )
-
-
-def model_device(model: nn.Module) -> torch.device:
-    """Where ``model``'s parameters are (the CPU for a model without any)."""
-    return next(model.parameters(), torch.empty(0)).device
 
 
 @dataclass
