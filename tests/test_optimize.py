@@ -1,0 +1,188 @@
+"""`zoo.optimize`: every candidate agrees with fp32 eager, int8 keeps top-1 on real Fashion-MNIST
+images, auto remembers its choice, bad arguments are refused by name. Compiling is slow on a
+small CPU, so one module-wide auto run on resnet20.fmnist (fp32 compiled + int8) serves the
+candidate checks."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+from torch._inductor.utils import run_and_get_code
+
+import zoo
+from zoo import inference
+from zoo.cli import main
+from zoo.errors import InvalidArgumentError
+from zoo.training.data import load_fashion_mnist
+
+BF16_NATIVE = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+BATCH = 64
+
+
+@pytest.fixture(scope="module")
+def fmnist_batches() -> list[torch.Tensor]:
+    """512 Fashion-MNIST test images through resnet20.fmnist's preprocessing, in batches of 64."""
+    images, _ = load_fashion_mnist("test")
+    preprocess = zoo.api.build_transforms({"mean": [0.5], "std": [0.5]})
+    return list(preprocess(images[:512, None]).split(BATCH))
+
+
+@pytest.fixture(scope="module")
+def auto_run(fmnist_batches, tmp_path_factory):
+    """resnet20.fmnist through precision="auto", calibrated and checked on the real images,
+    with its own ZOO_HOME (returned, with the model and the optimized model)."""
+    home = tmp_path_factory.mktemp("zoo_home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ZOO_HOME", str(home))
+        model = zoo.load("resnet20.fmnist")
+        optimized = zoo.optimize(model, fmnist_batches[0], calibration=fmnist_batches, repeats=3)
+    return model, optimized, home
+
+
+def _ran(report: inference.OptimizeReport) -> dict[str, inference.Candidate]:
+    return {c.name: c for c in report.candidates if c.median_s is not None}
+
+
+def test_every_candidate_matches_fp32_and_int8_keeps_top1_on_real_images(auto_run, fmnist_batches):
+    model, optimized, _ = auto_run
+    ran = _ran(optimized.optimize_report)
+    expected = {"eager", "channels_last", "fp32", "int8"} | ({"bf16"} if BF16_NATIVE else set())
+    assert set(ran) == expected
+    assert ran["fp32"].max_abs_diff < 1e-3 and ran["channels_last"].max_abs_diff < 1e-3
+    assert ran["fp32"].top1_agreement == ran["channels_last"].top1_agreement == 1.0
+    assert ran["int8"].top1_agreement >= 0.99, f"int8 top-1 agreement on 512 images: {ran['int8'].top1_agreement}"
+    if BF16_NATIVE:
+        assert ran["bf16"].top1_agreement >= 0.99
+    report = optimized.optimize_report
+    assert report.cpu_capability == torch.backends.cpu.get_cpu_capability() and report.device == "cpu"
+    assert "bf16" in {c.name for c in report.candidates if c.median_s is None} or BF16_NATIVE
+    with torch.no_grad():  # the chosen path, called as users call it, on a batch it was checked on
+        expected, actual = model(fmnist_batches[1]), optimized(fmnist_batches[1])
+    scale = expected.abs().max().item()
+    assert (actual - expected).abs().max().item() <= inference.RELATIVE_TOLERANCE[report.precision] * scale
+    assert (actual.argmax(-1) == expected.argmax(-1)).float().mean() >= 0.98
+
+
+def test_auto_keeps_the_fastest_passing_candidate_and_reuses_its_cache(auto_run, fmnist_batches, monkeypatch):
+    model, optimized, home = auto_run
+    report = optimized.optimize_report
+    chosen = next(c for c in report.candidates if c.name == report.precision)
+    assert chosen.passed and chosen.median_s == min(c.median_s for c in report.candidates if c.passed)
+    assert report.speedup == pytest.approx(chosen.speedup) and report.speedup >= 1.0
+    cached = json.loads((home / inference.CACHE_FILE).read_text())
+    assert cached[report.cache_key]["precision"] == report.precision
+
+    built = []
+    real_build = inference._build
+    monkeypatch.setattr(inference, "_build", lambda name, *args: built.append(name) or real_build(name, *args))
+    monkeypatch.setenv("ZOO_HOME", str(home))
+    again = zoo.optimize(model, fmnist_batches[0], calibration=fmnist_batches, repeats=1)
+    assert again.optimize_report.cached and again.optimize_report.precision == report.precision
+    assert built == ([] if report.precision == "eager" else [report.precision])
+
+
+def test_optimized_model_keeps_the_models_attributes_and_refuses_training(auto_run):
+    model, optimized, _ = auto_run
+    assert optimized.num_classes == 10 and optimized.pretrained_cfg == model.pretrained_cfg
+    assert not optimized.training and list(optimized.state_dict()) == [f"model.{k}" for k in model.state_dict()]
+    with pytest.raises(InvalidArgumentError, match="inference only"):
+        optimized.train()
+
+
+@pytest.mark.skipif(BF16_NATIVE, reason="this CPU runs bf16 natively: the auto run above measured it")
+def test_bf16_on_a_cpu_without_native_bf16_is_refused_by_name():
+    model = zoo.load("resnet20.fmnist")
+    with pytest.raises(InvalidArgumentError, match=r"precision='bf16' does not apply here: .*does not run bf16 natively"):
+        zoo.optimize(model, torch.randn(2, 1, 28, 28), "bf16")
+
+
+def test_bad_arguments_are_refused_by_name():
+    model = zoo.load("resnet20.fmnist")
+    x = torch.randn(2, 1, 28, 28)
+    with pytest.raises(InvalidArgumentError, match=r"precision='fp8' is not one of 'auto', 'fp32'"):
+        zoo.optimize(model, x, "fp8")
+    with pytest.raises(InvalidArgumentError, match="optimize needs example_input"):
+        zoo.optimize(model, None)
+    with pytest.raises(InvalidArgumentError, match="optimize needs example_input"):
+        zoo.load("resnet20.fmnist", optimize="fp32")
+    with pytest.raises(InvalidArgumentError, match=r"example_input= and calibration= are for optimize="):
+        zoo.load("resnet20.fmnist", example_input=x)
+    with pytest.raises(InvalidArgumentError, match="calibration is empty"):
+        zoo.optimize(model, x, calibration=[])
+    with pytest.raises(InvalidArgumentError, match="fp16 runs on a CUDA GPU"):
+        zoo.optimize(model, x, "fp16")
+    with pytest.raises(InvalidArgumentError, match="int8 quantization applies to the CNN image families"):
+        zoo.optimize(zoo.load("dbn.fmnist"), torch.rand(2, 784), "int8")
+
+
+@settings(max_examples=20)
+@given(shape=st.lists(st.integers(1, 30), min_size=1, max_size=4))
+def test_calibration_of_another_shape_names_the_batch_and_both_shapes(shape):
+    model = zoo.load("resnet20", pretrained=False, in_chans=1, num_classes=10)
+    x = torch.randn(2, 1, 28, 28)
+    calibration = [x, torch.randn(3, *shape)]
+    if shape == [1, 28, 28]:
+        return
+    with pytest.raises(InvalidArgumentError, match=r"calibration batch 1 has shape \(3, .*example_input has shape \(2, 1, 28, 28\)"):
+        zoo.optimize(model, x, "fp32", calibration)
+
+
+def test_load_with_optimize_fp32_on_vectors_matches_eager():
+    x = torch.rand(16, 784)
+    optimized = zoo.load("dbn.fmnist", optimize="fp32", example_input=x)
+    report = optimized.optimize_report
+    assert report.precision == "fp32" and [c.name for c in report.candidates if c.median_s] == ["eager", "fp32"]
+    assert "int8 quantization applies to the CNN image families" in {c.name: c.note for c in report.candidates}["int8"]
+    with torch.no_grad():
+        torch.testing.assert_close(optimized(x), zoo.load("dbn.fmnist")(x), rtol=1e-4, atol=1e-5)
+
+
+def test_a_damaged_or_unwritable_cache_file_is_ignored(zoo_home):
+    (zoo_home / inference.CACHE_FILE).mkdir(parents=True)  # neither readable as JSON nor replaceable
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 4)).eval()
+    optimized = zoo.optimize(model, torch.randn(4, 8), repeats=1)
+    assert not optimized.optimize_report.cached and (zoo_home / inference.CACHE_FILE).is_dir()
+    assert optimized(torch.ones(4, 8)).shape == (4, 4)
+
+
+def test_predict_with_optimize_prints_what_eager_prints(tmp_path, capsys):
+    images = []
+    for index in range(2):
+        path = tmp_path / f"{index}.png"
+        Image.fromarray(torch.randint(0, 256, (28, 28), dtype=torch.uint8).numpy()).save(path)
+        images.append(str(path))
+    assert main(["predict", "resnet20.fmnist", *images, "--topk", "3"]) == 0
+    eager = capsys.readouterr().out
+    assert main(["predict", "resnet20.fmnist", *images, "--topk", "3", "--optimize", "fp32"]) == 0
+    assert capsys.readouterr().out == eager
+    if not BF16_NATIVE:
+        assert main(["predict", "resnet20.fmnist", *images, "--optimize", "bf16"]) == 2
+        assert "zoo: error: precision='bf16' does not apply here" in capsys.readouterr().err
+
+
+def test_fp32_folds_batchnorm_into_the_convolution_and_fuses_the_relu():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()).eval()
+    model[1].running_mean.normal_()
+    model[1].running_var.uniform_(0.5, 2.0)
+    x = torch.randn(2, 3, 16, 16)
+    output, sources = run_and_get_code(inference._build("fp32", model, (x,), [(x,)], None), x)
+    code = "\n".join(sources)
+    assert "sqrt" not in code and "batch_norm" not in code  # the BatchNorm's arithmetic is in the frozen weight
+    assert code.count("_convolution_pointwise") == 1 and "'relu'" in code
+    with torch.no_grad():
+        torch.testing.assert_close(output, model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_cache_key_names_machine_model_shape_and_torch(auto_run):
+    key = auto_run[1].optimize_report.cache_key
+    for part in (torch.backends.cpu.get_cpu_capability(), "resnet20.fmnist", "(64, 1, 28, 28)", torch.__version__):
+        assert part in key
+    assert Path(auto_run[2], inference.CACHE_FILE).is_file()
