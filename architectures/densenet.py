@@ -20,9 +20,9 @@ from torch.utils.checkpoint import checkpoint
 
 from ._registry import register_model
 
-from .features import feature_indices
+from .features import FeatureInfo, Indices, check_output_fmt, feature_take_indices
 from .layers import (
-    LinearClassifier,
+    PooledLinearClassifier,
     SqueezeExcite,
     check_float_option,
     check_image_input,
@@ -127,7 +127,7 @@ def _smallest_side(features: nn.Module) -> int:
     return side
 
 
-class DenseNet(LinearClassifier, nn.Module):
+class DenseNet(PooledLinearClassifier, nn.Module):
     """Densely connected network (Huang et al., 2017), DenseNet-BC: bottleneck dense layers
     and transitions that halve the channels (compression 0.5) and the resolution.
 
@@ -135,7 +135,8 @@ class DenseNet(LinearClassifier, nn.Module):
     ``stem="cifar"``: one 3x3/1 conv, nothing else, as in the authors' CIFAR code (each dense
     layer starts with its own BN-ReLU); meant for 28-32 px images with three blocks.
     ``drop_rate`` is dropout on each dense layer's new features (torchvision's meaning);
-    ``se_ratio`` adds a squeeze-excite gate at the end of each dense block.
+    ``se_ratio`` adds a squeeze-excite gate at the end of each dense block; ``global_pool`` is
+    the head's pooling (timm's types: avg, max, avgmax, catavgmax).
     Feature levels (``feature_info``): the stem before the pool, each dense block's output
     before its transition, and for the last block the output after the final BN-ReLU.
     """
@@ -153,6 +154,7 @@ class DenseNet(LinearClassifier, nn.Module):
         drop_rate: float = 0.0,
         se_ratio: float | None = None,
         stem: Literal["imagenet", "cifar"] = "imagenet",
+        global_pool: str = "avg",
         name: str = "densenet",
     ) -> None:
         super().__init__()
@@ -188,7 +190,7 @@ class DenseNet(LinearClassifier, nn.Module):
                 )
             )
             stem_info = dict(num_chs=num_init_features, reduction=2, module="features.relu0")
-        self.feature_info = [stem_info]
+        feature_info = [stem_info]
 
         channels = num_init_features
         for i, num_layers in enumerate(block_config):
@@ -198,18 +200,19 @@ class DenseNet(LinearClassifier, nn.Module):
             if i < len(block_config) - 1:
                 reduction = (1 if small else 4) * 2**i
                 tap = f"features.denseblock{i + 1}"
-                self.feature_info.append(dict(num_chs=channels, reduction=reduction, module=tap))
+                feature_info.append(dict(num_chs=channels, reduction=reduction, module=tap))
                 self.features.add_module(f"transition{i + 1}", _transition(channels, channels // 2))
                 channels //= 2
         self.features.add_module("norm5", nn.BatchNorm2d(channels))
         self.features.add_module("relu5", nn.ReLU(inplace=True))
         stride = (1 if small else 4) * 2 ** (len(block_config) - 1)
-        self.feature_info.append(dict(num_chs=channels, reduction=stride, module="features.relu5"))
+        feature_info.append(dict(num_chs=channels, reduction=stride, module="features.relu5"))
+        self.feature_info = FeatureInfo(feature_info)
         self.min_input_size = _smallest_side(self.features)
         self._taps = [info["module"].removeprefix("features.") for info in self.feature_info]
 
         self.num_features = channels
-        self.reset_classifier(num_classes)
+        self.reset_classifier(num_classes, global_pool)
 
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
@@ -228,31 +231,64 @@ class DenseNet(LinearClassifier, nn.Module):
         are updated once more by the recomputation; gradients are unchanged."""
         self.grad_checkpointing = enable
 
-    def forward_intermediates(self, x: torch.Tensor, indices: Sequence[int] | None = None) -> list[torch.Tensor]:
-        """Feature maps at the levels ``indices`` of ``feature_info`` (None: all), computing
-        no further than the deepest level asked for."""
+    def _run(self, x: torch.Tensor, take: Sequence[int], last: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Run ``features`` up to feature level ``last``, keeping the maps of the levels in
+        ``take``: (the last tensor computed, those maps)."""
         check_image_input(x, self.in_chans, self.min_input_size, self.name, self.features.conv0.weight.dtype)
-        take = feature_indices(indices, len(self.feature_info))
         use_checkpoint = self.grad_checkpointing and self.training and torch.is_grad_enabled()
-        features = []
+        intermediates = []
         for name, module in self.features.named_children():
             x = module(x, use_checkpoint) if isinstance(module, DenseBlock) else module(x)
             if name in self._taps:
                 level = self._taps.index(name)
                 if level in take:
-                    features.append(x)
-                if level == take[-1]:
+                    intermediates.append(x)
+                if level == last:
                     break
-        return features
+        return x, intermediates
+
+    def forward_intermediates(
+        self,
+        x: torch.Tensor,
+        indices: Indices = None,
+        norm: bool = False,
+        stop_early: bool = False,
+        output_fmt: str = "NCHW",
+        intermediates_only: bool = False,
+    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
+        """timm's: the feature maps of the levels ``indices`` (None all, an int n the last n,
+        a list those levels) and, unless ``intermediates_only``, first the final features
+        (those of the deepest level asked for with ``stop_early``). ``norm`` has nothing to
+        apply (the last level is already after the final norm), as in timm's DenseNet."""
+        check_output_fmt(output_fmt)
+        take, deepest = feature_take_indices(len(self.feature_info), indices)
+        last = deepest if stop_early or intermediates_only else len(self.feature_info) - 1
+        final, intermediates = self._run(x, take, last)
+        return intermediates if intermediates_only else (final, intermediates)
+
+    def prune_intermediate_layers(
+        self, indices: Indices = 1, prune_norm: bool = False, prune_head: bool = True
+    ) -> list[int]:
+        """timm's: cut ``features`` after the deepest level of ``indices``; with ``prune_head``,
+        or when the features end earlier, drop the head (no pooling, no classifier). Returns
+        the levels asked for, as absolute indices."""
+        take, deepest = feature_take_indices(len(self.feature_info), indices)
+        names = list(self.features._modules)
+        self.features = self.features[: names.index(self._taps[deepest]) + 1]
+        if deepest < len(self.feature_info) - 1:
+            self.num_features = self.feature_info[deepest]["num_chs"]
+        if prune_head or deepest < len(self.feature_info) - 1:
+            self.reset_classifier(0, "")
+        return take
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Unpooled feature map of shape (N, num_features, about H / s, W / s), s the total
         stride ``feature_info[-1]["reduction"]`` (the transitions' pooling rounds down)."""
-        return self.forward_intermediates(x, [-1])[0]
+        return self._run(x, (), len(self.feature_info) - 1)[0]
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        """Global average pool, then (unless ``pre_logits``) the classifier."""
-        x = x.mean((2, 3))
+        """Global pooling (``global_pool``), then (unless ``pre_logits``) the classifier."""
+        x = self.global_pool(x)
         return x if pre_logits else self.classifier(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -181,6 +181,69 @@ class LinearClassifier:
         self.num_classes = num_classes
 
 
+POOL_TYPES = ("avg", "max", "avgmax", "catavgmax", "")
+
+
+class GlobalPool(nn.Module):
+    """Global pooling with timm's pool types: "avg", "max", "avgmax" (their mean), "catavgmax"
+    (both, concatenated: twice the channels) or "" (none: the input passes unchanged). ``dims``
+    are the pooled dimensions: (2, 3) for feature maps (N, C, H, W), (1,) for tokens (N, L, C)."""
+
+    def __init__(self, pool_type: str = "avg", dims: tuple[int, ...] = (2, 3)) -> None:
+        super().__init__()
+        if pool_type not in POOL_TYPES:
+            choices = ", ".join(repr(t) for t in POOL_TYPES)
+            raise ValueError(f"global_pool must be one of {choices} (timm's pool types), got {pool_type!r}")
+        self.pool_type = pool_type
+        self.dims = dims
+
+    def feat_mult(self) -> int:
+        """How many times the channels the pooled output has (2 for catavgmax)."""
+        return 2 if self.pool_type == "catavgmax" else 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.pool_type:
+            return x
+        if self.pool_type == "avg":
+            return x.mean(self.dims)
+        if self.pool_type == "max":
+            return x.amax(self.dims)
+        avg, top = x.mean(self.dims), x.amax(self.dims)
+        return 0.5 * (avg + top) if self.pool_type == "avgmax" else torch.cat((avg, top), dim=1)
+
+    def extra_repr(self) -> str:
+        return f"pool_type={self.pool_type!r}"
+
+
+class PooledLinearClassifier(LinearClassifier):
+    """The vision models' head, as timm's: a `GlobalPool` (``global_pool``) then one
+    `linear_classifier` on the pooled ``head_hidden_size`` features."""
+
+    pool_dims: tuple[int, ...] = (2, 3)
+    global_pool: GlobalPool
+    head_hidden_size: int
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        """Replace the classifier with a fresh ``num_classes``-way one (0: the pooled features)
+        and, unless ``global_pool`` is None, the pooling (timm's types; "" leaves the feature
+        maps unpooled and needs ``num_classes=0``)."""
+        pool = GlobalPool(self.global_pool.pool_type if global_pool is None else global_pool, self.pool_dims)
+        check_unpooled_head(pool.pool_type, num_classes)
+        self.global_pool = pool
+        self.head_hidden_size = self.num_features * pool.feat_mult()
+        setattr(self, self.classifier_attr, linear_classifier(self.head_hidden_size, num_classes))
+        self.num_classes = num_classes
+
+
+def check_unpooled_head(pool_type: str, num_classes: int) -> None:
+    """A classifier needs pooled features: global_pool="" goes only with num_classes=0."""
+    if not pool_type and num_classes:
+        raise ValueError(
+            f"global_pool='' leaves the feature maps unpooled, which a classifier cannot take: pass "
+            f"num_classes=0 with it (got num_classes={num_classes!r}), or a pool type such as 'avg'"
+        )
+
+
 class ConvNormAct(nn.Sequential):
     """Conv (no bias, "same" padding for odd kernels), BatchNorm, then the activation unless
     ``act_layer`` is None. Keys ``0.weight``, ``1.running_mean``... equal torchvision's

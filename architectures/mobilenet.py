@@ -19,10 +19,11 @@ from torch.utils.checkpoint import checkpoint
 
 from ._registry import register_model
 
-from .features import feature_indices
+from .features import FeatureInfo, Indices, check_output_fmt, feature_take_indices
 from .layers import (
     ConvNormAct,
     DepthwiseSeparable,
+    GlobalPool,
     InvertedResidual,
     NormLayer,
     SqueezeExcite,
@@ -30,6 +31,7 @@ from .layers import (
     check_image_input,
     check_int_option,
     check_rate_option,
+    check_unpooled_head,
     linear_classifier,
     make_divisible,
 )
@@ -56,9 +58,10 @@ class MobileNet(nn.Module):
     ``small_input=True`` adapts the ImageNet layout to 28-32 px images: the stem and the first
     strided block keep the resolution, so the total stride is 8 instead of 32.
     ``drop_path_rate`` is stochastic depth on the residual blocks, rising linearly to that
-    value over the depth (timm's schedule).
-    Feature levels (``feature_info``): the last module at each reduction (timm's choice for
-    MobileNets), the deepest being the output of ``forward_features``.
+    value over the depth (timm's schedule). ``global_pool`` is the head's pooling (timm's
+    types: avg, max, avgmax, and catavgmax where no hidden layer needs a fixed width).
+    Feature levels (``feature_info``): the last block at each reduction (timm's choice for
+    MobileNets; V3's last conv counts as a block, V2's, timm's conv_head, does not).
     """
 
     first_conv = "features.0.0"
@@ -77,6 +80,7 @@ class MobileNet(nn.Module):
         small_input: bool = False,
         drop_rate: float = 0.2,
         drop_path_rate: float = 0.0,
+        global_pool: str = "avg",
         name: str = "mobilenet",
     ) -> None:
         super().__init__()
@@ -113,10 +117,11 @@ class MobileNet(nn.Module):
         if head_chs is not None:
             self.features.append(ConvNormAct(chs, head_chs, 1, act_layer=act_layer, norm_layer=norm_layer))
             chs = head_chs
-            levels[reduction] = (len(self.features) - 1, chs)
-        self.feature_info = [
-            dict(num_chs=c, reduction=r, module=f"features.{i}") for r, (i, c) in levels.items()
-        ]
+            if head_hidden:  # timm's levels: V3's last conv is its last block, V2's is its conv_head (no level)
+                levels[reduction] = (len(self.features) - 1, chs)
+        self.feature_info = FeatureInfo(
+            [dict(num_chs=c, reduction=r, module=f"features.{i}") for r, (i, c) in levels.items()]
+        )
         self._taps = [i for i, _ in levels.values()]
         # Every convolution is padded ((k - 1) // 2), so each stride keeps ceil(side / stride)
         # >= 1 and global pooling takes whatever is left: any side >= 1 runs, as with
@@ -124,11 +129,10 @@ class MobileNet(nn.Module):
         self.min_input_size = 1
 
         self.num_features = chs
-        self.head_hidden_size = head_hidden or chs
+        self.head_hidden = head_hidden
         hidden = [nn.Linear(chs, head_hidden), nn.Hardswish(inplace=True)] if head_hidden else []
-        final = linear_classifier(self.head_hidden_size, num_classes)
-        self.classifier = nn.Sequential(*hidden, nn.Dropout(drop_rate), final)
-        self.num_classes = num_classes
+        self.classifier = nn.Sequential(*hidden, nn.Dropout(drop_rate), nn.Identity())
+        self.reset_classifier(num_classes, global_pool)
 
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
@@ -145,10 +149,21 @@ class MobileNet(nn.Module):
     def get_classifier(self) -> nn.Module:
         return self.classifier[-1]
 
-    def reset_classifier(self, num_classes: int) -> None:
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
         """Replace the final Linear with a fresh ``num_classes``-way one; 0 leaves the identity,
         so the model returns the pooled features (V3: the hidden layer's ``head_hidden_size``
-        features, which stays, as with timm)."""
+        features, which stays, as with timm). ``global_pool`` (unless None) replaces the
+        pooling: timm's types, "" (no pooling, no head at all) needing ``num_classes=0``, and
+        catavgmax only without V3's hidden layer, whose input width is fixed."""
+        pool = GlobalPool(self.global_pool.pool_type if global_pool is None else global_pool)
+        check_unpooled_head(pool.pool_type, num_classes)
+        if self.head_hidden and pool.feat_mult() != 1:
+            raise ValueError(
+                f"{self.name} cannot take global_pool={pool.pool_type!r}: its hidden head layer reads "
+                f"{self.num_features} pooled features; use 'avg', 'max' or 'avgmax'"
+            )
+        self.global_pool = pool
+        self.head_hidden_size = self.head_hidden or self.num_features * pool.feat_mult()
         self.classifier[-1] = linear_classifier(self.head_hidden_size, num_classes)
         self.num_classes = num_classes
 
@@ -158,29 +173,66 @@ class MobileNet(nn.Module):
         statistics are updated once more by the recomputation; gradients are unchanged."""
         self.grad_checkpointing = enable
 
-    def forward_intermediates(self, x: torch.Tensor, indices: Sequence[int] | None = None) -> list[torch.Tensor]:
-        """Feature maps at the levels ``indices`` of ``feature_info`` (None: all), computing
-        no further than the deepest level asked for."""
+    def _run(self, x: torch.Tensor, take: Sequence[int], last: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Run ``features`` up to feature level ``last`` (all of them for the deepest level),
+        keeping the maps of the levels in ``take``: (the last tensor computed, those maps)."""
         check_image_input(x, self.in_chans, self.min_input_size, self.name, self.features[0][0].weight.dtype)
-        take = {self._taps[level] for level in feature_indices(indices, len(self.feature_info))}
+        taps = {self._taps[level] for level in take}
         use_checkpoint = self.grad_checkpointing and self.training and torch.is_grad_enabled()
-        features = []
-        for i, module in enumerate(self.features[: max(take) + 1]):
+        intermediates = []
+        end = len(self.features) if last == len(self._taps) - 1 else self._taps[last] + 1
+        for i, module in enumerate(self.features[:end]):
             x = checkpoint(module, x, use_reentrant=False) if use_checkpoint else module(x)
-            if i in take:
-                features.append(x)
-        return features
+            if i in taps:
+                intermediates.append(x)
+        return x, intermediates
+
+    def forward_intermediates(
+        self,
+        x: torch.Tensor,
+        indices: Indices = None,
+        norm: bool = False,
+        stop_early: bool = False,
+        output_fmt: str = "NCHW",
+        intermediates_only: bool = False,
+    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
+        """timm's: the feature maps of the levels ``indices`` (None all, an int n the last n,
+        a list those levels) and, unless ``intermediates_only``, first the final features
+        (those of the deepest level asked for with ``stop_early``). ``norm`` has nothing to
+        apply (no final norm apart from the last conv's)."""
+        check_output_fmt(output_fmt)
+        take, deepest = feature_take_indices(len(self.feature_info), indices)
+        last = deepest if stop_early or intermediates_only else len(self.feature_info) - 1
+        final, intermediates = self._run(x, take, last)
+        return intermediates if intermediates_only else (final, intermediates)
+
+    def prune_intermediate_layers(
+        self, indices: Indices = 1, prune_norm: bool = False, prune_head: bool = True
+    ) -> list[int]:
+        """timm's: cut ``features`` after the deepest level of ``indices`` (V2's last conv goes
+        unless that is the last level); with ``prune_head``, or when the features end earlier,
+        drop the head (no pooling, no classifier). Returns the levels asked for, as absolute
+        indices."""
+        take, deepest = feature_take_indices(len(self.feature_info), indices)
+        if deepest < len(self.feature_info) - 1:
+            self.features = self.features[: self._taps[deepest] + 1]
+            self.num_features = self.feature_info[deepest]["num_chs"]
+        if prune_head or deepest < len(self.feature_info) - 1:
+            self.head_hidden, self.classifier = None, nn.Sequential(nn.Identity())
+            self.reset_classifier(0, "")
+        return take
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Unpooled feature map of shape (N, num_features, ceil(H / s), ceil(W / s)), s the total
         stride ``feature_info[-1]["reduction"]``."""
-        return self.forward_intermediates(x, [-1])[0]
+        return self._run(x, (), len(self.feature_info) - 1)[0]
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        """Global average pool, then (unless ``pre_logits``) the classifier: V3's hidden layer,
-        dropout and the final Linear."""
-        x = x.mean((2, 3))
-        return x if pre_logits else self.classifier(x)
+        """Global pooling (``global_pool``), then (unless ``pre_logits``) the classifier: V3's
+        hidden layer, dropout and the final Linear. Without pooling (global_pool="") the
+        feature maps pass unchanged."""
+        x = self.global_pool(x)
+        return x if pre_logits or not self.global_pool.pool_type else self.classifier(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_head(self.forward_features(x))

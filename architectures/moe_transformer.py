@@ -31,11 +31,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from . import generation
 from ._registry import register_model
-from .features import feature_indices
+from .features import FeatureInfo, Indices, check_output_fmt, feature_take_indices
 from .layers import (
     ConvNormAct,
-    LinearClassifier,
+    PooledLinearClassifier,
     apply_rotary,
     check_float_option,
     check_image_input,
@@ -44,6 +45,7 @@ from .layers import (
     linear_classifier,
     rotary_cos_sin,
 )
+from .generation import Compile, KVCache
 from .moe_experts import Dispatch, SparseMoeBlock, SwiGLU, is_tracing, routing_losses
 
 TEXT_HEADS = ("lm", "sequence_classification", "token_classification")
@@ -157,25 +159,6 @@ class MoEOutput:
     expert_fractions: torch.Tensor
 
 
-class KVCache:
-    """Keys and values of every layer, preallocated for ``max_length`` positions, so that
-    generation attends to the past without recomputing it."""
-
-    def __init__(self, config: MoEConfig, batch_size: int, max_length: int, device: torch.device, dtype: torch.dtype):
-        shape = (batch_size, config.num_kv_heads, max_length, config.attention_head_dim)
-        self.keys = [torch.empty(shape, device=device, dtype=dtype) for _ in range(config.num_layers)]
-        self.values = [torch.empty(shape, device=device, dtype=dtype) for _ in range(config.num_layers)]
-        self.length = 0  # positions filled in every layer
-        self.max_length = max_length
-
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store the new positions' keys and values of ``layer``; return all of them so far."""
-        end = self.length + k.shape[2]
-        self.keys[layer][:, :, self.length : end] = k
-        self.values[layer][:, :, self.length : end] = v
-        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
-
-
 # --------------------------------------------------------------------------- attention and blocks
 
 
@@ -209,6 +192,16 @@ class Attention(nn.Module):
         cache: KVCache | None = None,
         layer: int = 0,
     ) -> torch.Tensor:
+        q, k, v = self.project(x, rope)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
+        return self.attend(q, k, v, mask, is_causal)
+
+    def project(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries (N, heads, L, head_dim), keys and values (N, kv_heads, L, head_dim) of ``x``
+        (N, L, hidden), rotated by ``rope`` (cos, sin)."""
         batch, length, _ = x.shape
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         if self.q_norm is not None:
@@ -220,8 +213,13 @@ class Attention(nn.Module):
         v = v.view(batch, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
         if rope is not None:
             q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
-        if cache is not None:
-            k, v = cache.update(layer, k, v)
+        return q, k, v
+
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, is_causal: bool
+    ) -> torch.Tensor:
+        """The output projection of the queries' attention over the keys and values."""
+        batch, _, length, _ = q.shape
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
             is_causal=is_causal, enable_gqa=self.num_kv_heads != self.num_heads,
@@ -452,8 +450,14 @@ class MoETransformer(_MoEBody):
                 )
 
     def _encode(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, cache: KVCache | None
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        cache: KVCache | None,
+        positions: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Final hidden states and router logits; rotary ``positions`` (N, L) default to the
+        cache slots the tokens fill."""
         past = cache.length if cache is not None else 0
         self._check_input(input_ids, attention_mask, past)
         if cache is not None and past + input_ids.shape[1] > cache.max_length:
@@ -464,8 +468,10 @@ class MoETransformer(_MoEBody):
         length = input_ids.shape[1]
         rope = None
         if self.config.rope_theta is not None:
-            positions = torch.arange(past, past + length, device=h.device)
-            rope = rotary_cos_sin(positions, self.config.attention_head_dim, self.config.rope_theta, h.dtype)
+            if positions is None:
+                positions = torch.arange(past, past + length, device=h.device)
+            cos, sin = rotary_cos_sin(positions, self.config.attention_head_dim, self.config.rope_theta, h.dtype)
+            rope = (cos, sin) if positions.ndim == 1 else (cos[:, None], sin[:, None])  # a position per row
         key_padding = attention_mask.bool() if attention_mask is not None else None
         mask, is_causal = _attention_mask(
             key_padding, length, past + length, self.causal, self.config.sliding_window, h.device
@@ -521,7 +527,6 @@ class MoETransformer(_MoEBody):
         token_mask = attention_mask[:, -input_ids.shape[1] :] if attention_mask is not None else None
         return self._output(logits, router_logits, token_mask)
 
-    @torch.no_grad()
     def generate(
         self,
         input_ids: torch.Tensor,
@@ -532,75 +537,37 @@ class MoETransformer(_MoEBody):
         eos_token_id: int | None = None,
         generator: torch.Generator | None = None,
         on_token: Callable[[torch.Tensor], None] | None = None,
+        attention_mask: torch.Tensor | None = None,
+        compile: Compile = "auto",
     ) -> torch.Tensor:
-        """Continue the prompts ``input_ids`` (N, L; equal lengths, no padding) by up to
-        ``max_new_tokens`` tokens, keeping keys and values in a `KVCache`. Sampling from the
+        """Continue the prompts ``input_ids`` (N, L) by up to ``max_new_tokens`` tokens, keeping
+        keys and values in a static `KVCache` (generation.py). Prompts of different lengths are
+        padded on the left, with ``attention_mask`` (N, L) 0 at the padding. Sampling from the
         softmax at ``temperature`` (0: greedy), over the ``top_k`` most likely tokens and the
         smallest set whose probability reaches ``top_p``. A sequence that emitted
         ``eos_token_id`` continues with it; generation stops once all have. ``on_token`` is
-        called with each new step's tokens (N, 1) as it is produced, to stream them. Returns
-        (N, L + new)."""
+        called with each new step's tokens (N, 1) as it is produced, to stream them.
+        ``compile``: run the decode step through torch.compile (True), or not (False);
+        ``"auto"`` compiles on accelerators only. Returns (N, L + new)."""
         if self.head != "lm" or not self.causal or not isinstance(self.lm_head, nn.Linear):
             raise ValueError(f"generate needs a causal model with its lm head; this {self.name} has head {self.head!r}")
-        bad_top_k, bad_top_p = top_k is not None and top_k < 1, top_p is not None and not 0 < top_p <= 1
-        if max_new_tokens < 0 or temperature < 0 or bad_top_k or bad_top_p:
-            raise ValueError("need max_new_tokens >= 0, temperature >= 0, top_k >= 1 and 0 < top_p <= 1")
-        self._check_input(input_ids, None, 0)
-        batch, length = input_ids.shape
-        if length == 0:
-            bos = self.config.bos_token_id
-            start = (
-                f"start from the bos token id {bos}, e.g. torch.full((N, 1), {bos})" if bos is not None
-                else "start from a beginning-of-sequence token, e.g. zoo.tokenizer.ByteTokenizer's "
-                "bos_token_id: torch.full((N, 1), tokenizer.bos_token_id)"
-            )
-            raise ValueError(
-                f"generate needs a prompt of at least one token (input_ids of shape (N, L), L >= 1), "
-                f"got shape {tuple(input_ids.shape)}; {start}"
-            )
-        cache = KVCache(self.config, batch, length + max_new_tokens, input_ids.device, self.embed_tokens.weight.dtype)
-        tokens, step = [input_ids], input_ids
-        finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
-        for _ in range(max_new_tokens):
-            logits = self.lm_head(self.forward_features(step, cache=cache)[:, -1]).float()
-            step = _sample(logits, temperature, top_k, top_p, generator)[:, None]
-            if eos_token_id is not None:
-                step = step.masked_fill(finished[:, None], eos_token_id)
-                finished |= step[:, 0] == eos_token_id
-            tokens.append(step)
-            if on_token is not None:
-                on_token(step)
-            if eos_token_id is not None and bool(finished.all()):
-                break
-        return torch.cat(tokens, dim=1)
+        return generation.generate(
+            self, input_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id, generator, on_token,
+            attention_mask, compile,
+        )
 
 
-def _sample(
-    logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None, generator: torch.Generator | None
-) -> torch.Tensor:
-    """Next token per row of ``logits`` (N, V)."""
-    if temperature == 0:
-        return logits.argmax(dim=-1)
-    logits = logits / temperature
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = logits.topk(top_k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, -math.inf)
-    if top_p is not None and top_p < 1:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
-        probs = sorted_logits.softmax(dim=-1)
-        drop = probs.cumsum(dim=-1) - probs >= top_p  # the tokens after the nucleus
-        logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, -math.inf))
-    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)[:, 0]
-
-
-class MoEViT(LinearClassifier, _MoEBody):
+class MoEViT(PooledLinearClassifier, _MoEBody):
     """V-MoE-style image classifier (Riquelme et al., 2021): non-overlapping patches, learned
     position embeddings, bidirectional MoE blocks, mean pooling over patches, linear head.
     ``img_size`` fixes the position grid; other sizes (multiples of ``patch_size``) resize it
     bicubically, as timm does. ``stem_channels`` replaces the single patchifying convolution
     by stride-2 3x3 conv-BN-ReLU layers of those widths and a 1x1 projection (Xiao et al.,
     2021, "Early convolutions help transformers see better"); ``patch_size`` is then
-    2 ** len(stem_channels)."""
+    2 ** len(stem_channels). ``global_pool`` pools the tokens (timm's types: avg, max, avgmax,
+    catavgmax)."""
+
+    pool_dims = (1,)
 
     def __init__(
         self,
@@ -612,6 +579,7 @@ class MoEViT(LinearClassifier, _MoEBody):
         drop_rate: float = 0.0,
         name: str = "moe_vit",
         stem_channels: Sequence[int] = (),
+        global_pool: str = "avg",
     ) -> None:
         super().__init__(config, causal=False, name=name)
         check_int_option("in_chans", in_chans, what=" (the image channels: 1 gray, 3 RGB)")
@@ -641,17 +609,16 @@ class MoEViT(LinearClassifier, _MoEBody):
             self.patch_embed = nn.Conv2d(in_chans, config.hidden_size, patch_size, stride=patch_size)
         self.pos_embed = nn.Parameter(torch.empty(1, self.grid * self.grid, config.hidden_size))
         self.drop = nn.Dropout(drop_rate)
-        self.feature_info = [
-            dict(num_chs=config.hidden_size, reduction=patch_size, module=f"layers.{i}")
-            for i in range(config.num_layers)
-        ]
+        self.feature_info = FeatureInfo(
+            [dict(num_chs=config.hidden_size, reduction=patch_size, module=f"layers.{i}") for i in range(config.num_layers)]
+        )
         self._init_weights()
         for module in self.patch_embed.modules():  # PyTorch's conv and BatchNorm defaults, not the projections'
             if isinstance(module, (nn.Conv2d, nn.BatchNorm2d)):
                 module.reset_parameters()
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
         nn.init.zeros_(self.patch_embed.bias if not stem_channels else self.patch_embed[-1].bias)
-        self.reset_classifier(num_classes)
+        self.reset_classifier(num_classes, global_pool)
 
     def _embed(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
         first_conv = self.get_submodule(self.first_conv)
@@ -674,25 +641,54 @@ class MoEViT(LinearClassifier, _MoEBody):
         h, router_logits = self._run_layers(h, None, None, False)
         return self.norm(h), router_logits
 
-    def forward_intermediates(self, x: torch.Tensor, indices: Sequence[int] | None = None) -> list[torch.Tensor]:
-        """Token maps (N, hidden, H / patch, W / patch) after the blocks ``indices`` of
-        ``feature_info`` (None: all), computing no further than the deepest one."""
-        take = feature_indices(indices, len(self.layers))
+    def forward_intermediates(
+        self,
+        x: torch.Tensor,
+        indices: Indices = None,
+        norm: bool = False,
+        stop_early: bool = False,
+        output_fmt: str = "NCHW",
+        intermediates_only: bool = False,
+    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
+        """timm's (as its ViTs): the outputs of the blocks ``indices`` (None all, an int n the
+        last n, a list those blocks), as token maps (N, hidden, H / patch, W / patch) or with
+        ``output_fmt="NLC"`` as tokens (N, patches, hidden), after the final norm if ``norm``;
+        unless ``intermediates_only``, first the final normed tokens (N, patches, hidden),
+        those of the deepest block asked for with ``stop_early``."""
+        check_output_fmt(output_fmt, ("NCHW", "NLC"))
+        take, deepest = feature_take_indices(len(self.layers), indices)
+        last = deepest if stop_early or intermediates_only else len(self.layers) - 1
         h, grid = self._embed(x)
-        features = []
-        for i, layer in enumerate(self.layers[: take[-1] + 1]):
+        intermediates = []
+        for i, layer in enumerate(self.layers[: last + 1]):
             h, _ = layer(h, None, None, False)
             if i in take:
-                features.append(h.transpose(1, 2).reshape(h.shape[0], h.shape[2], *grid))
-        return features
+                tokens = self.norm(h) if norm else h
+                nchw = tokens.transpose(1, 2).reshape(h.shape[0], h.shape[2], *grid)
+                intermediates.append(nchw if output_fmt == "NCHW" else tokens)
+        return intermediates if intermediates_only else (self.norm(h), intermediates)
+
+    def prune_intermediate_layers(
+        self, indices: Indices = 1, prune_norm: bool = False, prune_head: bool = True
+    ) -> list[int]:
+        """timm's: drop the blocks after the deepest of ``indices``, the final norm with
+        ``prune_norm``, and with ``prune_head`` the head (no pooling, no classifier). Returns
+        the blocks asked for, as absolute indices."""
+        take, deepest = feature_take_indices(len(self.layers), indices)
+        self.layers = self.layers[: deepest + 1]
+        if prune_norm:
+            self.norm = nn.Identity()
+        if prune_head:
+            self.reset_classifier(0, "")
+        return take
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Final patch tokens (N, patches, hidden_size)."""
         return self._encode(x)[0]
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        """Mean over patches, then (unless ``pre_logits``) dropout and the classifier."""
-        x = x.mean(dim=1)
+        """Pooling over patches (``global_pool``), then (unless ``pre_logits``) dropout and the classifier."""
+        x = self.global_pool(x)
         return x if pre_logits else self.classifier(self.drop(x))
 
     def forward(self, x: torch.Tensor, return_aux: bool = False) -> torch.Tensor | MoEOutput:
@@ -735,6 +731,7 @@ def moe_vit(
     num_classes: int = 10,
     drop_rate: float = 0.0,
     stem_channels: Sequence[int] = (),
+    global_pool: str = "avg",
     **kwargs: Any,
 ) -> MoEViT:
     """V-MoE-style image classifier; defaults for 28 px grayscale images (Fashion-MNIST): 4x4
@@ -744,5 +741,5 @@ def moe_vit(
     options = {**defaults, **kwargs}
     options.setdefault("dense_layers", tuple(range(0, options["num_layers"], 2)))
     return MoEViT(MoEConfig.from_kwargs(options), img_size, patch_size, in_chans, num_classes, drop_rate,
-                  stem_channels=tuple(stem_channels))
+                  stem_channels=tuple(stem_channels), global_pool=global_pool)
 

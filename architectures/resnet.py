@@ -17,9 +17,9 @@ from torch.utils.checkpoint import checkpoint
 
 from ._registry import register_model
 
-from .features import feature_indices
+from .features import FeatureInfo, Indices, check_output_fmt, feature_take_indices
 from .layers import (
-    LinearClassifier,
+    PooledLinearClassifier,
     SqueezeExcite,
     check_float_option,
     check_image_input,
@@ -128,7 +128,7 @@ class Bottleneck(nn.Module):
         return self.relu(out + shortcut)
 
 
-class ResNet(LinearClassifier, nn.Module):
+class ResNet(PooledLinearClassifier, nn.Module):
     """Residual network with one stage per entry of ``layers``; the first stage keeps the
     resolution, every later one halves it.
 
@@ -136,7 +136,8 @@ class ResNet(LinearClassifier, nn.Module):
     ``stem="cifar"``: He et al.'s small-image ResNet, 3x3/1 conv and no pool, parameter-free
     (option A) shortcuts; meant for 28-32 px images with ``stage_channels=(16, 32, 64)``.
     ``groups``/``width_per_group`` give ResNeXt and wide ResNets, ``se_ratio`` adds a
-    squeeze-excite gate before each residual add (timm's SE-ResNet).
+    squeeze-excite gate before each residual add (timm's SE-ResNet). ``global_pool`` is the
+    head's pooling (timm's types: avg, max, avgmax, catavgmax).
     Feature levels (``feature_info``): the stem's activation, then each stage's output.
     """
 
@@ -157,6 +158,7 @@ class ResNet(LinearClassifier, nn.Module):
         zero_init_residual: bool = False,
         stem: Literal["imagenet", "cifar"] = "imagenet",
         stage_channels: Sequence[int] = (64, 128, 256, 512),
+        global_pool: str = "avg",
         name: str = "resnet",
     ) -> None:
         super().__init__()
@@ -197,7 +199,7 @@ class ResNet(LinearClassifier, nn.Module):
         self.maxpool = nn.Identity() if small else nn.MaxPool2d(3, stride=2, padding=1)
 
         stem_reduction = 1 if small else 2
-        self.feature_info = [dict(num_chs=inplanes, reduction=stem_reduction, module="relu")]
+        feature_info = [dict(num_chs=inplanes, reduction=stem_reduction, module="relu")]
         self.stage_names: list[str] = []
         for i, (planes, depth) in enumerate(zip(stage_channels, layers)):
             stride = 1 if i == 0 else 2
@@ -216,12 +218,13 @@ class ResNet(LinearClassifier, nn.Module):
             self.add_module(f"layer{i + 1}", nn.Sequential(*blocks))
             self.stage_names.append(f"layer{i + 1}")
             reduction = (1 if small else 4) * 2**i
-            self.feature_info.append(dict(num_chs=outplanes, reduction=reduction, module=f"layer{i + 1}"))
+            feature_info.append(dict(num_chs=outplanes, reduction=reduction, module=f"layer{i + 1}"))
             inplanes = outplanes
+        self.feature_info = FeatureInfo(feature_info)
 
         self.num_features = inplanes
         self.drop = nn.Dropout(drop_rate)
-        self.reset_classifier(num_classes)
+        self.reset_classifier(num_classes, global_pool)
 
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
@@ -240,30 +243,65 @@ class ResNet(LinearClassifier, nn.Module):
         once more by the recomputation; gradients are unchanged."""
         self.grad_checkpointing = enable
 
-    def forward_intermediates(self, x: torch.Tensor, indices: Sequence[int] | None = None) -> list[torch.Tensor]:
-        """Feature maps at the levels ``indices`` of ``feature_info`` (None: all), computing
-        no further than the deepest level asked for."""
+    def _run(self, x: torch.Tensor, take: Sequence[int], last: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Run up to feature level ``last`` (then, as timm, past the stem's max-pool), keeping
+        the maps of the levels in ``take``: (the last tensor computed, those maps)."""
         check_image_input(x, self.in_chans, self.min_input_size, self.name, self.conv1.weight.dtype)
-        take = feature_indices(indices, len(self.feature_info))
         x = self.relu(self.bn1(self.conv1(x)))
-        features = [x] if take[0] == 0 else []
+        intermediates = [x] if 0 in take else []
         x = self.maxpool(x)
         use_checkpoint = self.grad_checkpointing and self.training and torch.is_grad_enabled()
-        for level, stage in enumerate(self.stage_names[: take[-1]], start=1):
+        for level, stage in enumerate(self.stage_names[:last], start=1):
             for block in getattr(self, stage):
                 x = checkpoint(block, x, use_reentrant=False) if use_checkpoint else block(x)
             if level in take:
-                features.append(x)
-        return features
+                intermediates.append(x)
+        return x, intermediates
+
+    def forward_intermediates(
+        self,
+        x: torch.Tensor,
+        indices: Indices = None,
+        norm: bool = False,
+        stop_early: bool = False,
+        output_fmt: str = "NCHW",
+        intermediates_only: bool = False,
+    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
+        """timm's: the feature maps of the levels ``indices`` (None all, an int n the last n,
+        a list those levels) and, unless ``intermediates_only``, first the final features
+        (those of the deepest level asked for with ``stop_early``). ``norm`` has nothing to
+        apply here (no final norm), as in timm's ResNet."""
+        check_output_fmt(output_fmt)
+        take, deepest = feature_take_indices(len(self.feature_info), indices)
+        last = deepest if stop_early or intermediates_only else len(self.feature_info) - 1
+        final, intermediates = self._run(x, take, last)
+        return intermediates if intermediates_only else (final, intermediates)
+
+    def prune_intermediate_layers(
+        self, indices: Indices = 1, prune_norm: bool = False, prune_head: bool = True
+    ) -> list[int]:
+        """timm's: empty the stages after the deepest level of ``indices`` (the stem's pool too
+        for level 0); with ``prune_head``, or when the features end earlier, drop the head (no
+        pooling, no classifier). Returns the levels asked for, as absolute indices."""
+        take, deepest = feature_take_indices(len(self.feature_info), indices)
+        for stage in self.stage_names[deepest:]:
+            setattr(self, stage, nn.Sequential())
+        if deepest == 0:
+            self.maxpool = nn.Identity()
+        if deepest < len(self.feature_info) - 1:
+            self.num_features = self.feature_info[deepest]["num_chs"]
+        if prune_head or deepest < len(self.feature_info) - 1:
+            self.reset_classifier(0, "")
+        return take
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Unpooled feature map of shape (N, num_features, ceil(H / s), ceil(W / s)), s the total
         stride ``feature_info[-1]["reduction"]``."""
-        return self.forward_intermediates(x, [-1])[0]
+        return self._run(x, (), len(self.feature_info) - 1)[0]
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        """Global average pool, then (unless ``pre_logits``) dropout and the classifier."""
-        x = x.mean((2, 3))
+        """Global pooling (``global_pool``), then (unless ``pre_logits``) dropout and the classifier."""
+        x = self.global_pool(x)
         return x if pre_logits else self.fc(self.drop(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

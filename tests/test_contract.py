@@ -314,9 +314,18 @@ def test_feature_levels(case: Case) -> None:
     info = model.feature_info
     assert len(info) > 0
     height, width = case.x.shape[2:]
+    # timm's FeatureInfo accessors: one value per level
+    assert info.channels() == [level["num_chs"] for level in info]
+    assert info.reduction() == [level["reduction"] for level in info]
+    assert info.module_name(-1) == info[-1]["module"]
     with torch.no_grad():
-        maps = model.forward_intermediates(case.x)
+        # timm's return: (final features, maps); an int n asks for the last n levels
+        final, last = model.forward_intermediates(case.x, indices=1)
+        assert isinstance(last, list) and len(last) == 1
+        torch.testing.assert_close(final, case.features())
+        maps = model.forward_intermediates(case.x, intermediates_only=True)
         assert isinstance(maps, list) and len(maps) == len(info)
+        torch.testing.assert_close(last[0], maps[-1])
         for level, (fmap, level_info) in enumerate(zip(maps, info)):
             assert isinstance(fmap, torch.Tensor)
             # The input's sides are multiples of every reduction (see _image_size), so each
@@ -328,9 +337,14 @@ def test_feature_levels(case: Case) -> None:
         # indices pick levels, negatives counting from the end: the same maps (levels 0 and 1
         # here, which stops early where the model computes no further than asked)
         levels = sorted({0, (1 - len(info)) % len(info)})
-        some = model.forward_intermediates(case.x, [0, 1 - len(info)])
+        some = model.forward_intermediates(case.x, [0, 1 - len(info)], intermediates_only=True)
         assert len(some) == len(levels)
         for fmap, level in zip(some, levels):
+            torch.testing.assert_close(fmap, maps[level])
+        # timm's pruning: a copy that keeps only the layers up to level 1 gives the same maps
+        pruned = copy.deepcopy(model)
+        assert pruned.prune_intermediate_layers([0, 1]) == [0, 1]
+        for fmap, level in zip(pruned.forward_intermediates(case.x, [0, 1], intermediates_only=True), (0, 1), strict=True):
             torch.testing.assert_close(fmap, maps[level])
     first = model.get_submodule(model.first_conv)  # what in_chans= adapts
     assert isinstance(first, nn.Conv2d) and first.in_channels == model.in_chans

@@ -148,19 +148,21 @@ def test_feature_levels(name: str, reductions: list[int]) -> None:
     assert [info["reduction"] for info in model.feature_info] == reductions
     x = torch.randn(1, 3, 64, 64)
     with torch.no_grad():
-        levels = model.forward_intermediates(x)
+        final, levels = model.forward_intermediates(x)
         assert len(levels) == len(reductions)
         for info, feature in zip(model.feature_info, levels):
             r = info["reduction"]
             assert feature.shape == (1, info["num_chs"], 64 // r, 64 // r), info
             assert isinstance(model.get_submodule(info["module"]), nn.Module)
         torch.testing.assert_close(levels[-1], model.forward_features(x))
+        torch.testing.assert_close(final, model.forward_features(x))
 
         reached = []
         model.features.norm5.register_forward_hook(lambda *_: reached.append("norm5"))
-        subset = model.forward_intermediates(x, [-2, 1])
+        final, subset = model.forward_intermediates(x, [-2, 1], stop_early=True)
         assert not reached  # stops after the deepest level asked for
         assert len(subset) == 2
+        torch.testing.assert_close(final, levels[-2])
         torch.testing.assert_close(subset[0], levels[1])
         torch.testing.assert_close(subset[1], levels[-2])
     with pytest.raises(ValueError, match="level"):

@@ -169,7 +169,7 @@ def test_model_contract(name, size, num_features, hidden):
     ("name", "channels", "timm_name"),
     [
         ("mobilenet_v1", [64, 128, 256, 512, 1024], None),
-        ("mobilenet_v2", [16, 24, 32, 96, 1280], None),
+        ("mobilenet_v2", [16, 24, 32, 96, 320], "mobilenetv2_100"),
         ("mobilenet_v3_large", [16, 24, 40, 112, 960], "mobilenetv3_large_100"),
         ("mobilenet_v3_small", [16, 16, 24, 48, 576], "mobilenetv3_small_100"),
         ("mobilenet_v3_small_cifar", [16, 24, 48, 576], None),
@@ -184,20 +184,21 @@ def test_feature_levels(name, channels, timm_name):
         assert reference.reduction() == [info["reduction"] for info in model.feature_info]
     x = torch.randn(1, 3, 64, 64)
     with torch.no_grad():
-        levels = model.forward_intermediates(x)
+        final, levels = model.forward_intermediates(x)
         assert len(levels) == len(channels)
         for info, feature in zip(model.feature_info, levels):
             r = info["reduction"]
             assert feature.shape == (1, info["num_chs"], 64 // r, 64 // r), info
             assert model.get_submodule(info["module"]) is not None
-        torch.testing.assert_close(levels[-1], model.forward_features(x))
+        torch.testing.assert_close(final, model.forward_features(x))  # V2: after its last conv, no level
 
         reached = []
         deepest = int(model.feature_info[-2]["module"].split(".")[1])
         model.features[deepest + 1].register_forward_hook(lambda *_: reached.append(True))
-        subset = model.forward_intermediates(x, [-2, 1])
+        final, subset = model.forward_intermediates(x, [-2, 1], stop_early=True)
         assert not reached  # stops after the deepest level asked for
         assert len(subset) == 2
+        torch.testing.assert_close(final, levels[-2])
         torch.testing.assert_close(subset[0], levels[1])
         torch.testing.assert_close(subset[1], levels[-2])
     with pytest.raises(ValueError, match="level"):

@@ -150,7 +150,7 @@ def test_moe_vit_empty_batch() -> None:
     with torch.no_grad():
         assert model(x).shape == (0, 10)
         out = model(x, return_aux=True)
-        assert [level.shape for level in model.forward_intermediates(x)] == [(0, 32, 7, 7)] * 2
+        assert [level.shape for level in model.forward_intermediates(x, intermediates_only=True)] == [(0, 32, 7, 7)] * 2
     assert isinstance(out, MoEOutput) and out.logits.shape == (0, 10)
     for loss in (out.aux_loss, out.load_balancing_loss, out.router_z_loss):
         assert loss.shape == () and loss.item() == 0.0

@@ -314,7 +314,7 @@ def test_moe_vit_on_28px_grayscale_and_other_sizes():
     out = model(torch.randn(3, 1, 28, 28), return_aux=True)
     assert out.logits.shape == (3, 10) and out.expert_fractions.shape == (1, 8)  # MoE in every other layer
     assert model(torch.randn(1, 1, 32, 32)).shape == (1, 10)  # position grid resized
-    maps = model.forward_intermediates(torch.randn(2, 1, 28, 28))
+    maps = model.forward_intermediates(torch.randn(2, 1, 28, 28), intermediates_only=True)
     assert [tuple(m.shape) for m in maps] == [(2, 128, 7, 7)] * 2
     rgb = zoo.load("moe_vit", pretrained=False, in_chans=3, img_size=32, patch_size=8, num_classes=5, num_layers=2)
     assert rgb(torch.randn(2, 3, 32, 32)).shape == (2, 5)
@@ -328,7 +328,7 @@ def test_moe_vit_convolutional_stem():
     assert model.get_submodule(model.first_conv).weight.shape == (8, 1, 3, 3)
     assert model.patch_embed[0][1].weight.eq(1).all()  # BatchNorm starts as the identity, not zeroed
     assert model(torch.randn(3, 1, 28, 28)).shape == (3, 10)
-    assert model.forward_intermediates(torch.randn(2, 1, 28, 28))[0].shape == (2, 128, 7, 7)
+    assert model.forward_intermediates(torch.randn(2, 1, 28, 28), intermediates_only=True)[0].shape == (2, 128, 7, 7)
     with pytest.raises(ValueError, match="set patch_size=8"):
         zoo.load("moe_vit", pretrained=False, stem_channels=(8, 16, 32))
 
