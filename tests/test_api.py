@@ -142,7 +142,7 @@ def test_save_and_load_roundtrip(resnet18_published, tmp_path):
     with torch.no_grad():
         model.fc.weight.normal_()
     zoo.save(model, tmp_path / "finetuned")
-    assert sorted(p.name for p in (tmp_path / "finetuned").iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "finetuned").iterdir()) == ["README.md", "config.json", "model.safetensors"]
     restored = zoo.load(tmp_path / "finetuned")
     x = torch.randn(2, 3, 64, 64)
     assert torch.equal(restored(x), model(x))
@@ -189,8 +189,9 @@ def test_gray_input_adapts_pretrained_first_conv(resnet18_published):
 
 def test_features_only(resnet18_published, tmp_path):
     model = zoo.load("resnet18.tv_in1k", features_only=True, out_indices=(1, -1))
-    assert [f["reduction"] for f in model.feature_info] == [4, 32]
-    assert [f["num_chs"] for f in model.feature_info] == [64, 512]
+    assert model.feature_info.reduction() == [4, 32]
+    assert model.feature_info.channels() == [64, 512]
+    assert model.feature_info.module_name() == ["layer1", "layer4"] and len(model.feature_info) == 5  # timm's
     x = torch.randn(2, 3, 64, 64)
     features = model(x)
     assert [tuple(f.shape) for f in features] == [(2, 64, 16, 16), (2, 512, 2, 2)]

@@ -23,8 +23,7 @@ from torch_geometric.datasets import ExplainerDataset, TUDataset
 from torch_geometric.datasets.graph_generator import BAGraph
 from torch_geometric.datasets.motif_generator import CycleMotif, HouseMotif
 from torch_geometric.transforms import Compose, Constant
-from torch_geometric.utils import grid, remove_self_loops, subgraph, to_undirected
-from tqdm.auto import tqdm
+from torch_geometric.utils import grid, remove_self_loops, to_undirected
 
 from zoo.training.data import load_fashion_mnist
 from zoo.hub import zoo_home

@@ -1,13 +1,15 @@
-"""The public entry points: `load`, `info`, `transforms`, `save`."""
+"""The public entry points: `load`, `info`, `transforms`, `save`, and timm's `create_model`."""
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import urllib.parse
 import urllib.request
 import warnings
 from collections.abc import Callable, Sequence
+from enum import Enum
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -19,12 +21,13 @@ import torch.nn as nn
 from PIL import Image
 from torchvision.transforms import InterpolationMode, v2
 
-from zoo import hub, registry
+from zoo import hf_hub, hub, inference, registry, torchvision_names
 from zoo.architectures.features import FeatureExtractor
 from zoo.convert import StateDict, adapt_input_conv, convert_state_dict
 from zoo.errors import InvalidArgumentError, WeightsError, WeightsMismatchError, WeightsNotFoundError
 from zoo.files import atomic_files
-from zoo.hf import load_pretrained
+from zoo.hf import ARCHITECTURES as HF_ARCHITECTURES
+from zoo.hf import CHECKPOINT_FILES, load_pretrained
 from zoo.registry import WeightInfo
 
 CONFIG_FILE = "config.json"
@@ -43,41 +46,69 @@ def load(
     pretrained: bool = True,
     num_classes: int | None = None,
     head: str | None = None,
-    weights: str | os.PathLike | None = None,
+    weights: str | os.PathLike | Enum | None = None,
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
     features_only: bool = False,
-    out_indices: Sequence[int] | None = None,
+    out_indices: int | Sequence[int] | None = None,
+    optimize: str | None = None,
+    example_input: Any = None,
+    calibration: Any = None,
     **model_kwargs: Any,
 ) -> nn.Module:
     """Build a model by name (``resnet50``, ``resnet50.tv_in1k``) or from a directory written
     by `save`, with verified pretrained weights unless ``pretrained=False``.
 
     ``num_classes`` different from the weights' keeps every body weight and puts a fresh head
-    of that size on top; ``weights`` (a local file or URL) replaces the entry's source;
+    of that size on top; ``weights`` (a local file or URL) replaces the entry's source, and
+    torchvision's names for weights (``"IMAGENET1K_V2"``, ``"DEFAULT"``,
+    ``"ResNet50_Weights.IMAGENET1K_V1"``, or the enum member) pick the entry holding them;
     ``in_chans`` different from the weights' adapts the first convolution (summed or repeated
     RGB filters). ``features_only=True`` returns a model whose output is the list of feature
-    maps at ``out_indices`` (see its ``feature_info``). The model is returned in eval mode;
-    call ``.train()`` to fine-tune it.
+    maps at ``out_indices`` (timm's meaning: None all levels, an int n the last n, a sequence
+    those levels; see its ``feature_info``). The model is returned in eval mode;
+    call ``.train()`` to fine-tune it. ``optimize`` (``"auto"``, ``"fp32"``, ``"bf16"``,
+    ``"int8"``) returns it through `zoo.optimize` for inference, timed on ``example_input`` and
+    checked (int8: calibrated) on ``calibration``.
     """
+    if optimize is None and (example_input is not None or calibration is not None):
+        raise InvalidArgumentError("example_input= and calibration= are for optimize=...: pass optimize='auto' "
+                                   "(or 'fp32', 'bf16', 'int8'), or leave them out")
     if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes <= 0):
         raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
-    saved = saved_folder(name_or_path)
-    if saved is not None:
+    saved = None if hf_hub.is_hub_name(name_or_path) else saved_folder(name_or_path)
+    registered = saved is None and not hf_hub.is_hub_name(name_or_path)
+    entry = torchvision_names.weights_entry(str(name_or_path), weights) if registered else None
+    if entry is not None:
+        name_or_path, weights, pretrained = entry.name, None, True
+    if hf_hub.is_hub_name(name_or_path):
+        model = _load_hub(hf_hub.parse_hub_name(name_or_path), pretrained, num_classes, head, weights, model_kwargs)
+    elif saved is not None:
         model = _load_saved(saved, pretrained, head, weights, model_kwargs)
     elif weights is not None and (Path(weights) / CONFIG_FILE).is_file():  # a Hugging Face checkpoint directory
         model = load_pretrained(str(name_or_path), weights, head=head, num_classes=num_classes, dtype=dtype, **model_kwargs)
+    elif hf_hub.is_repo_reference(weights) and registry.resolve(str(name_or_path))[0] in HF_ARCHITECTURES:
+        repo = hf_hub.parse_repo(weights, f"weights={weights!r}")
+        folder = hf_hub.download_snapshot(repo, CHECKPOINT_FILES)
+        model = load_pretrained(str(name_or_path), folder, head=head, num_classes=num_classes, dtype=dtype, **model_kwargs)
+        model.pretrained_cfg["weights"] = f"{repo.repo_id}@{folder.name}"
     else:
         model = _load_registered(str(name_or_path), pretrained, num_classes, head, weights, model_kwargs)
     if num_classes is not None and num_classes != model.num_classes:
         model.reset_classifier(num_classes)
         model.pretrained_cfg = {**model.pretrained_cfg, "num_classes": num_classes, "categories": None}
+    model.pretrained_cfg = {**model.pretrained_cfg, **timm_pretrained_cfg(model, str(name_or_path))}
     if features_only:
         model = _feature_extractor(model, num_classes, out_indices)
-    return model.to(device=device, dtype=dtype).eval()
+    model = model.to(device=device, dtype=dtype).eval()
+    if optimize is not None:
+        return inference.optimize(model, example_input, optimize, calibration)
+    return model
 
 
-def _feature_extractor(model: nn.Module, num_classes: int | None, out_indices: Sequence[int] | None) -> nn.Module:
+def _feature_extractor(
+    model: nn.Module, num_classes: int | None, out_indices: int | Sequence[int] | None
+) -> nn.Module:
     arch = model.pretrained_cfg["architecture"]
     if num_classes is not None:
         raise ValueError("features_only=True returns feature maps and takes no num_classes")
@@ -89,6 +120,135 @@ def _feature_extractor(model: nn.Module, num_classes: int | None, out_indices: S
         **cfg, "features_only": True, "out_indices": extractor.out_indices, "num_classes": 0, "categories": None,
     }
     return extractor
+
+
+# timm's names of architectures that zoo registers under another name, with the options that
+# make them (same parameters and feature levels); other widths of timm's MobileNetV3 round
+# channels differently and have no zoo counterpart.
+TIMM_NAMES: dict[str, tuple[str, dict[str, Any]]] = {
+    "mobilenetv1_100": ("mobilenet_v1", {}),
+    "mobilenetv2_050": ("mobilenet_v2", {"width_mult": 0.5}),
+    "mobilenetv2_100": ("mobilenet_v2", {}),
+    "mobilenetv2_140": ("mobilenet_v2", {"width_mult": 1.4}),
+    "mobilenetv3_large_100": ("mobilenet_v3_large", {}),
+    "mobilenetv3_small_100": ("mobilenet_v3_small", {}),
+}
+
+
+def create_model(
+    model_name: str,
+    pretrained: bool = False,
+    pretrained_cfg_overlay: dict[str, Any] | None = None,
+    checkpoint_path: str | os.PathLike | None = None,
+    num_classes: int | None = None,
+    in_chans: int | None = None,
+    features_only: bool = False,
+    out_indices: int | Sequence[int] | None = None,
+    **kwargs: Any,
+) -> nn.Module:
+    """``timm.create_model``'s call for zoo's models, for code written against timm: timm's
+    names (`TIMM_NAMES` maps those zoo spells differently), no weights unless ``pretrained``
+    (then zoo's default weights of the architecture, or those of ``arch.tag``), ``num_classes``
+    (0: no classifier), ``in_chans``, ``features_only`` with ``out_indices`` (an int n: the
+    last n levels), other options (``global_pool``, ``drop_rate``...) to the architecture.
+    ``checkpoint_path`` loads a local state dict, safetensors file or timm/torchvision
+    checkpoint (pickles only with ``weights_only=True``) after the head is set, strictly, as
+    timm does; ``pretrained_cfg_overlay`` updates ``pretrained_cfg``. The model is returned in
+    training mode, as timm returns it."""
+    arch, _, tag = model_name.partition(".")
+    arch, options = TIMM_NAMES.get(arch, (arch, {}))
+    options = {**options, **kwargs}
+    if in_chans is not None:
+        options["in_chans"] = in_chans
+    name = f"{arch}.{tag}" if tag else arch
+    model = load(name, pretrained=pretrained, num_classes=num_classes or None, **options)
+    if num_classes == 0:
+        model.reset_classifier(0)
+        model.pretrained_cfg = {**model.pretrained_cfg, "num_classes": 0, "categories": None}
+    if checkpoint_path is not None:
+        _load_checkpoint(model, Path(checkpoint_path).expanduser(), arch)
+    if pretrained_cfg_overlay:
+        model.pretrained_cfg = {**model.pretrained_cfg, **pretrained_cfg_overlay}
+    if features_only:
+        model = _feature_extractor(model, None, out_indices)
+    return model.train()
+
+
+def _load_checkpoint(model: nn.Module, path: Path, arch: str) -> None:
+    """Load every tensor of the checkpoint at ``path`` into ``model`` (timm's ``load_checkpoint``:
+    no key left over or missing), after the key converter of the architecture's weights."""
+    entries = registry.weights_for(arch)
+    state_dict = convert_state_dict(entries[0].converter if entries else "identity", hub.load_state_dict_file(path))
+    expected = model.state_dict()
+    missing = sorted(expected.keys() - state_dict.keys())
+    unexpected = sorted(state_dict.keys() - expected.keys())
+    mismatched = sorted(k for k in expected.keys() & state_dict.keys() if expected[k].shape != state_dict[k].shape)
+    if missing or unexpected or mismatched:
+        message = _mismatch_message(missing, unexpected, mismatched, expected, state_dict)
+        raise WeightsMismatchError(f"{message}\n  (checkpoint_path={str(path)!r})")
+    model.load_state_dict(state_dict)
+    model.pretrained_cfg = {**model.pretrained_cfg, "weights": str(path)}
+
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def timm_pretrained_cfg(model: nn.Module, name: str) -> dict[str, Any]:
+    """timm's ``pretrained_cfg`` keys, with timm's meaning, for a vision model (other models get
+    none), so that ``timm.data.resolve_model_data_config(model)`` and ``create_transform``
+    reproduce `transforms`: input_size (C, H, W), interpolation, mean, std, crop_pct (crop /
+    resize), crop_mode, num_classes, first_conv, classifier, fixed_input_size, pool_size (the
+    final map at input_size, for conv nets whose total stride divides it), and for registered
+    weights their tag and license. They follow zoo's ``preprocess``; a model without weights gets those of
+    ``name`` (`_default_preprocess`)."""
+    if not hasattr(model, "first_conv") or not hasattr(model, "feature_info"):
+        return {}
+    cfg = model.pretrained_cfg
+    preprocess = cfg.get("preprocess") or _default_preprocess(model, name)
+    crop = preprocess["crop"]
+    height, width = (crop, crop) if isinstance(crop, int) else crop
+    resize = preprocess.get("resize", min(height, width))
+    crop_pct = min(height, width) / resize
+    while math.floor(min(height, width) / crop_pct) < resize:  # timm resizes to floor(crop / crop_pct)
+        crop_pct = math.nextafter(crop_pct, 0.0)
+    classifier = model.get_classifier()
+    weights = cfg.get("weights")
+    entry = registry.weight_info(weights) if weights in registry.list_models(pretrained=True) else None
+    timm_cfg = {
+        "input_size": (len(preprocess["mean"]), height, width),
+        "interpolation": preprocess.get("interpolation", "bilinear"),
+        "mean": tuple(preprocess["mean"]),
+        "std": tuple(preprocess["std"]),
+        "crop_pct": crop_pct,
+        "crop_mode": "center",
+        "num_classes": model.num_classes,
+        "first_conv": model.first_conv,
+        "classifier": next(prefix for prefix, module in model.named_modules() if module is classifier),
+        "fixed_input_size": False,
+    }
+    if entry is not None:
+        timm_cfg |= {"tag": entry.tag, "license": entry.license}
+    reduction = model.feature_info[-1]["reduction"]
+    if getattr(model.global_pool, "dims", None) == (2, 3) and height % reduction == 0 and width % reduction == 0:
+        timm_cfg["pool_size"] = (height // reduction, width // reduction)
+    return timm_cfg
+
+
+def _default_preprocess(model: nn.Module, name: str) -> dict[str, Any]:
+    """The preprocessing of a model built without weights, for its channels: that of the
+    weights ``name`` names (``arch.tag``, or the architecture's default weights), as timm's
+    cfg follows the tag whether or not weights load; for an architecture without weights,
+    ImageNet's statistics at 224 px (resized to 256) for the nets of total stride 32, and at
+    32 px (no resize) for the small-image ones."""
+    entry = registry.resolve(name)[1] if registry.is_registered(name) else None
+    if entry is None or not entry.preprocess:
+        size = 224 if model.feature_info[-1]["reduction"] >= 32 else 32
+        resize = 256 if size == 224 else size
+        imagenet = {"resize": resize, "crop": size, "interpolation": "bilinear", "mean": list(IMAGENET_MEAN),
+                    "std": list(IMAGENET_STD)}
+        return _adapt_preprocess(imagenet, model.in_chans)
+    return _adapt_preprocess(entry.preprocess, model.in_chans)
 
 
 def _load_registered(
@@ -178,6 +338,8 @@ def _read_weights(entry: WeightInfo | None, weights: str | os.PathLike | None) -
     elif entry.url is not None:
         suffix = Path(_url_basename(entry.url)).suffix
         path = hub.fetch_state_dict(entry.url, sha256=entry.sha256, filename=f"{entry.name}{suffix}")
+    elif entry.hf_hub is not None:
+        path = hf_hub.fetch_entry_file(entry)
     else:
         path = Path(str(resources.files("zoo.weights").joinpath(entry.file)))
         hub.verify_file(path, entry.sha256)
@@ -365,24 +527,23 @@ class ConvertChannels(nn.Module):
 
 
 def save(model: nn.Module, directory: str | os.PathLike) -> Path:
-    """Write ``config.json`` + ``model.safetensors`` (+ the weights' card as README.md) so that
-    ``zoo.load(directory)`` restores the model exactly. Files appear whole or not at all; the
-    card of a model saved there before goes when this one has none."""
+    """Write ``config.json`` + ``model.safetensors`` + a README.md model card so that
+    ``zoo.load(directory)`` restores the model exactly. The folder is a Hugging Face Hub
+    repository as it stands: ``huggingface_hub.upload_folder`` publishes it, the Hub renders the
+    card's metadata, ``zoo.load("hf-hub:ORG/REPO")`` loads it back, and for timm's architectures
+    config.json also carries timm's keys. Files appear whole or not at all."""
     cfg = getattr(model, "pretrained_cfg", None)
     if not cfg or "architecture" not in cfg:
         raise ValueError("zoo.save needs a model made by zoo.load (it records the architecture to rebuild)")
     directory = Path(directory)
     config = {**cfg, "num_classes": model.num_classes, "format": "zoo/1"}
-    card = None
-    if cfg.get("weights") in registry.list_models(pretrained=True):
-        card = registry.weight_info(cfg["weights"]).card_text()
+    config |= hf_hub.timm_config(config, getattr(model, "num_features", 0))
+    entry = registry.weight_info(cfg["weights"]) if cfg.get("weights") in registry.list_models(pretrained=True) else None
+    card = hf_hub.model_card(config, entry)
     with atomic_files(directory, last=(CONFIG_FILE,)) as staging:  # config last: it marks a complete save
         safetensors.torch.save_model(model, staging / WEIGHTS_FILE)
         (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
-        if card:
-            (staging / CARD_FILE).write_text(card)
-        elif (directory / CONFIG_FILE).is_file():  # the folder held another model: its card is not this one's
-            (directory / CARD_FILE).unlink(missing_ok=True)
+        (staging / CARD_FILE).write_text(card)
     return directory
 
 
@@ -443,12 +604,68 @@ def _load_saved(
             raise WeightsMismatchError(f"{error}\n  (in {directory / WEIGHTS_FILE})") from None
     if config.get("features_only"):
         model = FeatureExtractor(model, config["out_indices"])
-    model.pretrained_cfg = {k: v for k, v in config.items() if k != "format"}
+    model.pretrained_cfg = {k: v for k, v in config.items() if k not in ("format", *hf_hub.TIMM_CONFIG_KEYS)}
     if "in_chans" in model_kwargs:
         preprocess = _adapt_preprocess(config.get("preprocess") or {}, model_kwargs["in_chans"])
         model.pretrained_cfg["preprocess"] = preprocess
     if model_kwargs:
         model.pretrained_cfg["model_kwargs"] = {k: v for k, v in kwargs.items() if k not in ("num_classes", "head")}
+    return model
+
+
+def _load_hub(
+    repo: hf_hub.HubRepo,
+    pretrained: bool,
+    num_classes: int | None,
+    head: str | None,
+    weights: str | os.PathLike | None,
+    model_kwargs: dict[str, Any],
+) -> nn.Module:
+    """The model of a Hub repository (``hf-hub:ORG/REPO[@REVISION]``): a folder `save` wrote
+    (loaded as that folder), or a timm one (timm's ``architecture``, ``num_classes``,
+    ``pretrained_cfg``, ``label_names``). Every file comes from the commit the config came from;
+    ``pretrained=False`` fetches the config only."""
+    name = f"hf-hub:{repo}"
+    if weights is not None:
+        raise InvalidArgumentError(f"weights={str(weights)!r} does not apply to {name}: the repository holds its weights")
+    config_path = hf_hub.download_file(repo, CONFIG_FILE)
+    pinned = hf_hub.HubRepo(repo.repo_id, hf_hub.commit_of(config_path))
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise WeightsError(f"{CONFIG_FILE} of {pinned} is not readable JSON ({error}): it is not a model zoo can load") from None
+    if isinstance(config, dict) and str(config.get("format", "")).startswith("zoo/"):
+        if pretrained:
+            hf_hub.download_file(pinned, WEIGHTS_FILE)  # next to the config, in the commit's snapshot folder
+        return _load_saved(config_path.parent, pretrained, head, None, model_kwargs)
+    if not isinstance(config, dict) or not hf_hub.is_timm_config(config):
+        raise WeightsError(
+            f"{name} is neither a timm model (config.json with architecture and pretrained_cfg) nor a folder "
+            f"written by zoo.save; for a Mixtral-format checkpoint use zoo.load('moe_lm', weights={repo.repo_id!r})"
+        )
+    spec = hf_hub.timm_model(config, name)
+    if head not in (None, "classification"):
+        raise InvalidArgumentError(f"head={head!r} does not apply to {name}, an image classifier (head 'classification')")
+    kwargs = {**spec.model_kwargs, **model_kwargs, "num_classes": spec.num_classes}
+    builder = registry.get_builder(spec.arch)
+    if not pretrained:
+        model = _build(builder, kwargs, spec.arch)
+    else:
+        path = hf_hub.download_weights(pinned)
+        try:
+            model = _build_with_state_dict(builder, kwargs, hub.load_state_dict_file(path), None)
+        except WeightsMismatchError as error:
+            raise WeightsMismatchError(f"{error}\n  (in {path.name} of {pinned})") from None
+    keeps_head = num_classes in (None, spec.num_classes)
+    model.pretrained_cfg = {
+        "architecture": spec.arch,
+        "head": "classification",
+        "model_kwargs": {k: v for k, v in kwargs.items() if k != "num_classes"},
+        "weights": f"hf-hub:{pinned}" if pretrained else None,
+        "num_classes": model.num_classes,
+        "preprocess": _adapt_preprocess(spec.preprocess, getattr(model, "in_chans", None)),
+        "categories": None,
+    } | ({"class_names": spec.class_names} if spec.class_names and keeps_head else {})
     return model
 
 

@@ -1,5 +1,5 @@
 """Command line: ``zoo list``, ``zoo info``, ``zoo predict``, ``zoo generate``, ``zoo finetune``,
-``zoo eval``, ``zoo demo`` (also ``python -m zoo``)."""
+``zoo eval``, ``zoo demo``, ``zoo bench``, ``zoo export`` (also ``python -m zoo``)."""
 from __future__ import annotations
 
 import argparse
@@ -13,7 +13,7 @@ from PIL import Image
 
 import zoo
 from zoo.training import demo, evaluate, finetune
-from zoo import registry
+from zoo import bench, deploy, registry
 from zoo.errors import DataError, run_command
 from zoo.tokenizer import complete
 
@@ -44,7 +44,8 @@ def _info(args: argparse.Namespace) -> int:
         ("source", info.source),
         ("sha256", info.sha256 or "none published (verified against the server's hash header)"),
         ("parameters", f"{info.num_params:,}" if info.num_params else "unknown"),
-        ("GFLOPs", info.gflops if info.gflops is not None else "unknown"),
+        ("GMACs", info.gmacs if info.gmacs is not None else
+         f"not counted ({bench.GRAPH_SKIP_REASON})" if registry.input_kind(info.arch) == "graphs" else "unknown"),
         ("file size", _format_size(info.file_size)),
         ("classes", info.num_classes),
         ("preprocess", json.dumps(info.preprocess)),
@@ -65,9 +66,11 @@ def _predict(args: argparse.Namespace) -> int:
     preprocess = zoo.transforms(model)
     cfg = model.pretrained_cfg
     names = cfg.get("class_names") or (registry.load_categories(cfg["categories"]) if cfg.get("categories") else None)
-    batch = torch.stack([preprocess(_open_image(path)) for path in args.images])
-    with torch.inference_mode():
-        probs = model(batch.to(args.device)).softmax(dim=-1)
+    batch = torch.stack([preprocess(_open_image(path)) for path in args.images]).to(args.device)
+    if args.optimize:
+        model = zoo.optimize(model, batch, args.optimize)
+    with torch.no_grad():  # not inference_mode: an optimized model's compiled graph expects no_grad
+        probs = model(batch).softmax(dim=-1)
     top = probs.topk(min(args.topk, probs.shape[-1]), dim=-1)
     for path, values, indices in zip(args.images, top.values, top.indices):
         print(path)
@@ -141,10 +144,36 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    batch_sizes = bench.parse_batch_sizes(args.batch)
+    rows, skipped = bench.bench(bench.select(args.patterns), batch_sizes, args.repeats, optimize=not args.no_optimize)
+    print("\n".join(bench.machine_header()))
+    print(bench.format_table(rows))
+    for name, reason in skipped:
+        print(f"skipped {name}: {reason}")
+    if args.csv:
+        bench.write_csv(rows, args.csv)
+        print(f"wrote {args.csv}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    out = deploy.check_destination(args.out, args.format, args.overwrite)  # before the model loads
+    model = zoo.load(args.name)
+    example = deploy.example_input_for(model, batch=args.batch or deploy.EXAMPLE_BATCH)
+    result = zoo.export(model, out, args.format, example_input=example, dynamic_batch=args.batch is None,
+                        opset=args.opset, overwrite=args.overwrite)
+    checked_in = "onnxruntime" if args.format == "onnx" else "the re-loaded file"
+    batch = f"fixed batch of {args.batch}" if args.batch else "any batch size"
+    print(f"wrote {result.path} ({args.format}, {_format_size(result.size_bytes)}, {batch}); {checked_in} matches "
+          f"PyTorch within {result.max_abs_diff:.2g} (max abs diff), {result.seconds:.1f} s")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="zoo", description="zoo: list models, show weight metadata, classify images, generate text, fine-tune, evaluate, "
-        "demo."
+        "demo, benchmark."
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -163,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("images", nargs="+", help="image files")
     p.add_argument("--topk", type=_positive_int, default=5, help="classes to show per image")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--optimize", choices=("auto", "fp32", "bf16", "int8"),
+                   help="run through zoo.optimize at this precision (auto: the fastest measured here)")
     p.set_defaults(run=_predict)
 
     p = commands.add_parser("generate", help="continue a text prompt with a byte-level language model")
@@ -189,6 +220,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("demo", help="fine-tune a bundled model on handwritten digits against training from scratch")
     demo.add_arguments(p)
     p.set_defaults(run=_demo)
+
+    p = commands.add_parser("bench", help="results table: params, GMACs, top-1 and measured inference speed")
+    p.add_argument("patterns", nargs="*", metavar="PATTERN",
+                   help="weight names or fnmatch patterns ('resnet*'), or architectures (random weights); "
+                   "default: every entry whose weights are on this machine")
+    p.add_argument("--batch", default="1", help="batch sizes separated by commas, e.g. 1,16 (default: 1)")
+    p.add_argument("--repeats", type=int, default=10, help="timed forward passes per measurement (default: 10)")
+    p.add_argument("--csv", help="also write the table as CSV (timm's column names) to this file")
+    p.add_argument("--no-optimize", action="store_true", help="time fp32 eager only, not zoo.optimize's choice")
+    p.set_defaults(run=_bench)
+
+    p = commands.add_parser("export", help="export a model to ONNX, TorchScript or a torch.export program, checked")
+    p.add_argument("name", metavar="NAME_OR_DIR", help="weight name (resnet20.fmnist) or a folder zoo.save wrote")
+    p.add_argument("--format", required=True, metavar="|".join(deploy.FORMATS),
+                   help="onnx (checked in onnxruntime), torchscript, or exported-program (a .pt2 file)")
+    p.add_argument("--out", required=True, metavar="FILE", help="the file to write")
+    batch = p.add_mutually_exclusive_group()
+    batch.add_argument("--dynamic-batch", action="store_true",
+                       help="the file takes any batch size (the default)")
+    batch.add_argument("--batch", type=_positive_int, metavar="N", help="fix the batch size at N instead")
+    p.add_argument("--opset", type=_positive_int, metavar="N", help="ONNX opset (default: the exporter's, 20)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing FILE")
+    p.set_defaults(run=_export)
     return parser
 
 

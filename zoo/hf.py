@@ -28,12 +28,14 @@ from zoo.architectures.moe_transformer import MoETransformer
 from zoo import registry
 from zoo.errors import WeightsMismatchError
 from zoo.files import atomic_files
+from zoo.tokenizer import ByteTokenizer
 
 CONFIG_FILE = "config.json"
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 MODEL_TYPES = ("mixtral", "qwen2_moe", "olmoe")
-_ARCHITECTURES = ("moe_lm", "moe_encoder")
+ARCHITECTURES = ("moe_lm", "moe_encoder")
+CHECKPOINT_FILES = (CONFIG_FILE, INDEX_FILE, "*.safetensors")  # what loading a checkpoint reads
 _DEFAULT_ROPE_THETA = {"mixtral": 1e6, "qwen2_moe": 1e4, "olmoe": 1e4}  # the config classes' defaults
 
 # one expert's projection in the per-expert layouts: (layer, expert, projection)
@@ -129,8 +131,8 @@ def load_pretrained(
     checkpoint's LM head is then left out). What `zoo.load(name, weights=directory)` calls."""
     directory = Path(directory)
     arch, _ = registry.resolve(name)
-    if arch not in _ARCHITECTURES:
-        raise ValueError(f"Hugging Face MoE checkpoints load into {' or '.join(_ARCHITECTURES)}, not {arch}")
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"Hugging Face MoE checkpoints load into {' or '.join(ARCHITECTURES)}, not {arch}")
     heads = registry.supported_heads(arch)
     head = head or heads[0]
     if head not in heads:
@@ -254,8 +256,10 @@ class _ParameterFiller:
 def export_hf(model: nn.Module, directory: str | os.PathLike, max_shard_size: int = 5 * 2**30) -> Path:
     """Write ``model`` (a causal moe_lm with its lm head, Mixtral options only) as a Mixtral
     checkpoint: config.json and safetensors in the per-expert layout that transformers'
-    ``save_pretrained`` writes, sharded above ``max_shard_size`` bytes with an index. Files
-    appear whole or not at all; the config is written last."""
+    ``save_pretrained`` writes, sharded above ``max_shard_size`` bytes with an index. A
+    byte-level model (`ByteTokenizer`'s vocabulary) gets that tokenizer's files too
+    (`ByteTokenizer.hf_files`), for ``transformers.AutoTokenizer``. Files appear whole or not
+    at all; the config is written last."""
     _check_exportable(model)
     directory = Path(directory)
     tensors = dict(_mixtral_tensors(model))
@@ -275,7 +279,12 @@ def export_hf(model: nn.Module, directory: str | os.PathLike, max_shard_size: in
             (staging / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
             names.append(INDEX_FILE)
         (staging / CONFIG_FILE).write_text(json.dumps(_mixtral_config(model), indent=2) + "\n")
-        for stale in (SINGLE_FILE, INDEX_FILE):  # a previous export's other layout
+        tokenizer = ByteTokenizer()
+        if model.config.vocab_size == tokenizer.vocab_size:
+            for name, content in tokenizer.hf_files(model.config.max_position_embeddings).items():
+                (staging / name).write_text(json.dumps(content, indent=2) + "\n")
+                names.append(name)
+        for stale in (SINGLE_FILE, INDEX_FILE, *tokenizer.hf_file_names):  # a previous export's other files
             if stale not in names:
                 (directory / stale).unlink(missing_ok=True)
     return directory

@@ -17,6 +17,7 @@ import json
 import os
 import pickle
 import re
+import shutil
 import time
 import urllib.error
 import urllib.request
@@ -45,6 +46,7 @@ __all__ = [
     "fetch",
     "fetch_state_dict",
     "hash_prefix_from_filename",
+    "is_hf_offline",
     "is_offline",
     "load_state_dict_file",
     "unwrap_state_dict",
@@ -80,8 +82,18 @@ def zoo_home() -> Path:
 
 
 def is_offline() -> bool:
-    """Whether ``ZOO_OFFLINE`` forbids network access (``1``, ``true`` or ``yes``)."""
-    return os.environ.get("ZOO_OFFLINE", "").strip().lower() in {"1", "true", "yes"}
+    """Whether ``ZOO_OFFLINE`` forbids network access (``1``, ``true``, ``yes`` or ``on``)."""
+    return _is_true(os.environ.get("ZOO_OFFLINE"))
+
+
+def is_hf_offline() -> bool:
+    """Whether downloads from the Hugging Face Hub are off: ``HF_HUB_OFFLINE`` (or
+    ``TRANSFORMERS_OFFLINE``), read now rather than at huggingface_hub's import, or ``ZOO_OFFLINE``."""
+    return is_offline() or _is_true(os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE"))
+
+
+def _is_true(value: str | None) -> bool:
+    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def hash_prefix_from_filename(url_or_name: str) -> str | None:
@@ -139,6 +151,9 @@ def fetch(
     The expected hash is ``sha256``, else the prefix in the URL's file name, else a sha256 the
     server sends as ``X-Linked-Etag``/``ETag``; with none of these the file is accepted with a
     warning and its hash is recorded, so a later change to the cached file is detected.
+
+    A file torch.hub already downloaded (``torch.hub.get_dir()/checkpoints/<URL's file name>``)
+    is used instead of downloading it again, when it matches the expected hash.
     """
     if urlsplit(url).scheme not in ("http", "https"):
         raise ValueError(
@@ -170,6 +185,8 @@ def fetch(
                 if pinned is None:
                     _warn_unverified(target, url, stacklevel=2)
                 return target
+        if _from_torch_hub_cache(url, target, expected):
+            return target
         if is_offline():
             raise WeightsNotFoundError(
                 f"{name} is not in the zoo cache and ZOO_OFFLINE=1 is set, so it will not be "
@@ -433,6 +450,35 @@ def _writable_or_creatable(folder: Path) -> bool:
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     return _writable(folder)
+
+
+def _from_torch_hub_cache(url: str, target: Path, expected: str | None) -> bool:
+    """Put torch.hub's copy of ``url`` at ``target`` if it has the expected hash; say whether it did.
+
+    The file is hard-linked (copied across file systems), not read in place: zoo deletes a pickle
+    from its downloads once converted, and that must never delete torch.hub's file. A file there
+    that fails the hash is left alone, with a warning, and the caller downloads."""
+    cached = Path(torch.hub.get_dir()) / "checkpoints" / _basename(url)
+    if expected is None or not cached.is_file():
+        return False
+    try:
+        with atomic_path(target) as tmp:
+            tmp.unlink()
+            try:
+                os.link(cached, tmp)
+            except OSError:
+                shutil.copyfile(cached, tmp)
+            digest = _hash_file(tmp)
+            if not digest.startswith(expected):
+                raise ChecksumError(
+                    f"{cached} in torch.hub's cache has sha256 {digest}, not the expected {_describe(expected)}, "
+                    f"so zoo leaves it alone and fetches {url} itself; delete {cached} if it is corrupt."
+                )
+    except ChecksumError as err:
+        warnings.warn(str(err), stacklevel=3)
+        return False
+    _write_record(target, digest)
+    return True
 
 
 def _forget(path: Path) -> None:

@@ -34,6 +34,10 @@ class WeightInfo:
     name: str  # "arch.tag"
     url: str | None = None  # published source (http(s)://...)
     file: str | None = None  # file shipped in the `weights` package
+    hf_hub: str | None = None  # Hugging Face Hub repository "ORG/REPO" holding `hf_file` at `revision`
+    revision: str | None = None  # the Hub commit (or branch) of `hf_hub`
+    hf_file: str = "model.safetensors"
+    sha256_policy: str | None = None  # "recorded-at-first-download": sha256 unknown, pinned by the first download
     sha256: str | None = None  # full digest, or the publisher's hash prefix (>= 8 hex)
     converter: str = "identity"  # key converter from the source layout, see zoo.convert
     num_classes: int = 1000
@@ -43,12 +47,13 @@ class WeightInfo:
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)  # by evaluation task
     eval_task: str | None = None  # training.evaluate task that re-measures `metrics` (zoo eval)
     num_params: int | None = None
-    gflops: float | None = None
+    gmacs: float | None = None  # multiply-accumulates per sample at the entry's input size, zoo.bench.count_macs
     file_size: int | None = None
     recipe: str | None = None
     license: str | None = None
     card: str | None = None  # model card (markdown file in the `weights` package, or a URL)
     default: bool = False  # the weights `zoo.load(arch)` picks
+    torchvision_weights: str | None = None  # torchvision's name for the same file: "ResNet50_Weights.IMAGENET1K_V2"
 
     @property
     def arch(self) -> str:
@@ -60,6 +65,8 @@ class WeightInfo:
 
     @property
     def source(self) -> str:
+        if self.hf_hub is not None and self.url is None:
+            return f"hf-hub:{self.hf_hub}@{self.revision}/{self.hf_file}"
         return self.url or f"weights/{self.file}"
 
     def category_names(self) -> list[str] | None:
