@@ -206,9 +206,12 @@ def timm_pretrained_cfg(model: nn.Module, name: str) -> dict[str, Any]:
         return {}
     cfg = model.pretrained_cfg
     preprocess = cfg.get("preprocess") or _default_preprocess(model, name)
-    crop = preprocess["crop"]
+    # Without a recorded size (trained from scratch at the data's own size), the architecture's default geometry.
+    geometry = preprocess if "crop" in preprocess or "resize" in preprocess else _default_preprocess(model, name)
+    crop = geometry.get("crop", geometry.get("resize"))
     height, width = (crop, crop) if isinstance(crop, int) else crop
-    resize = preprocess.get("resize", min(height, width))
+    resize = geometry.get("resize", min(height, width))
+    resize = resize if isinstance(resize, int) else min(resize)  # an exact (H, W) resize: its short side
     crop_pct = min(height, width) / resize
     while math.floor(min(height, width) / crop_pct) < resize:  # timm resizes to floor(crop / crop_pct)
         crop_pct = math.nextafter(crop_pct, 0.0)

@@ -29,12 +29,12 @@ from torch.utils.flop_counter import FlopCounterMode
 from tqdm import tqdm
 
 from zoo import api, registry
+from zoo.deploy import example_input_for
 from zoo.errors import InvalidArgumentError, UnknownModelError, WeightsNotFoundError
 from zoo.files import write_bytes_atomic
 from zoo.registry import WeightInfo
 
 TEXT_TOKENS = 256  # the sequence length text models are counted and timed at
-DEFAULT_IMAGE_SIZE = 224  # for an architecture without a weight entry to take its crop from
 GRAPH_SKIP_REASON = "graph model: its compute grows with each graph's nodes, so no one figure describes it"
 
 
@@ -48,36 +48,16 @@ def count_macs(model: nn.Module, example_input: Any) -> int:
     return counter.get_total_flops() // 2
 
 
-def sample_shape(model: nn.Module, preprocess: dict[str, Any]) -> tuple[int, ...] | None:
-    """The shape of one input sample (no batch dimension) that MACs and speed are measured on,
-    from what the architecture reads and the weights' preprocessing; None for graph models."""
-    kind = registry.input_kind(model.pretrained_cfg["architecture"])
-    if kind == "images":
-        size = preprocess.get("crop", DEFAULT_IMAGE_SIZE)
-        return (model.in_chans, size, size)
-    if kind == "text":
-        return (TEXT_TOKENS,)
-    if kind == "vectors":
-        return (model.sizes[0],)
-    return None
-
-
-def example_input(model: nn.Module, preprocess: dict[str, Any], batch: int) -> torch.Tensor:
-    """A random batch of ``batch`` samples of `sample_shape`, on the model's device."""
-    shape = sample_shape(model, preprocess)
-    if shape is None:
-        raise InvalidArgumentError(f"{model.pretrained_cfg['architecture']}: {GRAPH_SKIP_REASON}")
-    device = next(model.parameters()).device
-    if registry.input_kind(model.pretrained_cfg["architecture"]) == "text":
-        return torch.randint(0, model.config.vocab_size, (batch, *shape), device=device)
-    return torch.rand(batch, *shape, device=device)
-
-
 def gmacs(model: nn.Module, preprocess: dict[str, Any]) -> float | None:
-    """GMACs per sample (4 significant digits) at `sample_shape`; None for graph models."""
-    if sample_shape(model, preprocess) is None:
+    """GMACs per sample (4 significant digits) at the weights' input size (``preprocess``), text
+    at `TEXT_TOKENS` tokens; None for graph models."""
+    if registry.input_kind(model.pretrained_cfg["architecture"]) == "graphs":
         return None
-    return float(f"{count_macs(model, example_input(model, preprocess, 1)) / 1e9:.4g}")
+    return float(f"{count_macs(model, _example(model, preprocess, 1)) / 1e9:.4g}")
+
+
+def _example(model: nn.Module, preprocess: dict[str, Any], batch: int) -> torch.Tensor:
+    return example_input_for(model, batch, preprocess=preprocess, sequence_length=TEXT_TOKENS)
 
 
 def measure_gmacs(name: str) -> float | None:
@@ -229,7 +209,7 @@ def bench(
         model_gmacs = info.gmacs if info is not None else gmacs(model, preprocess)
         for batch_size in batch_sizes:
             progress.set_postfix_str(f"{target.name} batch {batch_size}")
-            x = example_input(model, preprocess, batch_size)
+            x = _example(model, preprocess, batch_size)
             rate, seconds = samples_per_second(model, x, repeats)
             optimized_rate = precision = None
             if optimize:
@@ -242,7 +222,7 @@ def bench(
                 top1=_top1(info),
                 param_count=round(sum(p.numel() for p in model.parameters()) / 1e6, 3),
                 gmacs=model_gmacs,
-                input_shape="x".join(map(str, sample_shape(model, preprocess))),
+                input_shape="x".join(map(str, x.shape[1:])),
                 file_size_mb=None if info is None or info.file_size is None else round(info.file_size / 2**20, 2),
                 batch_size=batch_size,
                 infer_samples_per_sec=round(rate, 2),

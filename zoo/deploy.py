@@ -86,14 +86,14 @@ def _check_batch(args: tuple[Any, ...]) -> None:
         )
 
 
-def _tensors(output: Any) -> list[torch.Tensor]:
+def output_tensors(output: Any) -> list[torch.Tensor]:
     """Every tensor in a model output (tensor, or nested tuple/list/dict)."""
     if isinstance(output, torch.Tensor):
         return [output]
     if isinstance(output, Mapping):
-        return [t for v in output.values() for t in _tensors(v)]
+        return [t for v in output.values() for t in output_tensors(v)]
     if isinstance(output, (tuple, list)):
-        return [t for v in output for t in _tensors(v)]
+        return [t for v in output for t in output_tensors(v)]
     raise TypeError(f"cannot compare model outputs of type {type(output).__name__}")
 
 
@@ -105,7 +105,7 @@ def _max_diff(
     ExportMismatchError beyond ``atol + rtol * |reference|``."""
     worst = 0.0
     for args in inputs:
-        expected, actual = _tensors(reference(*args)), _tensors(candidate(*args))
+        expected, actual = output_tensors(reference(*args)), output_tensors(candidate(*args))
         if len(expected) != len(actual):
             raise ExportMismatchError(f"the export returns {len(actual)} tensors, the eager model {len(expected)}")
         for e, a in zip(expected, actual):
@@ -297,10 +297,17 @@ def export_onnx(
     return ExportResult(str(path), path.stat().st_size, diff, time.perf_counter() - start)
 
 
-def example_input_for(model: nn.Module, batch: int = EXAMPLE_BATCH) -> torch.Tensor:
+def example_input_for(
+    model: nn.Module,
+    batch: int = EXAMPLE_BATCH,
+    *,
+    preprocess: dict[str, Any] | None = None,
+    sequence_length: int = EXAMPLE_SEQUENCE_LENGTH,
+) -> torch.Tensor:
     """A random batch of what ``model`` reads, by the input kind its architecture registered:
     images with its channels at its weights' preprocessing crop (else its cfg's ``input_size``),
-    token ids, or visible units. Raises for graph models (their input is a torch_geometric
+    ``sequence_length`` token ids, or visible units; ``preprocess`` stands in for the weights'
+    own (a new entry's crop). Raises for graph models (their input is a torch_geometric
     ``Data``, which no export format takes) and for image models of unknown input size."""
     cfg = getattr(model, "pretrained_cfg", None) or {}
     arch = cfg.get("architecture")
@@ -312,7 +319,7 @@ def example_input_for(model: nn.Module, batch: int = EXAMPLE_BATCH) -> torch.Ten
     kind = registry.input_kind(arch)
     device = model_device(model)
     if kind == "images":
-        preprocess = cfg.get("preprocess") or {}
+        preprocess = (cfg.get("preprocess") or {}) if preprocess is None else preprocess
         side = preprocess.get("crop", preprocess.get("resize"))
         if side is None and "input_size" in cfg:  # timm's (C, H, W), for models built without weights
             side = list(cfg["input_size"][1:])
@@ -324,7 +331,7 @@ def example_input_for(model: nn.Module, batch: int = EXAMPLE_BATCH) -> torch.Ten
         height, width = (side, side) if isinstance(side, int) else side
         return torch.randn(batch, model.in_chans, height, width, device=device)
     if kind == "text":
-        return torch.randint(0, model.config.vocab_size, (batch, EXAMPLE_SEQUENCE_LENGTH), device=device)
+        return torch.randint(0, model.config.vocab_size, (batch, sequence_length), device=device)
     if kind == "vectors":
         return torch.rand(batch, model.sizes[0], device=device)
     raise InvalidArgumentError(

@@ -32,6 +32,7 @@ import torch
 import torch.nn as nn
 
 from zoo import hub
+from zoo.deploy import output_tensors
 from zoo.errors import InvalidArgumentError
 from zoo.files import write_json
 
@@ -314,7 +315,7 @@ def _compare(classifier: bool, references: list[Any], batches: list[tuple[Any, .
     with torch.no_grad():
         for batch, reference in zip(batches, references):
             output = candidate(*batch)
-            for e, a in zip(_tensors(reference), _tensors(output), strict=True):
+            for e, a in zip(output_tensors(reference), output_tensors(output), strict=True):
                 if e.shape != a.shape:
                     raise ValueError(f"output shape {tuple(a.shape)} differs from fp32 eager's {tuple(e.shape)}")
                 worst = max(worst, (e.float() - a.float()).abs().max().item() if e.numel() else 0.0)
@@ -328,7 +329,7 @@ def _passes(name: str, candidate: Candidate, references: list[Any], min_agreemen
     if candidate.top1_agreement is not None:
         ok = candidate.top1_agreement >= min_agreement
         return ok, "" if ok else f"top-1 agreement {candidate.top1_agreement:.2%} with fp32 is below {min_agreement:.2%}"
-    scale = max(t.float().abs().max().item() for r in references for t in _tensors(r)) or 1.0
+    scale = max(t.float().abs().max().item() for r in references for t in output_tensors(r)) or 1.0
     relative = candidate.max_abs_diff / scale
     ok = relative <= RELATIVE_TOLERANCE[name]
     return ok, "" if ok else f"outputs differ from fp32 by {relative:.2g} (relative), over {RELATIVE_TOLERANCE[name]:g}"
@@ -463,17 +464,6 @@ def _inductor_freezing() -> Any:
     import torch._inductor.config
 
     return torch._inductor.config.patch(freezing=True)
-
-
-def _tensors(output: Any) -> list[torch.Tensor]:
-    """Every tensor in a model output (a tensor, or nested tuples, lists, dicts)."""
-    if isinstance(output, torch.Tensor):
-        return [output]
-    if isinstance(output, Mapping):
-        return [t for v in output.values() for t in _tensors(v)]
-    if isinstance(output, (tuple, list)):
-        return [t for v in output for t in _tensors(v)]
-    return []
 
 
 def _to_dtype(output: Any, dtype: torch.dtype) -> Any:
