@@ -20,7 +20,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ._registry import register_model
 
-from .features import FeatureInfo, Indices, check_output_fmt, feature_take_indices
+from .features import FeatureInfo, FeatureLevels, Indices, feature_take_indices
 from .layers import (
     PooledLinearClassifier,
     SqueezeExcite,
@@ -127,7 +127,7 @@ def _smallest_side(features: nn.Module) -> int:
     return side
 
 
-class DenseNet(PooledLinearClassifier, nn.Module):
+class DenseNet(FeatureLevels, PooledLinearClassifier, nn.Module):
     """Densely connected network (Huang et al., 2017), DenseNet-BC: bottleneck dense layers
     and transitions that halve the channels (compression 0.5) and the resolution.
 
@@ -246,25 +246,6 @@ class DenseNet(PooledLinearClassifier, nn.Module):
                 if level == last:
                     break
         return x, intermediates
-
-    def forward_intermediates(
-        self,
-        x: torch.Tensor,
-        indices: Indices = None,
-        norm: bool = False,
-        stop_early: bool = False,
-        output_fmt: str = "NCHW",
-        intermediates_only: bool = False,
-    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
-        """timm's: the feature maps of the levels ``indices`` (None all, an int n the last n,
-        a list those levels) and, unless ``intermediates_only``, first the final features
-        (those of the deepest level asked for with ``stop_early``). ``norm`` has nothing to
-        apply (the last level is already after the final norm), as in timm's DenseNet."""
-        check_output_fmt(output_fmt)
-        take, deepest = feature_take_indices(len(self.feature_info), indices)
-        last = deepest if stop_early or intermediates_only else len(self.feature_info) - 1
-        final, intermediates = self._run(x, take, last)
-        return intermediates if intermediates_only else (final, intermediates)
 
     def prune_intermediate_layers(
         self, indices: Indices = 1, prune_norm: bool = False, prune_head: bool = True

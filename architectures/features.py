@@ -46,6 +46,32 @@ def check_output_fmt(output_fmt: str, supported: Sequence[str] = ("NCHW",)) -> N
         raise ValueError(f"output_fmt={output_fmt!r} is not supported here; use one of {', '.join(supported)}")
 
 
+class FeatureLevels:
+    """timm's ``forward_intermediates`` for the conv nets, whose ``_run(x, take, last)`` runs up
+    to feature level ``last`` keeping the maps of the levels in ``take``."""
+
+    feature_info: FeatureInfo
+
+    def forward_intermediates(
+        self,
+        x: torch.Tensor,
+        indices: Indices = None,
+        norm: bool = False,
+        stop_early: bool = False,
+        output_fmt: str = "NCHW",
+        intermediates_only: bool = False,
+    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
+        """timm's: the feature maps of the levels ``indices`` (None all, an int n the last n,
+        a list those levels) and, unless ``intermediates_only``, first the final features
+        (those of the deepest level asked for with ``stop_early``). ``norm`` has nothing to
+        apply, as in timm's conv nets (the last level is already after any final norm)."""
+        check_output_fmt(output_fmt)
+        take, deepest = feature_take_indices(len(self.feature_info), indices)
+        last = deepest if stop_early or intermediates_only else len(self.feature_info) - 1
+        final, intermediates = self._run(x, take, last)
+        return intermediates if intermediates_only else (final, intermediates)
+
+
 class FeatureInfo:
     """The feature levels of a model, as timm's ``FeatureInfo``: ``info`` holds one dict per
     level (num_chs, reduction, module); ``channels()``, ``reduction()`` and ``module_name()``

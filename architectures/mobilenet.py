@@ -19,7 +19,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ._registry import register_model
 
-from .features import FeatureInfo, Indices, check_output_fmt, feature_take_indices
+from .features import FeatureInfo, FeatureLevels, Indices, feature_take_indices
 from .layers import (
     ConvNormAct,
     DepthwiseSeparable,
@@ -48,7 +48,7 @@ class BlockSpec(NamedTuple):
     se_layer: Callable[[int], nn.Module] | None = None
 
 
-class MobileNet(nn.Module):
+class MobileNet(FeatureLevels, nn.Module):
     """A stem conv, one block per ``BlockSpec`` (``features.1``...), an optional 1x1 conv to
     ``head_chs`` channels, global pooling and the classifier: an optional hidden Linear +
     Hardswish of ``head_hidden`` units (V3), dropout and the final Linear. ``act_layer`` is
@@ -186,25 +186,6 @@ class MobileNet(nn.Module):
             if i in taps:
                 intermediates.append(x)
         return x, intermediates
-
-    def forward_intermediates(
-        self,
-        x: torch.Tensor,
-        indices: Indices = None,
-        norm: bool = False,
-        stop_early: bool = False,
-        output_fmt: str = "NCHW",
-        intermediates_only: bool = False,
-    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
-        """timm's: the feature maps of the levels ``indices`` (None all, an int n the last n,
-        a list those levels) and, unless ``intermediates_only``, first the final features
-        (those of the deepest level asked for with ``stop_early``). ``norm`` has nothing to
-        apply (no final norm apart from the last conv's)."""
-        check_output_fmt(output_fmt)
-        take, deepest = feature_take_indices(len(self.feature_info), indices)
-        last = deepest if stop_early or intermediates_only else len(self.feature_info) - 1
-        final, intermediates = self._run(x, take, last)
-        return intermediates if intermediates_only else (final, intermediates)
 
     def prune_intermediate_layers(
         self, indices: Indices = 1, prune_norm: bool = False, prune_head: bool = True

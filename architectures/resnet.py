@@ -17,7 +17,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ._registry import register_model
 
-from .features import FeatureInfo, Indices, check_output_fmt, feature_take_indices
+from .features import FeatureInfo, FeatureLevels, Indices, feature_take_indices
 from .layers import (
     PooledLinearClassifier,
     SqueezeExcite,
@@ -128,7 +128,7 @@ class Bottleneck(nn.Module):
         return self.relu(out + shortcut)
 
 
-class ResNet(PooledLinearClassifier, nn.Module):
+class ResNet(FeatureLevels, PooledLinearClassifier, nn.Module):
     """Residual network with one stage per entry of ``layers``; the first stage keeps the
     resolution, every later one halves it.
 
@@ -257,25 +257,6 @@ class ResNet(PooledLinearClassifier, nn.Module):
             if level in take:
                 intermediates.append(x)
         return x, intermediates
-
-    def forward_intermediates(
-        self,
-        x: torch.Tensor,
-        indices: Indices = None,
-        norm: bool = False,
-        stop_early: bool = False,
-        output_fmt: str = "NCHW",
-        intermediates_only: bool = False,
-    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
-        """timm's: the feature maps of the levels ``indices`` (None all, an int n the last n,
-        a list those levels) and, unless ``intermediates_only``, first the final features
-        (those of the deepest level asked for with ``stop_early``). ``norm`` has nothing to
-        apply here (no final norm), as in timm's ResNet."""
-        check_output_fmt(output_fmt)
-        take, deepest = feature_take_indices(len(self.feature_info), indices)
-        last = deepest if stop_early or intermediates_only else len(self.feature_info) - 1
-        final, intermediates = self._run(x, take, last)
-        return intermediates if intermediates_only else (final, intermediates)
 
     def prune_intermediate_layers(
         self, indices: Indices = 1, prune_norm: bool = False, prune_head: bool = True
