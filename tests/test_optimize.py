@@ -57,8 +57,8 @@ def test_every_candidate_matches_fp32_and_int8_keeps_top1_on_real_images(auto_ru
     assert ran["fp32"].max_abs_diff < 1e-3 and ran["channels_last"].max_abs_diff < 1e-3
     assert ran["fp32"].top1_agreement == ran["channels_last"].top1_agreement == 1.0
     assert ran["int8"].top1_agreement >= 0.99, f"int8 top-1 agreement on 512 images: {ran['int8'].top1_agreement}"
-    if BF16_NATIVE:
-        assert ran["bf16"].top1_agreement >= 0.99
+    if BF16_NATIVE:  # not measured yet (no such CPU in this session): a loose check that bf16 is not broken
+        assert ran["bf16"].top1_agreement >= 0.98
     report = optimized.optimize_report
     assert report.cpu_capability == torch.backends.cpu.get_cpu_capability() and report.device == "cpu"
     assert "bf16" in {c.name for c in report.candidates if c.median_s is None} or BF16_NATIVE
