@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import pydoc
 import statistics
 import time
@@ -438,10 +439,17 @@ def _architecture(model: nn.Module) -> str:
 
 
 def _has_torchao() -> bool:
+    """Whether torchao imports; its import logs a torch deprecation line (Enum constants for
+    torch.compile) that says nothing to a zoo user, so that logger is quiet meanwhile."""
+    pytree_log = logging.getLogger("torch.utils._pytree")
+    level = pytree_log.level
+    pytree_log.setLevel(logging.ERROR)
     try:
         import torchao.quantization.pt2e  # noqa: F401
     except ImportError:
         return False
+    finally:
+        pytree_log.setLevel(level)
     return True
 
 
