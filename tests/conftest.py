@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import torch
+from threadpoolctl import threadpool_limits
 
 MODES = ("ok", "truncate", "truncate_once", "error500_once")
 
@@ -153,11 +154,14 @@ def zoo_home(_isolated_zoo_home: Path) -> Path:
 
 
 @pytest.fixture
-def one_thread():
-    """Run the test on one intra-op thread (small models: faster, and deterministic across machines)."""
+def one_thread() -> Iterator[None]:
+    """Run the test on one torch and one BLAS/OpenMP thread (small models and tiny matrix
+    products: faster than spinning thread pools on a shared 2-core machine, and deterministic
+    across machines)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield
+    with threadpool_limits(1):
+        yield
     torch.set_num_threads(threads)
 
 
@@ -175,3 +179,4 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+

@@ -15,7 +15,6 @@ import copy
 import dataclasses
 import inspect
 import typing
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,14 +164,7 @@ def _has_aux(model: nn.Module) -> bool:
     return "return_aux" in inspect.signature(model.forward).parameters
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    """One intra-op thread: these small inputs gain nothing from more, and on a busy machine
-    two threads that wait for each other can be ten times slower (measured on densenet201)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module", params=CASES, ids=IDS)

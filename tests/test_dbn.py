@@ -8,7 +8,6 @@ import itertools
 import json
 import math
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -22,7 +21,6 @@ from sklearn.model_selection import cross_val_score
 from sklearn.neural_network import BernoulliRBM
 from sklearn.pipeline import Pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
-from threadpoolctl import threadpool_limits
 from torch import nn
 
 import zoo
@@ -39,14 +37,7 @@ from zoo.training.dbn import (
 from zoo.training.digits import load_nudged_digits
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """One BLAS/OpenMP thread: on a shared 2-core machine spinning thread pools are slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with threadpool_limits(1):
-        yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

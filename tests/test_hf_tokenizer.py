@@ -4,7 +4,6 @@ transformers' greedy generation from its ids continues moe_lm.stdlib as zoo's `c
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -22,14 +21,7 @@ TINY = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermedi
             top_k=1, max_position_embeddings=64)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """One thread: generating token by token, spinning thread pools on a shared 2-core machine are
-    30x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

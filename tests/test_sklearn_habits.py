@@ -4,7 +4,6 @@ chain's hidden samples), transform, gibbs and score_samples agree to rounding in
 estimator works where scikit-learn's does (Pipeline, clone, GridSearchCV, check_estimator)."""
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -20,7 +19,6 @@ from sklearn.neural_network import BernoulliRBM as SklearnBernoulliRBM
 from sklearn.pipeline import Pipeline
 from sklearn.utils._param_validation import InvalidParameterError
 from sklearn.utils.estimator_checks import parametrize_with_checks
-from threadpoolctl import threadpool_limits
 
 from zoo.architectures.dbn import RBM
 from zoo.training.dbn import BernoulliRBM
@@ -29,15 +27,7 @@ from zoo.training.digits import load_nudged_digits
 STATE = ("components_", "intercept_hidden_", "intercept_visible_", "h_samples_")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """One BLAS/OpenMP thread: the updates are tiny matrix products, which spinning thread pools
-    on a shared 2-core machine slow down many times over."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with threadpool_limits(1):
-        yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -173,7 +173,7 @@ def _export(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="zoo", description="zoo: list models, show weight metadata, classify images, generate text, fine-tune, evaluate, "
-        "demo, benchmark."
+        "demo, benchmark, export."
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
