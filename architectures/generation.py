@@ -3,13 +3,15 @@ moe_transformer.py): the prompt runs once through the model's own forward path (
 then each step decodes one token per sequence through `_decode_step`.
 
 The decode step is built for small models on a CPU, where a step costs the number of PyTorch
-operations it dispatches more than their arithmetic: every input is checked once before the
-loop, the rotary tables and the padding mask are made once, the keys and values go into a
-static `KVCache` (zero-filled, preallocated for prompt + new tokens, written in place at the
-step's slot with ``index_copy_``), attention reads the whole cache under a boolean mask of the
-filled slots, so that every step has the same shapes (what ``torch.compile`` needs), and the
-MoE layers run every expert on the step's few tokens (`_few_token_experts`) instead of sorting
-token slots by expert. benchmarks/generate.py measures it against transformers.
+operations it dispatches, and how many weights they stream through the cache, more than their
+arithmetic: every input is checked once before the loop; the rotary tables and the padding
+bias are made once; the weights are laid out once per call for the step (`_LayerWeights`:
+projections transposed for ``torch.mm``, query/key/value fused with their rotate-half rows);
+keys and values go into a static `KVCache` (zero-filled, preallocated for prompt + new tokens,
+written in place with ``index_copy_``); eager steps attend to the filled slots only, compiled
+ones to the whole cache under an additive mask, so that every step has the same shapes (what
+``torch.compile`` needs); the MoE layers skip the module's sort-and-split dispatch
+(`_experts_step`). benchmarks/generate.py measures it against transformers.
 """
 from __future__ import annotations
 
@@ -22,12 +24,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .layers import apply_rotary, rotary_cos_sin
-from .moe_experts import MoEExperts, SparseMoeBlock, _dense_swiglu, _routing_matrix
+from .layers import rotary_cos_sin
+from .moe_experts import SparseMoeBlock, _grouped_mm_swiglu
 
 Compile = bool | Literal["auto"]
-# up to this many tokens a step runs every expert on every token (benchmarks/generate.py)
-FEW_TOKENS = 16
 CACHE_STEP = 64
 
 
@@ -61,7 +61,6 @@ class KVCache:
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
 
-@torch.no_grad()
 def generate(
     model: nn.Module,
     input_ids: torch.Tensor,
@@ -79,44 +78,79 @@ def generate(
     to be a causal model with its lm head."""
     _check_options(max_new_tokens, temperature, top_k, top_p, compile)
     model._check_input(input_ids, attention_mask, 0)
-    batch, length = input_ids.shape
     _check_prompt(model, input_ids, attention_mask)
     if max_new_tokens == 0:
         return input_ids.clone()
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
-    attention_mask = attention_mask.bool()
+    with torch.inference_mode():  # fewer per-operation costs than no_grad; the result leaves as a normal tensor
+        tokens = _decode(
+            model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id, generator, on_token,
+            attention_mask.bool(), _use_compile(compile, input_ids.device),
+        )
+    return torch.cat(tokens, dim=1)
+
+
+def _decode(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    eos_token_id: int | None,
+    generator: torch.Generator | None,
+    on_token: Callable[[torch.Tensor], None] | None,
+    attention_mask: torch.Tensor,
+    compiled: bool,
+) -> list[torch.Tensor]:
+    """The prompt and each step's new tokens, (N, L) then (N, 1) each: `generate`'s loop."""
+    batch, length = input_ids.shape
     # positions count real tokens only (as transformers' generate does), so a left-padded
     # prompt continues exactly as it would alone
     positions = (attention_mask.cumsum(1) - 1).clamp(min=0)
-    compiled = _use_compile(compile, input_ids.device)
     max_length = length + max_new_tokens
     if compiled:  # cache sizes in steps of CACHE_STEP: a compiled step serves many prompt lengths
         max_length = -(-max_length // CACHE_STEP) * CACHE_STEP
     cache = KVCache(model.config, batch, max_length, input_ids.device, model.embed_tokens.weight.dtype)
     logits = _prefill(model, input_ids, attention_mask, positions, cache)
-    filled = torch.cat([attention_mask, attention_mask.new_zeros(batch, max_length - length)], dim=1)
     rope = _rope_table(model, max_length, input_ids.device)
+    weights = [_LayerWeights(block, rope is not None) for block in model.layers]
+    window = model.config.sliding_window
+    # attention reads the filled cache slots in the window (eager), or every slot under a mask
+    # of the filled ones in the window (compiled: the same shapes at every step)
+    bias = None
+    if compiled or not attention_mask.all():  # additive: SDPA converts a boolean mask at every call
+        unfilled = attention_mask.new_full((batch, max_length - length), not compiled)
+        padding = torch.cat([attention_mask, unfilled], dim=1)
+        bias = torch.zeros_like(padding, dtype=cache.keys[0].dtype).masked_fill(~padding, -math.inf)[:, None, None]
     step_fn = _compiled_decode_step() if compiled else _decode_step
-    qkv = [_fused_qkv(block.self_attn) for block in model.layers]
     slot = torch.tensor([length], device=input_ids.device)
-    position = positions[:, -1:] + 1
+    position = positions[:, -1] + 1
     tokens, finished = [input_ids], torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
     for new in range(max_new_tokens):
-        step = _sample(logits, temperature, top_k, top_p, generator)[:, None]
+        step = _sample(logits, temperature, top_k, top_p, generator)
         if eos_token_id is not None:
-            step = step.masked_fill(finished[:, None], eos_token_id)
-            finished |= step[:, 0] == eos_token_id
-        tokens.append(step)
+            step = step.masked_fill(finished, eos_token_id)
+            finished |= step == eos_token_id
+        tokens.append(step[:, None])
         if on_token is not None:
-            on_token(step)
+            with torch.inference_mode(False):  # a normal tensor, which the caller may modify
+                on_token(step[:, None].clone())
         if new == max_new_tokens - 1 or (eos_token_id is not None and bool(finished.all())):
             break
-        filled.index_fill_(1, slot, True)
-        logits = step_fn(model, step, slot, position, rope, filled, cache.keys, cache.values, qkv)
+        end = length + new + 1
+        start = 0 if window is None else max(0, end - window)
+        if compiled:
+            bias.index_fill_(-1, slot, 0.0)
+            bias[..., :start] = -math.inf
+            start, end = 0, max_length
+        step_bias = bias if bias is None or compiled else bias[..., start:end]
+        step_rope = None if rope is None else (rope[0][position][:, None, None], rope[1][position][:, None, None])
+        logits = step_fn(model, weights, step, slot, step_rope, (start, end), step_bias, cache.keys, cache.values)
         slot += 1
         position += 1
-    return torch.cat(tokens, dim=1)
+    return tokens
 
 
 def _check_options(
@@ -175,99 +209,149 @@ def _rope_table(model: nn.Module, max_length: int, device: torch.device) -> tupl
     return rotary_cos_sin(positions, config.attention_head_dim, config.rope_theta, model.embed_tokens.weight.dtype)
 
 
+class _LayerWeights:
+    """One block's weights laid out for a decode step: every projection transposed to
+    (in, out) and contiguous, for one ``torch.mm``/``torch.addmm`` each (``F.linear`` on the
+    module's (out, in) weight ran up to twice as slow for one token); the query, key and value
+    projections fused with copies of the query and key rows in rotate-half order, so the rotary
+    embedding is two elementwise operations; the experts' gate/up and down projections as
+    (E, H, 2I) and (E, I, H)."""
+
+    def __init__(self, block: nn.Module, rotary: bool) -> None:
+        attention = block.self_attn
+        self.input_norm = block.input_layernorm.weight, block.input_layernorm.eps
+        self.post_norm = block.post_attention_layernorm.weight, block.post_attention_layernorm.eps
+        self.qkv = self.qkv_bias = None
+        if attention.q_norm is None:  # queries and keys normalised first (qk_norm) take Attention.project
+            projections = (attention.q_proj, attention.k_proj, attention.v_proj)
+            weight = torch.cat([p.weight for p in projections])
+            bias = torch.cat([p.bias for p in projections]) if attention.q_proj.bias is not None else None
+            if rotary:
+                weight = torch.cat([weight, _rotate_half_rows(weight, attention)])
+                bias = None if bias is None else torch.cat([bias, _rotate_half_rows(bias, attention)])
+            self.qkv, self.qkv_bias = weight.t().contiguous(), bias
+        self.out = attention.o_proj.weight.t().contiguous()
+        self.router = self.gate_up = self.down = None
+        if block.is_moe:
+            experts = block.mlp.experts
+            self.router = block.mlp.gate.weight.t().contiguous()
+            self.gate_up = experts.gate_up_proj.transpose(1, 2).contiguous()
+            self.down = experts.down_proj.transpose(1, 2).contiguous()
+
+
+def _rotate_half_rows(weight: torch.Tensor, attention: nn.Module) -> torch.Tensor:
+    """The query and key rows of a fused projection weight (or bias) permuted and negated so
+    that ``x @ rows.T`` is ``apply_rotary``'s rotate-half of the queries and keys."""
+    heads = attention.num_heads + attention.num_kv_heads
+    halves = weight[: heads * attention.head_dim].reshape(heads, 2, attention.head_dim // 2, *weight.shape[1:])
+    return torch.stack([-halves[:, 1], halves[:, 0]], dim=1).reshape(heads * attention.head_dim, *weight.shape[1:])
+
+
 def _decode_step(
     model: nn.Module,
+    weights: list[_LayerWeights],
     tokens: torch.Tensor,
     slot: torch.Tensor,
-    position: torch.Tensor,
     rope: tuple[torch.Tensor, torch.Tensor] | None,
-    filled: torch.Tensor,
+    window: tuple[int, int],
+    bias: torch.Tensor | None,
     keys: list[torch.Tensor],
     values: list[torch.Tensor],
-    qkv: list[tuple[torch.Tensor, torch.Tensor | None] | None],
 ) -> torch.Tensor:
-    """Next-token logits (N, V) in fp32 after ``tokens`` (N, 1), which go into cache slot
-    ``slot`` (a 1-element tensor) at rotary positions ``position`` (N, 1); ``filled`` (N, S)
-    marks the cache slots to attend to, this one included; ``qkv`` holds each layer's
-    `_fused_qkv` projection."""
-    h = model.embed_tokens(tokens)
-    step_rope = None
-    if rope is not None:
-        step_rope = rope[0][position][:, None], rope[1][position][:, None]  # (N, 1, 1, head_dim)
-    mask = filled[:, None, None, :]
-    window = model.config.sliding_window
-    if window is not None:
-        mask = mask & (torch.arange(filled.shape[1], device=filled.device) > slot - window)
-    for block, k_cache, v_cache, fused in zip(model.layers, keys, values, qkv):
-        attention = block.self_attn
-        x = block.input_layernorm(h)
-        q, k, v = attention.project(x, step_rope) if fused is None else _project_step(attention, x, *fused, step_rope)
+    """Next-token logits (N, V) in fp32 after ``tokens`` (N,), whose keys and values go into
+    cache slot ``slot`` (a 1-element tensor), rotated by this step's ``rope`` (cos, sin), each
+    (N, 1, 1, head_dim); attention reads the cache slots ``window`` (start, end) with the
+    additive ``bias`` (N, 1, 1, end - start) over them (-inf at padding), or None."""
+    h = model.embed_tokens.weight[tokens]  # (N, H): the residual stream stays 2-D
+    for block, layer, k_cache, v_cache in zip(model.layers, weights, keys, values):
+        x = _rms_norm(h, *layer.input_norm)
+        q, k, v = _project(block.self_attn, layer, x, rope)
         k_cache.index_copy_(2, slot, k)
         v_cache.index_copy_(2, slot, v)
-        h = h + attention.attend(q, k_cache, v_cache, mask, False)
-        x = block.post_attention_layernorm(h)
-        if block.is_moe and tokens.shape[0] <= FEW_TOKENS:
-            h = h + _few_token_experts(block.mlp, x[:, 0])[:, None]
-        else:
-            h = h + (block.mlp(x)[0] if block.is_moe else block.mlp(x))
-    return model.lm_head(model.norm(h[:, 0])).float()
+        start, end = window
+        attention = block.self_attn
+        out = F.scaled_dot_product_attention(
+            q, k_cache[:, :, start:end], v_cache[:, :, start:end], attn_mask=bias,
+            enable_gqa=attention.num_kv_heads != attention.num_heads,
+        )
+        h = torch.addmm(h, out.reshape(h.shape[0], -1), layer.out)
+        x = _rms_norm(h, *layer.post_norm)
+        h = h + (_experts_step(block.mlp, layer, x) if block.is_moe else block.mlp(x))
+    return torch.mm(_rms_norm(h, model.norm.weight, model.norm.eps), model.lm_head.weight.t()).float()
 
 
-def _fused_qkv(attention: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """The query, key and value projections as one weight (and bias), for one matmul per
-    step; None where queries and keys are normalised separately (qk_norm)."""
-    if attention.q_norm is not None:
-        return None
-    projections = (attention.q_proj, attention.k_proj, attention.v_proj)
-    bias = torch.cat([p.bias for p in projections]) if attention.q_proj.bias is not None else None
-    return torch.cat([p.weight for p in projections]), bias
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``nn.RMSNorm`` of ``x`` (N, H): for fp32 a few elementwise operations, which were
+    faster per step than ``F.rms_norm`` (benchmarks/generate.py); lower precisions take
+    ``F.rms_norm``, which accumulates in fp32."""
+    if x.dtype != torch.float32:
+        return F.rms_norm(x, x.shape[-1:], weight, eps)
+    return x * torch.rsqrt(x.square().mean(-1, keepdim=True).add_(eps)) * weight
 
 
-def _project_step(
-    attention: nn.Module,
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    rope: tuple[torch.Tensor, torch.Tensor] | None,
+def _project(
+    attention: nn.Module, layer: _LayerWeights, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`Attention.project` for one token per sequence through the fused projection, the
-    queries and keys rotated together."""
-    heads, kv_heads = attention.num_heads, attention.num_kv_heads
-    qkv = F.linear(x, weight, bias)
-    if attention.clip_qkv is not None:
-        qkv = qkv.clamp(-attention.clip_qkv, attention.clip_qkv)
-    qkv = qkv.view(x.shape[0], heads + 2 * kv_heads, 1, attention.head_dim)  # one position: (N, L, ...) = (N, ..., L)
+    """Queries (N, heads, 1, head_dim), keys and values (N, kv_heads, 1, head_dim) of one
+    token per sequence ``x`` (N, H), through the layer's fused projection."""
+    if layer.qkv is None:
+        return attention.project(x[:, None], rope)
+    heads, kv_heads, head_dim = attention.num_heads, attention.num_kv_heads, attention.head_dim
+    projected = torch.mm(x, layer.qkv) if layer.qkv_bias is None else torch.addmm(layer.qkv_bias, x, layer.qkv)
+    if attention.clip_qkv is not None:  # commutes with the rotate-half permutation and negation
+        projected = projected.clamp(-attention.clip_qkv, attention.clip_qkv)
+    width = (heads + 2 * kv_heads) * head_dim
+    qkv = projected[:, :width].view(x.shape[0], heads + 2 * kv_heads, 1, head_dim)  # one position: (N, L, ...) = (N, ..., L)
     qk, v = qkv[:, : heads + kv_heads], qkv[:, heads + kv_heads :]
     if rope is not None:
-        qk = apply_rotary(qk, *rope)
+        rotated_half = projected[:, width:].view(x.shape[0], heads + kv_heads, 1, head_dim)
+        qk = torch.addcmul(qk * rope[0], rotated_half, rope[1])
     return qk[:, :heads], qk[:, heads:], v
 
 
-def _few_token_experts(layer: SparseMoeBlock, x: torch.Tensor) -> torch.Tensor:
-    """The MoE layer on a few tokens ``x`` (T, H) in a handful of operations (no sort by
-    expert): one token runs through its top-k experts' weights directly (matrix-vector
-    products), more tokens through every expert, mixed by the routing weights."""
-    _, weights, index = layer.route(x)
-    experts = layer.experts
-    if x.shape[0] == 1 and not torch.compiler.is_compiling():  # the loop reads the indices: a graph break
-        out = _one_token_experts(x[0], weights[0].tolist(), index[0].tolist(), experts)[None]
+def _experts_step(moe: SparseMoeBlock, layer: _LayerWeights, x: torch.Tensor) -> torch.Tensor:
+    """The MoE layer on the step's tokens ``x`` (N, H): one token straight through its top-k
+    experts; more through ``F.grouped_mm`` on the token slots sorted by expert (one call per
+    projection, no padding; on a 2-core AVX2 CPU 1.0-1.25x a batched product over capacity-padded
+    experts at batch 8, and without Python's per-expert loop), or the layer's own dispatch where
+    torch has no grouped_mm; under torch.compile (no data-dependent shapes) every expert on every
+    token, the unchosen ones weighted 0."""
+    logits = torch.mm(x, layer.router)
+    if moe.norm_topk_prob:  # the softmax of the top-k logits: the renormalised top-k probabilities
+        top, index = logits.topk(moe.top_k, dim=-1)
+        weights = top.float().softmax(dim=-1)
     else:
-        mix = _routing_matrix(index, weights, experts.num_experts, None).to(x.dtype)
-        out = _dense_swiglu(x, mix, experts.gate_up_proj, experts.down_proj)
-    if layer.shared_expert is not None:
-        out = out + torch.sigmoid(layer.shared_expert_gate(x)) * layer.shared_expert(x)
+        weights, index = logits.float().softmax(dim=-1).topk(moe.top_k, dim=-1)
+    weights = weights.to(x.dtype)
+    if torch.compiler.is_compiling():
+        mix = x.new_zeros(x.shape[0], moe.experts.num_experts).scatter_(1, index, weights)
+        out = (_swiglu(x.expand(len(layer.gate_up), *x.shape), layer) * mix.t()[..., None]).sum(0)
+    elif x.shape[0] == 1:
+        out = None
+        for weight, expert in zip(weights[0].tolist(), index[0].tolist()):
+            y = _swiglu(x, layer, expert).mul_(weight)
+            out = y if out is None else out.add_(y)
+    elif hasattr(F, "grouped_mm"):
+        slots = index.flatten()
+        order = slots.argsort(stable=True)  # by expert, then by token: transformers' order of sums
+        tokens = order // moe.top_k
+        sizes = torch.bincount(slots, minlength=moe.experts.num_experts)
+        y = _grouped_mm_swiglu(x[tokens], sizes, layer.gate_up.mT, layer.down.mT)
+        out = torch.zeros_like(x).index_add_(0, tokens, y.mul_(weights.flatten()[order, None]))
+    else:
+        out = moe.experts(x, index, weights)
+    if moe.shared_expert is not None:
+        out = out + torch.sigmoid(moe.shared_expert_gate(x)) * moe.shared_expert(x)
     return out
 
 
-def _one_token_experts(x: torch.Tensor, weights: list[float], index: list[int], experts: MoEExperts) -> torch.Tensor:
-    """The weighted sum of the experts ``index`` on one token ``x`` (H,)."""
-    inter = experts.down_proj.shape[-1]
-    out = None
-    for weight, expert in zip(weights, index):
-        gate_up = F.linear(x, experts.gate_up_proj[expert])
-        y = F.linear(F.silu(gate_up[:inter]) * gate_up[inter:], experts.down_proj[expert]) * weight
-        out = y if out is None else out + y
-    return out
+def _swiglu(x: torch.Tensor, layer: _LayerWeights, expert: int | None = None) -> torch.Tensor:
+    """Expert ``expert`` on tokens ``x`` (T, H), or with None every expert on ``x`` (E, T, H)."""
+    gate_up = layer.gate_up if expert is None else layer.gate_up[expert]
+    down = layer.down if expert is None else layer.down[expert]
+    projected = torch.matmul(x, gate_up)
+    inter = down.shape[-2]
+    return torch.matmul(F.silu(projected[..., :inter]).mul_(projected[..., inter:]), down)
 
 
 @functools.cache
