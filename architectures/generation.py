@@ -274,7 +274,7 @@ def _decode_step(
             q, k_cache[:, :, start:end], v_cache[:, :, start:end], attn_mask=bias,
             enable_gqa=attention.num_kv_heads != attention.num_heads,
         )
-        h = torch.addmm(h, out.reshape(h.shape[0], -1), layer.out)
+        h = torch.addmm(h, out.reshape(h.shape[0], layer.out.shape[0]), layer.out)  # not -1: ambiguous for 0 rows
         x = _rms_norm(h, *layer.post_norm)
         h = h + (_experts_step(block.mlp, layer, x) if block.is_moe else block.mlp(x))
     return torch.mm(_rms_norm(h, model.norm.weight, model.norm.eps), model.lm_head.weight.t()).float()

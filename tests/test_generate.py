@@ -49,6 +49,14 @@ def test_greedy_equals_full_forward_argmax(variant, batch):
     assert torch.equal(model.generate(prompt, 8, temperature=0), full_forward_greedy(model, prompt, 8))
 
 
+def test_greedy_without_grouped_mm_takes_the_layer_dispatch(monkeypatch):
+    model = tiny_lm()
+    prompt = torch.randint(0, 256, (3, 5), generator=torch.Generator().manual_seed(6))
+    expected = full_forward_greedy(model, prompt, 6)
+    monkeypatch.delattr(torch.nn.functional, "grouped_mm")  # torch < 2.10
+    assert torch.equal(model.generate(prompt, 6, temperature=0), expected)
+
+
 def test_bundled_model_greedy_equals_full_forward_argmax():
     model = zoo.load("moe_lm.stdlib")
     tokenizer = ByteTokenizer()
