@@ -26,7 +26,7 @@ demo: $(INSTALLED) data
 	$(BIN)/zoo demo
 
 test: $(INSTALLED) data
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -3,6 +3,7 @@ cache or inherits ZOO_OFFLINE), and `http_server` serves test bytes from 127.0.0
 from __future__ import annotations
 
 import http.server
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -153,6 +154,14 @@ def zoo_home(_isolated_zoo_home: Path) -> Path:
     return _isolated_zoo_home
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, split the cores between the workers: each worker's torch takes its
+    share of threads instead of all of them (oversubscribed OpenMP pools wait at barriers)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
 @pytest.fixture
 def one_thread() -> Iterator[None]:
     """Run the test on one torch and one BLAS/OpenMP thread (small models and tiny matrix
@@ -167,8 +176,6 @@ def one_thread() -> Iterator[None]:
 
 # Hypothesis: the "ci" profile (the default; pick another with HYPOTHESIS_PROFILE) runs a fixed,
 # repeatable set of examples, without deadlines, in tests that write files under tmp_path.
-import os  # noqa: E402
-
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 settings.register_profile(
