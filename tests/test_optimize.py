@@ -49,6 +49,18 @@ def _ran(report: inference.OptimizeReport) -> dict[str, inference.Candidate]:
     return {c.name: c for c in report.candidates if c.median_s is not None}
 
 
+def test_int8_from_one_image_runs_every_batch_size(fmnist_batches):
+    """A latency example of one image, calibration on 16, then a last partial batch: each size
+    runs (export captures the batch as dynamic; each size compiles its own graph)."""
+    model = zoo.load("resnet20.fmnist")
+    images = fmnist_batches[0]
+    optimized = zoo.optimize(model, images[:1], "int8", calibration=images[:16], repeats=1)
+    with torch.no_grad():
+        for size in (1, 16, 5):
+            agree = (optimized(images[:size]).argmax(1) == model(images[:size]).argmax(1)).float().mean()
+            assert agree >= 0.8, (size, agree)
+
+
 def test_every_candidate_matches_fp32_and_int8_keeps_top1_on_real_images(auto_run, fmnist_batches):
     model, optimized, _ = auto_run
     ran = _ran(optimized.optimize_report)

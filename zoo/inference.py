@@ -270,15 +270,18 @@ def _build(name: str, model: nn.Module, args: tuple[Any, ...], batches: list[tup
 
 
 def _quantize_int8(model: nn.Module, args: tuple[Any, ...], batches: list[tuple[Any, ...]]) -> Callable[..., Any]:
-    """Static int8 post-training quantization: capture with ``torch.export`` (dynamic batch),
-    calibrate observers on ``batches``, convert, compile with inductor (freezing on)."""
+    """Static int8 post-training quantization: capture with ``torch.export`` (dynamic batch, so
+    calibration batches and later calls may have any size), calibrate observers on
+    ``batches``, convert, compile with inductor (freezing on)."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
         X86InductorQuantizer,
         get_default_x86_inductor_quantization_config,
     )
 
-    dynamic = tuple({0: torch.export.Dim.AUTO} if isinstance(a, torch.Tensor) and len(a) > 1 else None for a in args)
+    # a batch of one would be specialised (export fixes sizes 0 and 1): capture on two rows
+    args = tuple(torch.cat([a, a]) if isinstance(a, torch.Tensor) and len(a) == 1 else a for a in args)
+    dynamic = tuple({0: torch.export.Dim.AUTO} if isinstance(a, torch.Tensor) else None for a in args)
     with torch.no_grad():
         captured = torch.export.export(model, args, dynamic_shapes=dynamic).module()
     _mark_module_calls(captured)
@@ -288,7 +291,9 @@ def _quantize_int8(model: nn.Module, args: tuple[Any, ...], batches: list[tuple[
     with torch.no_grad():
         for batch in batches:
             prepared(*batch)
-    return torch.compile(convert_pt2e(prepared), backend="inductor")
+    # one graph per batch size: with freezing on, inductor's int8 convolutions recompiled for a
+    # dynamic batch broke on their layout ("expected stride 1==784") in torch 2.14
+    return torch.compile(convert_pt2e(prepared), backend="inductor", dynamic=False)
 
 
 def _mark_module_calls(graph_module: torch.fx.GraphModule) -> None:
