@@ -29,6 +29,9 @@ from .moe_experts import SparseMoeBlock, _grouped_mm_swiglu
 
 Compile = bool | Literal["auto"]
 CACHE_STEP = 64
+# up to this many bytes of weights, generate copies them into the step's layout (`_LayerWeights`);
+# a larger model (a Mixtral checkpoint) decodes through views of its own weights instead
+LAYOUT_COPY_LIMIT = 256 * 2**20
 
 
 class CacheSizes(Protocol):
@@ -115,7 +118,8 @@ def _decode(
     cache = KVCache(model.config, batch, max_length, input_ids.device, model.embed_tokens.weight.dtype)
     logits = _prefill(model, input_ids, attention_mask, positions, cache)
     rope = _rope_table(model, max_length, input_ids.device)
-    weights = [_LayerWeights(block, rope is not None) for block in model.layers]
+    copy = sum(p.numel() * p.element_size() for p in model.parameters()) <= LAYOUT_COPY_LIMIT
+    weights = [_LayerWeights(block, rope is not None, copy) for block in model.layers]
     window = model.config.sliding_window
     # attention reads the filled cache slots in the window (eager), or every slot under a mask
     # of the filled ones in the window (compiled: the same shapes at every step)
@@ -210,33 +214,35 @@ def _rope_table(model: nn.Module, max_length: int, device: torch.device) -> tupl
 
 
 class _LayerWeights:
-    """One block's weights laid out for a decode step: every projection transposed to
-    (in, out) and contiguous, for one ``torch.mm``/``torch.addmm`` each (``F.linear`` on the
-    module's (out, in) weight ran up to twice as slow for one token); the query, key and value
-    projections fused with copies of the query and key rows in rotate-half order, so the rotary
-    embedding is two elementwise operations; the experts' gate/up and down projections as
-    (E, H, 2I) and (E, I, H)."""
+    """One block's weights laid out for a decode step. With ``copy`` (models up to
+    LAYOUT_COPY_LIMIT bytes), every projection transposed to (in, out) and contiguous, for one
+    ``torch.mm``/``torch.addmm`` each (``F.linear`` on the module's (out, in) weight ran up to
+    twice as slow for one token), and the query, key and value projections fused with copies of
+    the query and key rows in rotate-half order, so the rotary embedding is two elementwise
+    operations; without, transposed views of the module's weights and its own projection, so
+    that decoding needs no second copy of a large model. The experts' gate/up and down
+    projections as (E, H, 2I) and (E, I, H)."""
 
-    def __init__(self, block: nn.Module, rotary: bool) -> None:
+    def __init__(self, block: nn.Module, rotary: bool, copy: bool) -> None:
         attention = block.self_attn
+        layout: Callable[[torch.Tensor], torch.Tensor] = (lambda w: w.mT.contiguous()) if copy else (lambda w: w.mT)
         self.input_norm = block.input_layernorm.weight, block.input_layernorm.eps
         self.post_norm = block.post_attention_layernorm.weight, block.post_attention_layernorm.eps
         self.qkv = self.qkv_bias = None
-        if attention.q_norm is None:  # queries and keys normalised first (qk_norm) take Attention.project
+        if copy and attention.q_norm is None:  # otherwise (and with qk_norm) Attention.project
             projections = (attention.q_proj, attention.k_proj, attention.v_proj)
             weight = torch.cat([p.weight for p in projections])
             bias = torch.cat([p.bias for p in projections]) if attention.q_proj.bias is not None else None
             if rotary:
                 weight = torch.cat([weight, _rotate_half_rows(weight, attention)])
                 bias = None if bias is None else torch.cat([bias, _rotate_half_rows(bias, attention)])
-            self.qkv, self.qkv_bias = weight.t().contiguous(), bias
-        self.out = attention.o_proj.weight.t().contiguous()
+            self.qkv, self.qkv_bias = layout(weight), bias
+        self.out = layout(attention.o_proj.weight)
         self.router = self.gate_up = self.down = None
         if block.is_moe:
             experts = block.mlp.experts
-            self.router = block.mlp.gate.weight.t().contiguous()
-            self.gate_up = experts.gate_up_proj.transpose(1, 2).contiguous()
-            self.down = experts.down_proj.transpose(1, 2).contiguous()
+            self.router = layout(block.mlp.gate.weight)
+            self.gate_up, self.down = layout(experts.gate_up_proj), layout(experts.down_proj)
 
 
 def _rotate_half_rows(weight: torch.Tensor, attention: nn.Module) -> torch.Tensor:

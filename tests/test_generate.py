@@ -57,6 +57,15 @@ def test_greedy_without_grouped_mm_takes_the_layer_dispatch(monkeypatch):
     assert torch.equal(model.generate(prompt, 6, temperature=0), expected)
 
 
+@pytest.mark.parametrize("variant", ["mixtral", "qkv-bias-clip-shared-dense"])
+def test_a_model_too_large_to_copy_decodes_through_views_of_its_weights(monkeypatch, variant):
+    monkeypatch.setattr(zoo.architectures.generation, "LAYOUT_COPY_LIMIT", 0)
+    model = tiny_lm(**VARIANTS[variant])
+    for batch in (1, 3):
+        prompt = torch.randint(0, 256, (batch, 5), generator=torch.Generator().manual_seed(7))
+        assert torch.equal(model.generate(prompt, 6, temperature=0), full_forward_greedy(model, prompt, 6))
+
+
 def test_bundled_model_greedy_equals_full_forward_argmax():
     model = zoo.load("moe_lm.stdlib")
     tokenizer = ByteTokenizer()
