@@ -115,7 +115,15 @@ def _decode(
     max_length = length + max_new_tokens
     if compiled:  # cache sizes in steps of CACHE_STEP: a compiled step serves many prompt lengths
         max_length = -(-max_length // CACHE_STEP) * CACHE_STEP
-    cache = KVCache(model.config, batch, max_length, input_ids.device, model.embed_tokens.weight.dtype)
+    try:
+        cache = KVCache(model.config, batch, max_length, input_ids.device, model.embed_tokens.weight.dtype)
+    except (RuntimeError, MemoryError) as error:  # the allocator's own message names neither cause nor fix
+        config, itemsize = model.config, model.embed_tokens.weight.element_size()
+        size = 2 * config.num_layers * batch * config.num_kv_heads * max_length * config.attention_head_dim * itemsize
+        raise ValueError(
+            f"the key/value cache for {batch} x {max_length} positions ({size / 2**30:.1f} GiB) does not fit in "
+            f"memory: ask for fewer new tokens (max_new_tokens={max_new_tokens}) or a smaller batch"
+        ) from error
     logits = _prefill(model, input_ids, attention_mask, positions, cache)
     rope = _rope_table(model, max_length, input_ids.device)
     copy = sum(p.numel() * p.element_size() for p in model.parameters()) <= LAYOUT_COPY_LIMIT
@@ -160,9 +168,14 @@ def _decode(
 def _check_options(
     max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None, compile: Compile
 ) -> None:
+    if not isinstance(max_new_tokens, int) or (top_k is not None and not isinstance(top_k, int)):
+        raise ValueError(f"max_new_tokens and top_k are whole numbers, got {max_new_tokens!r} and {top_k!r}")
     bad_top_k, bad_top_p = top_k is not None and top_k < 1, top_p is not None and not 0 < top_p <= 1
-    if max_new_tokens < 0 or temperature < 0 or bad_top_k or bad_top_p:
-        raise ValueError("need max_new_tokens >= 0, temperature >= 0, top_k >= 1 and 0 < top_p <= 1")
+    if max_new_tokens < 0 or not 0 <= temperature < math.inf or bad_top_k or bad_top_p:
+        raise ValueError(
+            "need max_new_tokens >= 0, a finite temperature >= 0, top_k >= 1 and 0 < top_p <= 1; got "
+            f"max_new_tokens={max_new_tokens}, temperature={temperature}, top_k={top_k}, top_p={top_p}"
+        )
     if compile not in (True, False, "auto"):
         raise ValueError(f"compile must be True, False or 'auto', got {compile!r}")
 

@@ -107,3 +107,17 @@ def test_list_into_a_closed_pipe_is_quiet():
     listing = subprocess.run(f"{sys.executable} -m zoo list --pretrained | head -1", shell=True,
                              capture_output=True, text=True)
     assert listing.stdout.count("\n") == 1 and listing.stderr == ""
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("zoo.cli.complete", interrupted)
+    assert main(["generate", "moe_lm.stdlib", "def "]) == 130
+    assert capsys.readouterr().err.strip() == "zoo: interrupted"
+
+
+def test_generate_takes_a_prompt_that_is_not_utf8(capsys):
+    prompt = b"x = b'\xff\xfe'".decode("utf-8", "surrogateescape")  # what Python makes of such argv bytes
+    assert main(["generate", "moe_lm.stdlib", prompt, "--max-new-tokens", "3", "--temperature", "0"]) == 0

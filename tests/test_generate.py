@@ -155,3 +155,9 @@ def test_bad_arguments_name_the_fix():
         model.generate(ids, 2, attention_mask=torch.tensor([[1, 1]]))
     with pytest.raises(ValueError, match="compile must be True, False or 'auto'"):
         model.generate(ids, 2, compile="yes")
+    with pytest.raises(ValueError, match=r"a finite temperature >= 0.*temperature=nan"):
+        model.generate(ids, 2, temperature=float("nan"))
+    with pytest.raises(ValueError, match="whole numbers, got 2.5"):
+        model.generate(ids, 2.5)
+    with pytest.raises(ValueError, match=r"does not fit in memory: ask for fewer new tokens"):
+        model.generate(ids, 10**15)

@@ -53,12 +53,16 @@ class WeightsNotFoundError(WeightsError, FileNotFoundError):
 def run_command(command: Callable[[], int], prog: str = "zoo") -> int:
     """Run a command-line entry point: a ZooError (or ValueError, OSError, RuntimeError) becomes
     one line on stderr and exit code 2; a reader that closed the pipe (``zoo list | head``) ends
-    it quietly. Every command of zoo's goes through here."""
+    it quietly; Ctrl-C ends it with one line and the shell's code 130. Every command of zoo's
+    goes through here."""
     try:
         return command()
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
         return 0
+    except KeyboardInterrupt:
+        print(f"\n{prog}: interrupted", file=sys.stderr)
+        return 130
     except (ZooError, ValueError, OSError, RuntimeError) as error:
         print(f"{prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2

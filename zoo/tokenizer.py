@@ -36,10 +36,12 @@ class ByteTokenizer:
     hf_file_names = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
     def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
-        """The UTF-8 bytes of ``text`` as ids, optionally framed by bos / eos."""
+        """The UTF-8 bytes of ``text`` as ids, optionally framed by bos / eos. Bytes that are not
+        UTF-8, which Python decodes from a command line or file name as lone surrogates
+        (``surrogateescape``), are taken back as those bytes."""
         if not isinstance(text, str):
             raise TypeError(f"encode takes a str, got {type(text).__name__}; use decode for ids")
-        ids = list(text.encode("utf-8"))
+        ids = list(text.encode("utf-8", "surrogateescape"))
         return [self.bos_token_id] * add_bos + ids + [self.eos_token_id] * add_eos
 
     def decode(self, ids: Sequence[int] | torch.Tensor, stop_at_eos: bool = True) -> str:
