@@ -121,3 +121,8 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
 def test_generate_takes_a_prompt_that_is_not_utf8(capsys):
     prompt = b"x = b'\xff\xfe'".decode("utf-8", "surrogateescape")  # what Python makes of such argv bytes
     assert main(["generate", "moe_lm.stdlib", prompt, "--max-new-tokens", "3", "--temperature", "0"]) == 0
+
+
+def test_predict_on_a_folder_says_to_pass_its_files(tmp_path, capsys):
+    assert main(["predict", "resnet20.fmnist", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"zoo: error: {tmp_path} is a folder; pass the image files in it, e.g. {tmp_path}/*"

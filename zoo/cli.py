@@ -88,6 +88,8 @@ def _open_image(path: str) -> Image.Image:
             return image
     except FileNotFoundError:
         raise DataError(f"{path}: no such image file") from None
+    except IsADirectoryError:
+        raise DataError(f"{path} is a folder; pass the image files in it, e.g. {path.rstrip('/')}/*") from None
     except (OSError, SyntaxError, ValueError) as error:  # PIL's errors for unreadable or truncated files
         raise DataError(f"{path} is not a readable image ({error}); remove it or replace it") from None
 
