@@ -97,9 +97,11 @@ def _open_image(path: str) -> Image.Image:
 def _generate(args: argparse.Namespace) -> int:
     model = zoo.load(args.name, device=args.device)
     sys.stdout.write(args.prompt.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))  # bytes as given
-    complete(model, args.prompt, args.max_new_tokens, args.seed, stream=_write_now,
-             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-    print()
+    try:
+        complete(model, args.prompt, args.max_new_tokens, args.seed, stream=_write_now,
+                 temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    finally:
+        print()  # ends the streamed line, also before an error message
     return 0
 
 
