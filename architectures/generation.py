@@ -25,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .layers import rotary_cos_sin
-from .moe_experts import SparseMoeBlock, _grouped_mm_swiglu
+from .moe_experts import SparseMoeBlock, _dense_swiglu, _grouped_mm_swiglu
 
 Compile = bool | Literal["auto"]
 CACHE_STEP = 64
@@ -344,11 +344,11 @@ def _experts_step(moe: SparseMoeBlock, layer: _LayerWeights, x: torch.Tensor) ->
     weights = weights.to(x.dtype)
     if torch.compiler.is_compiling():
         mix = x.new_zeros(x.shape[0], moe.experts.num_experts).scatter_(1, index, weights)
-        out = (_swiglu(x.expand(len(layer.gate_up), *x.shape), layer) * mix.t()[..., None]).sum(0)
+        out = _dense_swiglu(x, mix, layer.gate_up.mT, layer.down.mT)
     elif x.shape[0] == 1:
         out = None
         for weight, expert in zip(weights[0].tolist(), index[0].tolist()):
-            y = _swiglu(x, layer, expert).mul_(weight)
+            y = _swiglu(x, layer.gate_up[expert], layer.down[expert]).mul_(weight)
             out = y if out is None else out.add_(y)
     elif hasattr(F, "grouped_mm"):
         slots = index.flatten()
@@ -364,13 +364,11 @@ def _experts_step(moe: SparseMoeBlock, layer: _LayerWeights, x: torch.Tensor) ->
     return out
 
 
-def _swiglu(x: torch.Tensor, layer: _LayerWeights, expert: int | None = None) -> torch.Tensor:
-    """Expert ``expert`` on tokens ``x`` (T, H), or with None every expert on ``x`` (E, T, H)."""
-    gate_up = layer.gate_up if expert is None else layer.gate_up[expert]
-    down = layer.down if expert is None else layer.down[expert]
-    projected = torch.matmul(x, gate_up)
-    inter = down.shape[-2]
-    return torch.matmul(F.silu(projected[..., :inter]).mul_(projected[..., inter:]), down)
+def _swiglu(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
+    """One expert on tokens ``x`` (T, H), its weights laid out (H, 2I) and (I, H)."""
+    projected = torch.mm(x, gate_up)
+    inter = down.shape[0]
+    return torch.mm(F.silu(projected[:, :inter]).mul_(projected[:, inter:]), down)
 
 
 @functools.cache
