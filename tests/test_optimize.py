@@ -127,6 +127,8 @@ def test_bad_arguments_are_refused_by_name():
         zoo.load("resnet20.fmnist", example_input=x)
     with pytest.raises(InvalidArgumentError, match="calibration is empty"):
         zoo.optimize(model, x, calibration=[])
+    with pytest.raises(InvalidArgumentError, match="max_batch_graphs must be an int of 1 or more, got 0"):
+        zoo.optimize(model, x, max_batch_graphs=0)
     with pytest.raises(InvalidArgumentError, match="fp16 runs on a CUDA GPU"):
         zoo.optimize(model, x, "fp16")
     with pytest.raises(InvalidArgumentError, match="int8 quantization applies to the CNN image families"):
@@ -166,14 +168,19 @@ def test_a_damaged_or_unwritable_cache_file_is_ignored(zoo_home):
 
 def test_predict_with_optimize_prints_what_eager_prints(tmp_path, capsys):
     images = []
-    for index in range(2):
+    for index in range(5):
         path = tmp_path / f"{index}.png"
         Image.fromarray(torch.randint(0, 256, (28, 28), dtype=torch.uint8).numpy()).save(path)
         images.append(str(path))
     assert main(["predict", "resnet20.fmnist", *images, "--topk", "3"]) == 0
     eager = capsys.readouterr().out
-    assert main(["predict", "resnet20.fmnist", *images, "--topk", "3", "--optimize", "fp32"]) == 0
+    assert main(["predict", "resnet20.fmnist", *images, "--topk", "3", "--batch-size", "2"]) == 0
     assert capsys.readouterr().out == eager
+    # batches of 2, 2 and a last one of 1, padded onto the graph compiled for 2
+    assert main(["predict", "resnet20.fmnist", *images, "--topk", "3", "--optimize", "fp32", "--batch-size", "2"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == eager and "zoo predict" in captured.err  # a progress bar over the batches...
+    assert "Warning" not in captured.err and "CUDA" not in captured.err  # ...and none of torch's compile chatter
     if not BF16_NATIVE:
         assert main(["predict", "resnet20.fmnist", *images, "--optimize", "bf16"]) == 2
         assert "zoo: error: precision='bf16' does not apply here" in capsys.readouterr().err
@@ -198,3 +205,40 @@ def test_cache_key_names_machine_model_shape_and_torch(auto_run):
     for part in (torch.backends.cpu.get_cpu_capability(), "resnet20.fmnist", "(64, 1, 28, 28)", torch.__version__):
         assert part in key
     assert Path(auto_run[2], inference.CACHE_FILE).is_file()
+
+
+def _tiny_cnn() -> nn.Module:
+    """A small convolutional classifier that optimize treats as a CNN family (it compiles fast)."""
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3)).eval()
+    model.pretrained_cfg = {"architecture": "resnet_tiny"}
+    return model
+
+
+def test_a_cnn_compiles_its_first_batch_sizes_and_pads_the_others_onto_them():
+    torch.manual_seed(0)
+    model = _tiny_cnn()
+    optimized = zoo.optimize(model, torch.randn(4, 1, 8, 8), "fp32", calibration=torch.randn(7, 1, 8, 8),
+                             cache=False, repeats=1, max_batch_graphs=2)
+    assert optimized.graph_batch_sizes == [4]  # calibration's last batch of 3 was padded, not compiled
+    with torch.no_grad():
+        for size, graphs in ((3, [4, 3]), (9, [4, 3]), (1, [4, 3]), (4, [4, 3])):
+            x = torch.randn(size, 1, 8, 8)
+            torch.testing.assert_close(optimized(x), model(x), rtol=1e-4, atol=1e-5)
+            assert optimized.graph_batch_sizes == graphs
+
+
+def test_dynamos_recompile_limit_shared_by_a_class_does_not_push_a_second_model_back_to_eager(monkeypatch):
+    """Every nn.Sequential shares one forward code object, and dynamo's recompile limit counts
+    its graphs across instances; zoo bounds its own graphs and lifts that limit for them."""
+    import torch._dynamo.config
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    x = torch.randn(2, 1, 8, 8)
+    first = zoo.optimize(_tiny_cnn(), x, "fp32", cache=False, repeats=1)
+    graphs = counters["stats"]["unique_graphs"]
+    second = zoo.optimize(_tiny_cnn(), x, "fp32", cache=False, repeats=1)
+    assert counters["stats"]["unique_graphs"] == graphs + 1  # compiled, not run eagerly past the limit
+    with torch.no_grad():
+        torch.testing.assert_close(second(x), second.model(x), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(first(x), first.model(x), rtol=1e-4, atol=1e-5)

@@ -7,15 +7,19 @@ import json
 import shlex
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 from PIL import Image
+from tqdm import tqdm
 
 import zoo
 from zoo.training import demo, evaluate, finetune
 from zoo import bench, deploy, registry
 from zoo.errors import DataError, run_command
 from zoo.tokenizer import complete
+
+PREDICT_BATCH_SIZE = 64
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -62,21 +66,30 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
+    for path in args.images:  # a missing file or a folder is found before the model loads
+        if not Path(path).is_file():
+            _open_image(path)
     model = zoo.load(args.name, device=args.device)
     preprocess = zoo.transforms(model)
     cfg = model.pretrained_cfg
     names = cfg.get("class_names") or (registry.load_categories(cfg["categories"]) if cfg.get("categories") else None)
-    batch = torch.stack([preprocess(_open_image(path)) for path in args.images]).to(args.device)
-    if args.optimize:
-        model = zoo.optimize(model, batch, args.optimize)
-    with torch.no_grad():  # not inference_mode: an optimized model's compiled graph expects no_grad
-        probs = model(batch).softmax(dim=-1)
-    top = probs.topk(min(args.topk, probs.shape[-1]), dim=-1)
-    for path, values, indices in zip(args.images, top.values, top.indices):
-        print(path)
-        for p, i in zip(values.tolist(), indices.tolist()):
-            label = names[i] if names else str(i)
-            print(f"  {p:7.2%}  {label} ({i})")
+    progress = tqdm(total=len(args.images), desc="zoo predict", unit="img", leave=False,
+                    disable=len(args.images) <= args.batch_size)
+    for start in range(0, len(args.images), args.batch_size):
+        paths = args.images[start:start + args.batch_size]
+        batch = torch.stack([preprocess(_open_image(path)) for path in paths]).to(args.device)
+        if args.optimize and start == 0:  # timed on the first batch; a last, smaller one is padded to its size
+            model = zoo.optimize(model, batch, args.optimize, max_batch_graphs=1)
+        with torch.no_grad():  # not inference_mode: an optimized model's compiled graph expects no_grad
+            probs = model(batch).softmax(dim=-1)
+        top = probs.topk(min(args.topk, probs.shape[-1]), dim=-1)
+        lines = []
+        for path, values, indices in zip(paths, top.values, top.indices):
+            lines.append(path)
+            lines += [f"  {p:7.2%}  {names[i] if names else i} ({i})" for p, i in zip(values.tolist(), indices.tolist())]
+        progress.write("\n".join(lines), file=sys.stdout)
+        progress.update(len(paths))
+    progress.close()
     return 0
 
 
@@ -195,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="arch.tag, or an architecture for its default weights")
     p.add_argument("images", nargs="+", help="image files")
     p.add_argument("--topk", type=_positive_int, default=5, help="classes to show per image")
+    p.add_argument("--batch-size", type=_positive_int, default=PREDICT_BATCH_SIZE,
+                   help=f"images per forward pass (default: {PREDICT_BATCH_SIZE})")
     p.add_argument("--device", default="cpu")
     p.add_argument("--optimize", choices=("auto", "fp32", "bf16", "int8"),
                    help="run through zoo.optimize at this precision (auto: the fastest measured here)")

@@ -9,6 +9,12 @@ batches (top-1 agreement for classifiers, a relative tolerance otherwise) and ti
 example input's shape; "auto" keeps the fastest that passes and remembers the choice per
 machine, model and input shape in ``$ZOO_HOME/optimize.json``.
 
+A compiled graph serves one batch size (in torch 2.14, inductor's frozen convolutions fail
+when recompiled for a dynamic batch), and compiling one takes seconds to a minute. So a
+compiled CNN compiles a graph for each of its first ``max_batch_graphs`` batch sizes, the
+example's first; any other size runs on those graphs, split into chunks and padded, which its
+outputs do not depend on (every sample of a CNN in eval mode is computed alone).
+
 BatchNorm is folded into the preceding convolution by the graph passes, not by walking the
 module tree: inductor's freezing folds conv-bn on the traced data flow, and PT2E's
 ``prepare_pt2e`` folds it before quantizing. The module tree does not say which layer feeds
@@ -23,8 +29,8 @@ import pydoc
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
-from contextlib import ExitStack
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +45,11 @@ from zoo.files import write_json
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 CACHE_FILE = "optimize.json"
-INT8_FAMILIES = ("resnet", "seresnet", "resnext", "wide_resnet", "densenet", "sedensenet", "mobilenet")
+CNN_FAMILIES = ("resnet", "seresnet", "resnext", "wide_resnet", "densenet", "sedensenet", "mobilenet")
+MAX_BATCH_GRAPHS = 4  # batch sizes a compiled CNN compiles a graph for; other sizes run on those
+# dynamo's recompile limit (8) counts the graphs of every model of one class (they share
+# ``forward``'s code): with this one, zoo's bounded graphs never push a model back to eager
+_RECOMPILE_LIMIT = 256
 # Largest relative output difference (max |diff| / max |fp32|) that passes for outputs that are not class scores.
 RELATIVE_TOLERANCE = {"eager": 0.0, "channels_last": 1e-4, "fp32": 1e-3, "bf16": 5e-2, "fp16": 1e-2, "int8": 1e-1}
 _WARMUP_CALLS = 2  # the first call of a compiled candidate compiles it
@@ -88,18 +98,23 @@ class OptimizeReport:
 class OptimizedModel(nn.Module):
     """The model's call, run the fastest measured way, for inference only (no gradients).
     Attributes other than the call (``pretrained_cfg``, ``num_classes``, ...) are the
-    original model's, read through ``.model``."""
+    original model's, read through ``.model``. ``max_batch_graphs`` bounds the batch sizes a
+    compiled CNN compiles a graph for (see the module docstring); ``graph_batch_sizes`` are
+    those it has."""
 
     optimize_report: OptimizeReport
 
     def __init__(self, model: nn.Module, run: Callable[..., Any], channels_last: bool = False,
-                 autocast: torch.dtype | None = None, compiled: bool = False) -> None:
+                 autocast: torch.dtype | None = None, compiled: bool = False,
+                 example_batch: int | None = None) -> None:
         super().__init__()
         self.model = model
         self.__dict__["_run"] = run  # outside the module tree: a compiled copy is no part of the state dict
         self._channels_last = channels_last
         self._compiled = compiled  # eager runs skip the inductor config patch, which costs ~0.1 ms a call
         self._autocast = autocast
+        self.graph_batch_sizes: list[int] | None = None if example_batch is None else [example_batch]
+        self.max_batch_graphs = MAX_BATCH_GRAPHS
         super().train(False)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -108,11 +123,37 @@ class OptimizedModel(nn.Module):
         with ExitStack() as stack:
             stack.enter_context(torch.no_grad())
             if self._compiled:
-                stack.enter_context(_inductor_freezing())
+                stack.enter_context(_compile_settings(bounded=self.graph_batch_sizes is not None))
             if self._autocast is not None:
                 stack.enter_context(torch.autocast(_device(self.model).type, dtype=self._autocast))
-                return _to_dtype(self._run(*args, **kwargs), torch.float32)
+                return _to_dtype(self._call(args, kwargs), torch.float32)
+            return self._call(args, kwargs)
+
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        sizes = self.graph_batch_sizes
+        batch = _batch_size(args)
+        if sizes is None or kwargs or batch is None or batch in sizes:
             return self._run(*args, **kwargs)
+        if len(sizes) < self.max_batch_graphs:
+            sizes.append(batch)
+            return self._run(*args)
+        return self._run_on_graphs(args, batch)
+
+    def _run_on_graphs(self, args: tuple[Any, ...], batch: int) -> torch.Tensor:
+        """``args``, a batch of ``batch`` samples, through the graphs compiled already: in
+        chunks of the largest graph's size, the last one padded (its first sample repeated)
+        to the smallest graph that holds it."""
+        sizes = self.graph_batch_sizes
+        largest = max(sizes)
+        outputs = []
+        for start in range(0, batch, largest):
+            rows = min(largest, batch - start)
+            size = min(s for s in sizes if s >= rows)
+            chunk = tuple(_padded(a[start:start + rows], size) for a in args)
+            if self._channels_last:  # the graphs were compiled for channels_last strides
+                chunk = tuple(_channels_last(a) for a in chunk)
+            outputs.append(self._run(*chunk)[:rows])
+        return torch.cat(outputs)
 
     def train(self, mode: bool = True) -> OptimizedModel:
         if mode:
@@ -138,6 +179,7 @@ def optimize(
     min_agreement: float = 0.99,
     cache: bool = True,
     repeats: int = 5,
+    max_batch_graphs: int = MAX_BATCH_GRAPHS,
 ) -> OptimizedModel:
     """The model made fast for inference on this machine, with the same call signature.
 
@@ -150,6 +192,9 @@ def optimize(
     agreement with fp32 is at least ``min_agreement`` (a relative tolerance for outputs that
     are not class scores); fp32 eager is a candidate, so auto is never slower. ``cache`` keeps
     auto's choice in ``$ZOO_HOME/optimize.json`` so a later call times only that candidate.
+    A compiled CNN compiles a graph (seconds each) for each of its first ``max_batch_graphs``
+    batch sizes, the example's first, and runs other sizes on those, split and padded: pass 1
+    when every batch is the example's size or smaller (a last partial batch is then padded).
     The result carries ``optimize_report`` (`OptimizeReport`)."""
     if precision not in PRECISIONS:
         raise InvalidArgumentError(f"precision={precision!r} is not one of {', '.join(map(repr, PRECISIONS))}")
@@ -157,6 +202,8 @@ def optimize(
         raise InvalidArgumentError(f"min_agreement is a fraction in (0, 1], got {min_agreement!r}")
     if repeats < 1:
         raise InvalidArgumentError(f"repeats must be 1 or more, got {repeats!r}")
+    if not (isinstance(max_batch_graphs, int) and max_batch_graphs >= 1):
+        raise InvalidArgumentError(f"max_batch_graphs must be an int of 1 or more, got {max_batch_graphs!r}")
     model.eval()
     args = _example_args(example_input)
     device = _device(model)
@@ -210,6 +257,7 @@ def optimize(
                 _write_cache(report.cache_key, chosen.name, report.candidates)
     report.precision, report.speedup = chosen.name, chosen.speedup or 1.0
     result = built[chosen.name]
+    result.max_batch_graphs = max_batch_graphs
     result.optimize_report = report
     return result
 
@@ -245,8 +293,8 @@ def _candidates(model: nn.Module, args: tuple[Any, ...], device: torch.device) -
         unavailable["bf16"] = (f"this CPU ({torch.backends.cpu.get_cpu_capability()}, no AVX-512 BF16 or AMX) does not "
                                "run bf16 natively, so it would be slower than fp32; use precision='fp32' or 'auto'")
     arch = _architecture(model)
-    if not arch.startswith(INT8_FAMILIES) or not _is_image_batch(args):
-        unavailable["int8"] = (f"int8 quantization applies to the CNN image families ({', '.join(INT8_FAMILIES)}) "
+    if not arch.startswith(CNN_FAMILIES) or not _is_image_batch(args):
+        unavailable["int8"] = (f"int8 quantization applies to the CNN image families ({', '.join(CNN_FAMILIES)}) "
                                f"on 4-D image batches, not {arch}; use precision='fp32'")
     elif not _has_torchao():
         unavailable["int8"] = "int8 needs torchao, which is not installed: pip install zoo[int8]"
@@ -260,13 +308,19 @@ def _build(name: str, model: nn.Module, args: tuple[Any, ...], batches: list[tup
     """Candidate ``name`` ready to run (a compiled one compiles on its first call). The caller's
     model is left as it is: channels_last variants run on a copy."""
     image = _is_image_batch(args)
+    example_batch = len(args[0]) if image and _architecture(model).startswith(CNN_FAMILIES) else None
     if name == "int8":
-        return OptimizedModel(model, _quantize_int8(model, args, batches), compiled=True)
-    if name == "channels_last":
+        optimized = OptimizedModel(model, _quantize_int8(model, args, batches), compiled=True,
+                                   example_batch=example_batch)
+    elif name == "channels_last":
         return OptimizedModel(model, copy.deepcopy(model).to(memory_format=torch.channels_last), channels_last=True)
-    body = copy.deepcopy(model).to(memory_format=torch.channels_last) if image else model
-    compiled = torch.compile(body, backend="inductor", dynamic=False)  # one graph per input shape: the fastest kernels
-    return OptimizedModel(model, compiled, channels_last=image, autocast=autocast, compiled=True)
+    else:
+        body = copy.deepcopy(model).to(memory_format=torch.channels_last) if image else model
+        compiled = torch.compile(body, backend="inductor", dynamic=False)  # one graph per input shape: the fastest kernels
+        optimized = OptimizedModel(model, compiled, channels_last=image, autocast=autocast, compiled=True,
+                                   example_batch=example_batch)
+    optimized.max_batch_graphs = 1  # checking on calibration batches of other sizes compiles nothing more
+    return optimized
 
 
 def _quantize_int8(model: nn.Module, args: tuple[Any, ...], batches: list[tuple[Any, ...]]) -> Callable[..., Any]:
@@ -446,15 +500,11 @@ def _architecture(model: nn.Module) -> str:
 def _has_torchao() -> bool:
     """Whether torchao imports; its import logs a torch deprecation line (Enum constants for
     torch.compile) that says nothing to a zoo user, so that logger is quiet meanwhile."""
-    pytree_log = logging.getLogger("torch.utils._pytree")
-    level = pytree_log.level
-    pytree_log.setLevel(logging.ERROR)
-    try:
-        import torchao.quantization.pt2e  # noqa: F401
-    except ImportError:
-        return False
-    finally:
-        pytree_log.setLevel(level)
+    with _quiet_logger("torch.utils._pytree"):
+        try:
+            import torchao.quantization.pt2e  # noqa: F401
+        except ImportError:
+            return False
     return True
 
 
@@ -472,13 +522,50 @@ def _channels_last(arg: Any) -> Any:
     return arg.contiguous(memory_format=torch.channels_last) if isinstance(arg, torch.Tensor) and arg.ndim == 4 else arg
 
 
-def _inductor_freezing() -> Any:
+def _compile_settings(bounded: bool) -> ExitStack:
     """Inductor's freezing (weights as constants: conv-bn folding, prepacked int8 weights) for
-    the calls inside: inductor compiles lazily, on the first call, so the setting is scoped to
-    the calls rather than to ``torch.compile``, and ``options=`` does not reach the int8 passes."""
+    the calls inside, and, for a model whose graphs zoo bounds (``bounded``), dynamo's
+    recompile limit raised: inductor compiles lazily, on the first call of each shape, so the
+    settings are scoped to the calls rather than to ``torch.compile``, and ``options=`` does
+    not reach the int8 passes."""
+    import torch._dynamo.config
     import torch._inductor.config
 
-    return torch._inductor.config.patch(freezing=True)
+    stack = ExitStack()
+    stack.enter_context(torch._inductor.config.patch(freezing=True))
+    if bounded:
+        stack.enter_context(torch._dynamo.config.patch(recompile_limit=_RECOMPILE_LIMIT))
+    # what compiling says that is torch's own business, not the user's: a CPU-only
+    # machine's CUDA_HOME notice, and a tensor-copy warning inside inductor's int8 lowering
+    stack.enter_context(_quiet_logger("torch.utils.cpp_extension"))
+    stack.enter_context(warnings.catch_warnings())
+    warnings.filterwarnings("ignore", message="To copy construct from a tensor", module=r"torch\._inductor")
+    return stack
+
+
+@contextmanager
+def _quiet_logger(name: str) -> Iterator[None]:
+    """Only errors from logger ``name`` inside."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _batch_size(args: tuple[Any, ...]) -> int | None:
+    """The batch size of a call whose arguments are all tensors with one dim-0 size, else None."""
+    sizes = {a.shape[0] if isinstance(a, torch.Tensor) and a.ndim else None for a in args}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def _padded(tensor: torch.Tensor, rows: int) -> torch.Tensor:
+    """``tensor`` with its first row repeated at the end up to ``rows`` rows."""
+    if len(tensor) == rows:
+        return tensor
+    return torch.cat([tensor, tensor[:1].expand(rows - len(tensor), *tensor.shape[1:])])
 
 
 def _to_dtype(output: Any, dtype: torch.dtype) -> Any:
