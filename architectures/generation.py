@@ -79,7 +79,7 @@ def generate(
 ) -> torch.Tensor:
     """`MoETransformer.generate`, which documents the arguments; ``model`` has been checked
     to be a causal model with its lm head."""
-    _check_options(max_new_tokens, temperature, top_k, top_p, compile)
+    check_options(max_new_tokens, temperature, top_k, top_p, compile)
     model._check_input(input_ids, attention_mask, 0)
     _check_prompt(model, input_ids, attention_mask)
     if max_new_tokens == 0:
@@ -165,9 +165,11 @@ def _decode(
     return tokens
 
 
-def _check_options(
-    max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None, compile: Compile
+def check_options(
+    max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None, compile: Compile = False
 ) -> None:
+    """Raises ValueError naming the values unless ``generate`` can take these options (the
+    command line checks them before it loads a model)."""
     if not isinstance(max_new_tokens, int) or (top_k is not None and not isinstance(top_k, int)):
         raise ValueError(f"max_new_tokens and top_k are whole numbers, got {max_new_tokens!r} and {top_k!r}")
     bad_top_k, bad_top_p = top_k is not None and top_k < 1, top_p is not None and not 0 < top_p <= 1

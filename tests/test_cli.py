@@ -4,6 +4,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import torch
 import torchvision
 from PIL import Image
@@ -126,3 +127,13 @@ def test_generate_takes_a_prompt_that_is_not_utf8(capsys):
 def test_predict_on_a_folder_says_to_pass_its_files(tmp_path, capsys):
     assert main(["predict", "resnet20.fmnist", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == f"zoo: error: {tmp_path} is a folder; pass the image files in it, e.g. {tmp_path}/*"
+
+
+def test_generate_refuses_bad_sampling_options_before_loading_the_model(monkeypatch, capsys):
+    import zoo
+
+    monkeypatch.setattr(zoo, "load", lambda *a, **k: pytest.fail("loaded the model before checking the options"))
+    for option in (["--temperature", "nan"], ["--top-p", "0"], ["--top-k", "0"]):
+        assert main(["generate", "moe_lm.stdlib", "def f(", *option]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.startswith("zoo: error: need max_new_tokens >= 0")

@@ -14,6 +14,7 @@ from PIL import Image
 from tqdm import tqdm
 
 import zoo
+from zoo.architectures.generation import check_options
 from zoo.training import demo, evaluate, finetune
 from zoo import bench, deploy, registry
 from zoo.errors import DataError, run_command
@@ -108,6 +109,7 @@ def _open_image(path: str) -> Image.Image:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    check_options(args.max_new_tokens, args.temperature, args.top_k, args.top_p)  # before the model loads
     model = zoo.load(args.name, device=args.device)
     sys.stdout.write(args.prompt.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))  # bytes as given
     try:
