@@ -190,6 +190,8 @@ def test_destination_and_options_are_checked_before_any_work(out: Path) -> None:
         ({"path": out / "m.pt", "format": "exported-program"}, r"ending in \.pt2.*name it m\.pt2"),
         ({"path": out / "m.pt", "format": "torchscript", "opset": 18}, r"opset applies to ONNX only"),
         ({"path": out / "m.onnx", "opset": 9}, r"opset 9 is out of reach: .* opsets 18 to \d+"),
+        # even root may not create files there: the check writes a probe, not just permission bits
+        ({"path": "/proc/m.onnx"}, r"cannot write /proc/m\.onnx: /proc does not take new files \(.*\); choose another"),
     ]
     for kwargs, match in cases:
         with pytest.raises(InvalidArgumentError, match=match):

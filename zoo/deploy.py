@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -361,8 +362,13 @@ def check_destination(path: str | os.PathLike, format: str, overwrite: bool = Fa
         folder = folder.parent
     if not folder.is_dir():
         raise InvalidArgumentError(f"cannot write {path}: {folder} is a file, not a folder; choose another path")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise InvalidArgumentError(f"cannot write {path}: no write permission in {folder}; choose another folder")
+    try:  # a probe file: permission bits do not tell (root writes anywhere, /proc takes no new files)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise InvalidArgumentError(
+            f"cannot write {path}: {folder} does not take new files ({error.strerror}); choose another folder"
+        ) from None
     return path
 
 
