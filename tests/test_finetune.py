@@ -95,7 +95,8 @@ def test_zoo_finetune_image_folder_saves_a_model_zoo_load_restores(tmp_path: Pat
         assert cli.main(argv) == 0
     assert "saved" in capsys.readouterr().out
     for produced in ("config.json", "model.safetensors", "README.md", "metrics.csv", "metrics.json", "curves.png", "train.log",
-                     "eval_report.json", "confusion_matrix.png", "model.torchscript.pt", "model.pt2", "post_training.json"):
+                     "eval_report.json", "confusion_matrix.png", "model.torchscript.pt", "model.pt2", "model.onnx",
+                     "post_training.json"):
         assert (out / produced).is_file(), produced
     assert list((out / "tensorboard").iterdir())
 

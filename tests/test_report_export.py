@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -234,11 +235,14 @@ def test_post_training_writes_every_artifact(tmp_path: Path) -> None:
     )
 
     assert {p.name for p in tmp_path.iterdir()} == {
-        "eval_report.json", "confusion_matrix.png", "model.torchscript.pt", "model.pt2", "post_training.json",
+        "eval_report.json", "confusion_matrix.png", "model.torchscript.pt", "model.pt2", "model.onnx",
+        "post_training.json",
     }
     assert json.loads((tmp_path / "post_training.json").read_text()) == summary
     assert summary["torchscript"]["max_abs_diff"] <= 1e-5 and summary["torch_export"]["max_abs_diff"] <= 1e-5
+    assert summary["onnx"]["max_abs_diff"] <= 1e-4
     quant = summary["quantization"]
+    assert quant["method"] == "dynamic (Linear layers)"
     assert quant["size_bytes_after"] < quant["size_bytes_before"] / 3 and 0.0 <= quant["agreement"] <= 1.0
     assert [row["sparsity"] for row in summary["pruning"]] == pytest.approx([0.5, 0.9], abs=1e-3)
     assert summary["evaluation"]["accuracy"] == evaluate_classifier(model, loader, progress=False).accuracy
@@ -260,5 +264,25 @@ def test_post_training_records_a_failed_export(tmp_path: Path) -> None:
     assert sorted(str(w.message).split(" failed")[0] for w in warned) == [
         "post-training step 'torch_export'", "post-training step 'torchscript'",
     ]
+    assert summary["onnx"]["max_abs_diff"] <= 1e-4  # the dynamo ONNX exporter keeps the data-dependent slice
     assert summary["torchscript"]["error"].startswith("ExportMismatchError")
     assert "error" in summary["torch_export"] and summary["pruning"] == []
+
+
+def test_post_training_quantizes_a_cnn_statically_and_skips_onnx_without_its_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CNN family gets static int8 (zoo.optimize's PT2E path) calibrated on the given batches,
+    with its accuracy against fp32 and its measured speed; a missing ONNX extra is a skip."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 3)).eval()
+    model.pretrained_cfg = {"architecture": "resnet_tiny"}  # optimize's int8 covers the CNN families
+    x = torch.randn(40, 1, 8, 8)
+    y = model(x).argmax(1).detach()  # labels the fp32 model gets right: accuracy 1.0
+    monkeypatch.setitem(sys.modules, "onnxscript", None)
+    summary = post_training(model, DataLoader(TensorDataset(x, y), batch_size=16), tmp_path, x[:16],
+                            calibration=[x[:16], x[16:32]], prune_amounts=(), progress=False)
+    assert "pip install 'zoo[onnx]'" in summary["onnx"]["skipped"] and not (tmp_path / "model.onnx").exists()
+    quant = summary["quantization"]
+    assert quant["method"] == "static (PT2E, x86 inductor)" and quant["calibration_samples"] == 32
+    assert quant["agreement"] >= 0.9 and quant["accuracy"] >= 0.9 and quant["speedup_over_fp32_eager"] > 0

@@ -1,7 +1,8 @@
-"""After training: export to TorchScript and ``torch.export`` (`zoo.deploy`'s exporters, each
-re-loaded and checked against eager), dynamic int8 quantization of Linear layers and global
-magnitude pruning, each with its size or sparsity and the accuracy it keeps; `post_training`
-runs them all.
+"""After training: export to TorchScript, ``torch.export`` and ONNX (`zoo.deploy`'s exporters,
+each re-loaded and checked against eager), int8 quantization (static, through `zoo.optimize`,
+for the CNN families; dynamic, of the Linear layers, for models made mostly of them) and
+global magnitude pruning, each with its size, speed or sparsity and the accuracy it keeps;
+`post_training` runs them all.
 
 ``torch.ao.quantization`` is deprecated in torch 2.14 in favour of torchao (not a zoo
 dependency) but is still shipped and working in the pinned torch 2.14.1, and its fbgemm/x86
@@ -24,7 +25,9 @@ import torch
 import torch.nn as nn
 import torch.nn.utils.prune as prune
 
-from zoo.deploy import ExampleInput, export_program, export_torchscript, model_device
+from zoo import inference
+from zoo.deploy import ExampleInput, export_onnx, export_program, export_torchscript, model_device, onnx_packages
+from zoo.errors import ZooError
 from zoo.files import write_json
 from zoo.training.report import (
     ClassificationReport,
@@ -36,6 +39,7 @@ from zoo.training.report import (
 
 TORCHSCRIPT_FILE = "model.torchscript.pt"
 EXPORTED_PROGRAM_FILE = "model.pt2"
+ONNX_FILE = "model.onnx"
 REPORT_FILE = "eval_report.json"
 CONFUSION_FILE = "confusion_matrix.png"
 SUMMARY_FILE = "post_training.json"
@@ -123,20 +127,25 @@ def post_training(
     forward: Forward = classifier_forward,
     dynamic_batch: bool = True,
     quantize: bool | None = None,
+    calibration: Sequence[ExampleInput] | None = None,
     prune_amounts: Sequence[float] = (0.25, 0.5, 0.75),
     progress: bool = True,
 ) -> dict[str, Any]:
     """Everything the issue's "after training" asks for, written to ``out_dir``: the evaluation
-    report (``eval_report.json``, ``confusion_matrix.png``), TorchScript and ``torch.export``
-    files checked against eager, dynamic int8 quantization (when ``quantize``; by default when
-    at least half the parameters are in Linear layers) with size and accuracy, and pruning at
-    each of ``prune_amounts`` with the accuracy after it (no fine-tuning in between).
-    ``device``, ``class_names`` and ``forward`` go to `evaluate_classifier`, ``dynamic_batch``
-    to the exporters. Returns the summary also written to ``post_training.json``; the model
-    itself is not modified."""
+    report (``eval_report.json``, ``confusion_matrix.png``); TorchScript, ``torch.export`` and
+    (with the ``zoo[onnx]`` extra) ONNX files, each checked against eager; int8 quantization
+    with its accuracy: static (`zoo.optimize`'s PT2E path, calibrated on ``calibration``, input
+    batches that default to ``[example_input]``) for the CNN families, with its speed-up over
+    fp32 on this CPU, else dynamic for models with at least half their parameters in Linear
+    layers, with its size (``quantize=False`` skips it, ``True`` asks for dynamic int8 where
+    neither applies); and pruning at each of ``prune_amounts`` with the accuracy after it (no fine-tuning
+    in between). ``device``, ``class_names`` and ``forward`` go to `evaluate_classifier`,
+    ``dynamic_batch`` to the exporters. Returns the summary also written to
+    ``post_training.json``; the model itself is not modified."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     device = torch.device(device) if device is not None else model_device(model)
+    cpu = torch.device("cpu")
 
     def evaluate(m: nn.Module, on: torch.device = device) -> ClassificationReport:
         return evaluate_classifier(
@@ -155,21 +164,44 @@ def post_training(
         export_torchscript(model, example_input, out_dir / TORCHSCRIPT_FILE, dynamic_batch=dynamic_batch)))
     _attempt(summary, "torch_export", lambda: asdict(
         export_program(model, example_input, out_dir / EXPORTED_PROGRAM_FILE, dynamic_batch=dynamic_batch)))
+    try:
+        onnx_packages()
+    except ZooError as missing:
+        summary["onnx"] = {"skipped": str(missing)}
+    else:
+        _attempt(summary, "onnx", lambda: asdict(
+            export_onnx(model, example_input, out_dir / ONNX_FILE, dynamic_batch=dynamic_batch)))
+
+    def cpu_baseline() -> ClassificationReport:
+        return baseline if device == cpu else evaluate(copy.deepcopy(model).cpu(), cpu)
 
     fraction = linear_fraction(model)
-    if quantize or (quantize is None and fraction >= 0.5):
-        def quantization() -> dict[str, Any]:
+    cpu_model = copy.deepcopy(model).cpu().eval()
+    static_int8 = inference.unavailable_precisions(cpu_model, _to_cpu(example_input)).get("int8")
+    if quantize is not False and static_int8 is None:
+        def static_quantization() -> dict[str, Any]:
+            began = time.perf_counter()
+            batches = [_to_cpu(b) for b in (calibration or [example_input])]
+            # timed on the first batch's shape; every other batch size runs on that one graph
+            quantized = inference.optimize(cpu_model, batches[0], "int8", calibration=batches, cache=False,
+                                           max_batch_graphs=1)
+            measured = {c.name: c for c in quantized.optimize_report.candidates}["int8"]
+            return {"method": "static (PT2E, x86 inductor)", "linear_fraction": fraction,
+                    "calibration_samples": sum(len(b[0] if isinstance(b, tuple) else b) for b in batches),
+                    "speedup_over_fp32_eager": measured.speedup, **_metrics(evaluate(quantized, cpu), cpu_baseline()),
+                    "seconds": time.perf_counter() - began}
+        _attempt(summary, "quantization", static_quantization)
+    elif quantize or (quantize is None and fraction >= 0.5):
+        def dynamic_quantization() -> dict[str, Any]:
             began = time.perf_counter()
             quantized = quantize_dynamic_int8(model)
-            cpu = torch.device("cpu")
-            cpu_baseline = baseline if device == cpu else evaluate(copy.deepcopy(model).cpu(), cpu)
-            return {"linear_fraction": fraction, "size_bytes_before": state_dict_bytes(model),
-                    "size_bytes_after": state_dict_bytes(quantized),
-                    **_metrics(evaluate(quantized, cpu), cpu_baseline),
-                    "seconds": time.perf_counter() - began}
-        _attempt(summary, "quantization", quantization)
+            return {"method": "dynamic (Linear layers)", "linear_fraction": fraction,
+                    "size_bytes_before": state_dict_bytes(model), "size_bytes_after": state_dict_bytes(quantized),
+                    **_metrics(evaluate(quantized, cpu), cpu_baseline()), "seconds": time.perf_counter() - began}
+        _attempt(summary, "quantization", dynamic_quantization)
     else:
-        reason = "quantize=False" if quantize is False else "under half of the parameters are in Linear layers"
+        reason = ("quantize=False" if quantize is False else
+                  f"static int8 does not apply ({static_int8}), and under half of the parameters are in Linear layers")
         summary["quantization"] = {"linear_fraction": fraction, "skipped": reason}
 
     def pruning() -> list[dict[str, float]]:
@@ -184,3 +216,9 @@ def post_training(
     _attempt(summary, "pruning", pruning)
     write_json(summary, out_dir / SUMMARY_FILE)
     return summary
+
+
+def _to_cpu(inputs: ExampleInput) -> ExampleInput:
+    if isinstance(inputs, tuple):
+        return tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in inputs)
+    return inputs.cpu()

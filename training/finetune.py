@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import itertools
 import json
 import os
 import shlex
@@ -46,6 +47,7 @@ from zoo.errors import DataError, InvalidArgumentError, run_command
 from zoo.training.checkpoint import LAST_CHECKPOINT
 
 MODES = ("linear-probe", "partial", "full")
+CALIBRATION_BATCHES = 4  # validation batches static int8 calibrates on
 _DATA_HEADS = {"text": "sequence_classification", "graphs": "graph_classification"}  # for multi-head models
 _FITTING_EXAMPLE = {"images": "resnet20.fmnist", "text": "moe_encoder", "graphs": "gin3", "vectors": "dbn.digits"}
 
@@ -296,8 +298,8 @@ def finetune(
     ``val_data`` replaces the fixed-seed hold-out of ``val_fraction``; ``limit`` keeps that
     many training samples; ``image_size`` resizes images (the model's own size otherwise);
     ``distill`` adds a teacher's predictions to the loss (instead of a custom ``step_fn``).
-    ``post_training`` adds the evaluation report (confusion matrix), TorchScript and
-    torch.export files, int8 quantization and pruning results of `zoo.training.export`.
+    ``post_training`` adds the evaluation report (confusion matrix), TorchScript, torch.export
+    and ONNX files, int8 quantization and pruning results of `zoo.training.export`.
     ``out`` must be empty or missing, or hold a run to resume (``config.resume``); with
     ``overwrite`` the files an earlier run wrote there are removed first."""
     config = dataclasses.replace(config or TrainConfig(), out_dir=str(out))
@@ -371,20 +373,23 @@ def _report_forward(model: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.T
 def _post_training(model: nn.Module, val_set: Dataset, source: DataSource, config: TrainConfig) -> dict[str, Any]:
     """`zoo.training.export.post_training` on the validation set: report, exports, int8, pruning."""
     loader = build_loader(val_set, config.batch_size, sampler=SequentialSampler(val_set), collate_fn=source.collate_fn)
-    inputs, _ = split_batch(next(iter(loader)))
-    if isinstance(inputs, Mapping):
-        example = tuple(inputs.values())  # positional, in the model's order (input_ids, attention_mask)
-    else:
-        example = inputs if isinstance(inputs, torch.Tensor) else (inputs,)
+    calibration = [_positional(split_batch(batch)[0]) for batch in itertools.islice(loader, CALIBRATION_BATCHES)]
     return export.post_training(
-        model, loader, config.out_dir, example, class_names=source.class_names, forward=_report_forward,
-        dynamic_batch=source.kind != "graphs", progress=config.progress,
+        model, loader, config.out_dir, calibration[0], class_names=source.class_names, forward=_report_forward,
+        dynamic_batch=source.kind != "graphs", calibration=calibration, progress=config.progress,
     )
+
+
+def _positional(inputs: Any) -> Any:
+    """A batch's inputs as a model call's positional arguments (a tensor, or a tuple)."""
+    if isinstance(inputs, Mapping):
+        return tuple(inputs.values())  # in the model's order (input_ids, attention_mask)
+    return inputs if isinstance(inputs, torch.Tensor) else (inputs,)
 
 
 RUN_OUTPUTS = (
     CONFIG_FILE, WEIGHTS_FILE, CARD_FILE, "metrics.csv", "metrics.json", "curves.png", "train.log", "tensorboard",
-    "checkpoints", "profile", export.TORCHSCRIPT_FILE, export.EXPORTED_PROGRAM_FILE, export.REPORT_FILE,
+    "checkpoints", "profile", export.TORCHSCRIPT_FILE, export.EXPORTED_PROGRAM_FILE, export.ONNX_FILE, export.REPORT_FILE,
     export.CONFUSION_FILE, export.SUMMARY_FILE,
 )
 
@@ -507,21 +512,28 @@ def _post_training_lines(after: dict[str, Any] | None) -> list[str]:
         f"- accuracy {evaluation['accuracy']:.4f}, macro-F1 {evaluation['macro_f1']:.4f} on "
         f"{evaluation['num_samples']} samples (eval_report.json, confusion_matrix.png)",
     ]
-    for key, label in (("torchscript", "TorchScript"), ("torch_export", "torch.export")):
+    for key, label in (("torchscript", "TorchScript"), ("torch_export", "torch.export"), ("onnx", "ONNX")):
         result = after.get(key, {})
         if "error" in result:
             lines.append(f"- {label}: failed ({result['error']})")
-        else:
+        elif "skipped" in result:
+            lines.append(f"- {label}: skipped ({result['skipped']})")
+        elif result:
             lines.append(f"- {label}: {Path(result['path']).name}, {result['size_bytes'] / 2**20:.2f} MiB, "
                          f"max difference to eager {result['max_abs_diff']:.2g}")
     quantization = after.get("quantization", {})
+    label = f"int8 quantization, {quantization['method']}" if "method" in quantization else "int8 quantization"
     if "error" in quantization:
-        lines.append(f"- dynamic int8 quantization: failed ({quantization['error']})")
+        lines.append(f"- {label}: failed ({quantization['error']})")
     elif "skipped" in quantization:
-        lines.append(f"- dynamic int8 quantization: skipped ({quantization['skipped']})")
+        lines.append(f"- {label}: skipped ({quantization['skipped']})")
+    elif "speedup_over_fp32_eager" in quantization:
+        lines.append(f"- {label}: accuracy {quantization['accuracy']:.4f}, top-1 agreement with fp32 "
+                     f"{quantization['agreement']:.4f}, {quantization['speedup_over_fp32_eager']:.2f}x fp32 eager "
+                     f"on this CPU, calibrated on {quantization['calibration_samples']} validation samples")
     else:
         sizes = f"{quantization['size_bytes_before'] / 2**20:.2f} -> {quantization['size_bytes_after'] / 2**20:.2f} MiB"
-        lines.append(f"- dynamic int8 quantization: accuracy {quantization['accuracy']:.4f}, {sizes}")
+        lines.append(f"- {label}: accuracy {quantization['accuracy']:.4f}, {sizes}")
     pruning = after.get("pruning", [])
     if isinstance(pruning, dict):
         lines.append(f"- magnitude pruning: failed ({pruning['error']})")

@@ -200,7 +200,7 @@ def export_program(
     return ExportResult(str(path), size, diff, time.perf_counter() - start)
 
 
-def _onnx_packages() -> tuple[Any, Any]:
+def onnx_packages() -> tuple[Any, Any]:
     """The onnx and onnxruntime modules, after checking that every package the ONNX export
     needs is installed (the optional extra ``zoo[onnx]``)."""
     try:
@@ -218,7 +218,7 @@ def _onnx_packages() -> tuple[Any, Any]:
 def _onnx_runner(path: Path, device: torch.device) -> Callable[..., list[torch.Tensor]]:
     """A callable that runs the ONNX file in onnxruntime (CPU) on the tensor arguments of a
     model call, in order, and returns its outputs as tensors on ``device``."""
-    _, onnxruntime = _onnx_packages()
+    _, onnxruntime = onnx_packages()
     try:
         session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     except Exception as error:  # onnxruntime's errors derive from Exception only
@@ -259,7 +259,7 @@ def export_onnx(
     it, then run the file in onnxruntime and check it against eager on the example and, with
     ``dynamic_batch``, a batch one larger. Weights past protobuf's 2 GB limit go to
     ``<file>.data`` next to it, which must travel with the ``.onnx`` file."""
-    onnx, _ = _onnx_packages()
+    onnx, _ = onnx_packages()
     newest = onnx.defs.onnx_opset_version()
     if opset is not None and not MIN_ONNX_OPSET <= opset <= newest:
         raise InvalidArgumentError(

@@ -262,6 +262,11 @@ def optimize(
     return result
 
 
+def unavailable_precisions(model: nn.Module, example_input: Any) -> dict[str, str]:
+    """Why each precision that does not apply to ``model`` on ``example_input`` here does not."""
+    return _candidates(model, _example_args(example_input), _device(model))[1]
+
+
 def has_amx() -> bool:
     """Whether the CPU has AMX tiles (``amx_tile`` in /proc/cpuinfo; False where that file is missing)."""
     try:
