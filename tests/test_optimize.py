@@ -227,18 +227,18 @@ def test_a_cnn_compiles_its_first_batch_sizes_and_pads_the_others_onto_them():
             assert optimized.graph_batch_sizes == graphs
 
 
-def test_dynamos_recompile_limit_shared_by_a_class_does_not_push_a_second_model_back_to_eager(monkeypatch):
+def test_dynamos_recompile_limit_shared_by_a_class_does_not_push_a_second_model_back_to_eager():
     """Every nn.Sequential shares one forward code object, and dynamo's recompile limit counts
     its graphs across instances; zoo bounds its own graphs and lifts that limit for them."""
     import torch._dynamo.config
     from torch._dynamo.utils import counters
 
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
     x = torch.randn(2, 1, 8, 8)
-    first = zoo.optimize(_tiny_cnn(), x, "fp32", cache=False, repeats=1)
-    graphs = counters["stats"]["unique_graphs"]
-    second = zoo.optimize(_tiny_cnn(), x, "fp32", cache=False, repeats=1)
-    assert counters["stats"]["unique_graphs"] == graphs + 1  # compiled, not run eagerly past the limit
+    with torch._dynamo.config.patch(recompile_limit=1):  # (monkeypatch.setattr breaks dynamo's config module)
+        first = zoo.optimize(_tiny_cnn(), x, "fp32", cache=False, repeats=1)
+        graphs = counters["stats"]["unique_graphs"]
+        second = zoo.optimize(_tiny_cnn(), x, "fp32", cache=False, repeats=1)
+        assert counters["stats"]["unique_graphs"] == graphs + 1  # compiled, not run eagerly past the limit
     with torch.no_grad():
         torch.testing.assert_close(second(x), second.model(x), rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(first(x), first.model(x), rtol=1e-4, atol=1e-5)
