@@ -172,12 +172,15 @@ def check_options(
     command line checks them before it loads a model)."""
     if not isinstance(max_new_tokens, int) or (top_k is not None and not isinstance(top_k, int)):
         raise ValueError(f"max_new_tokens and top_k are whole numbers, got {max_new_tokens!r} and {top_k!r}")
-    bad_top_k, bad_top_p = top_k is not None and top_k < 1, top_p is not None and not 0 < top_p <= 1
-    if max_new_tokens < 0 or not 0 <= temperature < math.inf or bad_top_k or bad_top_p:
-        raise ValueError(
-            "need max_new_tokens >= 0, a finite temperature >= 0, top_k >= 1 and 0 < top_p <= 1; got "
-            f"max_new_tokens={max_new_tokens}, temperature={temperature}, top_k={top_k}, top_p={top_p}"
-        )
+    problems = [
+        f"max_new_tokens must be 0 or more, got {max_new_tokens}" if max_new_tokens < 0 else "",
+        f"temperature must be a finite number >= 0 (0: greedy), got {temperature}"
+        if not 0 <= temperature < math.inf else "",
+        f"top_k must be 1 or more, got {top_k}" if top_k is not None and top_k < 1 else "",
+        f"top_p must be in (0, 1], got {top_p}" if top_p is not None and not 0 < top_p <= 1 else "",
+    ]
+    if any(problems):
+        raise ValueError("; ".join(filter(None, problems)))
     if compile not in (True, False, "auto"):
         raise ValueError(f"compile must be True, False or 'auto', got {compile!r}")
 

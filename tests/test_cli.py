@@ -133,7 +133,28 @@ def test_generate_refuses_bad_sampling_options_before_loading_the_model(monkeypa
     import zoo
 
     monkeypatch.setattr(zoo, "load", lambda *a, **k: pytest.fail("loaded the model before checking the options"))
-    for option in (["--temperature", "nan"], ["--top-p", "0"], ["--top-k", "0"]):
+    for option, problem in ((["--temperature", "nan"], "temperature must be a finite number >= 0 (0: greedy), got nan"),
+                            (["--top-p", "0"], "top_p must be in (0, 1], got 0.0"),
+                            (["--top-k", "0"], "top_k must be 1 or more, got 0")):
         assert main(["generate", "moe_lm.stdlib", "def f(", *option]) == 2
         captured = capsys.readouterr()
-        assert captured.out == "" and captured.err.startswith("zoo: error: need max_new_tokens >= 0")
+        assert captured.out == "" and captured.err == f"zoo: error: {problem}\n"
+
+
+def test_predict_finds_a_truncated_image_before_loading_the_model(tmp_path, monkeypatch, capsys):
+    import zoo
+
+    good = [_image(tmp_path / f"{index}.png", (28, 28)) for index in range(3)]
+    whole = (tmp_path / "0.png").read_bytes()
+    (tmp_path / "cut.png").write_bytes(whole[: len(whole) // 2])  # a download that stopped halfway
+    monkeypatch.setattr(zoo, "load", lambda *a, **k: pytest.fail("loaded the model before checking the images"))
+    assert main(["predict", "resnet20.fmnist", *good, str(tmp_path / "cut.png"), "--batch-size", "2"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith(f"zoo: error: {tmp_path / 'cut.png'} is not a readable image (")
+    assert len(captured.err.splitlines()) == 1
+
+
+def test_a_count_that_is_not_a_number_is_named_as_such(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["predict", "resnet20.fmnist", "x.png", "--batch-size", "abc"])
+    assert exit.value.code == 2 and "argument --batch-size: must be a whole number, got 'abc'" in capsys.readouterr().err

@@ -155,8 +155,10 @@ def test_bad_arguments_name_the_fix():
         model.generate(ids, 2, attention_mask=torch.tensor([[1, 1]]))
     with pytest.raises(ValueError, match="compile must be True, False or 'auto'"):
         model.generate(ids, 2, compile="yes")
-    with pytest.raises(ValueError, match=r"a finite temperature >= 0.*temperature=nan"):
+    with pytest.raises(ValueError, match=r"^temperature must be a finite number >= 0 \(0: greedy\), got nan$"):
         model.generate(ids, 2, temperature=float("nan"))
+    with pytest.raises(ValueError, match=r"^top_k must be 1 or more, got 0; top_p must be in \(0, 1\], got 1.5$"):
+        model.generate(ids, 2, top_k=0, top_p=1.5)
     with pytest.raises(ValueError, match="whole numbers, got 2.5"):
         model.generate(ids, 2.5)
     with pytest.raises(ValueError, match=r"does not fit in memory: ask for fewer new tokens"):

@@ -85,7 +85,8 @@ def test_auto_keeps_the_fastest_passing_candidate_and_reuses_its_cache(auto_run,
     model, optimized, home = auto_run
     report = optimized.optimize_report
     chosen = next(c for c in report.candidates if c.name == report.precision)
-    assert chosen.passed and chosen.median_s == min(c.median_s for c in report.candidates if c.passed)
+    # by speed-up: each candidate against eager timed in turn with it, which a change in load cannot skew
+    assert chosen.passed and chosen.speedup == max(c.speedup for c in report.candidates if c.passed)
     assert report.speedup == pytest.approx(chosen.speedup) and report.speedup >= 1.0
     cached = json.loads((home / inference.CACHE_FILE).read_text())
     assert cached[report.cache_key]["precision"] == report.precision
@@ -127,8 +128,9 @@ def test_bad_arguments_are_refused_by_name():
         zoo.load("resnet20.fmnist", example_input=x)
     with pytest.raises(InvalidArgumentError, match="calibration is empty"):
         zoo.optimize(model, x, calibration=[])
-    with pytest.raises(InvalidArgumentError, match="max_batch_graphs must be an int of 1 or more, got 0"):
-        zoo.optimize(model, x, max_batch_graphs=0)
+    for bad in (0, 1.5, True):
+        with pytest.raises(InvalidArgumentError, match=f"max_batch_graphs must be an int of 1 or more, got {bad}"):
+            zoo.optimize(model, x, max_batch_graphs=bad)
     with pytest.raises(InvalidArgumentError, match="fp16 runs on a CUDA GPU"):
         zoo.optimize(model, x, "fp16")
     with pytest.raises(InvalidArgumentError, match="int8 quantization applies to the CNN image families"):

@@ -7,7 +7,6 @@ import json
 import shlex
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 from PIL import Image
@@ -67,38 +66,49 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    for path in args.images:  # a missing file or a folder is found before the model loads
-        if not Path(path).is_file():
-            _open_image(path)
+    for path in args.images:  # a missing, unreadable or truncated file is found before the model loads
+        _open_image(path, decode=False)
     model = zoo.load(args.name, device=args.device)
     preprocess = zoo.transforms(model)
     cfg = model.pretrained_cfg
     names = cfg.get("class_names") or (registry.load_categories(cfg["categories"]) if cfg.get("categories") else None)
     progress = tqdm(total=len(args.images), desc="zoo predict", unit="img", leave=False,
                     disable=len(args.images) <= args.batch_size)
-    for start in range(0, len(args.images), args.batch_size):
-        paths = args.images[start:start + args.batch_size]
-        batch = torch.stack([preprocess(_open_image(path)) for path in paths]).to(args.device)
-        if args.optimize and start == 0:  # timed on the first batch; a last, smaller one is padded to its size
-            model = zoo.optimize(model, batch, args.optimize, max_batch_graphs=1)
-        with torch.no_grad():  # not inference_mode: an optimized model's compiled graph expects no_grad
-            probs = model(batch).softmax(dim=-1)
-        top = probs.topk(min(args.topk, probs.shape[-1]), dim=-1)
-        lines = []
-        for path, values, indices in zip(paths, top.values, top.indices):
-            lines.append(path)
-            lines += [f"  {p:7.2%}  {names[i] if names else i} ({i})" for p, i in zip(values.tolist(), indices.tolist())]
-        progress.write("\n".join(lines), file=sys.stdout)
-        progress.update(len(paths))
-    progress.close()
+    try:
+        for start in range(0, len(args.images), args.batch_size):
+            paths = args.images[start:start + args.batch_size]
+            batch = torch.stack([preprocess(_open_image(path)) for path in paths]).to(args.device)
+            if args.optimize and start == 0:
+                progress.write(f"zoo: optimizing {args.name} ({args.optimize}) on the first {len(paths)} images; "
+                               "compiling takes a while", file=sys.stderr)
+                # timed on this batch's size; a last, smaller batch is padded onto its graph
+                model = zoo.optimize(model, batch, args.optimize, max_batch_graphs=1)
+                progress.write(f"zoo: {str(model.optimize_report).splitlines()[0]}", file=sys.stderr)
+            with torch.no_grad():  # not inference_mode: an optimized model's compiled graph expects no_grad
+                probs = model(batch).softmax(dim=-1)
+            top = probs.topk(min(args.topk, probs.shape[-1]), dim=-1)
+            lines = []
+            for path, values, indices in zip(paths, top.values, top.indices):
+                lines.append(path)
+                lines += [f"  {p:7.2%}  {names[i] if names else i} ({i})"
+                          for p, i in zip(values.tolist(), indices.tolist())]
+            progress.write("\n".join(lines), file=sys.stdout)
+            progress.update(len(paths))
+    finally:
+        progress.close()  # clears the bar, also before an error message
     return 0
 
 
-def _open_image(path: str) -> Image.Image:
-    """The decoded image, or an error naming the file."""
+def _open_image(path: str, decode: bool = True) -> Image.Image:
+    """The decoded image (``decode``), or after only checking that the file is a whole image
+    (PIL's ``verify``: a truncated PNG fails, a JPEG's data is read only when decoded), or an
+    error naming the file."""
     try:
         with Image.open(path) as image:
-            image.load()
+            if decode:
+                image.load()
+            else:
+                image.verify()
             return image
     except FileNotFoundError:
         raise DataError(f"{path}: no such image file") from None
@@ -125,15 +135,22 @@ def _write_now(text: str) -> None:
     sys.stdout.flush()
 
 
+def _whole_number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+
+
 def _positive_int(text: str) -> int:
-    value = int(text)
+    value = _whole_number(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
     return value
 
 
 def _non_negative_int(text: str) -> int:
-    value = int(text)
+    value = _whole_number(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
     return value

@@ -6,8 +6,9 @@ autocast + compile where the hardware runs bf16 natively (fp16 too on a GPU), an
 post-training quantization through PT2E (torchao's x86 quantizer, then inductor with freezing)
 for the convolutional image families. Each is checked against fp32 eager on the calibration
 batches (top-1 agreement for classifiers, a relative tolerance otherwise) and timed on the
-example input's shape; "auto" keeps the fastest that passes and remembers the choice per
-machine, model and input shape in ``$ZOO_HOME/optimize.json``.
+example input's shape in turn with fp32 eager; "auto" keeps the one with the largest speed-up
+that passes and remembers the choice per machine, model and input shape in
+``$ZOO_HOME/optimize.json``.
 
 A compiled graph serves one batch size (in torch 2.14, inductor's frozen convolutions fail
 when recompiled for a dynamic batch), and compiling one takes seconds to a minute. So a
@@ -58,7 +59,8 @@ _WARMUP_CALLS = 2  # the first call of a compiled candidate compiles it
 @dataclass
 class Candidate:
     """One way of running the model, as measured: median seconds per call on the example
-    input, speed-up over fp32 eager, and how its outputs compare with fp32 eager's."""
+    input, speed-up over fp32 eager (timed in turn with it), and how its outputs compare
+    with fp32 eager's."""
 
     name: str
     median_s: float | None = None
@@ -202,7 +204,7 @@ def optimize(
         raise InvalidArgumentError(f"min_agreement is a fraction in (0, 1], got {min_agreement!r}")
     if repeats < 1:
         raise InvalidArgumentError(f"repeats must be 1 or more, got {repeats!r}")
-    if not (isinstance(max_batch_graphs, int) and max_batch_graphs >= 1):
+    if isinstance(max_batch_graphs, bool) or not (isinstance(max_batch_graphs, int) and max_batch_graphs >= 1):
         raise InvalidArgumentError(f"max_batch_graphs must be an int of 1 or more, got {max_batch_graphs!r}")
     model.eval()
     args = _example_args(example_input)
@@ -215,7 +217,7 @@ def optimize(
         references = [model(*batch) for batch in batches]
     report = OptimizeReport("eager", 1.0, [], torch.backends.cpu.get_cpu_capability(), has_amx(), str(device))
     report.cache_key = _cache_key(model, args, device, report)
-    baseline_s = _median_seconds(model, args, repeats, device)
+    (baseline_s,) = _medians([model], args, repeats, device)
     classifier = _is_classifier(model, references[0])
     eager = Candidate("eager", baseline_s, 1.0, 1.0 if classifier else None, 0.0, passed=True)
     built: dict[str, nn.Module] = {"eager": OptimizedModel(model, model)}
@@ -227,8 +229,8 @@ def optimize(
             try:
                 built[name] = _build(name, model, args, batches, available[name])
                 candidate.top1_agreement, candidate.max_abs_diff = _compare(classifier, references, batches, built[name])
-                candidate.median_s = _median_seconds(built[name], args, repeats, device)
-                candidate.speedup = baseline_s / candidate.median_s
+                eager_s, candidate.median_s = _medians([model, built[name]], args, repeats, device)
+                candidate.speedup = eager_s / candidate.median_s  # against eager timed alongside it
                 candidate.passed, candidate.note = _passes(name, candidate, references, min_agreement)
             except Exception as error:  # noqa: BLE001 - auto records a candidate that fails and goes on
                 if precision != "auto":
@@ -252,7 +254,7 @@ def optimize(
         if not report.cached:
             report.candidates = measure(n for n in available if n != "eager")
             report.candidates += [Candidate(n, note=reason) for n, reason in unavailable.items()]
-            chosen = min((c for c in report.candidates if c.passed), key=lambda c: c.median_s)
+            chosen = max((c for c in report.candidates if c.passed), key=lambda c: c.speedup)
             if cache:
                 _write_cache(report.cache_key, chosen.name, report.candidates)
     report.precision, report.speedup = chosen.name, chosen.speedup or 1.0
@@ -408,18 +410,20 @@ def _is_classifier(model: nn.Module, output: Any) -> bool:
     return isinstance(output, torch.Tensor) and output.ndim >= 2 and bool(num_classes) and output.shape[-1] == num_classes
 
 
-def _median_seconds(run: Callable[..., Any], args: tuple[Any, ...], repeats: int, device: torch.device) -> float:
-    """Median wall time of ``run(*args)`` over ``repeats`` calls after a warm-up."""
-    times = []
+def _medians(runs: list[Callable[..., Any]], args: tuple[Any, ...], repeats: int, device: torch.device) -> list[float]:
+    """Median wall time of each ``run(*args)`` over ``repeats`` calls after a warm-up, the runs
+    called in turn, so that a change in the machine's load meanwhile hits them alike."""
+    times: list[list[float]] = [[] for _ in runs]
     with torch.no_grad():
         for call in range(_WARMUP_CALLS + repeats):
-            start = time.perf_counter()
-            run(*args)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            if call >= _WARMUP_CALLS:
-                times.append(time.perf_counter() - start)
-    return statistics.median(times)
+            for run, measured in zip(runs, times):
+                start = time.perf_counter()
+                run(*args)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                if call >= _WARMUP_CALLS:
+                    measured.append(time.perf_counter() - start)
+    return [statistics.median(measured) for measured in times]
 
 
 def _example_args(example_input: Any) -> tuple[Any, ...]:
