@@ -18,6 +18,7 @@ from safetensors.torch import save_file
 import zoo
 from zoo.api import ConvertChannels
 from zoo.errors import InvalidArgumentError, WeightsNotFoundError, ZooError
+from zoo.files import write_json
 
 
 @pytest.fixture(scope="module")
@@ -193,3 +194,17 @@ def test_saving_over_another_model_leaves_no_stale_card(resnet20, tmp_path: Path
     zoo.save(zoo.load("resnet20", pretrained=False, in_chans=1, num_classes=3), tmp_path / "m")
     card = (tmp_path / "m" / "README.md").read_text()  # the new model's own card, not the old weights'
     assert "resnet20.fmnist" not in card and "3 outputs" in card and zoo.load(tmp_path / "m").num_classes == 3
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_saved_files_follow_the_umask_like_any_other_file(resnet20, tmp_path: Path, umask: int) -> None:
+    """safetensors creates its file 0600; a folder shared with colleagues needs its weights as readable as its card."""
+    old = os.umask(umask)
+    try:
+        zoo.save(resnet20, tmp_path / "mine")
+        write_json({"a": 1}, tmp_path / "other.json")
+    finally:
+        os.umask(old)
+    expected = 0o666 & ~umask
+    modes = {p.name: p.stat().st_mode & 0o777 for p in [*(tmp_path / "mine").iterdir(), tmp_path / "other.json"]}
+    assert modes == {name: expected for name in modes} and "model.safetensors" in modes

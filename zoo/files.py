@@ -15,13 +15,15 @@ from typing import Any
 @contextmanager
 def atomic_path(target: str | os.PathLike) -> Iterator[Path]:
     """A temporary path next to ``target`` to write to; on a clean exit it is flushed to disk
-    and renamed over ``target``, on an exception it is removed. Permissions follow the umask."""
+    and renamed over ``target``, on an exception it is removed. Permissions follow the umask,
+    whatever the writer set."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.part")
-    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    mode = _new_file_mode(tmp)
     try:
         yield tmp
+        os.chmod(tmp, mode)  # a writer that recreates the file may narrow it (safetensors writes 0600)
         _fsync(tmp)
         os.replace(tmp, target)
         _fsync(target.parent)
@@ -45,16 +47,28 @@ def write_json(data: Any, path: str | os.PathLike) -> Path:
 def atomic_files(directory: str | os.PathLike, last: Sequence[str] = ()) -> Iterator[Path]:
     """A staging folder inside ``directory``: the files written into it move into ``directory``
     on a clean exit, those named in ``last`` last and in that order (a file that marks the set
-    complete, such as a config, goes last), and vanish on an exception."""
+    complete, such as a config, goes last), and vanish on an exception. Permissions follow the
+    umask, whatever the writers set."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=directory, prefix=".staging-") as staging:
+        probe = Path(staging, ".mode")
+        mode = _new_file_mode(probe)
+        probe.unlink()
         yield Path(staging)
         staged = sorted(Path(staging).iterdir(), key=lambda p: (p.name in last, last.index(p.name) if p.name in last else 0))
         for path in staged:
+            os.chmod(path, mode)
             _fsync(path)
             os.replace(path, directory / path.name)
         _fsync(directory)
+
+
+def _new_file_mode(path: Path) -> int:
+    """Create the empty file ``path`` as a new file is created here (0666 less the umask) and
+    return its permission bits, which every file zoo writes gets."""
+    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    return path.stat().st_mode & 0o777
 
 
 def _fsync(path: Path) -> None:
