@@ -115,12 +115,13 @@ def check_image_input(
         expected = f"{name} expects input of shape (N, {in_chans}, H, W) with H, W >= {min_size}"
         got = tuple(x.shape)
         if x.ndim != 4:
-            hint = "; add a batch dimension with x.unsqueeze(0)" if x.ndim == 3 else ""
+            single_image = x.ndim == 3 and x.shape[0] == in_chans  # (C, H, W): one image, no batch
+            hint = "; add a batch dimension with x.unsqueeze(0)" if single_image else ""
             raise ValueError(f"{expected}; got a {x.ndim}-D tensor of shape {got}{hint}")
         if x.shape[1] != in_chans:
             raise ValueError(
                 f"{expected}; got {got}: load the model with "
-                f"in_chans={x.shape[1]} or convert the images to {in_chans} channels"
+                f"in_chans={x.shape[1]} or convert the images to {in_chans} channel{'s' if in_chans != 1 else ''}"
             )
         raise ValueError(f"{expected}; got {got}: images must be at least {min_size}x{min_size} pixels")
     if dtype is not None:

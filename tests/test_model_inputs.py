@@ -127,6 +127,16 @@ def test_resnet18_gray_28px_and_1px() -> None:
         model(torch.randn(1, 1, 0, 28))
 
 
+def test_a_wrong_shape_gets_the_hint_that_fixes_it() -> None:
+    model = _model("resnet18", in_chans=1)
+    with pytest.raises(ValueError, match=r"got a 3-D tensor of shape \(1, 28, 28\); add a batch dimension with x\.unsqueeze\(0\)$"):
+        model(torch.randn(1, 28, 28))  # one image
+    with pytest.raises(ValueError, match=r"got a 3-D tensor of shape \(8, 1, 28\)$"):
+        model(torch.randn(8, 1, 28))  # a batch missing a side: unsqueeze(0) would not fix it
+    with pytest.raises(ValueError, match=r"load the model with in_chans=3 or convert the images to 1 channel$"):
+        model(torch.randn(2, 3, 28, 28))
+
+
 @pytest.mark.parametrize("arch", [a for a in IMAGE_ARCHS if a != "moe_vit"])
 def test_every_cnn_runs_from_its_min_input_size(arch: str) -> None:
     """On the meta device (shapes only, so every registered CNN is cheap): ``min_input_size``

@@ -26,7 +26,7 @@ import torch.nn as nn
 import torch.nn.utils.prune as prune
 
 from zoo import inference
-from zoo.deploy import ExampleInput, export_onnx, export_program, export_torchscript, model_device, onnx_packages
+from zoo.deploy import ExampleInput, ExportResult, export_onnx, export_program, export_torchscript, model_device, onnx_packages
 from zoo.errors import ZooError
 from zoo.files import write_json
 from zoo.training.report import (
@@ -160,16 +160,16 @@ def post_training(
         "evaluation": {"accuracy": baseline.accuracy, "macro_f1": baseline.macro_f1,
                        "num_samples": baseline.num_samples, "seconds": time.perf_counter() - start},
     }
-    _attempt(summary, "torchscript", lambda: asdict(
+    _attempt(summary, "torchscript", lambda: _in_folder(
         export_torchscript(model, example_input, out_dir / TORCHSCRIPT_FILE, dynamic_batch=dynamic_batch)))
-    _attempt(summary, "torch_export", lambda: asdict(
+    _attempt(summary, "torch_export", lambda: _in_folder(
         export_program(model, example_input, out_dir / EXPORTED_PROGRAM_FILE, dynamic_batch=dynamic_batch)))
     try:
         onnx_packages()
     except ZooError as missing:
         summary["onnx"] = {"skipped": str(missing)}
     else:
-        _attempt(summary, "onnx", lambda: asdict(
+        _attempt(summary, "onnx", lambda: _in_folder(
             export_onnx(model, example_input, out_dir / ONNX_FILE, dynamic_batch=dynamic_batch)))
 
     def cpu_baseline() -> ClassificationReport:
@@ -216,6 +216,11 @@ def post_training(
     _attempt(summary, "pruning", pruning)
     write_json(summary, out_dir / SUMMARY_FILE)
     return summary
+
+
+def _in_folder(result: ExportResult) -> dict[str, Any]:
+    """An export's record with its path relative to the output folder, which may move."""
+    return {**asdict(result), "path": Path(result.path).name}
 
 
 def _to_cpu(inputs: ExampleInput) -> ExampleInput:
