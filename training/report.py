@@ -9,16 +9,18 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn as nn
-from matplotlib.figure import Figure
 from tqdm.auto import tqdm
 
 from zoo.deploy import model_device
 from zoo.files import write_bytes_atomic
 from zoo.training.steps import move_to_device
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 Forward = Callable[[nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
 
@@ -169,6 +171,14 @@ def evaluate_classifier(
     return classification_report(torch.cat(predictions), torch.cat(targets), num_classes, class_names)
 
 
+def _figure(**kwargs: Any) -> Figure:
+    """A matplotlib Figure on the Agg canvas (imported here: matplotlib takes ~0.7 s to import,
+    which every ``zoo`` command would pay)."""
+    from matplotlib.figure import Figure
+
+    return Figure(layout="constrained", **kwargs)
+
+
 def _save_figure(fig: Figure, path: str | os.PathLike) -> Path:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=120)
@@ -183,7 +193,7 @@ def plot_confusion_matrix(report: ClassificationReport, path: str | os.PathLike)
     n = cm.shape[0]
     rates = cm.double() / cm.sum(1, keepdim=True).clamp(min=1)
     side = min(max(4.0, 0.5 * n + 2.0), 30.0)
-    fig = Figure(figsize=(side + 1.0, side), layout="constrained")
+    fig = _figure(figsize=(side + 1.0, side))
     ax = fig.add_subplot()
     image = ax.imshow(rates.numpy(), cmap="Blues", vmin=0.0, vmax=1.0)
     fig.colorbar(image, ax=ax, fraction=0.046, label="fraction of true class")
@@ -217,7 +227,7 @@ def plot_curves(rows: list[dict[str, float]], path: str | os.PathLike, x: str = 
     panels = [(title, names) for title, names in panels if names]
     if not panels:
         raise ValueError(f"no key containing 'loss', 'acc', 'f1' or 'lr' among {keys}; nothing to plot")
-    fig = Figure(figsize=(5.0 * len(panels), 4.0), layout="constrained")
+    fig = _figure(figsize=(5.0 * len(panels), 4.0))
     for index, (title, names) in enumerate(panels):
         ax = fig.add_subplot(1, len(panels), index + 1)
         for name in names:
