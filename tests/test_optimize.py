@@ -223,7 +223,7 @@ def test_a_cnn_compiles_its_first_batch_sizes_and_pads_the_others_onto_them():
                              cache=False, repeats=1, max_batch_graphs=2)
     assert optimized.graph_batch_sizes == [4]  # calibration's last batch of 3 was padded, not compiled
     with torch.no_grad():
-        for size, graphs in ((3, [4, 3]), (9, [4, 3]), (1, [4, 3]), (4, [4, 3])):
+        for size, graphs in ((3, [4, 3]), (9, [4, 3]), (1, [4, 3]), (4, [4, 3]), (0, [4, 3])):
             x = torch.randn(size, 1, 8, 8)
             torch.testing.assert_close(optimized(x), model(x), rtol=1e-4, atol=1e-5)
             assert optimized.graph_batch_sizes == graphs

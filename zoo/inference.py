@@ -136,6 +136,8 @@ class OptimizedModel(nn.Module):
         batch = _batch_size(args)
         if sizes is None or kwargs or batch is None or batch in sizes:
             return self._run(*args, **kwargs)
+        if batch == 0:  # nothing to pad from, nothing worth a graph
+            return self.model(*args)
         if len(sizes) < self.max_batch_graphs:
             sizes.append(batch)
             return self._run(*args)
