@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import zoo
-from zoo.deploy import ExportMismatchError, export_program, export_torchscript
+from zoo.deploy import NOT_TENSORS_REASON, ExportMismatchError, export_program, export_torchscript
 from zoo.training.export import (
     global_magnitude_prune,
     linear_fraction,
@@ -92,7 +93,7 @@ def test_evaluate_classifier_matches_direct_computation_and_restores_mode() -> N
     assert report.agreement(expected) == 1.0
 
 
-def test_evaluate_classifier_reads_pyg_batches() -> None:
+def test_evaluate_classifier_and_post_training_read_pyg_batches(tmp_path: Path) -> None:
     data = pytest.importorskip("torch_geometric.data")
 
     class GraphMean(nn.Module):  # mean of node features per graph, then a linear head
@@ -115,6 +116,12 @@ def test_evaluate_classifier_reads_pyg_batches() -> None:
 
     with pytest.raises(TypeError, match="pass forward="):
         evaluate_classifier(model, [{"tokens": torch.zeros(2)}], progress=False)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no export is attempted, so none fails
+        summary = post_training(model, batches, tmp_path, batches[0], prune_amounts=(0.5,), progress=False)
+    assert all(summary[key] == {"skipped": NOT_TENSORS_REASON} for key in ("torchscript", "torch_export", "onnx"))
+    assert summary["evaluation"]["num_samples"] == 10 and len(summary["pruning"]) == 1
 
 
 def test_plots_and_json_are_written(tmp_path: Path) -> None:

@@ -26,7 +26,16 @@ import torch.nn as nn
 import torch.nn.utils.prune as prune
 
 from zoo import inference
-from zoo.deploy import ExampleInput, ExportResult, export_onnx, export_program, export_torchscript, model_device, onnx_packages
+from zoo.deploy import (
+    NOT_TENSORS_REASON,
+    ExampleInput,
+    ExportResult,
+    export_onnx,
+    export_program,
+    export_torchscript,
+    model_device,
+    onnx_packages,
+)
 from zoo.errors import ZooError
 from zoo.files import write_json
 from zoo.training.report import (
@@ -138,10 +147,10 @@ def post_training(
     batches that default to ``[example_input]``) for the CNN families, with its speed-up over
     fp32 on this CPU, else dynamic for models with at least half their parameters in Linear
     layers, with its size (``quantize=False`` skips it, ``True`` asks for dynamic int8 where
-    neither applies); and pruning at each of ``prune_amounts`` with the accuracy after it (no fine-tuning
-    in between). ``device``, ``class_names`` and ``forward`` go to `evaluate_classifier`,
-    ``dynamic_batch`` to the exporters. Returns the summary also written to
-    ``post_training.json``; the model itself is not modified."""
+    neither applies); and pruning at each of ``prune_amounts`` with the accuracy after it (no
+    fine-tuning in between). ``device``, ``class_names`` and ``forward`` go to
+    `evaluate_classifier`, ``dynamic_batch`` to the exporters. Returns the summary also
+    written to ``post_training.json``; the model itself is not modified."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     device = torch.device(device) if device is not None else model_device(model)
@@ -160,17 +169,7 @@ def post_training(
         "evaluation": {"accuracy": baseline.accuracy, "macro_f1": baseline.macro_f1,
                        "num_samples": baseline.num_samples, "seconds": time.perf_counter() - start},
     }
-    _attempt(summary, "torchscript", lambda: _in_folder(
-        export_torchscript(model, example_input, out_dir / TORCHSCRIPT_FILE, dynamic_batch=dynamic_batch)))
-    _attempt(summary, "torch_export", lambda: _in_folder(
-        export_program(model, example_input, out_dir / EXPORTED_PROGRAM_FILE, dynamic_batch=dynamic_batch)))
-    try:
-        onnx_packages()
-    except ZooError as missing:
-        summary["onnx"] = {"skipped": str(missing)}
-    else:
-        _attempt(summary, "onnx", lambda: _in_folder(
-            export_onnx(model, example_input, out_dir / ONNX_FILE, dynamic_batch=dynamic_batch)))
+    _export_all(summary, model, example_input, out_dir, dynamic_batch)
 
     def cpu_baseline() -> ClassificationReport:
         return baseline if device == cpu else evaluate(copy.deepcopy(model).cpu(), cpu)
@@ -216,6 +215,27 @@ def post_training(
     _attempt(summary, "pruning", pruning)
     write_json(summary, out_dir / SUMMARY_FILE)
     return summary
+
+
+def _export_all(summary: dict[str, Any], model: nn.Module, example_input: ExampleInput, out_dir: Path,
+                dynamic_batch: bool) -> None:
+    """TorchScript, torch.export and ONNX files, each recorded in ``summary``: its result, its
+    error, or why it was skipped (inputs that are not tensors, ONNX packages missing)."""
+    inputs = example_input if isinstance(example_input, tuple) else (example_input,)
+    if not all(isinstance(a, torch.Tensor) for a in inputs):
+        summary.update({key: {"skipped": NOT_TENSORS_REASON} for key in ("torchscript", "torch_export", "onnx")})
+        return
+    _attempt(summary, "torchscript", lambda: _in_folder(
+        export_torchscript(model, example_input, out_dir / TORCHSCRIPT_FILE, dynamic_batch=dynamic_batch)))
+    _attempt(summary, "torch_export", lambda: _in_folder(
+        export_program(model, example_input, out_dir / EXPORTED_PROGRAM_FILE, dynamic_batch=dynamic_batch)))
+    try:
+        onnx_packages()
+    except ZooError as missing:
+        summary["onnx"] = {"skipped": str(missing)}
+    else:
+        _attempt(summary, "onnx", lambda: _in_folder(
+            export_onnx(model, example_input, out_dir / ONNX_FILE, dynamic_batch=dynamic_batch)))
 
 
 def _in_folder(result: ExportResult) -> dict[str, Any]:

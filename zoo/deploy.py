@@ -35,6 +35,9 @@ FORMATS = tuple(FORMAT_SUFFIXES)
 EXAMPLE_BATCH = 2  # torch.export fixes size-1 dimensions, so a dynamic batch needs 2+
 EXAMPLE_SEQUENCE_LENGTH = 16  # token ids per sample of the default text input
 ONNX_INSTALL_HINT = "pip install 'zoo[onnx]'"
+NOT_TENSORS_REASON = ("no export format takes inputs other than tensors (torch.onnx.export, torch.jit.trace and "
+                      "torch.export all need tensors), so graph models cannot be exported; zoo.save(model, folder) "
+                      "keeps one for zoo.load")
 MIN_ONNX_OPSET = 18  # torch's dynamo exporter targets 18+; it falls back to 18 for lower requests it cannot convert
 
 
@@ -335,11 +338,7 @@ def example_input_for(
         return torch.randint(0, model.config.vocab_size, (batch, sequence_length), device=device)
     if kind == "vectors":
         return torch.rand(batch, model.sizes[0], device=device)
-    raise InvalidArgumentError(
-        f"{arch} reads graphs, passed as a torch_geometric Data object, and no export format takes one "
-        "(torch.onnx.export, torch.jit.trace and torch.export all need tensors): graph models cannot be exported; "
-        "zoo.save(model, folder) keeps it for zoo.load"
-    )
+    raise InvalidArgumentError(f"{arch} reads graphs, passed as a torch_geometric Data object: {NOT_TENSORS_REASON}")
 
 
 def check_destination(path: str | os.PathLike, format: str, overwrite: bool = False) -> Path:
