@@ -372,6 +372,9 @@ def _report_forward(model: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.T
 
 def _post_training(model: nn.Module, val_set: Dataset, source: DataSource, config: TrainConfig) -> dict[str, Any]:
     """`zoo.training.export.post_training` on the validation set: report, exports, int8, pruning."""
+    if config.progress:
+        print(f"after training: evaluating, exporting and quantizing on {len(val_set)} validation samples "
+              "(--no-post-training skips it)", flush=True)
     loader = build_loader(val_set, config.batch_size, sampler=SequentialSampler(val_set), collate_fn=source.collate_fn)
     calibration = [_positional(split_batch(batch)[0]) for batch in itertools.islice(loader, CALIBRATION_BATCHES)]
     return export.post_training(
