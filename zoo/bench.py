@@ -16,8 +16,6 @@ import inspect
 import io
 import os
 import platform
-import statistics
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -32,6 +30,7 @@ from zoo import api, registry
 from zoo.deploy import example_input_for
 from zoo.errors import InvalidArgumentError, UnknownModelError, WeightsNotFoundError
 from zoo.files import write_bytes_atomic
+from zoo.inference import medians, optimize as optimize_model
 from zoo.registry import WeightInfo
 
 TEXT_TOKENS = 256  # the sequence length text models are counted and timed at
@@ -157,20 +156,6 @@ def _load(target: BenchTarget) -> tuple[nn.Module, dict[str, Any]]:
     return model, default.preprocess if default else {}
 
 
-def samples_per_second(model: nn.Module, batch: torch.Tensor, repeats: int) -> tuple[float, float]:
-    """Samples/s and the median seconds per forward pass over ``repeats`` timed passes, after
-    one untimed warm-up pass (allocations, lazy initialisation, compiled kernels)."""
-    with torch.no_grad():
-        model(batch)
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            model(batch)
-            times.append(time.perf_counter() - start)
-    median = statistics.median(times)
-    return len(batch) / median, median
-
-
 def _top1(info: WeightInfo | None) -> float | None:
     """Top-1 on the entry's evaluation task (the full test set), else on any task that has one."""
     if info is None:
@@ -188,8 +173,6 @@ def bench(
     models, and published weights not in the cache."""
     if repeats < 1:
         raise InvalidArgumentError(f"--repeats must be 1 or more, got {repeats}")
-    if optimize:
-        from zoo.inference import optimize as optimize_model
     rows: list[BenchRow] = []
     skipped: list[tuple[str, str]] = []
     progress = tqdm(total=len(targets) * len(batch_sizes), desc="zoo bench", unit="run", leave=False)
@@ -210,12 +193,14 @@ def bench(
         for batch_size in batch_sizes:
             progress.set_postfix_str(f"{target.name} batch {batch_size}")
             x = _example(model, preprocess, batch_size)
-            rate, seconds = samples_per_second(model, x, repeats)
             optimized_rate = precision = None
-            if optimize:
+            if optimize:  # timed in turn with fp32 eager, as optimize times its candidates
                 optimized = optimize_model(model, x)
-                optimized_rate = round(samples_per_second(optimized, x, repeats)[0], 2)
-                precision = optimized.optimize_report.precision
+                seconds, optimized_seconds = medians([model, optimized], (x,), repeats)
+                optimized_rate, precision = round(len(x) / optimized_seconds, 2), optimized.optimize_report.precision
+            else:
+                (seconds,) = medians([model], (x,), repeats)
+            rate = len(x) / seconds
             rows.append(BenchRow(
                 model=target.name,
                 weights="random" if info is None else ("bundled" if info.file is not None else "cached"),

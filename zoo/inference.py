@@ -219,7 +219,7 @@ def optimize(
         references = [model(*batch) for batch in batches]
     report = OptimizeReport("eager", 1.0, [], torch.backends.cpu.get_cpu_capability(), has_amx(), str(device))
     report.cache_key = _cache_key(model, args, device, report)
-    (baseline_s,) = _medians([model], args, repeats, device)
+    (baseline_s,) = medians([model], args, repeats, device)
     classifier = _is_classifier(model, references[0])
     eager = Candidate("eager", baseline_s, 1.0, 1.0 if classifier else None, 0.0, passed=True)
     built: dict[str, nn.Module] = {"eager": OptimizedModel(model, model)}
@@ -231,7 +231,7 @@ def optimize(
             try:
                 built[name] = _build(name, model, args, batches, available[name])
                 candidate.top1_agreement, candidate.max_abs_diff = _compare(classifier, references, batches, built[name])
-                eager_s, candidate.median_s = _medians([model, built[name]], args, repeats, device)
+                eager_s, candidate.median_s = medians([model, built[name]], args, repeats, device)
                 candidate.speedup = eager_s / candidate.median_s  # against eager timed alongside it
                 candidate.passed, candidate.note = _passes(name, candidate, references, min_agreement)
             except Exception as error:  # noqa: BLE001 - auto records a candidate that fails and goes on
@@ -412,9 +412,11 @@ def _is_classifier(model: nn.Module, output: Any) -> bool:
     return isinstance(output, torch.Tensor) and output.ndim >= 2 and bool(num_classes) and output.shape[-1] == num_classes
 
 
-def _medians(runs: list[Callable[..., Any]], args: tuple[Any, ...], repeats: int, device: torch.device) -> list[float]:
-    """Median wall time of each ``run(*args)`` over ``repeats`` calls after a warm-up, the runs
-    called in turn, so that a change in the machine's load meanwhile hits them alike."""
+def medians(runs: list[Callable[..., Any]], args: tuple[Any, ...], repeats: int,
+            device: torch.device = torch.device("cpu")) -> list[float]:
+    """Median wall time of each ``run(*args)`` over ``repeats`` calls after a warm-up (a
+    compiled run compiles there), the runs called in turn, so that a change in the machine's
+    load meanwhile hits them alike."""
     times: list[list[float]] = [[] for _ in runs]
     with torch.no_grad():
         for call in range(_WARMUP_CALLS + repeats):
