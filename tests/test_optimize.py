@@ -186,6 +186,8 @@ def test_predict_with_optimize_prints_what_eager_prints(tmp_path, capsys):
     if not BF16_NATIVE:
         assert main(["predict", "resnet20.fmnist", *images, "--optimize", "bf16"]) == 2
         assert "zoo: error: precision='bf16' does not apply here" in capsys.readouterr().err
+    assert main(["predict", "resnet20.fmnist", *images, "--optimize", "fp16"]) == 2  # a choice, for --device cuda
+    assert "zoo: error: precision='fp16' does not apply here: fp16 runs on a CUDA GPU" in capsys.readouterr().err
 
 
 def test_fp32_folds_batchnorm_into_the_convolution_and_fuses_the_relu():

@@ -15,7 +15,7 @@ from tqdm import tqdm
 import zoo
 from zoo.architectures.generation import check_options
 from zoo.training import demo, evaluate, finetune
-from zoo import bench, deploy, registry
+from zoo import bench, deploy, inference, registry
 from zoo.errors import DataError, run_command
 from zoo.tokenizer import complete
 
@@ -230,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=_positive_int, default=PREDICT_BATCH_SIZE,
                    help=f"images per forward pass (default: {PREDICT_BATCH_SIZE})")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--optimize", choices=("auto", "fp32", "bf16", "int8"),
+    p.add_argument("--optimize", choices=inference.PRECISIONS,
                    help="run through zoo.optimize at this precision (auto: the fastest measured here)")
     p.set_defaults(run=_predict)
 
