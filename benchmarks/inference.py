@@ -14,7 +14,8 @@ compiled fp32, bf16 and int8 (calibrated on training images), with the differenc
 and the speed-up `zoo.optimize` measured for each. On a CPU without native bf16, bf16's graph
 still runs (emulated, slowly) for its accuracy, untimed.
 
-    .venv/bin/python benchmarks/inference.py [--repeats 10] [--batch-sizes 16 1]
+    .venv/bin/python benchmarks/inference.py [--repeats 10] [--batch-sizes 16 1] [--precisions auto]
+        [--threads N]
     .venv/bin/python benchmarks/inference.py --accuracy [--limit 10000] [--models resnet56.fmnist ...]
 """
 from __future__ import annotations
@@ -49,8 +50,9 @@ def _time(run: Callable[[torch.Tensor], object], x: torch.Tensor) -> float:
 
 
 @torch.no_grad()
-def speed(batch_size: int, repeats: int) -> None:
-    """Median seconds per batch of every variant, side by side, against torchvision's eager."""
+def speed(batch_size: int, repeats: int, precisions: list[str]) -> None:
+    """Median seconds per batch of every variant, side by side, against torchvision's eager;
+    then what "auto" measured of each candidate (against zoo's fp32 eager, timed in turn)."""
     torch.manual_seed(0)
     reference = torchvision.models.resnet50().eval()
     model = zoo.load("resnet50", pretrained=False)
@@ -65,13 +67,16 @@ def speed(batch_size: int, repeats: int) -> None:
         "zoo channels_last eager": lambda t: channels_last(t.contiguous(memory_format=torch.channels_last)),
     }
     notes = {}
-    for precision in [*_precisions(), "auto"]:
+    reports = []
+    for precision in precisions:
         start = time.perf_counter()
         optimized = zoo.optimize(model, x, precision, cache=False, repeats=3)
         report = optimized.optimize_report
         label = f"zoo.optimize {precision}" + (f" -> {report.precision}" if precision == "auto" else "")
         variants[label] = optimized
         notes[label] = f"built and checked in {time.perf_counter() - start:.0f} s"
+        if precision == "auto":
+            reports.append(report)
     diff = (model(x) - reference(x)).abs().max().item()
     times: dict[str, list[float]] = {name: [] for name in variants}
     names = list(variants)
@@ -88,6 +93,8 @@ def speed(batch_size: int, repeats: int) -> None:
     for name in names:
         median = statistics.median(times[name])
         print(f"| {name} | {median * 1e3:.1f} | {base / median:.2f} | {notes.get(name, '')} |", flush=True)
+    for report in reports:
+        print(f"\nzoo.optimize auto, batch {batch_size}: {report}")
 
 
 @torch.no_grad()
@@ -131,12 +138,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 1])
+    parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16", "int8", "auto"],
+                        help="optimize's precisions to build (default: each that applies here, and auto)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--accuracy", action="store_true", help="measure top-1 on Fashion-MNIST instead of speed")
     parser.add_argument("--models", nargs="+", default=list(ACCURACY_MODELS), help="weights for --accuracy")
     parser.add_argument("--limit", type=int, default=10_000, help="test images for --accuracy")
     parser.add_argument("--batch-size", type=int, default=500, help="batch size for --accuracy")
     args = parser.parse_args()
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}, "
           f"AMX {'yes' if has_amx() else 'no'}, native bf16 {torch.ops.mkldnn._is_mkldnn_bf16_supported()}, "
           f"{torch.get_num_threads()} threads")
@@ -144,7 +154,7 @@ def main() -> None:
         accuracy(args.models, args.limit, args.batch_size)
         return
     for batch_size in args.batch_sizes:
-        speed(batch_size, args.repeats)
+        speed(batch_size, args.repeats, args.precisions or [*_precisions(), "auto"])
 
 
 if __name__ == "__main__":
