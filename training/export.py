@@ -45,6 +45,7 @@ from zoo.training.report import (
     evaluate_classifier,
     plot_confusion_matrix,
 )
+from zoo.training.steps import move_to_device
 
 TORCHSCRIPT_FILE = "model.torchscript.pt"
 EXPORTED_PROGRAM_FILE = "model.pt2"
@@ -176,11 +177,11 @@ def post_training(
 
     fraction = linear_fraction(model)
     cpu_model = copy.deepcopy(model).cpu().eval()
-    static_int8 = inference.unavailable_precisions(cpu_model, _to_cpu(example_input)).get("int8")
+    static_int8 = inference.unavailable_precisions(cpu_model, move_to_device(example_input, cpu)).get("int8")
     if quantize is not False and static_int8 is None:
         def static_quantization() -> dict[str, Any]:
             began = time.perf_counter()
-            batches = [_to_cpu(b) for b in (calibration or [example_input])]
+            batches = [move_to_device(b, cpu) for b in (calibration or [example_input])]
             # timed on the first batch's shape; every other batch size runs on that one graph
             quantized = inference.optimize(cpu_model, batches[0], "int8", calibration=batches, cache=False,
                                            max_batch_graphs=1)
@@ -242,8 +243,3 @@ def _in_folder(result: ExportResult) -> dict[str, Any]:
     """An export's record with its path relative to the output folder, which may move."""
     return {**asdict(result), "path": Path(result.path).name}
 
-
-def _to_cpu(inputs: ExampleInput) -> ExampleInput:
-    if isinstance(inputs, tuple):
-        return tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in inputs)
-    return inputs.cpu()
