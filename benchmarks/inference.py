@@ -138,7 +138,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 1])
-    parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16", "int8", "auto"],
+    parser.add_argument("--precisions", nargs="+", choices=[p for p in inference.PRECISIONS if p != "fp16"],  # CPU
                         help="optimize's precisions to build (default: each that applies here, and auto)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--accuracy", action="store_true", help="measure top-1 on Fashion-MNIST instead of speed")
