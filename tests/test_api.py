@@ -79,6 +79,14 @@ def test_bad_num_classes_refused(num_classes):
         zoo.load("resnet18", pretrained=False, num_classes=num_classes)
 
 
+def test_unusable_device_refused_by_name(monkeypatch):
+    with pytest.raises(ValueError, match=r"device='gpu' is not a device torch knows; use 'cpu', or 'cuda'"):
+        zoo.load("resnet18", pretrained=False, device="gpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a machine without a GPU
+    with pytest.raises(ValueError, match=r"device='cuda:1' asked for, but no CUDA GPU is usable here.*device='cpu'"):
+        zoo.load("resnet18", pretrained=False, device="cuda:1")
+
+
 def test_unknown_head_refused():
     with pytest.raises(ValueError, match=r"no head 'lm'.*classification"):
         zoo.load("resnet18", pretrained=False, head="lm")

@@ -93,9 +93,11 @@ def test_bad_arguments_are_one_line_and_exit_2(tmp_path, capsys):
             code = exit.code
         assert code == 2
         assert "must be" in capsys.readouterr().err
-    assert main(["predict", "dbn.digits", image]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("zoo: error:") and len(err.strip().splitlines()) == 1
+    for argv in (["predict", "dbn.digits", image], ["predict", "resnet20.fmnist", image, "--device", "gpu"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("zoo: error:") and len(err.strip().splitlines()) == 1
+    assert "device='gpu' is not a device torch knows" in err
 
 
 def test_generate_streams_its_tokens(capsys):

@@ -11,6 +11,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from zoo.deploy import checked_device
+
 
 def init_distributed() -> tuple[int, int, int]:
     """(rank, world size, local rank); joins the process group torchrun describes (NCCL on
@@ -31,10 +33,7 @@ def init_distributed() -> tuple[int, int, int]:
 def pick_device(requested: str | None, local_rank: int) -> torch.device:
     """``requested`` (checked to exist), else this process's GPU, else the CPU."""
     if requested is not None:
-        device = torch.device(requested)
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"device {requested!r} asked for, but CUDA is not available; use device='cpu'")
-        return device
+        return checked_device(requested)
     return torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
 
 

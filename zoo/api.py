@@ -24,6 +24,7 @@ from torchvision.transforms import InterpolationMode, v2
 from zoo import hf_hub, hub, inference, registry, torchvision_names
 from zoo.architectures.features import FeatureExtractor
 from zoo.convert import StateDict, adapt_input_conv, convert_state_dict
+from zoo.deploy import checked_device
 from zoo.errors import InvalidArgumentError, WeightsError, WeightsMismatchError, WeightsNotFoundError
 from zoo.files import atomic_files
 from zoo.hf import ARCHITECTURES as HF_ARCHITECTURES
@@ -76,6 +77,8 @@ def load(
                                    "(or 'fp32', 'bf16', 'int8'), or leave them out")
     if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes <= 0):
         raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
+    if device is not None:
+        device = checked_device(device)
     saved = None if hf_hub.is_hub_name(name_or_path) else saved_folder(name_or_path)
     registered = saved is None and not hf_hub.is_hub_name(name_or_path)
     entry = torchvision_names.weights_entry(str(name_or_path), weights) if registered else None

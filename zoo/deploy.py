@@ -60,6 +60,23 @@ def model_device(model: nn.Module) -> torch.device:
     return next(model.parameters(), torch.empty(0)).device
 
 
+def checked_device(requested: torch.device | str) -> torch.device:
+    """``requested`` as a device, refused by name when torch does not know it, or when it is
+    a CUDA device and no GPU is usable here (before any weights are read)."""
+    try:
+        device = torch.device(requested)
+    except (RuntimeError, TypeError):
+        raise InvalidArgumentError(
+            f"device={requested!r} is not a device torch knows; use 'cpu', or 'cuda' / 'cuda:N' for a GPU"
+        ) from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise InvalidArgumentError(
+            f"device={str(requested)!r} asked for, but no CUDA GPU is usable here (torch.cuda.is_available() "
+            "is False); use device='cpu'"
+        )
+    return device
+
+
 @contextmanager
 def _eval_mode(model: nn.Module) -> Iterator[nn.Module]:
     was_training = model.training
