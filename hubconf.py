@@ -66,8 +66,8 @@ if "zoo" not in _sys.modules:
 import torch.nn as _nn  # noqa: E402
 
 import zoo  # noqa: E402  (after the checkout's packages are findable)
-from zoo import registry as _registry  # noqa: E402
-from zoo import torchvision_names as _torchvision_names  # noqa: E402
+from zoo.store import registry as _registry  # noqa: E402
+from zoo.interop import torchvision_weights as _torchvision_names  # noqa: E402
 
 
 def _describe(arch: str) -> str:

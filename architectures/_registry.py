@@ -1,7 +1,7 @@
 """The table of architecture builders, filled by `register_model` next to each builder.
 
 A leaf, as timm's ``_registry``: model files import it and it imports nothing of zoo, so the
-weights side (`zoo.registry`) can read the table without the architectures reading anything back.
+weights side (`zoo.store.registry`) can read the table without the architectures reading anything back.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ memory-efficient mode.
 The state-dict layout is torchvision's current one (features.conv0/norm0, features.denseblockN
 .denselayerM.norm1/conv1/norm2/conv2, features.transitionN.norm/conv, features.norm5,
 classifier), so torchvision's ``state_dict()`` loads unchanged; its published checkpoints use
-an older naming that zoo.convert's "torchvision_densenet" converter renames.
+an older naming that zoo.store.convert's "torchvision_densenet" converter renames.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@
    the test set is used for nothing but these figures.
 2. RBM training throughput, CD-1, 784 -> 500 hidden units, batches of 64, float32, on the first
    --rows Fashion-MNIST training images: BernoulliRBM.fit (1 iteration; its PCD-1 costs what CD-1
-   does: one Gibbs step, five matrix products a batch) against training.dbn.train_rbm (1 epoch),
+   does: one Gibbs step, five matrix products a batch) against training.rbm.train_rbm (1 epoch),
    alternating; median samples/s of the whole call, with zoo's per-epoch monitoring statistics
    (on 1,000 rows) and without them (monitor_size=0, like fit without verbose), and of zoo's
    batch loop alone (the call also sets the visible biases from the data and shuffles it).
@@ -40,7 +40,7 @@ from threadpoolctl import threadpool_limits
 import zoo
 from zoo.architectures.dbn import RBM, bernoulli
 from zoo.training.data import load_fashion_mnist
-from zoo.training.dbn import FinetuneConfig, RBMConfig, finetune_dbn, pretrain, train_rbm
+from zoo.training.rbm import FinetuneConfig, RBMConfig, finetune_dbn, pretrain, train_rbm
 from zoo.training.digits import load_nudged_digits
 
 DBN_SIZES = (64, 500, 500)

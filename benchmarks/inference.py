@@ -30,8 +30,8 @@ import torch
 import torchvision
 
 import zoo
-from zoo import inference
-from zoo.inference import has_amx
+from zoo.deploy import inference
+from zoo.deploy.inference import has_amx
 from zoo.training.data import load_fashion_mnist
 
 ACCURACY_MODELS = ("resnet56.fmnist", "densenet_bc_40.fmnist", "mobilenet_v2_cifar.fmnist")

@@ -43,7 +43,7 @@ def main() -> None:
     os.environ["ZOO_HOME"] = str(work / "zoo")
     os.environ["TORCH_HOME"] = str(work / "torch")
     import zoo
-    from zoo import registry
+    from zoo.store import registry
 
     weights = torchvision.models.ResNet50_Weights.IMAGENET1K_V1
     published = Path(weights.url).name

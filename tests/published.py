@@ -11,7 +11,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from zoo import registry
+from zoo.store import registry
 
 
 def randomize_batchnorm(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:

@@ -11,7 +11,7 @@ import torchvision
 
 import zoo
 from published import publish, randomize_batchnorm
-from zoo import hub
+from zoo.store import download
 
 
 def _torch_bytes(state_dict) -> bytes:
@@ -125,7 +125,7 @@ def test_local_weights_override_pickle_and_safetensors(tmp_path):
 
 def test_pickle_with_code_is_refused(tmp_path):
     torch.save({"state_dict": torchvision.models.resnet18().state_dict(), "fn": json.dumps}, tmp_path / "evil.pt")
-    with pytest.raises(hub.WeightsError, match="weights_only"):
+    with pytest.raises(download.WeightsError, match="weights_only"):
         zoo.load("resnet18", weights=tmp_path / "evil.pt")
 
 
@@ -139,7 +139,7 @@ def test_url_override_downloads_and_verifies(http_server):
 
 def test_offline_missing_weights_say_where_to_put_them(monkeypatch, zoo_home):
     monkeypatch.setenv("ZOO_OFFLINE", "1")
-    with pytest.raises(hub.WeightsNotFoundError) as error:
+    with pytest.raises(download.WeightsNotFoundError) as error:
         zoo.load("resnet50.tv_in1k")
     message = str(error.value)
     assert "0676ba61" in message and str(zoo_home) in message

@@ -1,4 +1,4 @@
-"""`zoo.bench`: MACs counted against hand computation and torchvision's published figures, every
+"""`zoo.deploy.bench`: MACs counted against hand computation and torchvision's published figures, every
 weight entry's recorded ``gmacs`` against a fresh count, and the `zoo bench` command."""
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 import zoo
 from published import publish
-from zoo import bench, registry
+from zoo.deploy import bench
+from zoo.store import registry
 from zoo.cli import main
 from zoo.training.publish import Provenance
 from zoo.training.publish import publish as publish_entry
@@ -130,16 +131,16 @@ def test_publish_records_the_gmacs_of_new_weights(tmp_path):
 
 
 def test_optimized_speed_is_timed_and_its_precision_reported(monkeypatch):
-    """The optimize columns time what zoo.inference.optimize returns (here a stand-in that
+    """The optimize columns time what zoo.deploy.inference.optimize returns (here a stand-in that
     counts its calls: two warm-ups and the timed repeats, in turn with fp32 eager) and report
     its chosen precision."""
-    import zoo.inference
+    import zoo.deploy.inference
 
     class Counting(nn.Module):
         def __init__(self, model: nn.Module) -> None:
             super().__init__()
             self.model, self.calls = model, 0
-            self.optimize_report = zoo.inference.OptimizeReport("int8", 1.0, [], "AVX2", False, "cpu")
+            self.optimize_report = zoo.deploy.inference.OptimizeReport("int8", 1.0, [], "AVX2", False, "cpu")
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             self.calls += 1

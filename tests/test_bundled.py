@@ -19,7 +19,8 @@ from zoo.training.recipes import dbn as dbn_recipe
 from zoo.training.recipes import fmnist as fmnist_recipe
 from zoo.training.recipes import graph as graph_recipe
 from zoo.training.recipes import moe_lm as moe_lm_recipe
-from zoo import cli, registry
+from zoo import cli
+from zoo.store import registry
 from zoo.tokenizer import ByteTokenizer
 
 WEIGHTS = Path(str(resources.files("zoo.weights")))

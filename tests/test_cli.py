@@ -10,7 +10,7 @@ import torchvision
 from PIL import Image
 
 from published import publish, randomize_batchnorm
-from zoo import registry
+from zoo.store import registry
 from zoo.cli import main
 
 

@@ -38,8 +38,8 @@ GRAPH_SIZES = (6, 8, 7)
 TOKEN_HEADS = ("lm", "token_classification")
 NODE_HEADS = ("node_classification",)
 
-CASES = [(arch, head) for arch in zoo.list_models() for head in zoo.registry.supported_heads(arch)]
-IDS = [arch if len(zoo.registry.supported_heads(arch)) == 1 else f"{arch}-{head}" for arch, head in CASES]
+CASES = [(arch, head) for arch in zoo.list_models() for head in zoo.store.registry.supported_heads(arch)]
+IDS = [arch if len(zoo.store.registry.supported_heads(arch)) == 1 else f"{arch}-{head}" for arch, head in CASES]
 
 
 @dataclass
@@ -47,7 +47,7 @@ class Case:
     arch: str
     head: str
     model: nn.Module  # as built, in eval mode; a test that changes it restores it or works on a copy
-    kind: str  # what it reads: "images", "text", "graphs" or "vectors" (zoo.registry.input_kind)
+    kind: str  # what it reads: "images", "text", "graphs" or "vectors" (zoo.store.registry.input_kind)
     x: Any
     rows: tuple[int, ...]  # the leading dimensions of every output: (N,), (N, L) or (num_nodes,)
     _memo: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -69,7 +69,7 @@ class Case:
 
 def _model_class(arch: str) -> type | None:
     """The class the architecture's builder is annotated to return (None without one)."""
-    cls = typing.get_type_hints(zoo.registry.get_builder(arch)).get("return")
+    cls = typing.get_type_hints(zoo.store.registry.get_builder(arch)).get("return")
     return cls if isinstance(cls, type) else None
 
 
@@ -87,8 +87,8 @@ def _small_kwargs(arch: str) -> dict[str, Any]:
     if cls is not None and "return_aux" in inspect.signature(cls.forward).parameters:
         return dict(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=24,
                     num_experts=4, top_k=2)
-    kind = zoo.registry.input_kind(arch)
-    if kind == "vectors" and "sizes" in inspect.signature(zoo.registry.get_builder(arch)).parameters:
+    kind = zoo.store.registry.input_kind(arch)
+    if kind == "vectors" and "sizes" in inspect.signature(zoo.store.registry.get_builder(arch)).parameters:
         return dict(sizes=(36, 24, 16))
     if kind == "graphs":
         return dict(hidden_channels=16, num_layers=2)
@@ -104,7 +104,7 @@ def _small_kwargs(arch: str) -> dict[str, Any]:
 
 def _kind(arch: str, model: nn.Module) -> str:
     """What the architecture reads, as it registered it (``register_model(inputs=...)``)."""
-    kind = zoo.registry.input_kind(arch)
+    kind = zoo.store.registry.input_kind(arch)
     if kind == "images":  # vision models have feature levels, which say the strides
         assert hasattr(model, "feature_info") and hasattr(model, "in_chans"), f"{arch} reads images"
     assert kind in ("images", "text", "graphs", "vectors"), f"{arch} reads {kind!r}: teach _make_input it"

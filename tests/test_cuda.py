@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 
 import zoo
-from zoo import inference
+from zoo.deploy import inference
 from zoo.cli import main
 from zoo.errors import InvalidArgumentError
 from zoo.tokenizer import ByteTokenizer

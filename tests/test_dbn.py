@@ -25,7 +25,7 @@ from torch import nn
 
 import zoo
 from zoo.architectures.dbn import DBN, RBM, GaussianRBM, Sparsity
-from zoo.training.dbn import (
+from zoo.training.rbm import (
     DBNClassifier,
     FinetuneConfig,
     RBMConfig,

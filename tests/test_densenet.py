@@ -12,7 +12,7 @@ from torch import nn
 import zoo
 from zoo.architectures import densenet
 from zoo.architectures.layers import SqueezeExcite
-from zoo.convert import convert_state_dict
+from zoo.store.convert import convert_state_dict
 
 def _num_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import zoo
 from zoo.cli import main
-from zoo.deploy import ExportMismatchError, example_input_for
+from zoo.deploy.exporter import ExportMismatchError, example_input_for
 from zoo.errors import InvalidArgumentError, ZooError
 
 TOLERANCE = 1e-4  # max abs difference from PyTorch fp32

@@ -472,7 +472,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], 
     ("zoo.training.engine.write_checkpoint", 2),  # training, after the first epoch's checkpoint
     ("safetensors.torch.save_model", 1),  # writing the final model
     ("zoo.training.finetune._write_card", 1),  # the model saved, its card not written
-    ("zoo.training.export.post_training", 1),  # the card written, the exports not
+    ("zoo.training.post_training.post_training", 1),  # the card written, the exports not
 ])
 def test_a_killed_finetune_leaves_a_folder_that_resumes_to_the_same_model(
     uninterrupted: tuple[list[str], Path], tmp_path: Path, point: str, calls: int

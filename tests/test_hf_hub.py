@@ -1,4 +1,4 @@
-"""The Hugging Face Hub as a weight source (zoo.hf_hub): repositories laid out in a Hub cache on
+"""The Hugging Face Hub as a weight source (zoo.interop.hf_hub): repositories laid out in a Hub cache on
 disk and read offline, and a Hub-compatible server on 127.0.0.1 as HF_ENDPOINT for downloads."""
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from timm.models._hub import save_for_hf
 
 import zoo
 from tests.published import randomize_batchnorm
-from zoo import hf_hub, registry
+from zoo.interop import hf_hub
+from zoo.store import registry
 from zoo.errors import ChecksumError, InvalidArgumentError, WeightsNotFoundError
 
 COMMIT = "a" * 40

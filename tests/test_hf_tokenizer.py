@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 transformers = pytest.importorskip("transformers")
 
 import zoo  # noqa: E402
-from zoo.hf import export_hf  # noqa: E402
+from zoo.interop.hf_checkpoint import export_hf  # noqa: E402
 from zoo.tokenizer import ByteTokenizer, complete  # noqa: E402
 
 BYTES = ByteTokenizer()

@@ -1,4 +1,4 @@
-"""Tests of the verified weight store (zoo.hub) against a local HTTP server."""
+"""Tests of the verified weight store (zoo.store.download) against a local HTTP server."""
 from __future__ import annotations
 
 import hashlib
@@ -17,8 +17,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-import zoo.hub as hub
-from zoo.hub import (
+import zoo.store.download as hub
+from zoo.store.download import (
     ChecksumError,
     DownloadError,
     WeightsError,

@@ -13,7 +13,7 @@ transformers = pytest.importorskip("transformers")
 
 import zoo  # noqa: E402
 from zoo.errors import WeightsMismatchError  # noqa: E402
-from zoo.hf import export_hf  # noqa: E402
+from zoo.interop.hf_checkpoint import export_hf  # noqa: E402
 
 MIXTRAL = dict(
     vocab_size=97, hidden_size=64, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,

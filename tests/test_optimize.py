@@ -16,7 +16,7 @@ from PIL import Image
 from torch._inductor.utils import run_and_get_code
 
 import zoo
-from zoo import inference
+from zoo.deploy import inference
 from zoo.cli import main
 from zoo.errors import InvalidArgumentError
 from zoo.training.data import load_fashion_mnist
@@ -29,7 +29,7 @@ BATCH = 64
 def fmnist_batches() -> list[torch.Tensor]:
     """512 Fashion-MNIST test images through resnet20.fmnist's preprocessing, in batches of 64."""
     images, _ = load_fashion_mnist("test")
-    preprocess = zoo.api.build_transforms({"mean": [0.5], "std": [0.5]})
+    preprocess = zoo.loading.transforms.build_transforms({"mean": [0.5], "std": [0.5]})
     return list(preprocess(images[:512, None]).split(BATCH))
 
 

@@ -1,5 +1,5 @@
-"""training.report (metrics against scikit-learn, plots, JSON), zoo.deploy's TorchScript /
-torch.export round trips, and training.export (int8 dynamic quantization, magnitude pruning,
+"""training.report (metrics against scikit-learn, plots, JSON), zoo.deploy.exporter's TorchScript /
+torch.export round trips, and training.post_training (int8 dynamic quantization, magnitude pruning,
 post_training) on small generated data."""
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import zoo
-from zoo.deploy import NOT_TENSORS_REASON, ExportMismatchError, export_program, export_torchscript
-from zoo.training.export import (
+from zoo.deploy.exporter import NOT_TENSORS_REASON, ExportMismatchError, export_program, export_torchscript
+from zoo.training.post_training import (
     global_magnitude_prune,
     linear_fraction,
     post_training,
@@ -24,7 +24,7 @@ from zoo.training.export import (
     state_dict_bytes,
     weight_sparsity,
 )
-from zoo.files import write_json
+from zoo.store.files import write_json
 from zoo.training.report import (
     classification_report,
     evaluate_classifier,

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from PIL import Image
 
 import zoo
-from zoo import registry
+from zoo.store import registry
 from zoo.errors import InvalidArgumentError, UnknownModelError, WeightsNotFoundError
-from zoo.registry import WeightInfo
-from zoo.torchvision_names import weights_entry
+from zoo.store.registry import WeightInfo
+from zoo.interop.torchvision_weights import weights_entry
 
 TORCHVISION_ARCHS = sorted({zoo.info(n).arch for n in zoo.list_models(pretrained=True) if zoo.info(n).torchvision_weights})
 
@@ -219,10 +219,10 @@ def test_fetch_hard_links_the_torch_hub_file(published, http_server, zoo_home):
     info, _, blob, filename = published
     cached = _torch_hub_checkpoints() / filename
     cached.write_bytes(blob)
-    path = zoo.hub.fetch(info.url, sha256=None, progress=False)  # the hash prefix in the name verifies it
+    path = zoo.store.download.fetch(info.url, sha256=None, progress=False)  # the hash prefix in the name verifies it
     assert path == zoo_home / "downloads" / filename
     assert os.path.samefile(path, cached)
-    assert zoo.hub.verify_file(path, info.sha256).startswith(info.sha256)
+    assert zoo.store.download.verify_file(path, info.sha256).startswith(info.sha256)
     assert http_server.requests == []
 
 
@@ -242,7 +242,7 @@ def test_torch_hub_file_without_a_known_hash_is_not_used(http_server, zoo_home):
     url = http_server.add("plain.bin", blob)
     (_torch_hub_checkpoints() / "plain.bin").write_bytes(b"something else")
     with pytest.warns(UserWarning, match="could not be verified"):
-        path = zoo.hub.fetch(url, sha256=None, progress=False)
+        path = zoo.store.download.fetch(url, sha256=None, progress=False)
     assert path.read_bytes() == blob
     assert http_server.requests == ["/plain.bin"]
 

@@ -16,9 +16,9 @@ from PIL import Image
 from safetensors.torch import save_file
 
 import zoo
-from zoo.api import ConvertChannels
+from zoo.loading.transforms import ConvertChannels
 from zoo.errors import InvalidArgumentError, WeightsNotFoundError, ZooError
-from zoo.files import write_json
+from zoo.store.files import write_json
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +142,7 @@ def test_a_folder_named_like_registered_weights_does_not_shadow_them(resnet20, t
     assert main(["predict", "./resnet20.fmnist", str(image), "--topk", "3"]) == 0
     assert main(["predict", "resnet20.fmnist", str(image), "--topk", "3"]) == 0
     folder_run, registered_run = capsys.readouterr().out.split(str(image))[1:]
-    names = zoo.registry.load_categories("fashion-mnist")
+    names = zoo.store.registry.load_categories("fashion-mnist")
     assert not any(n in folder_run for n in names) and any(n in registered_run for n in names)
 
 

@@ -23,7 +23,7 @@ import torch.nn as nn
 from torch.optim.swa_utils import AveragedModel
 
 from zoo.errors import CheckpointError
-from zoo.files import atomic_path
+from zoo.store.files import atomic_path
 
 CHECKPOINT_FORMAT = "zoo-trainer/1"
 LAST_CHECKPOINT = "last.pt"

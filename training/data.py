@@ -18,7 +18,7 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torchvision.transforms import InterpolationMode, v2
 
-from zoo.api import ConvertChannels, build_transforms
+from zoo.loading.transforms import ConvertChannels, build_transforms
 from zoo.tokenizer import ByteTokenizer
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")  # Debian package dataset-fashion-mnist

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from zoo.deploy import checked_device
+from zoo.devices import checked_device
 
 
 def init_distributed() -> tuple[int, int, int]:

@@ -39,7 +39,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
-from zoo.files import write_bytes_atomic, write_json
+from zoo.store.files import write_bytes_atomic, write_json
 from zoo.training.checkpoint import (
     BEST_CHECKPOINT,
     LAST_CHECKPOINT,

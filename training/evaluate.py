@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 import zoo
 from zoo.training.data import load_fashion_mnist, stdlib_corpus
-from zoo.training.report import model_device
+from zoo.devices import model_device
 from zoo.training.steps import move_to_device
 
 Task = Callable[[nn.Module, int | None], dict[str, float]]

@@ -35,14 +35,14 @@ import torch.nn as nn
 from torch.utils.data import Dataset, SequentialSampler
 
 import zoo
-from zoo.training import export
+from zoo.training import post_training as after_training
 from zoo.training.data import Augment, build_loader, default_preprocess, image_transforms
 from zoo.training.sources import DataSource, open_data
 from zoo.training.engine import SCHEDULERS, Trainer, TrainConfig
 from zoo.training.steps import DistillationStep, StepFn, split_batch
-from zoo.files import write_bytes_atomic
-from zoo import registry
-from zoo.api import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, read_saved_config, saved_folder
+from zoo.store.files import write_bytes_atomic
+from zoo.store import registry
+from zoo.loading.saved import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, read_saved_config, saved_folder
 from zoo.errors import DataError, InvalidArgumentError, run_command
 from zoo.training.checkpoint import LAST_CHECKPOINT
 
@@ -299,7 +299,7 @@ def finetune(
     many training samples; ``image_size`` resizes images (the model's own size otherwise);
     ``distill`` adds a teacher's predictions to the loss (instead of a custom ``step_fn``).
     ``post_training`` adds the evaluation report (confusion matrix), TorchScript, torch.export
-    and ONNX files, int8 quantization and pruning results of `zoo.training.export`.
+    and ONNX files, int8 quantization and pruning results of `zoo.training.post_training`.
     ``out`` must be empty or missing, or hold a run to resume (``config.resume``); with
     ``overwrite`` the files an earlier run wrote there are removed first."""
     config = dataclasses.replace(config or TrainConfig(), out_dir=str(out))
@@ -371,13 +371,13 @@ def _report_forward(model: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.T
 
 
 def _post_training(model: nn.Module, val_set: Dataset, source: DataSource, config: TrainConfig) -> dict[str, Any]:
-    """`zoo.training.export.post_training` on the validation set: report, exports, int8, pruning."""
+    """`zoo.training.post_training.post_training` on the validation set: report, exports, int8, pruning."""
     if config.progress:
         print(f"after training: evaluating, exporting and quantizing on {len(val_set)} validation samples "
               "(--no-post-training skips it)", flush=True)
     loader = build_loader(val_set, config.batch_size, sampler=SequentialSampler(val_set), collate_fn=source.collate_fn)
     calibration = [_positional(split_batch(batch)[0]) for batch in itertools.islice(loader, CALIBRATION_BATCHES)]
-    return export.post_training(
+    return after_training.post_training(
         model, loader, config.out_dir, calibration[0], class_names=source.class_names, forward=_report_forward,
         dynamic_batch=source.kind != "graphs", calibration=calibration, progress=config.progress,
     )
@@ -392,8 +392,8 @@ def _positional(inputs: Any) -> Any:
 
 RUN_OUTPUTS = (
     CONFIG_FILE, WEIGHTS_FILE, CARD_FILE, "metrics.csv", "metrics.json", "curves.png", "train.log", "tensorboard",
-    "checkpoints", "profile", export.TORCHSCRIPT_FILE, export.EXPORTED_PROGRAM_FILE, export.ONNX_FILE, export.REPORT_FILE,
-    export.CONFUSION_FILE, export.SUMMARY_FILE,
+    "checkpoints", "profile", after_training.TORCHSCRIPT_FILE, after_training.EXPORTED_PROGRAM_FILE, after_training.ONNX_FILE, after_training.REPORT_FILE,
+    after_training.CONFUSION_FILE, after_training.SUMMARY_FILE,
 )
 
 

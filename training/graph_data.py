@@ -26,7 +26,7 @@ from torch_geometric.transforms import Compose, Constant
 from torch_geometric.utils import grid, remove_self_loops, to_undirected
 
 from zoo.training.data import load_fashion_mnist
-from zoo.hub import zoo_home
+from zoo.store.download import zoo_home
 
 Split = Literal["train", "val", "test"]
 Transform = Callable[[Data], Data] | None

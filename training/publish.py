@@ -1,7 +1,7 @@
 """Turn a recipe's trained model into a bundled weight entry: ``weights/<arch>.<tag>.safetensors``,
 its model card ``.md``, its training-curve ``.png`` and its registry entry ``.json``.
 
-The entry is data (`zoo.registry.WeightInfo`): the file's full sha256, the architecture
+The entry is data (`zoo.store.registry.WeightInfo`): the file's full sha256, the architecture
 options, preprocessing, class names, the measured metrics keyed by evaluation task (see
 `zoo.training.evaluate`) and the recipe command, so `zoo.load(name)` verifies the file and
 `zoo eval name` re-measures the card's numbers.
@@ -26,9 +26,9 @@ import safetensors.torch
 import torch
 import torch.nn as nn
 
-from zoo.bench import architecture_gmacs
+from zoo.deploy.bench import architecture_gmacs
 from zoo.errors import run_command
-from zoo.files import write_bytes_atomic
+from zoo.store.files import write_bytes_atomic
 from zoo.training.report import plot_curves
 
 WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"

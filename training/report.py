@@ -15,8 +15,8 @@ import torch
 import torch.nn as nn
 from tqdm.auto import tqdm
 
-from zoo.deploy import model_device
-from zoo.files import write_bytes_atomic
+from zoo.devices import model_device
+from zoo.store.files import write_bytes_atomic
 from zoo.training.steps import move_to_device
 
 if TYPE_CHECKING:

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from zoo.training.finetune import FinetuneResult, add_arguments, run
-from zoo.files import write_json
+from zoo.store.files import write_json
 from zoo.training.report import plot_curves
-from zoo import registry
-from zoo.api import saved_folder
+from zoo.store import registry
+from zoo.loading.saved import saved_folder
 from zoo.errors import run_command
 
 CURVES = ("train_loss", "val_loss", "train_acc", "val_acc")

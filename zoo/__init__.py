@@ -3,34 +3,59 @@
     >>> import zoo
     >>> zoo.list_models("resnet*", pretrained=True)
     >>> model = zoo.load("resnet50.tv_in1k", num_classes=7)   # ImageNet body, fresh 7-way head
+
+The public names are imported when first used (PEP 562), so ``import zoo`` and ``zoo list``
+don't wait for torch's model families, torchvision or torch_geometric.
 """
-from zoo.api import create_model, info, load, save, transforms
-from zoo.architectures import register_model
-from zoo.deploy import export
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from zoo.errors import UnknownModelError, WeightsMismatchError, ZooError
-from zoo.hf import export_hf
-from zoo.inference import optimize
-from zoo.registry import WeightInfo, list_models
-from zoo.tokenizer import ByteTokenizer
-from zoo.weights_enum import get_model, get_model_weights
 
 __version__ = "0.1.0"
-__all__ = [
-    "ByteTokenizer",
-    "UnknownModelError",
-    "WeightInfo",
-    "WeightsMismatchError",
-    "ZooError",
-    "create_model",
-    "export",
-    "export_hf",
-    "get_model",
-    "get_model_weights",
-    "info",
-    "list_models",
-    "load",
-    "optimize",
-    "register_model",
-    "save",
-    "transforms",
-]
+
+# public name -> the module that defines it
+_PUBLIC = {
+    "ByteTokenizer": "zoo.tokenizer",
+    "WeightInfo": "zoo.store.registry",
+    "create_model": "zoo.interop.timm",
+    "export": "zoo.deploy.exporter",
+    "export_hf": "zoo.interop.hf_checkpoint",
+    "get_model": "zoo.interop.torchvision_models",
+    "get_model_weights": "zoo.interop.torchvision_models",
+    "info": "zoo.store.registry",
+    "list_models": "zoo.store.registry",
+    "load": "zoo.loading.build",
+    "optimize": "zoo.deploy.inference",
+    "register_model": "zoo.architectures",
+    "save": "zoo.loading.saved",
+    "transforms": "zoo.loading.transforms",
+}
+__all__ = sorted([*_PUBLIC, "UnknownModelError", "WeightsMismatchError", "ZooError"])
+
+if TYPE_CHECKING:
+    from zoo.architectures import register_model
+    from zoo.deploy.exporter import export
+    from zoo.deploy.inference import optimize
+    from zoo.interop.hf_checkpoint import export_hf
+    from zoo.interop.timm import create_model
+    from zoo.interop.torchvision_models import get_model, get_model_weights
+    from zoo.loading.build import load
+    from zoo.loading.saved import save
+    from zoo.loading.transforms import transforms
+    from zoo.store.registry import WeightInfo, info, list_models
+    from zoo.tokenizer import ByteTokenizer
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'zoo' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    globals()[name] = value  # once found, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})

@@ -1,5 +1,5 @@
 """Deep belief nets (``dbn.digits``, ``dbn.fmnist``): greedy RBM pretraining on the training
-rows, then backprop fine-tuning of the unrolled net (`zoo.training.dbn.finetune_dbn`, a
+rows, then backprop fine-tuning of the unrolled net (`zoo.training.rbm.finetune_dbn`, a
 `zoo.training.engine.Trainer` run), measured on the test split. The last epoch's weights are
 published; a fixed-seed validation hold-out from the training rows draws the curves (it picks
 nothing).
@@ -18,7 +18,7 @@ import torch
 
 import zoo
 from zoo.training.data import load_fashion_mnist
-from zoo.training.dbn import FinetuneConfig, RBMConfig, finetune_dbn, pretrain
+from zoo.training.rbm import FinetuneConfig, RBMConfig, finetune_dbn, pretrain
 from zoo.training.digits import load_nudged_digits
 from zoo.training.evaluate import evaluate, task_key
 from zoo.training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main

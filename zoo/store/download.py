@@ -36,7 +36,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from zoo.errors import ChecksumError, DownloadError, WeightsError, WeightsNotFoundError
-from zoo.files import atomic_path, write_bytes_atomic
+from zoo.store.files import atomic_path, write_bytes_atomic
 
 __all__ = [
     "ChecksumError",

@@ -34,10 +34,12 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-from zoo import hub, registry
+from zoo.store import download
+
+from zoo.store import registry
 from zoo.errors import ChecksumError, DownloadError, InvalidArgumentError, WeightsError, WeightsNotFoundError
-from zoo.files import write_json
-from zoo.registry import WeightInfo
+from zoo.store.files import write_json
+from zoo.store.registry import WeightInfo
 
 HUB_PREFIX = "hf-hub:"
 RECORDED_AT_FIRST_DOWNLOAD = "recorded-at-first-download"
@@ -117,7 +119,7 @@ def endpoint() -> str | None:
 def download_file(repo: HubRepo, filename: str, *, sha256: str | None = None) -> Path:
     """``filename`` of ``repo`` from the Hub's cache, downloaded there if missing (unless offline),
     checked against ``sha256`` or else the Hub's LFS sha256 of the file."""
-    offline = hub.is_hf_offline()
+    offline = download.is_hf_offline()
     with _hub_errors(repo, filename, offline):
         path = Path(huggingface_hub.hf_hub_download(
             repo.repo_id, filename, revision=repo.revision, cache_dir=cache_dir(), endpoint=endpoint(),
@@ -142,7 +144,7 @@ def download_snapshot(repo: HubRepo, allow_patterns: Sequence[str]) -> Path:
     """The files of ``repo`` matching ``allow_patterns``, as one folder of the Hub's cache (the
     commit's snapshot), downloaded if missing (unless offline); weight files are checked
     against the Hub's LFS sha256."""
-    offline = hub.is_hf_offline()
+    offline = download.is_hf_offline()
     with _hub_errors(repo, None, offline):
         folder = Path(huggingface_hub.snapshot_download(
             repo.repo_id, revision=repo.revision, cache_dir=cache_dir(), endpoint=endpoint(),
@@ -172,13 +174,13 @@ def fetch_entry_file(entry: WeightInfo) -> Path:
             f"weight entry {entry.name} names no sha256 for {entry.hf_hub}: add its \"sha256\", or "
             f"\"sha256_policy\": \"{RECORDED_AT_FIRST_DOWNLOAD}\" to record the first verified download"
         )
-    record_path = hub.zoo_home() / "hf-pins" / f"{entry.name}.json"
+    record_path = download.zoo_home() / "hf-pins" / f"{entry.name}.json"
     record = _read_pin(record_path, entry)
     repo = HubRepo(entry.hf_hub, record["commit"] if record else entry.revision)
     expected = entry.sha256 or (record["sha256"] if record else None)
     path = download_file(repo, entry.hf_file, sha256=expected)
     if entry.sha256 is None and record is None:
-        digest = hub.verify_file(path, None)
+        digest = download.verify_file(path, None)
         write_json({"repo": entry.hf_hub, "revision": entry.revision, "commit": commit_of(path),
                     "file": entry.hf_file, "sha256": digest}, record_path)
     return path
@@ -204,10 +206,10 @@ def _verify(path: Path, repo: HubRepo, filename: str, sha256: str | None) -> Non
     blob = path.resolve()
     lfs_sha256 = blob.name if blob.parent.name == "blobs" and _SHA256.fullmatch(blob.name) else None
     expected = sha256 or lfs_sha256
-    if expected is None and path.suffix in _WEIGHT_SUFFIXES and not hub.is_hf_offline():
+    if expected is None and path.suffix in _WEIGHT_SUFFIXES and not download.is_hf_offline():
         expected = _remote_lfs_sha256(repo, filename, commit_of(path))
     try:
-        hub.verify_file(path, expected)
+        download.verify_file(path, expected)
     except ChecksumError as error:
         path.unlink(missing_ok=True)
         blob.unlink(missing_ok=True)

@@ -12,9 +12,9 @@ import re
 from enum import Enum
 from typing import Any
 
-from zoo import registry
+from zoo.store import registry
 from zoo.errors import InvalidArgumentError, UnknownModelError
-from zoo.registry import WeightInfo
+from zoo.store.registry import WeightInfo
 
 DEFAULT = "DEFAULT"
 _MEMBER = re.compile(r"[A-Z][A-Z0-9_]*")

@@ -25,9 +25,9 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from zoo.architectures.moe_transformer import MoETransformer
-from zoo import registry
+from zoo.store import registry
 from zoo.errors import WeightsMismatchError
-from zoo.files import atomic_files
+from zoo.store.files import atomic_files
 from zoo.tokenizer import ByteTokenizer
 
 CONFIG_FILE = "config.json"

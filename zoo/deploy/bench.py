@@ -26,12 +26,14 @@ import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
 from tqdm import tqdm
 
-from zoo import api, registry
-from zoo.deploy import example_input_for
+from zoo.loading import build
+
+from zoo.store import registry
+from zoo.deploy.exporter import example_input_for
 from zoo.errors import InvalidArgumentError, UnknownModelError, WeightsNotFoundError
-from zoo.files import write_bytes_atomic
-from zoo.inference import medians, optimize as optimize_model
-from zoo.registry import WeightInfo
+from zoo.store.files import write_bytes_atomic
+from zoo.deploy.inference import medians, optimize as optimize_model
+from zoo.store.registry import WeightInfo
 
 TEXT_TOKENS = 256  # the sequence length text models are counted and timed at
 GRAPH_SKIP_REASON = "graph model: its compute grows with each graph's nodes, so no one figure describes it"
@@ -72,9 +74,9 @@ def architecture_gmacs(
     Built on the meta device (shapes only, nothing computed) except models with
     mixture-of-experts routing, whose expert batches depend on the data."""
     with torch.device("meta"):
-        model = api.load(arch, pretrained=False, num_classes=num_classes, **model_kwargs)
+        model = build.load(arch, pretrained=False, num_classes=num_classes, **model_kwargs)
     if "return_aux" in inspect.signature(model.forward).parameters:  # routed: rebuild with real tensors
-        model = api.load(arch, pretrained=False, num_classes=num_classes, **model_kwargs)
+        model = build.load(arch, pretrained=False, num_classes=num_classes, **model_kwargs)
     return gmacs(model, preprocess)
 
 
@@ -150,9 +152,9 @@ def _load(target: BenchTarget) -> tuple[nn.Module, dict[str, Any]]:
     """The model (eval mode, fp32) and the preprocessing its inputs follow."""
     if target.info is not None:
         with _offline():
-            return api.load(target.name), target.info.preprocess
+            return build.load(target.name), target.info.preprocess
     arch, default = registry.resolve(target.name)
-    model = api.load(arch, pretrained=False, **(default.model_kwargs if default else {}))
+    model = build.load(arch, pretrained=False, **(default.model_kwargs if default else {}))
     return model, default.preprocess if default else {}
 
 
@@ -168,7 +170,7 @@ def bench(
     targets: Sequence[BenchTarget], batch_sizes: Sequence[int], repeats: int, optimize: bool = False,
 ) -> tuple[list[BenchRow], list[tuple[str, str]]]:
     """Measure every target at every batch size in fp32 eager and, with ``optimize``, as
-    `zoo.inference.optimize` chooses (precision "auto", which compiles and times its candidates
+    `zoo.deploy.inference.optimize` chooses (precision "auto", which compiles and times its candidates
     on this machine); returns the rows and the (name, reason) of the targets skipped: graph
     models, and published weights not in the cache."""
     if repeats < 1:
@@ -223,7 +225,7 @@ def bench(
 
 def machine_header() -> list[str]:
     """What the speeds depend on: CPU capability, AMX, torch version, threads."""
-    from zoo.inference import has_amx
+    from zoo.deploy.inference import has_amx
 
     amx = has_amx()
     return [

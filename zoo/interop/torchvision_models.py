@@ -11,8 +11,12 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from zoo import api, registry, torchvision_names
-from zoo.registry import WeightInfo
+from zoo.loading import build, transforms
+
+from zoo.store import registry
+
+from zoo.interop import torchvision_weights
+from zoo.store.registry import WeightInfo
 
 
 class ModelWeights(Enum):
@@ -48,7 +52,7 @@ class ModelWeights(Enum):
 
     def transforms(self) -> Callable[[Any], torch.Tensor]:
         """The eval preprocessing of these weights (see `zoo.transforms`)."""
-        return api.transforms(self.value)
+        return transforms.transforms(self.value)
 
 
 def get_model_weights(name: str) -> type[ModelWeights]:
@@ -56,12 +60,12 @@ def get_model_weights(name: str) -> type[ModelWeights]:
     the same class for the same entries on every call; ``DEFAULT`` is torchvision's DEFAULT for
     weights republished from torchvision, else zoo's default entry."""
     arch, _ = registry.resolve(name)
-    members = torchvision_names.members(arch)
+    members = torchvision_weights.members(arch)
     if not members:
         raise registry.no_pretrained_weights(arch)
-    default = torchvision_names.default_entry(arch).name
-    pairs = tuple((member, info.name) for member, info in members.items()) + ((torchvision_names.DEFAULT, default),)
-    return _weights_enum(torchvision_names.enum_name(arch), pairs)
+    default = torchvision_weights.default_entry(arch).name
+    pairs = tuple((member, info.name) for member, info in members.items()) + ((torchvision_weights.DEFAULT, default),)
+    return _weights_enum(torchvision_weights.enum_name(arch), pairs)
 
 
 @functools.cache
@@ -73,4 +77,4 @@ def get_model(name: str, weights: str | os.PathLike | Enum | None = None, **kwar
     """The architecture ``name`` with ``weights`` (torchvision's names, a zoo enum member, a file
     or a URL), or freshly initialised without; ``kwargs`` go to `zoo.load`. Unlike torchvision
     the model comes back in eval mode; call ``.train()`` to train it."""
-    return api.load(name, pretrained=weights is not None, weights=weights, **kwargs)
+    return build.load(name, pretrained=weights is not None, weights=weights, **kwargs)

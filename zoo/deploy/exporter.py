@@ -24,9 +24,10 @@ import torch
 import torch.nn as nn
 from torch.export import Dim
 
-from zoo import registry
+from zoo.store import registry
+from zoo.devices import model_device
 from zoo.errors import InvalidArgumentError, ZooError
-from zoo.files import atomic_files, write_bytes_atomic
+from zoo.store.files import atomic_files, write_bytes_atomic
 
 ExampleInput = torch.Tensor | tuple[Any, ...]
 
@@ -55,26 +56,8 @@ class ExportResult:
     seconds: float  # export + save + re-load + check
 
 
-def model_device(model: nn.Module) -> torch.device:
-    """Where ``model``'s parameters are (the CPU for a model without any)."""
-    return next(model.parameters(), torch.empty(0)).device
 
 
-def checked_device(requested: torch.device | str) -> torch.device:
-    """``requested`` as a device, refused by name when torch does not know it, or when it is
-    a CUDA device and no GPU is usable here (before any weights are read)."""
-    try:
-        device = torch.device(requested)
-    except (RuntimeError, TypeError):
-        raise InvalidArgumentError(
-            f"device={requested!r} is not a device torch knows; use 'cpu', or 'cuda' / 'cuda:N' for a GPU"
-        ) from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise InvalidArgumentError(
-            f"device={str(requested)!r} asked for, but no CUDA GPU is usable here (torch.cuda.is_available() "
-            "is False); use device='cpu'"
-        )
-    return device
 
 
 @contextmanager

@@ -39,7 +39,7 @@ class WeightInfo:
     hf_file: str = "model.safetensors"
     sha256_policy: str | None = None  # "recorded-at-first-download": sha256 unknown, pinned by the first download
     sha256: str | None = None  # full digest, or the publisher's hash prefix (>= 8 hex)
-    converter: str = "identity"  # key converter from the source layout, see zoo.convert
+    converter: str = "identity"  # key converter from the source layout, see zoo.store.convert
     num_classes: int = 1000
     model_kwargs: dict[str, Any] = field(default_factory=dict)
     preprocess: dict[str, Any] = field(default_factory=dict)
@@ -47,7 +47,7 @@ class WeightInfo:
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)  # by evaluation task
     eval_task: str | None = None  # training.evaluate task that re-measures `metrics` (zoo eval)
     num_params: int | None = None
-    gmacs: float | None = None  # multiply-accumulates per sample at the entry's input size, zoo.bench.count_macs
+    gmacs: float | None = None  # multiply-accumulates per sample at the entry's input size, zoo.deploy.bench.count_macs
     file_size: int | None = None
     recipe: str | None = None
     license: str | None = None
@@ -206,3 +206,8 @@ def weight_info(name: str) -> WeightInfo:
     if info is None:
         raise no_pretrained_weights(arch)
     return info
+
+
+def info(name: str) -> WeightInfo:
+    """Metadata of ``arch.tag`` (or of an architecture's default weights): `zoo.info`."""
+    return weight_info(name)

@@ -39,10 +39,11 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from zoo import hub
-from zoo.deploy import output_tensors
+from zoo.store import download
+from zoo.deploy.exporter import output_tensors
+from zoo.devices import model_device
 from zoo.errors import InvalidArgumentError
-from zoo.files import write_json
+from zoo.store.files import write_json
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 CACHE_FILE = "optimize.json"
@@ -127,7 +128,7 @@ class OptimizedModel(nn.Module):
             if self._compiled:
                 stack.enter_context(_compile_settings(bounded=self.graph_batch_sizes is not None))
             if self._autocast is not None:
-                stack.enter_context(torch.autocast(_device(self.model).type, dtype=self._autocast))
+                stack.enter_context(torch.autocast(model_device(self.model).type, dtype=self._autocast))
                 return _to_dtype(self._call(args, kwargs), torch.float32)
             return self._call(args, kwargs)
 
@@ -210,7 +211,7 @@ def optimize(
         raise InvalidArgumentError(f"max_batch_graphs must be an int of 1 or more, got {max_batch_graphs!r}")
     model.eval()
     args = _example_args(example_input)
-    device = _device(model)
+    device = model_device(model)
     batches = _check_batches(calibration, args)
     available, unavailable = _candidates(model, args, device)
     if precision != "auto" and precision not in available:
@@ -268,7 +269,7 @@ def optimize(
 
 def unavailable_precisions(model: nn.Module, example_input: Any) -> dict[str, str]:
     """Why each precision that does not apply to ``model`` on ``example_input`` here does not."""
-    return _candidates(model, _example_args(example_input), _device(model))[1]
+    return _candidates(model, _example_args(example_input), model_device(model))[1]
 
 
 def has_amx() -> bool:
@@ -479,7 +480,7 @@ def _cache_key(model: nn.Module, args: tuple[Any, ...], device: torch.device, re
 def _read_cache() -> dict[str, Any]:
     """The remembered choices; an unreadable or damaged file counts as none."""
     try:
-        data = json.loads((hub.zoo_home() / CACHE_FILE).read_text())
+        data = json.loads((download.zoo_home() / CACHE_FILE).read_text())
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -500,7 +501,7 @@ def _write_cache(key: str, precision: str, candidates: list[Candidate]) -> None:
     data = _read_cache()
     data[key] = {"precision": precision, "candidates": [asdict(c) for c in candidates]}
     try:
-        write_json(data, hub.zoo_home() / CACHE_FILE)
+        write_json(data, download.zoo_home() / CACHE_FILE)
     except OSError:
         pass
 
@@ -519,12 +520,6 @@ def _has_torchao() -> bool:
         except ImportError:
             return False
     return True
-
-
-def _device(model: nn.Module) -> torch.device:
-    for tensor in [*model.parameters(), *model.buffers()]:
-        return tensor.device
-    return torch.device("cpu")
 
 
 def _is_image_batch(args: tuple[Any, ...]) -> bool:

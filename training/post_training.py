@@ -1,4 +1,4 @@
-"""After training: export to TorchScript, ``torch.export`` and ONNX (`zoo.deploy`'s exporters,
+"""After training: export to TorchScript, ``torch.export`` and ONNX (`zoo.deploy.exporter`'s exporters,
 each re-loaded and checked against eager), int8 quantization (static, through `zoo.optimize`,
 for the CNN families; dynamic, of the Linear layers, for models made mostly of them) and
 global magnitude pruning, each with its size, speed or sparsity and the accuracy it keeps;
@@ -25,19 +25,19 @@ import torch
 import torch.nn as nn
 import torch.nn.utils.prune as prune
 
-from zoo import inference
-from zoo.deploy import (
+from zoo.deploy import inference
+from zoo.devices import model_device
+from zoo.deploy.exporter import (
     NOT_TENSORS_REASON,
     ExampleInput,
     ExportResult,
     export_onnx,
     export_program,
     export_torchscript,
-    model_device,
     onnx_packages,
 )
 from zoo.errors import ZooError
-from zoo.files import write_json
+from zoo.store.files import write_json
 from zoo.training.report import (
     ClassificationReport,
     Forward,

@@ -1,0 +1,2 @@
+"""The peers' names and formats: timm's `create_model` and config, torchvision's weight names
+and enums, Hugging Face checkpoints and the Hub."""

@@ -1,0 +1,83 @@
+"""timm's `create_model` for zoo's models, and timm's names for those zoo spells differently."""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch.nn as nn
+
+from zoo.errors import WeightsMismatchError
+from zoo.loading.build import feature_extractor, load
+from zoo.loading.state_dicts import mismatch_message
+from zoo.store import download, registry
+from zoo.store.convert import convert_state_dict
+
+
+# timm's names of architectures that zoo registers under another name, with the options that
+# make them (same parameters and feature levels); other widths of timm's MobileNetV3 round
+# channels differently and have no zoo counterpart.
+TIMM_NAMES: dict[str, tuple[str, dict[str, Any]]] = {
+    "mobilenetv1_100": ("mobilenet_v1", {}),
+    "mobilenetv2_050": ("mobilenet_v2", {"width_mult": 0.5}),
+    "mobilenetv2_100": ("mobilenet_v2", {}),
+    "mobilenetv2_140": ("mobilenet_v2", {"width_mult": 1.4}),
+    "mobilenetv3_large_100": ("mobilenet_v3_large", {}),
+    "mobilenetv3_small_100": ("mobilenet_v3_small", {}),
+}
+
+
+def create_model(
+    model_name: str,
+    pretrained: bool = False,
+    pretrained_cfg_overlay: dict[str, Any] | None = None,
+    checkpoint_path: str | os.PathLike | None = None,
+    num_classes: int | None = None,
+    in_chans: int | None = None,
+    features_only: bool = False,
+    out_indices: int | Sequence[int] | None = None,
+    **kwargs: Any,
+) -> nn.Module:
+    """``timm.create_model``'s call for zoo's models, for code written against timm: timm's
+    names (`TIMM_NAMES` maps those zoo spells differently), no weights unless ``pretrained``
+    (then zoo's default weights of the architecture, or those of ``arch.tag``), ``num_classes``
+    (0: no classifier), ``in_chans``, ``features_only`` with ``out_indices`` (an int n: the
+    last n levels), other options (``global_pool``, ``drop_rate``...) to the architecture.
+    ``checkpoint_path`` loads a local state dict, safetensors file or timm/torchvision
+    checkpoint (pickles only with ``weights_only=True``) after the head is set, strictly, as
+    timm does; ``pretrained_cfg_overlay`` updates ``pretrained_cfg``. The model is returned in
+    training mode, as timm returns it."""
+    arch, _, tag = model_name.partition(".")
+    arch, options = TIMM_NAMES.get(arch, (arch, {}))
+    options = {**options, **kwargs}
+    if in_chans is not None:
+        options["in_chans"] = in_chans
+    name = f"{arch}.{tag}" if tag else arch
+    model = load(name, pretrained=pretrained, num_classes=num_classes or None, **options)
+    if num_classes == 0:
+        model.reset_classifier(0)
+        model.pretrained_cfg = {**model.pretrained_cfg, "num_classes": 0, "categories": None}
+    if checkpoint_path is not None:
+        _load_checkpoint(model, Path(checkpoint_path).expanduser(), arch)
+    if pretrained_cfg_overlay:
+        model.pretrained_cfg = {**model.pretrained_cfg, **pretrained_cfg_overlay}
+    if features_only:
+        model = feature_extractor(model, None, out_indices)
+    return model.train()
+
+
+def _load_checkpoint(model: nn.Module, path: Path, arch: str) -> None:
+    """Load every tensor of the checkpoint at ``path`` into ``model`` (timm's ``load_checkpoint``:
+    no key left over or missing), after the key converter of the architecture's weights."""
+    entries = registry.weights_for(arch)
+    state_dict = convert_state_dict(entries[0].converter if entries else "identity", download.load_state_dict_file(path))
+    expected = model.state_dict()
+    missing = sorted(expected.keys() - state_dict.keys())
+    unexpected = sorted(state_dict.keys() - expected.keys())
+    mismatched = sorted(k for k in expected.keys() & state_dict.keys() if expected[k].shape != state_dict[k].shape)
+    if missing or unexpected or mismatched:
+        message = mismatch_message(missing, unexpected, mismatched, expected, state_dict)
+        raise WeightsMismatchError(f"{message}\n  (checkpoint_path={str(path)!r})")
+    model.load_state_dict(state_dict)
+    model.pretrained_cfg = {**model.pretrained_cfg, "weights": str(path)}

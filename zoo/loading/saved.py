@@ -1,0 +1,132 @@
+"""Folders written by `zoo.save` (``config.json`` + ``model.safetensors`` + a model card):
+writing them, telling them from registry names, reading their config back."""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import safetensors.torch
+import torch.nn as nn
+
+from zoo.architectures.features import FeatureExtractor
+from zoo.errors import InvalidArgumentError, WeightsError, WeightsMismatchError, WeightsNotFoundError
+from zoo.interop import hf_hub
+from zoo.loading.state_dicts import CONFIG_FILE, build_architecture, build_with_state_dict
+from zoo.loading.transforms import adapt_preprocess
+from zoo.store import download, registry
+from zoo.store.files import atomic_files
+
+
+
+
+WEIGHTS_FILE = "model.safetensors"
+
+
+CARD_FILE = "README.md"
+
+
+def save(model: nn.Module, directory: str | os.PathLike) -> Path:
+    """Write ``config.json`` + ``model.safetensors`` + a README.md model card so that
+    ``zoo.load(directory)`` restores the model exactly. The folder is a Hugging Face Hub
+    repository as it stands: ``huggingface_hub.upload_folder`` publishes it, the Hub renders the
+    card's metadata, ``zoo.load("hf-hub:ORG/REPO")`` loads it back, and for timm's architectures
+    config.json also carries timm's keys. Files appear whole or not at all."""
+    cfg = getattr(model, "pretrained_cfg", None)
+    if not cfg or "architecture" not in cfg:
+        raise ValueError("zoo.save needs a model made by zoo.load (it records the architecture to rebuild)")
+    directory = Path(directory)
+    config = {**cfg, "num_classes": model.num_classes, "format": "zoo/1"}
+    config |= hf_hub.timm_config(config, getattr(model, "num_features", 0))
+    entry = registry.weight_info(cfg["weights"]) if cfg.get("weights") in registry.list_models(pretrained=True) else None
+    card = hf_hub.model_card(config, entry)
+    with atomic_files(directory, last=(CONFIG_FILE,)) as staging:  # config last: it marks a complete save
+        safetensors.torch.save_model(model, staging / WEIGHTS_FILE)
+        (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+        (staging / CARD_FILE).write_text(card)
+    return directory
+
+
+def saved_folder(name_or_path: str | os.PathLike) -> Path | None:
+    """The folder `save` wrote that ``name_or_path`` means, or None for a registry name. A
+    string is a path when it is written as one (``./name``, ``a/b``, ``~/x``, absolute), or
+    when no architecture or weight entry has that name; a registered name that is also a
+    folder here means the registry, with a warning saying how to name the folder."""
+    path = Path(name_or_path).expanduser()
+    written_as_path = not isinstance(name_or_path, str) or os.sep in name_or_path or "/" in name_or_path \
+        or name_or_path.startswith(("~", "."))
+    is_folder = (path / CONFIG_FILE).is_file()
+    if written_as_path:
+        if path.is_dir() and not is_folder:
+            raise WeightsNotFoundError(f"{path} has no {CONFIG_FILE}: it is not a folder written by zoo.save")
+        if not path.exists():
+            raise WeightsNotFoundError(f"{path} does not exist (a folder written by zoo.save was expected)")
+        return path
+    if not registry.is_registered(name_or_path):
+        return path if is_folder else None
+    if is_folder:
+        warnings.warn(f"{name_or_path!r} names registered weights and also a folder here; using the registered "
+                      f"weights. Write ./{name_or_path} for the folder.", stacklevel=3)
+    return None
+
+
+def load_saved(
+    directory: Path, pretrained: bool, head: str | None, weights: str | os.PathLike | None, model_kwargs: dict[str, Any]
+) -> nn.Module:
+    """The model `save` wrote to ``directory``; ``model_kwargs`` override its options (``in_chans``
+    adapts the first convolution as for registered weights), ``pretrained=False`` keeps the
+    architecture only. ``weights`` and another ``head`` do not apply and are refused by name."""
+    config = read_saved_config(directory)
+    if weights is not None:
+        raise InvalidArgumentError(
+            f"weights={str(weights)!r} does not apply to the saved folder {directory}: its weights are "
+            f"{directory / WEIGHTS_FILE}. To put other weights into this architecture, use "
+            f"zoo.load({config['architecture']!r}, weights=...)."
+        )
+    if head is not None and head != config["head"]:
+        raise InvalidArgumentError(
+            f"head={head!r} does not apply to the saved folder {directory}, whose model has head {config['head']!r}"
+        )
+    arch = config["architecture"]
+    kwargs = {**config["model_kwargs"], **model_kwargs, "num_classes": config["num_classes"]}
+    if len(registry.supported_heads(arch)) > 1:
+        kwargs["head"] = config["head"]
+    builder = registry.get_builder(arch)
+    if not pretrained:
+        model = build_architecture(builder, kwargs, arch)
+    else:
+        state_dict = download.load_state_dict_file(directory / WEIGHTS_FILE)
+        if config.get("features_only"):
+            state_dict = {k.removeprefix("model."): v for k, v in state_dict.items()}
+        try:
+            model = build_with_state_dict(builder, kwargs, state_dict, None)
+        except WeightsMismatchError as error:
+            raise WeightsMismatchError(f"{error}\n  (in {directory / WEIGHTS_FILE})") from None
+    if config.get("features_only"):
+        model = FeatureExtractor(model, config["out_indices"])
+    model.pretrained_cfg = {k: v for k, v in config.items() if k not in ("format", *hf_hub.TIMM_CONFIG_KEYS)}
+    if "in_chans" in model_kwargs:
+        preprocess = adapt_preprocess(config.get("preprocess") or {}, model_kwargs["in_chans"])
+        model.pretrained_cfg["preprocess"] = preprocess
+    if model_kwargs:
+        model.pretrained_cfg["model_kwargs"] = {k: v for k, v in kwargs.items() if k not in ("num_classes", "head")}
+    return model
+
+
+_SAVED_KEYS = {"architecture": str, "head": str, "model_kwargs": dict, "num_classes": int}
+
+
+def read_saved_config(directory: Path) -> dict[str, Any]:
+    """The ``config.json`` of a folder `save` wrote, checked: an error names the file and what is wrong."""
+    path = directory / CONFIG_FILE
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise WeightsError(f"{path} is not readable JSON ({error}); save the model again with zoo.save") from None
+    missing = [key for key, kind in _SAVED_KEYS.items() if not isinstance(config.get(key) if isinstance(config, dict) else None, kind)]
+    if missing:
+        raise WeightsError(f"{path} lacks {', '.join(missing)} (or has the wrong type): it was not written by "
+                           "zoo.save, or was edited; save the model again with zoo.save")
+    return config

@@ -1,0 +1,98 @@
+"""The preprocessing the weights were evaluated with, as torchvision transforms v2, and
+`ConvertChannels`, the one conversion of any image to a model's channel count (used by
+`zoo.transforms`, `zoo predict` and the training data sources alike)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn as nn
+from PIL import Image
+from torchvision.transforms import InterpolationMode, v2
+
+from zoo.store import registry
+
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+
+
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def adapt_preprocess(preprocess: dict[str, Any], in_chans: int | None) -> dict[str, Any]:
+    """The weights' preprocessing for a model whose first convolution was adapted to
+    ``in_chans``: images converted to that many channels (gray, RGB, RGBA), with averaged
+    statistics for 1 channel and the weights' statistics repeated for more."""
+    if not preprocess or in_chans is None or in_chans == len(preprocess["mean"]):
+        return dict(preprocess)
+    if in_chans == 1:
+        mean, std = [sum(preprocess["mean"]) / len(preprocess["mean"])], [sum(preprocess["std"]) / len(preprocess["std"])]
+        return {**preprocess, "channels": 1, "mean": mean, "std": std}
+    repeat = -(-in_chans // len(preprocess["mean"]))
+    mean, std = (preprocess["mean"] * repeat)[:in_chans], (preprocess["std"] * repeat)[:in_chans]
+    return {**preprocess, "channels": in_chans, "mean": mean, "std": std}
+
+
+def transforms(name_or_model: str | nn.Module) -> Callable[[Any], torch.Tensor]:
+    """The preprocessing the weights were evaluated with (torchvision transforms v2):
+    PIL images or uint8 tensors in, a normalised float tensor out."""
+    if isinstance(name_or_model, nn.Module):
+        preprocess = name_or_model.pretrained_cfg.get("preprocess") or {}
+    else:
+        preprocess = registry.weight_info(name_or_model).preprocess
+    if not preprocess:
+        raise ValueError("these weights record no image preprocessing")
+    return build_transforms(preprocess)
+
+
+def build_transforms(preprocess: dict[str, Any]) -> v2.Compose:
+    """Convert to the model's channel count, resize and crop (on PIL images this uses PIL's
+    resampling, as torchvision's weight transforms do), then convert to a float tensor and
+    normalise."""
+    steps: list[nn.Module] = [ConvertChannels(len(preprocess["mean"]))]
+    if "resize" in preprocess:
+        interpolation = InterpolationMode(preprocess.get("interpolation", "bilinear"))
+        steps.append(v2.Resize(preprocess["resize"], interpolation=interpolation, antialias=True))
+    if "crop" in preprocess:
+        steps.append(v2.CenterCrop(preprocess["crop"]))
+    steps += [
+        v2.ToImage(),
+        v2.ToDtype(torch.float32, scale=True),
+        v2.Normalize(mean=preprocess["mean"], std=preprocess["std"]),
+    ]
+    return v2.Compose(steps)
+
+
+class ConvertChannels(nn.Module):
+    """Bring an image of any mode to ``channels`` channels: 1 (gray), 3 (RGB) or 4 (RGBA).
+    PIL images are converted by mode (palette, gray+alpha, CMYK, 16-bit included); tensors
+    (..., C, H, W) with 1, 3 or 4 channels by luminance, repetition, or dropping/adding alpha."""
+
+    _MODES = {1: "L", 3: "RGB", 4: "RGBA"}
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        if channels not in self._MODES:
+            raise ValueError(f"images convert to 1, 3 or 4 channels, not {channels}")
+        self.channels = channels
+
+    def forward(self, image: Any) -> Any:
+        if isinstance(image, Image.Image):
+            if image.mode.startswith("I;16") or image.mode == "I":  # 16/32-bit gray: scale to 8 bits first
+                image = Image.fromarray((np.asarray(image, dtype=np.float64) / 257).clip(0, 255).astype(np.uint8))
+            return image if image.mode == self._MODES[self.channels] else image.convert(self._MODES[self.channels])
+        have = image.shape[-3]
+        if have == self.channels:
+            return image
+        rgb = image[..., :3, :, :] if have == 4 else image.expand(*image.shape[:-3], 3, *image.shape[-2:]) if have == 1 else image
+        if self.channels == 1:
+            return v2.functional.rgb_to_grayscale(rgb)
+        if self.channels == 3:
+            return rgb
+        opaque = torch.full_like(rgb[..., :1, :, :], 255 if rgb.dtype == torch.uint8 else 1)
+        return torch.cat([rgb, opaque], dim=-3)
+
+    def extra_repr(self) -> str:
+        return f"channels={self.channels}"
