@@ -1,6 +1,7 @@
-"""Model families: pure `nn.Module` code. Importing this package registers every architecture
-in `zoo.architectures._registry`; it imports nothing from the rest of zoo."""
-from . import dbn, densenet, graph, mobilenet, moe_experts, moe_transformer, resnet
-from ._registry import model_builders, model_heads, model_inputs, register_model
+"""Model families: pure `nn.Module` code, one module per family, importing nothing from the
+rest of zoo. Importing this package imports no family: `_families.ARCHS` declares every
+architecture, and the registry imports a family's module when one of its models is built."""
+from ._families import ARCHS, ArchSpec
+from ._registry import model_builders, register_model, registered_specs
 
-__all__ = ["dbn", "densenet", "graph", "mobilenet", "model_builders", "model_heads", "model_inputs", "moe_experts", "moe_transformer", "register_model", "resnet"]
+__all__ = ["ARCHS", "ArchSpec", "model_builders", "register_model", "registered_specs"]

@@ -1,21 +1,22 @@
 """The table of architecture builders, filled by `register_model` next to each builder.
 
 A leaf, as timm's ``_registry``: model files import it and it imports nothing of zoo, so the
-weights side (`zoo.store.registry`) can read the table without the architectures reading anything back.
+weights side (`zoo.store.registry`) can read the table without the architectures reading
+anything back. The zoo's own architectures are also declared in `_families.ARCHS`, which the
+registry reads without importing the family modules; `register_model` records what a module
+actually registers (for user models it is the only record).
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Literal
+from typing import Any
 
-import torch.nn as nn
+from ._families import ArchSpec, Inputs
 
-ModelBuilder = Callable[..., nn.Module]
-Inputs = Literal["images", "text", "graphs", "vectors"]
+ModelBuilder = Callable[..., Any]  # returns an nn.Module; torch is not imported here, to keep `zoo list` light
 
 model_builders: dict[str, ModelBuilder] = {}
-model_heads: dict[str, tuple[str, ...]] = {}
-model_inputs: dict[str, Inputs] = {}
+registered_specs: dict[str, ArchSpec] = {}  # what register_model was told, by name
 
 
 def register_model(
@@ -30,8 +31,8 @@ def register_model(
         if name in model_builders:
             raise ValueError(f"model {name!r} is registered twice")
         model_builders[name] = builder
-        model_heads[name] = tuple(heads)
-        model_inputs[name] = inputs
+        module = builder.__module__.removeprefix("zoo.architectures.")
+        registered_specs[name] = ArchSpec(name, module, inputs=inputs, heads=tuple(heads))
         return builder
 
     return register(fn) if fn is not None else register

@@ -116,7 +116,7 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("zoo.cli.complete", interrupted)
+    monkeypatch.setattr("zoo.cli.commands.complete", interrupted)
     assert main(["generate", "moe_lm.stdlib", "def "]) == 130
     assert capsys.readouterr().err.strip() == "zoo: interrupted"
 

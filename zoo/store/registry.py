@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fnmatch
+import importlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -13,14 +14,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from zoo.architectures import model_builders as _model_builders
-from zoo.architectures import model_heads as _model_heads
-from zoo.architectures import model_inputs as _model_inputs
-from zoo.architectures import register_model
+from zoo.architectures import ARCHS, ArchSpec, model_builders, register_model, registered_specs
 from zoo.architectures._registry import ModelBuilder
 from zoo.errors import UnknownModelError
 
-__all__ = ["ModelBuilder", "UnknownModelError", "WeightInfo", "list_models", "register_model", "resolve", "weight_info"]
+__all__ = ["ArchSpec", "ModelBuilder", "UnknownModelError", "WeightInfo", "list_models", "register_model", "resolve", "weight_info"]
 
 _weights: dict[str, WeightInfo] = {}
 _loaded = False
@@ -103,7 +101,7 @@ def _ensure_loaded() -> None:
         entries = json.loads(path.read_text())
         for entry in entries if isinstance(entries, list) else [entries]:
             info = WeightInfo(**entry)
-            if info.arch not in _model_builders:
+            if info.arch not in ARCHS and info.arch not in registered_specs:
                 raise ValueError(f"{path}: weights {info.name!r} name an unregistered architecture")
             register_weights(info)
     defaults: dict[str, list[str]] = {}
@@ -131,7 +129,7 @@ def list_models(
     """Architecture names (``resnet50``), or weight names (``resnet50.tv_in1k``) with
     ``pretrained=True``, that match any fnmatch ``pattern`` and no ``exclude`` pattern."""
     _ensure_loaded()
-    names = sorted(_weights) if pretrained else sorted(_model_builders)
+    names = sorted(_weights) if pretrained else _architectures()
     include, skip = _as_patterns(pattern), _as_patterns(exclude)
     return [
         n for n in names
@@ -146,27 +144,40 @@ def _unknown(kind: str, name: str, known: Iterable[str]) -> UnknownModelError:
     return UnknownModelError(f"unknown {kind} {name!r}.{hint} See zoo.list_models() for every name.")
 
 
-def get_builder(arch: str) -> ModelBuilder:
+def _architectures() -> list[str]:
+    """Every architecture name: zoo's declared ones and any registered at run time."""
+    return sorted({*ARCHS, *registered_specs})
+
+
+def arch_spec(arch: str) -> ArchSpec:
+    """What ``arch`` reads, builds and can do, without importing its family module."""
     _ensure_loaded()
-    if arch not in _model_builders:
-        raise _unknown("model", arch, [*_model_builders, *_weights])
-    return _model_builders[arch]
+    spec = registered_specs.get(arch) or ARCHS.get(arch)
+    if spec is None:
+        raise _unknown("model", arch, [*_architectures(), *_weights])
+    return spec
+
+
+def get_builder(arch: str) -> ModelBuilder:
+    """The builder of ``arch``, importing its family module the first time."""
+    spec = arch_spec(arch)
+    if arch not in model_builders:
+        importlib.import_module(f"zoo.architectures.{spec.module}")
+    return model_builders[arch]
 
 
 def input_kind(arch: str) -> str:
     """What the architecture reads: "images", "text", "graphs" or "vectors"."""
-    get_builder(arch)
-    return _model_inputs[arch]
+    return arch_spec(arch).inputs
 
 
 def supported_heads(arch: str) -> tuple[str, ...]:
-    get_builder(arch)
-    return _model_heads[arch]
+    return arch_spec(arch).heads
 
 
 def weights_for(arch: str) -> list[WeightInfo]:
     """Every weight entry of an architecture, its default first."""
-    get_builder(arch)
+    arch_spec(arch)
     entries = [w for w in _weights.values() if w.arch == arch]
     return sorted(entries, key=lambda w: (not w.default, w.name))
 
@@ -183,8 +194,8 @@ def resolve(name: str) -> tuple[str, WeightInfo | None]:
     (the default entry for a bare architecture name; None when it has none)."""
     _ensure_loaded()
     arch, _, tag = name.partition(".")
-    if arch not in _model_builders:
-        raise _unknown("model", name, [*_model_builders, *_weights])
+    if arch not in ARCHS and arch not in registered_specs:
+        raise _unknown("model", name, [*_architectures(), *_weights])
     if not tag:
         entries = weights_for(arch)
         return arch, entries[0] if entries else None
@@ -197,7 +208,7 @@ def resolve(name: str) -> tuple[str, WeightInfo | None]:
 def is_registered(name: str) -> bool:
     """Whether ``name`` is an architecture or a weight entry (``arch`` or ``arch.tag``)."""
     _ensure_loaded()
-    return name in _model_builders or name in _weights
+    return name in ARCHS or name in registered_specs or name in _weights
 
 
 def weight_info(name: str) -> WeightInfo:

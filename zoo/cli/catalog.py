@@ -1,0 +1,61 @@
+"""``zoo list`` and ``zoo info``: read the registry only (no model family, no torch)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import zoo
+from zoo.store import registry
+
+
+def run_list(args: argparse.Namespace) -> int:
+    names = zoo.list_models(args.pattern, pretrained=args.pretrained)
+    for name in names:
+        print(name)
+    if not names:
+        kind = "weights" if args.pretrained else "architecture"
+        print(f"zoo: no {kind} matches {args.pattern!r}; `zoo list{'' if args.pretrained else ' --pretrained'}` "
+              "shows every name", file=sys.stderr)
+    return 0
+
+
+def format_size(num_bytes: int | None) -> str:
+    return "unknown" if num_bytes is None else f"{num_bytes / 2**20:.1f} MiB"
+
+
+def run_info(args: argparse.Namespace) -> int:
+    info = zoo.info(args.name)
+    if args.json:
+        print(json.dumps(info.to_dict(), indent=2))
+        return 0
+    rows = [
+        ("name", info.name),
+        ("architecture", info.arch),
+        ("source", info.source),
+        ("sha256", info.sha256 or "none published (verified against the server's hash header)"),
+        ("parameters", f"{info.num_params:,}" if info.num_params else "unknown"),
+        ("GMACs", info.gmacs if info.gmacs is not None else
+         _uncounted(info.arch)),
+        ("file size", format_size(info.file_size)),
+        ("classes", info.num_classes),
+        ("preprocess", json.dumps(info.preprocess)),
+        ("recipe", info.recipe or "-"),
+        ("license", info.license or "-"),
+        ("card", info.card or "-"),
+    ]
+    for dataset, values in info.metrics.items():
+        rows.append((f"metrics [{dataset}]", ", ".join(f"{k}={v}" for k, v in values.items())))
+    width = max(len(key) for key, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+    return 0
+
+
+def _uncounted(arch: str) -> str:
+    """Why an entry has no GMACs figure."""
+    if registry.input_kind(arch) != "graphs":
+        return "unknown"
+    from zoo.deploy.bench import GRAPH_SKIP_REASON
+
+    return f"not counted ({GRAPH_SKIP_REASON})"
