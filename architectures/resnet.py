@@ -128,6 +128,46 @@ class Bottleneck(nn.Module):
         return self.relu(out + shortcut)
 
 
+def _shortcut(inplanes: int, outplanes: int, stride: int, small: bool) -> nn.Module | None:
+    """A stage's first-block shortcut where the shape changes: parameter-free (option A) for
+    the CIFAR stem, 1x1 conv + BN (projection) otherwise; None where the shape is kept."""
+    if stride == 1 and inplanes == outplanes:
+        return None
+    if small:
+        return PadShortcut(inplanes, outplanes, stride)
+    return nn.Sequential(_conv1x1(inplanes, outplanes, stride), nn.BatchNorm2d(outplanes))
+
+
+def _check_resnet_options(
+    layers: Sequence[int],
+    in_chans: int,
+    groups: int,
+    width_per_group: int,
+    se_ratio: float | None,
+    drop_rate: float,
+    stem: str,
+    stage_channels: Sequence[int],
+) -> None:
+    """Raise ValueError naming the option unless `ResNet` can be built with these."""
+    if stem not in ("imagenet", "cifar"):
+        raise ValueError(f"stem must be 'imagenet' or 'cifar', got {stem!r}")
+    check_int_option("in_chans", in_chans, what=" (the image channels: 1 gray, 3 RGB)")
+    if (
+        not layers
+        or len(layers) != len(stage_channels)
+        or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in (*layers, *stage_channels))
+    ):
+        raise ValueError(
+            f"need one positive block count (depth) and one positive width per stage: "
+            f"layers={tuple(layers)}, stage_channels={tuple(stage_channels)}"
+        )
+    check_int_option("groups", groups)
+    check_int_option("width_per_group", width_per_group)
+    if se_ratio is not None:
+        check_float_option("se_ratio", se_ratio, 0.0, 1.0, low_open=True, high_open=False)
+    check_rate_option("drop_rate", drop_rate)
+
+
 class ResNet(FeatureLevels, PooledLinearClassifier, nn.Module):
     """Residual network with one stage per entry of ``layers``; the first stage keeps the
     resolution, every later one halves it.
@@ -162,23 +202,7 @@ class ResNet(FeatureLevels, PooledLinearClassifier, nn.Module):
         name: str = "resnet",
     ) -> None:
         super().__init__()
-        if stem not in ("imagenet", "cifar"):
-            raise ValueError(f"stem must be 'imagenet' or 'cifar', got {stem!r}")
-        check_int_option("in_chans", in_chans, what=" (the image channels: 1 gray, 3 RGB)")
-        if (
-            not layers
-            or len(layers) != len(stage_channels)
-            or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in (*layers, *stage_channels))
-        ):
-            raise ValueError(
-                f"need one positive block count (depth) and one positive width per stage: "
-                f"layers={tuple(layers)}, stage_channels={tuple(stage_channels)}"
-            )
-        check_int_option("groups", groups)
-        check_int_option("width_per_group", width_per_group)
-        if se_ratio is not None:
-            check_float_option("se_ratio", se_ratio, 0.0, 1.0, low_open=True, high_open=False)
-        check_rate_option("drop_rate", drop_rate)
+        _check_resnet_options(layers, in_chans, groups, width_per_group, se_ratio, drop_rate, stem, stage_channels)
         small = stem == "cifar"
         self.name = name
         self.in_chans = in_chans
@@ -189,30 +213,45 @@ class ResNet(FeatureLevels, PooledLinearClassifier, nn.Module):
         # as with torchvision's adaptive pooling. The total stride is feature_info[-1]["reduction"].
         self.min_input_size = 1
 
-        inplanes = stage_channels[0]
+        stem_info = self._build_stem(in_chans, stage_channels[0], small)
+        options = dict(groups=groups, base_width=width_per_group, se_ratio=se_ratio)
+        stage_info = self._build_stages(block, layers, stage_channels, small, options)
+        self.feature_info = FeatureInfo([stem_info, *stage_info])
+
+        self.num_features = stage_info[-1]["num_chs"]
+        self.drop = nn.Dropout(drop_rate)
+        self.reset_classifier(num_classes, global_pool)
+        self._init_weights(zero_init_residual)
+
+    def _build_stem(self, in_chans: int, width: int, small: bool) -> dict[str, Any]:
+        """conv1, bn1, relu and maxpool (3x3/1 conv and no pool for the CIFAR stem); returns
+        the stem's feature level."""
         if small:
-            self.conv1 = _conv3x3(in_chans, inplanes)
+            self.conv1 = _conv3x3(in_chans, width)
         else:
-            self.conv1 = nn.Conv2d(in_chans, inplanes, 7, stride=2, padding=3, bias=False)
-        self.bn1 = nn.BatchNorm2d(inplanes)
+            self.conv1 = nn.Conv2d(in_chans, width, 7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
         self.relu = nn.ReLU(inplace=True)
         self.maxpool = nn.Identity() if small else nn.MaxPool2d(3, stride=2, padding=1)
+        return dict(num_chs=width, reduction=1 if small else 2, module="relu")
 
-        stem_reduction = 1 if small else 2
-        feature_info = [dict(num_chs=inplanes, reduction=stem_reduction, module="relu")]
+    def _build_stages(
+        self,
+        block: type[BasicBlock | Bottleneck],
+        layers: Sequence[int],
+        stage_channels: Sequence[int],
+        small: bool,
+        options: dict[str, Any],
+    ) -> list[dict[str, Any]]:
+        """layer1..layerN, the first keeping the resolution and each later one halving it;
+        returns their feature levels."""
+        inplanes = stage_channels[0]
+        feature_info = []
         self.stage_names: list[str] = []
         for i, (planes, depth) in enumerate(zip(stage_channels, layers)):
             stride = 1 if i == 0 else 2
             outplanes = planes * block.expansion
-            downsample: nn.Module | None = None
-            if stride != 1 or inplanes != outplanes:
-                if small:
-                    downsample = PadShortcut(inplanes, outplanes, stride)
-                else:
-                    downsample = nn.Sequential(
-                        _conv1x1(inplanes, outplanes, stride), nn.BatchNorm2d(outplanes)
-                    )
-            options = dict(groups=groups, base_width=width_per_group, se_ratio=se_ratio)
+            downsample = _shortcut(inplanes, outplanes, stride, small)
             blocks = [block(inplanes, planes, stride, downsample, **options)]
             blocks += [block(outplanes, planes, **options) for _ in range(depth - 1)]
             self.add_module(f"layer{i + 1}", nn.Sequential(*blocks))
@@ -220,12 +259,11 @@ class ResNet(FeatureLevels, PooledLinearClassifier, nn.Module):
             reduction = (1 if small else 4) * 2**i
             feature_info.append(dict(num_chs=outplanes, reduction=reduction, module=f"layer{i + 1}"))
             inplanes = outplanes
-        self.feature_info = FeatureInfo(feature_info)
+        return feature_info
 
-        self.num_features = inplanes
-        self.drop = nn.Dropout(drop_rate)
-        self.reset_classifier(num_classes, global_pool)
-
+    def _init_weights(self, zero_init_residual: bool) -> None:
+        """torchvision's: Kaiming-normal convolutions (fan out), BN scale 1 and shift 0, and
+        with ``zero_init_residual`` each block's last BN scale 0."""
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
