@@ -127,6 +127,47 @@ def _smallest_side(features: nn.Module) -> int:
     return side
 
 
+def _stem(in_chans: int, width: int, small: bool) -> tuple[nn.Sequential, dict[str, Any]]:
+    """The start of ``features``: one 3x3/1 conv (CIFAR) or torchvision's 7x7/2 conv, BN,
+    ReLU and 3x3/2 max-pool; and the stem's feature level."""
+    if small:
+        stem = nn.Sequential(OrderedDict(conv0=nn.Conv2d(in_chans, width, 3, padding=1, bias=False)))
+        return stem, dict(num_chs=width, reduction=1, module="features.conv0")
+    stem = nn.Sequential(
+        OrderedDict(
+            conv0=nn.Conv2d(in_chans, width, 7, stride=2, padding=3, bias=False),
+            norm0=nn.BatchNorm2d(width),
+            relu0=nn.ReLU(inplace=True),
+            pool0=nn.MaxPool2d(3, stride=2, padding=1),
+        )
+    )
+    return stem, dict(num_chs=width, reduction=2, module="features.relu0")
+
+
+def _check_densenet_options(
+    growth_rate: int,
+    block_config: Sequence[int],
+    num_init_features: int,
+    in_chans: int,
+    bn_size: int,
+    drop_rate: float,
+    se_ratio: float | None,
+    stem: str,
+) -> None:
+    """Raise ValueError naming the option unless `DenseNet` can be built with these."""
+    if stem not in ("imagenet", "cifar"):
+        raise ValueError(f"stem must be 'imagenet' or 'cifar', got {stem!r}")
+    check_int_option("in_chans", in_chans, what=" (the image channels: 1 gray, 3 RGB)")
+    if not block_config or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in block_config):
+        raise ValueError(f"need one positive layer count (depth) per dense block, got {tuple(block_config)}")
+    check_int_option("growth_rate", growth_rate)
+    check_int_option("num_init_features", num_init_features)
+    check_int_option("bn_size", bn_size)
+    if se_ratio is not None:
+        check_float_option("se_ratio", se_ratio, 0.0, 1.0, low_open=True, high_open=False)
+    check_rate_option("drop_rate", drop_rate)
+
+
 class DenseNet(FeatureLevels, PooledLinearClassifier, nn.Module):
     """Densely connected network (Huang et al., 2017), DenseNet-BC: bottleneck dense layers
     and transitions that halve the channels (compression 0.5) and the resolution.
@@ -158,41 +199,39 @@ class DenseNet(FeatureLevels, PooledLinearClassifier, nn.Module):
         name: str = "densenet",
     ) -> None:
         super().__init__()
-        if stem not in ("imagenet", "cifar"):
-            raise ValueError(f"stem must be 'imagenet' or 'cifar', got {stem!r}")
-        check_int_option("in_chans", in_chans, what=" (the image channels: 1 gray, 3 RGB)")
-        if not block_config or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in block_config):
-            raise ValueError(f"need one positive layer count (depth) per dense block, got {tuple(block_config)}")
-        check_int_option("growth_rate", growth_rate)
-        check_int_option("num_init_features", num_init_features)
-        check_int_option("bn_size", bn_size)
-        if se_ratio is not None:
-            check_float_option("se_ratio", se_ratio, 0.0, 1.0, low_open=True, high_open=False)
-        check_rate_option("drop_rate", drop_rate)
+        _check_densenet_options(
+            growth_rate, block_config, num_init_features, in_chans, bn_size, drop_rate, se_ratio, stem
+        )
         small = stem == "cifar"
         self.name = name
         self.in_chans = in_chans
         self.pretrained_cfg: dict[str, Any] = {}
         self.grad_checkpointing = False
 
-        if small:
-            self.features = nn.Sequential(
-                OrderedDict(conv0=nn.Conv2d(in_chans, num_init_features, 3, padding=1, bias=False))
-            )
-            stem_info = dict(num_chs=num_init_features, reduction=1, module="features.conv0")
-        else:
-            self.features = nn.Sequential(
-                OrderedDict(
-                    conv0=nn.Conv2d(in_chans, num_init_features, 7, stride=2, padding=3, bias=False),
-                    norm0=nn.BatchNorm2d(num_init_features),
-                    relu0=nn.ReLU(inplace=True),
-                    pool0=nn.MaxPool2d(3, stride=2, padding=1),
-                )
-            )
-            stem_info = dict(num_chs=num_init_features, reduction=2, module="features.relu0")
-        feature_info = [stem_info]
+        self.features, stem_info = _stem(in_chans, num_init_features, small)
+        block_info = self._add_blocks(growth_rate, block_config, num_init_features, bn_size, drop_rate, se_ratio, small)
+        self.feature_info = FeatureInfo([stem_info, *block_info])
+        self.min_input_size = _smallest_side(self.features)
+        self._taps = [info["module"].removeprefix("features.") for info in self.feature_info]
 
-        channels = num_init_features
+        self.num_features = block_info[-1]["num_chs"]
+        self.reset_classifier(num_classes, global_pool)
+        self._init_weights()
+
+    def _add_blocks(
+        self,
+        growth_rate: int,
+        block_config: Sequence[int],
+        channels: int,
+        bn_size: int,
+        drop_rate: float,
+        se_ratio: float | None,
+        small: bool,
+    ) -> list[dict[str, Any]]:
+        """Append the dense blocks, the transitions between them and the final BN-ReLU
+        (norm5, relu5) to ``features``, which ends with ``channels`` channels; returns the
+        feature levels of the blocks."""
+        feature_info = []
         for i, num_layers in enumerate(block_config):
             block = DenseBlock(num_layers, channels, growth_rate, bn_size, drop_rate, se_ratio)
             self.features.add_module(f"denseblock{i + 1}", block)
@@ -207,13 +246,10 @@ class DenseNet(FeatureLevels, PooledLinearClassifier, nn.Module):
         self.features.add_module("relu5", nn.ReLU(inplace=True))
         stride = (1 if small else 4) * 2 ** (len(block_config) - 1)
         feature_info.append(dict(num_chs=channels, reduction=stride, module="features.relu5"))
-        self.feature_info = FeatureInfo(feature_info)
-        self.min_input_size = _smallest_side(self.features)
-        self._taps = [info["module"].removeprefix("features.") for info in self.feature_info]
+        return feature_info
 
-        self.num_features = channels
-        self.reset_classifier(num_classes, global_pool)
-
+    def _init_weights(self) -> None:
+        """torchvision's: Kaiming-normal convolutions, BN scale 1 and shift 0, zero linear bias."""
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight)
