@@ -48,6 +48,20 @@ class BlockSpec(NamedTuple):
     se_layer: Callable[[int], nn.Module] | None = None
 
 
+def _block(
+    spec: BlockSpec, in_chs: int, stride: int, drop_path: float, norm_layer: NormLayer, layout: Literal["v2", "v3"]
+) -> nn.Module:
+    """The block of one spec: depthwise-separable (V1) or an inverted residual with stochastic
+    depth ``drop_path`` (V2, V3)."""
+    options = dict(act_layer=spec.act_layer, se_layer=spec.se_layer, norm_layer=norm_layer)
+    if spec.mid_chs is None:
+        return DepthwiseSeparable(in_chs, spec.out_chs, stride, **options)
+    return InvertedResidual(
+        in_chs, spec.out_chs, spec.mid_chs, spec.kernel_size, stride,
+        drop_path_rate=drop_path, layout=layout, **options,
+    )
+
+
 class MobileNet(FeatureLevels, nn.Module):
     """A stem conv, one block per ``BlockSpec`` (``features.1``...), an optional 1x1 conv to
     ``head_chs`` channels, global pooling and the classifier: an optional hidden Linear +
@@ -94,31 +108,10 @@ class MobileNet(FeatureLevels, nn.Module):
         self.pretrained_cfg: dict[str, Any] = {}
         self.grad_checkpointing = False
 
-        reduction = 1 if small_input else 2
-        stem = ConvNormAct(in_chans, stem_chs, 3, reduction, act_layer=act_layer, norm_layer=norm_layer)
-        self.features = nn.Sequential(stem)
-        levels = {reduction: (0, stem_chs)}  # reduction -> (index, channels) of the last module there
-        first_strided = next(i for i, spec in enumerate(blocks) if spec.stride > 1)
-        chs = stem_chs
-        for i, spec in enumerate(blocks):
-            stride = 1 if small_input and i == first_strided else spec.stride
-            options = dict(act_layer=spec.act_layer, se_layer=spec.se_layer, norm_layer=norm_layer)
-            if spec.mid_chs is None:
-                block = DepthwiseSeparable(chs, spec.out_chs, stride, **options)
-            else:
-                drop_path = drop_path_rate * i / len(blocks)
-                block = InvertedResidual(
-                    chs, spec.out_chs, spec.mid_chs, spec.kernel_size, stride,
-                    drop_path_rate=drop_path, layout=layout, **options,
-                )
-            self.features.append(block)
-            chs, reduction = spec.out_chs, reduction * stride
-            levels[reduction] = (len(self.features) - 1, chs)
-        if head_chs is not None:
-            self.features.append(ConvNormAct(chs, head_chs, 1, act_layer=act_layer, norm_layer=norm_layer))
-            chs = head_chs
-            if head_hidden:  # timm's levels: V3's last conv is its last block, V2's is its conv_head (no level)
-                levels[reduction] = (len(self.features) - 1, chs)
+        levels = self._build_features(
+            blocks, stem_chs, head_chs, head_hidden, act_layer, norm_layer, layout, in_chans, small_input,
+            drop_path_rate,
+        )
         self.feature_info = FeatureInfo(
             [dict(num_chs=c, reduction=r, module=f"features.{i}") for r, (i, c) in levels.items()]
         )
@@ -128,12 +121,50 @@ class MobileNet(FeatureLevels, nn.Module):
         # torchvision's MobileNets. The total stride is feature_info[-1]["reduction"].
         self.min_input_size = 1
 
+        chs = head_chs if head_chs is not None else blocks[-1].out_chs
         self.num_features = chs
         self.head_hidden = head_hidden
         hidden = [nn.Linear(chs, head_hidden), nn.Hardswish(inplace=True)] if head_hidden else []
         self.classifier = nn.Sequential(*hidden, nn.Dropout(drop_rate), nn.Identity())
         self.reset_classifier(num_classes, global_pool)
+        self._init_weights()
 
+    def _build_features(
+        self,
+        blocks: Sequence[BlockSpec],
+        stem_chs: int,
+        head_chs: int | None,
+        head_hidden: int | None,
+        act_layer: type[nn.Module],
+        norm_layer: NormLayer,
+        layout: Literal["v2", "v3"],
+        in_chans: int,
+        small_input: bool,
+        drop_path_rate: float,
+    ) -> dict[int, tuple[int, int]]:
+        """``features``: the stem conv, one block per spec and the optional last 1x1 conv.
+        Returns, per reduction, the index and channels of the last module there (the levels)."""
+        reduction = 1 if small_input else 2
+        stem = ConvNormAct(in_chans, stem_chs, 3, reduction, act_layer=act_layer, norm_layer=norm_layer)
+        self.features = nn.Sequential(stem)
+        levels = {reduction: (0, stem_chs)}  # reduction -> (index, channels) of the last module there
+        first_strided = next(i for i, spec in enumerate(blocks) if spec.stride > 1)
+        chs = stem_chs
+        for i, spec in enumerate(blocks):
+            stride = 1 if small_input and i == first_strided else spec.stride
+            drop_path = drop_path_rate * i / len(blocks)
+            self.features.append(_block(spec, chs, stride, drop_path, norm_layer, layout))
+            chs, reduction = spec.out_chs, reduction * stride
+            levels[reduction] = (len(self.features) - 1, chs)
+        if head_chs is not None:
+            self.features.append(ConvNormAct(chs, head_chs, 1, act_layer=act_layer, norm_layer=norm_layer))
+            if head_hidden:  # timm's levels: V3's last conv is its last block, V2's is its conv_head (no level)
+                levels[reduction] = (len(self.features) - 1, head_chs)
+        return levels
+
+    def _init_weights(self) -> None:
+        """torchvision's: Kaiming-normal convolutions (fan out) with zero bias, BN scale 1 and
+        shift 0, Linear weights normal(0, 0.01) with zero bias."""
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out")
