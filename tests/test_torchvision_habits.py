@@ -47,7 +47,7 @@ def _assert_same_state(model: torch.nn.Module, reference: torch.nn.Module) -> No
     ids=str,
 )
 def test_torchvision_names_pick_the_entry_with_torchvision_url(weights, entry):
-    info = weights_entry("resnet50", weights)
+    info = weights_entry("resnet50", "resnet50", weights)
     assert info.name == entry
     published = weights if isinstance(weights, tvm.ResNet50_Weights) else tvm.ResNet50_Weights[str(weights).split(".")[-1]]
     assert info.url == published.url
@@ -70,7 +70,7 @@ def test_get_model_weights_mirrors_torchvision(arch):
     assert ours.__name__ == theirs.__name__
     assert [m.name for m in ours] == [m.name for m in theirs]
     assert ours.DEFAULT.name == theirs.DEFAULT.name
-    assert weights_entry(arch, "DEFAULT").name == ours.DEFAULT.value
+    assert weights_entry(arch, arch, "DEFAULT").name == ours.DEFAULT.value
     for member in ours:
         published = theirs[member.name]
         assert member.url == published.url
@@ -156,16 +156,16 @@ def test_a_missing_file_keeps_its_error():
 def test_anything_but_a_weights_name_is_left_to_files_and_urls(text):
     if re.fullmatch(r"([A-Za-z][A-Za-z0-9_]*_Weights\.)?[A-Z][A-Z0-9_]*", text) or os.path.exists(text):
         return
-    assert weights_entry("resnet20", text) is None
+    assert weights_entry("resnet20", "resnet20", text) is None
 
 
 @given(st.from_regex(r"[A-Z][A-Z0-9_]{0,20}", fullmatch=True))
 def test_unknown_member_names_list_the_known_ones(member):
     if member in ("FMNIST", "DEFAULT"):
-        assert weights_entry("resnet20", member).name == "resnet20.fmnist"
+        assert weights_entry("resnet20", "resnet20", member).name == "resnet20.fmnist"
         return
     with pytest.raises(UnknownModelError, match=re.escape("zoo has Resnet20_Weights.FMNIST (resnet20.fmnist)")):
-        weights_entry("resnet20", member)
+        weights_entry("resnet20", "resnet20", member)
 
 
 def test_two_entries_answering_to_one_name_are_refused(monkeypatch):

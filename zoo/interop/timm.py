@@ -10,6 +10,7 @@ import torch.nn as nn
 
 from zoo.errors import WeightsMismatchError
 from zoo.loading.build import feature_extractor, load
+from zoo.loading.config import update_config
 from zoo.loading.state_dicts import mismatch_message
 from zoo.store import download, registry
 from zoo.store.convert import convert_state_dict
@@ -57,7 +58,7 @@ def create_model(
     model = load(name, pretrained=pretrained, num_classes=num_classes or None, **options)
     if num_classes == 0:
         model.reset_classifier(0)
-        model.pretrained_cfg = {**model.pretrained_cfg, "num_classes": 0, "categories": None}
+        update_config(model, num_classes=0, categories=None)
     if checkpoint_path is not None:
         _load_checkpoint(model, Path(checkpoint_path).expanduser(), arch)
     if pretrained_cfg_overlay:
@@ -80,4 +81,4 @@ def _load_checkpoint(model: nn.Module, path: Path, arch: str) -> None:
         message = mismatch_message(missing, unexpected, mismatched, expected, state_dict)
         raise WeightsMismatchError(f"{message}\n  (checkpoint_path={str(path)!r})")
     model.load_state_dict(state_dict)
-    model.pretrained_cfg = {**model.pretrained_cfg, "weights": str(path)}
+    update_config(model, weights=str(path))

@@ -62,16 +62,15 @@ def default_entry(arch: str) -> WeightInfo:
     return entries[chosen]
 
 
-def weights_entry(name: str, weights: Any) -> WeightInfo | None:
+def weights_entry(name: str, arch: str, weights: Any) -> WeightInfo | None:
     """The entry that ``weights=`` names in torchvision's terms for the model ``name`` (``arch``
-    or ``arch.tag``), or None when ``weights`` is a file, a URL or nothing of the kind.
+    or ``arch.tag``, of the architecture ``arch``), or None when ``weights`` is a file, a URL or nothing of the kind.
 
     A torchvision name zoo has no entry for, or weights of another architecture, raise an error
     that lists the names this architecture has."""
     wanted = _torchvision_name(weights)
     if wanted is None:
         return None
-    arch, _ = registry.resolve(name)
     enum_class, member = wanted
     own_class = enum_name(arch)
     if enum_class not in (None, own_class):

@@ -10,6 +10,7 @@ import torch.nn as nn
 
 from zoo.errors import InvalidArgumentError, WeightsError, WeightsMismatchError
 from zoo.interop import hf_hub
+from zoo.loading.config import ModelConfig, set_config
 from zoo.loading.saved import CONFIG_FILE, WEIGHTS_FILE, load_saved
 from zoo.loading.state_dicts import build_architecture, build_with_state_dict
 from zoo.loading.transforms import adapt_preprocess
@@ -60,13 +61,10 @@ def load_hub(
         except WeightsMismatchError as error:
             raise WeightsMismatchError(f"{error}\n  (in {path.name} of {pinned})") from None
     keeps_head = num_classes in (None, spec.num_classes)
-    model.pretrained_cfg = {
-        "architecture": spec.arch,
-        "head": "classification",
-        "model_kwargs": {k: v for k, v in kwargs.items() if k != "num_classes"},
-        "weights": f"hf-hub:{pinned}" if pretrained else None,
-        "num_classes": model.num_classes,
-        "preprocess": adapt_preprocess(spec.preprocess, getattr(model, "in_chans", None)),
-        "categories": None,
-    } | ({"class_names": spec.class_names} if spec.class_names and keeps_head else {})
-    return model
+    config = ModelConfig(
+        spec.arch, "classification", {k: v for k, v in kwargs.items() if k != "num_classes"},
+        weights=f"hf-hub:{pinned}" if pretrained else None, num_classes=model.num_classes,
+        preprocess=adapt_preprocess(spec.preprocess, getattr(model, "in_chans", None)),
+        class_names=spec.class_names if spec.class_names and keeps_head else None,
+    )
+    return set_config(model, config)

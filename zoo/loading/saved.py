@@ -14,6 +14,7 @@ import torch.nn as nn
 from zoo.architectures.features import FeatureExtractor
 from zoo.errors import InvalidArgumentError, WeightsError, WeightsMismatchError, WeightsNotFoundError
 from zoo.interop import hf_hub
+from zoo.loading.config import ModelConfig, set_config
 from zoo.loading.state_dicts import CONFIG_FILE, build_architecture, build_with_state_dict
 from zoo.loading.transforms import adapt_preprocess
 from zoo.store import download, registry
@@ -106,12 +107,12 @@ def load_saved(
             raise WeightsMismatchError(f"{error}\n  (in {directory / WEIGHTS_FILE})") from None
     if config.get("features_only"):
         model = FeatureExtractor(model, config["out_indices"])
-    model.pretrained_cfg = {k: v for k, v in config.items() if k not in ("format", *hf_hub.TIMM_CONFIG_KEYS)}
+    saved = ModelConfig.from_dict(config)
     if "in_chans" in model_kwargs:
-        preprocess = adapt_preprocess(config.get("preprocess") or {}, model_kwargs["in_chans"])
-        model.pretrained_cfg["preprocess"] = preprocess
+        saved = saved.replace(preprocess=adapt_preprocess(saved.preprocess, model_kwargs["in_chans"]))
     if model_kwargs:
-        model.pretrained_cfg["model_kwargs"] = {k: v for k, v in kwargs.items() if k not in ("num_classes", "head")}
+        saved = saved.replace(model_kwargs={k: v for k, v in kwargs.items() if k not in ("num_classes", "head")})
+    set_config(model, saved)
     return model
 
 

@@ -1,0 +1,79 @@
+"""One resolution: what a name or path (and ``weights=``) means, decided once, as a typed source.
+
+`resolve` tells apart a Hugging Face Hub repository (``hf-hub:ORG/REPO``), a folder written by
+`zoo.save`, a Hugging Face checkpoint given as ``weights=`` (a folder with ``config.json``, or
+a Hub repository for the MoE architectures), and the registry (an architecture or ``arch.tag``,
+with torchvision's names for weights and a file or URL as ``weights=``). `zoo.load` and the
+commands take the source it returns, so nothing resolves the same name twice.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from zoo.interop import hf_hub, torchvision_weights
+from zoo.loading.saved import CONFIG_FILE, saved_folder
+from zoo.store import registry
+from zoo.store.registry import WeightInfo
+
+
+@dataclass(frozen=True)
+class Registered:
+    """An architecture of the registry and its weight entry (the default one for a bare name;
+    None when it has none). ``weights`` is a file or URL that replaces the entry's source;
+    ``named_by_weights`` marks an entry chosen by torchvision's name for it (it loads)."""
+
+    name: str
+    arch: str
+    entry: WeightInfo | None
+    weights: str | None = None
+    named_by_weights: bool = False
+
+
+@dataclass(frozen=True)
+class SavedFolder:
+    """A folder written by `zoo.save` (or `zoo finetune`)."""
+
+    path: Path
+
+
+@dataclass(frozen=True)
+class HubRepository:
+    """A Hub repository holding a saved folder or a timm model: ``hf-hub:ORG/REPO[@REVISION]``."""
+
+    repo: hf_hub.HubRepo
+
+
+@dataclass(frozen=True)
+class HFCheckpoint:
+    """A Hugging Face (Mixtral-format) MoE checkpoint for ``arch``: a local folder, or a Hub repository."""
+
+    arch: str
+    folder: Path | None = None
+    repo: hf_hub.HubRepo | None = None
+
+
+Source = Registered | SavedFolder | HubRepository | HFCheckpoint
+
+
+def resolve(name_or_path: str | os.PathLike | Source, weights: str | os.PathLike | Enum | None = None) -> Source:
+    """The source that ``name_or_path`` (with ``weights=``) means; a source passes through."""
+    if isinstance(name_or_path, Registered | SavedFolder | HubRepository | HFCheckpoint):
+        return name_or_path
+    if hf_hub.is_hub_name(name_or_path):
+        return HubRepository(hf_hub.parse_hub_name(name_or_path))
+    saved = saved_folder(name_or_path)
+    if saved is not None:
+        return SavedFolder(saved)
+    name = str(name_or_path)
+    arch, entry = registry.resolve(name)
+    named = torchvision_weights.weights_entry(name, arch, weights)
+    if named is not None:
+        return Registered(named.name, arch, named, named_by_weights=True)
+    if weights is not None and (Path(weights) / CONFIG_FILE).is_file():
+        return HFCheckpoint(arch, folder=Path(weights))
+    if hf_hub.is_repo_reference(weights) and registry.arch_spec(arch).hf_checkpoints:
+        return HFCheckpoint(arch, repo=hf_hub.parse_repo(weights, f"weights={weights!r}"))
+    return Registered(name, arch, entry, weights=None if weights is None else str(weights))
