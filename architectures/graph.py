@@ -13,7 +13,8 @@ adds interactions among three things at a time, at a cost linear in nodes and tr
   readout. ``AddTriangles`` lists the triangles once per graph, as a dataset transform.
 
 ``SecondOrderPooling`` is SOPool's bilinear variant (Wang & Ji, 2020), the second-order
-baseline. Registered models: ``gin_sum``, ``gin_sopool`` and ``gin3``, one ``GIN`` class each
+baseline. The readouts are in graph_pooling.py (imported here too); this module holds
+``AddTriangles``, ``BatchRenorm`` and the model. Registered models: ``gin_sum``, ``gin_sopool`` and ``gin3``, one ``GIN`` class each
 with its readout, so a comparison changes one name and nothing else.
 """
 from __future__ import annotations
@@ -35,181 +36,14 @@ from torch_geometric.data import Data
 from torch_geometric.nn import MLP, GINConv, GINEConv
 from torch_geometric.nn.aggr import Aggregation
 from torch_geometric.transforms import BaseTransform
-from torch_geometric.utils import scatter
 
 from ._registry import register_model
 
+# the readouts live in graph_pooling.py; imported here, where they have always been importable from
+from .graph_pooling import Reduce, SecondOrderPooling, SumReadout, ThirdOrderPooling  # noqa: F401
 from .layers import LinearClassifier, check_input_dtype, check_int_option, check_rate_option
 
-Reduce = Literal["sum", "mean"]
 GRAPH_HEADS = ("graph_classification", "graph_regression", "node_classification")
-
-
-def _signed_root(x: Tensor, power: int, eps: float) -> Tensor:
-    """sign(x) * ((|x| + eps)^(1/power) - eps^(1/power)): the power normalisation of
-    bilinear pooling, shifted by ``eps`` so its slope at 0 is finite (plain roots have an
-    infinite one, which turns small values into huge gradients)."""
-    return torch.sign(x) * ((x.abs() + eps) ** (1 / power) - eps ** (1 / power))
-
-
-def _graph_index(aggr: Aggregation, x: Tensor, index: Tensor | None, ptr: Tensor | None, dim: int) -> Tensor:
-    """The graph id of each node: ``index``, or expanded from the CSR boundaries ``ptr``."""
-    aggr.assert_two_dimensional_input(x, dim)
-    if index is None:
-        index = torch.repeat_interleave(torch.arange(ptr.numel() - 1, device=x.device), ptr.diff())
-    return index
-
-
-class SecondOrderPooling(Aggregation):
-    """SOPool's bilinear readout (SOPool_bimap, Wang & Ji, 2020): per graph,
-    ``flatten(W^T (sum_i h_i h_i^T) W) = flatten(sum_i g_i g_i^T)`` with ``g_i = W^T h_i``,
-    computed node by node in O(nodes * (channels * out + out^2)); ``out_channels**2`` outputs.
-    Call it as a PyG readout: ``pool(x, batch)``."""
-
-    def __init__(self, in_channels: int, out_channels: int = 32, reduce: Reduce = "sum") -> None:
-        super().__init__()
-        if reduce not in ("sum", "mean"):
-            raise ValueError(f"reduce must be 'sum' or 'mean', got {reduce!r}")
-        self.in_channels, self.reduce_op = in_channels, reduce
-        self.proj = nn.Linear(in_channels, out_channels, bias=False)
-        self.out_channels = out_channels**2
-
-    def reset_parameters(self) -> None:
-        self.proj.reset_parameters()
-
-    def forward(
-        self, x: Tensor, index: Tensor | None = None, ptr: Tensor | None = None,
-        dim_size: int | None = None, dim: int = -2,
-    ) -> Tensor:
-        index = _graph_index(self, x, index, ptr, dim)
-        g = self.proj(x)
-        outer = (g.unsqueeze(2) * g.unsqueeze(1)).flatten(1)
-        return scatter(outer, index, 0, dim_size, self.reduce_op)
-
-    def __repr__(self) -> str:
-        return f"{self.__class__.__name__}({self.in_channels}, out_channels={self.out_channels})"
-
-
-class ThirdOrderPooling(Aggregation):
-    """Third-order readout ``pool(x, batch, triangle_index=...)``: the moment and triangle parts,
-    alone or together, and optional first- and second-order terms to concatenate (outputs in
-    this order, ``out_channels`` in total):
-
-    * ``first_order``: the plain sum (or mean) of the node embeddings (``in_channels``);
-    * ``second_order``: ``s_k = sum_i (p_k . h_i)(q_k . h_i)``, signed square root (``rank``);
-    * ``moment``: ``z_k = sum_i (u_k . h_i)(v_k . h_i)(w_k . h_i)``, the third-order moment
-      tensor of the node embeddings (centred per graph when ``center``) contracted with ``rank``
-      learned rank-one tensors, in O(nodes * channels * rank); signed cube root (``rank``);
-    * ``triangle``: ``sum over triangles (i, j, k) of phi(h_i) * phi(h_j) * phi(h_k)`` with
-      ``phi = tanh(Linear)`` (``triangle_channels``, default ``rank``), which needs
-      ``triangle_index`` [3, T] from ``AddTriangles``. It is kept linear in the triangles (no
-      root), so counts reach a linear head; tanh bounds each factor, so each triangle adds at
-      most 1 per channel.
-
-    ``reduce="mean"`` divides every part by the graph's node count. ``normalize`` applies the
-    signed roots and then L2-normalises the second- and third-order moment vectors per graph,
-    as bilinear pooling does (Lin et al., 2015), for stable training.
-    """
-
-    def __init__(
-        self,
-        in_channels: int,
-        rank: int = 32,
-        moment: bool = True,
-        triangle: bool = False,
-        triangle_channels: int | None = None,
-        center: bool = True,
-        reduce: Reduce = "sum",
-        first_order: bool = False,
-        second_order: bool = False,
-        normalize: bool = True,
-        eps: float = 1e-6,
-    ) -> None:
-        super().__init__()
-        if not (moment or triangle or first_order or second_order):
-            raise ValueError("ThirdOrderPooling needs at least one part: moment, triangle, first_order or second_order")
-        if reduce not in ("sum", "mean"):
-            raise ValueError(f"reduce must be 'sum' or 'mean', got {reduce!r}")
-        if rank < 1:
-            raise ValueError(f"rank must be >= 1, got {rank}")
-        self.in_channels, self.rank, self.reduce_op = in_channels, rank, reduce
-        self.moment, self.triangle, self.first_order, self.second_order = moment, triangle, first_order, second_order
-        self.center, self.normalize, self.eps = center, normalize, eps
-        # One Linear per CP factor set: u, v, w (moment) and p, q (second order) side by side.
-        self.factors = nn.Linear(in_channels, rank * (3 * moment + 2 * second_order), bias=False) \
-            if moment or second_order else None
-        self.triangle_channels = (triangle_channels or rank) if triangle else 0
-        self.phi = nn.Linear(in_channels, self.triangle_channels) if triangle else None
-        self.out_channels = (
-            in_channels * first_order + rank * (second_order + moment) + self.triangle_channels
-        )
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        if self.factors is not None:
-            # Unit-variance projections: u.h, v.h, w.h of order |h|, whatever in_channels is.
-            nn.init.normal_(self.factors.weight, std=self.in_channels**-0.5)
-        if self.phi is not None:
-            self.phi.reset_parameters()
-
-    def forward(
-        self, x: Tensor, index: Tensor | None = None, ptr: Tensor | None = None,
-        dim_size: int | None = None, dim: int = -2, triangle_index: Tensor | None = None,
-    ) -> Tensor:
-        index = _graph_index(self, x, index, ptr, dim)
-        if dim_size is None:
-            dim_size = int(index.max()) + 1 if index.numel() else 0
-        parts: list[Tensor] = []
-        if self.first_order:
-            parts.append(scatter(x, index, 0, dim_size, self.reduce_op))
-        if self.moment or self.second_order:
-            proj = self.factors(x)
-            if self.center:  # the factors are linear: centring their outputs centres h, on fewer channels
-                proj = proj - scatter(proj, index, 0, dim_size, "mean")[index]
-            proj = proj.view(-1, 3 * self.moment + 2 * self.second_order, self.rank)
-            if self.second_order:
-                s = scatter(proj[:, -2] * proj[:, -1], index, 0, dim_size, self.reduce_op)
-                parts.append(self._normalize(s, 2))
-            if self.moment:
-                z = scatter(proj[:, 0] * proj[:, 1] * proj[:, 2], index, 0, dim_size, self.reduce_op)
-                parts.append(self._normalize(z, 3))
-        if self.triangle:
-            parts.append(self._triangles(x, index, dim_size, triangle_index))
-        return torch.cat(parts, dim=-1)
-
-    def _normalize(self, z: Tensor, power: int) -> Tensor:
-        if not self.normalize:
-            return z
-        z = _signed_root(z, power, self.eps)
-        return z / z.norm(dim=-1, keepdim=True).clamp_min(self.eps)
-
-    def _triangles(self, x: Tensor, index: Tensor, dim_size: int, triangle_index: Tensor | None) -> Tensor:
-        if triangle_index is None:
-            raise ValueError(
-                "ThirdOrderPooling(triangle=True) needs triangle_index, the [3, T] node indices of each "
-                "triangle: apply the AddTriangles transform to the data (e.g. dataset transform or "
-                "pre_transform=AddTriangles()) and pass triangle_index=data.triangle_index"
-            )
-        if triangle_index.dim() != 2 or triangle_index.size(0) != 3 or triangle_index.dtype != torch.long:
-            raise ValueError(
-                f"triangle_index must be a [3, T] int64 tensor of node indices (from AddTriangles), got "
-                f"{triangle_index.dtype} of shape {tuple(triangle_index.shape)}"
-            )
-        if triangle_index.numel() and int(triangle_index.max()) >= x.size(0):
-            raise ValueError(
-                f"triangle_index refers to node {int(triangle_index.max())} but x has {x.size(0)} nodes: "
-                "was AddTriangles applied before the graphs were batched or changed?"
-            )
-        phi = torch.tanh(self.phi(x))
-        t = phi[triangle_index[0]] * phi[triangle_index[1]] * phi[triangle_index[2]]
-        out = scatter(t, index[triangle_index[0]], 0, dim_size, "sum")
-        if self.reduce_op == "mean":
-            out = out / scatter(torch.ones_like(index, dtype=x.dtype), index, 0, dim_size).clamp_min(1).unsqueeze(-1)
-        return out
-
-    def __repr__(self) -> str:
-        parts = [p for p in ("first_order", "second_order", "moment", "triangle") if getattr(self, p)]
-        return f"{self.__class__.__name__}({self.in_channels}, rank={self.rank}, parts={parts}, reduce={self.reduce_op!r})"
 
 
 class AddTriangles(BaseTransform):
@@ -283,20 +117,6 @@ def triangles(edge_index: Tensor, num_nodes: int) -> Tensor:
     return tri
 
 
-class SumReadout(Aggregation):
-    """Sum of the node embeddings per graph, with ``out_channels`` like the other readouts."""
-
-    def __init__(self, in_channels: int) -> None:
-        super().__init__()
-        self.out_channels = in_channels
-
-    def forward(
-        self, x: Tensor, index: Tensor | None = None, ptr: Tensor | None = None,
-        dim_size: int | None = None, dim: int = -2,
-    ) -> Tensor:
-        return self.reduce(x, index, ptr, dim_size, dim, reduce="sum")
-
-
 class BatchRenorm(nn.BatchNorm1d):
     """Batch renormalisation (Ioffe, 2017) without clipping: the forward pass standardises with
     the running mean and variance, in training as in eval, while the gradient flows through the
@@ -328,6 +148,31 @@ class BatchRenorm(nn.BatchNorm1d):
                 self.num_batches_tracked += 1
             standardised = (x - mean) / (var + self.eps).sqrt() * r + d
         return standardised * self.weight + self.bias
+
+
+def _check_gin_options(
+    head: str,
+    readout: str,
+    in_channels: int,
+    num_layers: int,
+    hidden_channels: int,
+    edge_dim: int | None,
+    dropout: float,
+) -> None:
+    """Raise ValueError naming the option unless `GIN` can be built with these."""
+    if head not in GRAPH_HEADS:
+        raise ValueError(f"head must be one of {', '.join(GRAPH_HEADS)}; got {head!r}")
+    if readout not in ("sum", "second_order", "third_order"):
+        raise ValueError(f"readout must be 'sum', 'second_order' or 'third_order', got {readout!r}")
+    if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (in_channels, num_layers)):
+        raise ValueError(
+            f"need in_channels >= 1 and num_layers >= 1, got {in_channels} and {num_layers}; "
+            "for graphs without node features add constant ones (torch_geometric.transforms.Constant())"
+        )
+    check_int_option("hidden_channels", hidden_channels)
+    if edge_dim is not None:
+        check_int_option("edge_dim", edge_dim, what=" (or None)")
+    check_rate_option("dropout", dropout)
 
 
 class GIN(LinearClassifier, nn.Module):
@@ -365,24 +210,24 @@ class GIN(LinearClassifier, nn.Module):
         name: str = "gin",
     ) -> None:
         super().__init__()
-        if head not in GRAPH_HEADS:
-            raise ValueError(f"head must be one of {', '.join(GRAPH_HEADS)}; got {head!r}")
-        if readout not in ("sum", "second_order", "third_order"):
-            raise ValueError(f"readout must be 'sum', 'second_order' or 'third_order', got {readout!r}")
-        if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (in_channels, num_layers)):
-            raise ValueError(
-                f"need in_channels >= 1 and num_layers >= 1, got {in_channels} and {num_layers}; "
-                "for graphs without node features add constant ones (torch_geometric.transforms.Constant())"
-            )
-        check_int_option("hidden_channels", hidden_channels)
-        if edge_dim is not None:
-            check_int_option("edge_dim", edge_dim, what=" (or None)")
-        check_rate_option("dropout", dropout)
+        _check_gin_options(head, readout, in_channels, num_layers, hidden_channels, edge_dim, dropout)
         self.name, self.head, self.readout_name = name, head, readout
         self.in_channels, self.edge_dim = in_channels, edge_dim
         self.pretrained_cfg: dict[str, Any] = {}
         self.grad_checkpointing = False
 
+        self._build_layers(in_channels, hidden_channels, num_layers, edge_dim, train_eps)
+        self._build_readout(head, readout, readout_kwargs, hidden_channels * num_layers)
+        self.drop = nn.Dropout(dropout)
+        if num_classes is None:
+            num_classes = 1 if head == "graph_regression" else 2
+        self.reset_classifier(num_classes)
+
+    def _build_layers(
+        self, in_channels: int, hidden_channels: int, num_layers: int, edge_dim: int | None, train_eps: bool
+    ) -> None:
+        """``convs`` (GINConv, or GINEConv with edge features, each a 2-layer MLP with
+        BatchNorm) and the BatchNorm after each, ``norms``."""
         self.convs = nn.ModuleList()
         self.norms = nn.ModuleList()
         for i in range(num_layers):
@@ -391,28 +236,28 @@ class GIN(LinearClassifier, nn.Module):
                 GINEConv(mlp, train_eps=train_eps, edge_dim=edge_dim)
             self.convs.append(conv)
             self.norms.append(nn.BatchNorm1d(hidden_channels))
-        node_channels = hidden_channels * num_layers
 
+    def _build_readout(
+        self, head: str, readout: str, readout_kwargs: dict[str, Any] | None, node_channels: int
+    ) -> None:
+        """``pool`` and ``norm`` (`BatchRenorm`) of the graph heads, and ``num_features``; for
+        node_classification no pool and an identity norm."""
         self.pool: Aggregation | None = None
         if head == "node_classification":
             self.num_features = node_channels
             self.norm: nn.Module = nn.Identity()
+            return
+        kwargs = dict(readout_kwargs or {})
+        if readout == "sum":
+            if kwargs:
+                raise ValueError(f"the sum readout takes no options, got {sorted(kwargs)}")
+            self.pool = SumReadout(node_channels)
+        elif readout == "second_order":
+            self.pool = SecondOrderPooling(node_channels, **kwargs)
         else:
-            kwargs = dict(readout_kwargs or {})
-            if readout == "sum":
-                if kwargs:
-                    raise ValueError(f"the sum readout takes no options, got {sorted(kwargs)}")
-                self.pool = SumReadout(node_channels)
-            elif readout == "second_order":
-                self.pool = SecondOrderPooling(node_channels, **kwargs)
-            else:
-                self.pool = ThirdOrderPooling(node_channels, **kwargs)
-            self.num_features = self.pool.out_channels
-            self.norm = BatchRenorm(self.num_features)
-        self.drop = nn.Dropout(dropout)
-        if num_classes is None:
-            num_classes = 1 if head == "graph_regression" else 2
-        self.reset_classifier(num_classes)
+            self.pool = ThirdOrderPooling(node_channels, **kwargs)
+        self.num_features = self.pool.out_channels
+        self.norm = BatchRenorm(self.num_features)
 
     @property
     def needs_triangles(self) -> bool:
