@@ -42,14 +42,19 @@ from zoo.training.engine import SCHEDULERS, Trainer, TrainConfig
 from zoo.training.steps import DistillationStep, StepFn, split_batch
 from zoo.store.files import write_bytes_atomic
 from zoo.store import registry
-from zoo.loading.saved import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, read_saved_config, saved_folder
+from zoo.architectures import ARCHS
+from zoo.loading.resolve import Registered, SavedFolder, architecture, resolve
+from zoo.loading.saved import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, read_saved_config
 from zoo.errors import DataError, InvalidArgumentError, run_command
 from zoo.training.checkpoint import LAST_CHECKPOINT
 
 MODES = ("linear-probe", "partial", "full")
 CALIBRATION_BATCHES = 4  # validation batches static int8 calibrates on
-_DATA_HEADS = {"text": "sequence_classification", "graphs": "graph_classification"}  # for multi-head models
-_FITTING_EXAMPLE = {"images": "resnet20.fmnist", "text": "moe_encoder", "graphs": "gin3", "vectors": "dbn.digits"}
+
+
+def _fitting_example(kind: str) -> str:
+    """A name that fine-tunes on data of ``kind``, from the family specs."""
+    return next(s.finetune_example for s in ARCHS.values() if s.inputs == kind and s.finetune_example)
 
 
 def _check_fits(name: str, arch: str, data: DataSource) -> None:
@@ -59,7 +64,7 @@ def _check_fits(name: str, arch: str, data: DataSource) -> None:
     if reads != holds:
         raise DataError(
             f"{name} reads {reads}, but {data.description} holds {holds}: fine-tune a model that reads "
-            f"{holds}, e.g. {_FITTING_EXAMPLE[holds]}"
+            f"{holds}, e.g. {_fitting_example(holds)}"
         )
 
 
@@ -237,24 +242,27 @@ def load_for_data(
         raise ValueError(
             f"{data.description} has no labels; fine-tuning a classifier needs them (use Trainer with a custom step)"
         )
-    path = saved_folder(name)
-    if path is not None:
-        saved = read_saved_config(path)
+    source = resolve(name)  # once: zoo.load takes the source as it is
+    if isinstance(source, SavedFolder):
+        saved = read_saved_config(source.path)
         _check_fits(name, saved["architecture"], data)
         if pretrained:
             if model_kwargs:
-                raise ValueError(f"{path} is a saved model with fixed options; drop model_kwargs {dict(model_kwargs)}")
+                raise ValueError(f"{source.path} is a saved model with fixed options; drop model_kwargs {dict(model_kwargs)}")
             channels = {"in_chans": data.in_chans} if data.kind == "images" else {}  # colour data, gray model: adapt
-            return zoo.load(path, num_classes=data.num_classes, **channels), str(path)
+            return zoo.load(source, num_classes=data.num_classes, **channels), str(source.path)
         arch, kwargs = saved["architecture"], {**saved["model_kwargs"], **(model_kwargs or {})}
-        return zoo.load(arch, pretrained=False, num_classes=data.num_classes, **kwargs), None
-    arch, _ = registry.resolve(name)
+        return zoo.load(architecture(arch), pretrained=False, num_classes=data.num_classes, **kwargs), None
+    if not isinstance(source, Registered):
+        raise ValueError(f"{name!r}: fine-tuning starts from registered weights, an architecture or a folder "
+                         "written by zoo.save; download a Hub model with zoo.load and zoo.save it first")
+    arch = source.arch
     kwargs: dict[str, Any] = dict(model_kwargs or {})
     if data.kind == "images":
         kwargs.setdefault("in_chans", data.in_chans)
     elif data.kind == "graphs":
         kwargs.setdefault("in_channels", data.in_chans)
-    head = _DATA_HEADS.get(data.kind)
+    head = registry.arch_spec(arch).finetune_head
     if head is not None and head in registry.supported_heads(arch):
         kwargs.setdefault("head", head)
     _check_fits(name, arch, data)
@@ -264,8 +272,8 @@ def load_for_data(
             hint = f" For pretrained weights name them, e.g. {tags[0]}." if tags else ""
             message = f"{name!r} is a bare architecture: training it from scratch (random weights).{hint}"
             warnings.warn(message, stacklevel=3)
-        return zoo.load(arch, pretrained=False, num_classes=data.num_classes, **kwargs), None
-    model = zoo.load(name, pretrained=pretrained, num_classes=data.num_classes, **kwargs)
+        return zoo.load(source, pretrained=False, num_classes=data.num_classes, **kwargs), None
+    model = zoo.load(source, pretrained=pretrained, num_classes=data.num_classes, **kwargs)
     return model, name if pretrained else None
 
 
@@ -364,12 +372,6 @@ def finetune(
     return FinetuneResult(model, out, metrics, history)
 
 
-def _report_forward(model: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logits, targets) of a batch, for `zoo.training.report.evaluate_classifier`."""
-    inputs, targets = split_batch(batch)
-    return (model(**inputs) if isinstance(inputs, Mapping) else model(inputs)), targets
-
-
 def _post_training(model: nn.Module, val_set: Dataset, source: DataSource, config: TrainConfig) -> dict[str, Any]:
     """`zoo.training.post_training.post_training` on the validation set: report, exports, int8, pruning."""
     if config.progress:
@@ -378,7 +380,7 @@ def _post_training(model: nn.Module, val_set: Dataset, source: DataSource, confi
     loader = build_loader(val_set, config.batch_size, sampler=SequentialSampler(val_set), collate_fn=source.collate_fn)
     calibration = [_positional(split_batch(batch)[0]) for batch in itertools.islice(loader, CALIBRATION_BATCHES)]
     return after_training.post_training(
-        model, loader, config.out_dir, calibration[0], class_names=source.class_names, forward=_report_forward,
+        model, loader, config.out_dir, calibration[0], class_names=source.class_names,
         dynamic_batch=source.kind != "graphs", calibration=calibration, progress=config.progress,
     )
 

@@ -96,7 +96,7 @@ def timm_pretrained_cfg(model: nn.Module, entry: WeightInfo | None) -> dict[str,
         crop_pct = math.nextafter(crop_pct, 0.0)
     classifier = model.get_classifier()
     weights = cfg.get("weights")
-    loaded = registry.weight_info(weights) if weights in registry.list_models(pretrained=True) else None
+    loaded = registry.find_weights(weights)
     timm_cfg = {
         "input_size": (len(preprocess["mean"]), height, width),
         "interpolation": preprocess.get("interpolation", "bilinear"),

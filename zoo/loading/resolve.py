@@ -77,3 +77,10 @@ def resolve(name_or_path: str | os.PathLike | Source, weights: str | os.PathLike
     if hf_hub.is_repo_reference(weights) and registry.arch_spec(arch).hf_checkpoints:
         return HFCheckpoint(arch, repo=hf_hub.parse_repo(weights, f"weights={weights!r}"))
     return Registered(name, arch, entry, weights=None if weights is None else str(weights))
+
+
+def architecture(arch: str) -> Registered:
+    """The source of ``arch`` itself (its default entry for preprocessing), for a model built
+    without weights from a name already resolved (a saved folder's architecture)."""
+    entries = registry.weights_for(arch)
+    return Registered(arch, arch, entries[0] if entries else None)

@@ -41,7 +41,7 @@ def save(model: nn.Module, directory: str | os.PathLike) -> Path:
     directory = Path(directory)
     config = {**cfg, "num_classes": model.num_classes, "format": "zoo/1"}
     config |= hf_hub.timm_config(config, getattr(model, "num_features", 0))
-    entry = registry.weight_info(cfg["weights"]) if cfg.get("weights") in registry.list_models(pretrained=True) else None
+    entry = registry.find_weights(cfg.get("weights"))
     card = hf_hub.model_card(config, entry)
     with atomic_files(directory, last=(CONFIG_FILE,)) as staging:  # config last: it marks a complete save
         safetensors.torch.save_model(model, staging / WEIGHTS_FILE)

@@ -152,10 +152,21 @@ def _architectures() -> list[str]:
 def arch_spec(arch: str) -> ArchSpec:
     """What ``arch`` reads, builds and can do, without importing its family module."""
     _ensure_loaded()
-    spec = registered_specs.get(arch) or ARCHS.get(arch)
+    spec = find_spec(arch)
     if spec is None:
         raise _unknown("model", arch, [*_architectures(), *_weights])
     return spec
+
+
+def find_spec(arch: str) -> ArchSpec | None:
+    """`arch_spec`, or None for a name zoo does not know (timm's, a plain ``nn.Module``'s class).
+    zoo's own architectures are read from their declaration in ``ARCHS`` (what registering them
+    records lacks their traits: int8, timm and Hugging Face twins...); a user's model from what
+    `register_model` recorded, also one registered under a zoo name before zoo's module was."""
+    declared, registered = ARCHS.get(arch), registered_specs.get(arch)
+    if registered is not None and (declared is None or registered.module != declared.module):
+        return registered
+    return declared
 
 
 def get_builder(arch: str) -> ModelBuilder:
@@ -222,3 +233,9 @@ def weight_info(name: str) -> WeightInfo:
 def info(name: str) -> WeightInfo:
     """Metadata of ``arch.tag`` (or of an architecture's default weights): `zoo.info`."""
     return weight_info(name)
+
+
+def find_weights(name: object) -> WeightInfo | None:
+    """The weight entry named exactly ``name`` (``arch.tag``), or None: a lookup, not a resolution."""
+    _ensure_loaded()
+    return _weights.get(name) if isinstance(name, str) else None
