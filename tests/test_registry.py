@@ -1,0 +1,64 @@
+"""The registry knows every architecture without importing its family: the declarations in
+`zoo.architectures._families.ARCHS` must say what the family modules register, and the light
+commands must not import what they don't need."""
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+
+import pytest
+
+from zoo.architectures import ARCHS, model_builders, registered_specs
+from zoo.store import registry
+
+HEAVY = ("torch", "torchvision", "torch_geometric", "transformers", "huggingface_hub", "onnx", "onnxruntime",
+         "torchao", "matplotlib", "tensorboard", "zoo.architectures.resnet", "zoo.training")
+FAMILY_MODULES = sorted({spec.module for spec in ARCHS.values()})
+
+
+def test_declarations_equal_what_the_families_register() -> None:
+    for module in FAMILY_MODULES:
+        importlib.import_module(f"zoo.architectures.{module}")
+    registered = {name: spec for name, spec in registered_specs.items() if spec.module in FAMILY_MODULES}
+    assert sorted(registered) == sorted(ARCHS)
+    for name, declared in ARCHS.items():
+        spec = registered[name]
+        assert (spec.module, spec.inputs, spec.heads) == (declared.module, declared.inputs, declared.heads), name
+
+
+def test_every_declared_builder_is_found_by_its_module() -> None:
+    for name in ARCHS:
+        assert registry.get_builder(name) is model_builders[name]
+
+
+def test_traits_are_read_from_the_specs() -> None:
+    assert registry.arch_spec("resnet50").int8 and not registry.arch_spec("moe_lm").int8
+    assert registry.arch_spec("gin3").finetune_head == "graph_classification"
+    assert registry.input_kind("dbn") == "vectors"
+
+
+def _imported_after(code: str) -> set[str]:
+    script = f"import sys; {code}; import json; sys.__stdout__.write(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    return set(json.loads(out.splitlines()[-1]))
+
+
+@pytest.mark.parametrize("code", [
+    "import zoo",
+    "import zoo; zoo.list_models(); zoo.info('resnet20')",
+    "from zoo.cli import main; import contextlib, io; f = io.StringIO(); "
+    "c = contextlib.redirect_stdout(f); c.__enter__(); main(['list']); main(['info', 'gin3'])",
+])
+def test_light_entry_points_import_nothing_heavy(code: str) -> None:
+    modules = _imported_after(code)
+    heavy = sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
+    assert not heavy, f"{code!r} imported {heavy[:10]}"
+
+
+def test_help_imports_no_torch() -> None:
+    code = ("from zoo.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "import sys; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-1] == "False"
