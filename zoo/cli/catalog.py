@@ -56,6 +56,4 @@ def _uncounted(arch: str) -> str:
     """Why an entry has no GMACs figure."""
     if registry.input_kind(arch) != "graphs":
         return "unknown"
-    from zoo.deploy.bench import GRAPH_SKIP_REASON
-
-    return f"not counted ({GRAPH_SKIP_REASON})"
+    return f"not counted ({registry.GRAPH_SKIP_REASON})"

@@ -29,6 +29,7 @@ from tqdm import tqdm
 from zoo.loading import build
 
 from zoo.store import registry
+from zoo.store.registry import GRAPH_SKIP_REASON
 from zoo.deploy.exporter import example_input_for
 from zoo.errors import InvalidArgumentError, UnknownModelError, WeightsNotFoundError
 from zoo.store.files import write_bytes_atomic
@@ -36,7 +37,6 @@ from zoo.deploy.inference import medians, optimize as optimize_model
 from zoo.store.registry import WeightInfo
 
 TEXT_TOKENS = 256  # the sequence length text models are counted and timed at
-GRAPH_SKIP_REASON = "graph model: its compute grows with each graph's nodes, so no one figure describes it"
 
 
 def count_macs(model: nn.Module, example_input: Any) -> int:
@@ -59,12 +59,6 @@ def gmacs(model: nn.Module, preprocess: dict[str, Any]) -> float | None:
 
 def _example(model: nn.Module, preprocess: dict[str, Any], batch: int) -> torch.Tensor:
     return example_input_for(model, batch, preprocess=preprocess, sequence_length=TEXT_TOKENS)
-
-
-def measure_gmacs(name: str) -> float | None:
-    """The GMACs the weight entry ``name`` records, counted on its architecture and options."""
-    info = registry.weight_info(name)
-    return architecture_gmacs(info.arch, info.model_kwargs, info.num_classes, info.preprocess)
 
 
 def architecture_gmacs(

@@ -20,6 +20,9 @@ from zoo.errors import UnknownModelError
 
 __all__ = ["ArchSpec", "ModelBuilder", "UnknownModelError", "WeightInfo", "list_models", "register_model", "resolve", "weight_info"]
 
+# why graph models have no GMACs figure (zoo info, zoo bench)
+GRAPH_SKIP_REASON = "graph model: its compute grows with each graph's nodes, so no one figure describes it"
+
 _weights: dict[str, WeightInfo] = {}
 _loaded = False
 
