@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import torch
@@ -64,105 +65,134 @@ class KVCache:
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
 
+@dataclass(frozen=True)
+class GenerationOptions:
+    """How `generate` continues a prompt, made once from `MoETransformer.generate`'s keywords
+    (which document each) and passed whole to the decode loop; checked when made, so a bad
+    value is named before any model work."""
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    eos_token_id: int | None = None
+    generator: torch.Generator | None = None
+    on_token: Callable[[torch.Tensor], None] | None = None
+    compile: Compile = "auto"
+
+    def __post_init__(self) -> None:
+        check_options(self.max_new_tokens, self.temperature, self.top_k, self.top_p, self.compile)
+
+
 def generate(
-    model: nn.Module,
-    input_ids: torch.Tensor,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    eos_token_id: int | None = None,
-    generator: torch.Generator | None = None,
-    on_token: Callable[[torch.Tensor], None] | None = None,
-    attention_mask: torch.Tensor | None = None,
-    compile: Compile = "auto",
+    model: nn.Module, input_ids: torch.Tensor, options: GenerationOptions, attention_mask: torch.Tensor | None = None
 ) -> torch.Tensor:
     """`MoETransformer.generate`, which documents the arguments; ``model`` has been checked
-    to be a causal model with its lm head."""
-    check_options(max_new_tokens, temperature, top_k, top_p, compile)
+    to be a causal model with its lm head, ``options`` when they were made."""
     model._check_input(input_ids, attention_mask, 0)
     _check_prompt(model, input_ids, attention_mask)
-    if max_new_tokens == 0:
+    if options.max_new_tokens == 0:
         return input_ids.clone()
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
     with torch.inference_mode():  # fewer per-operation costs than no_grad; the result leaves as a normal tensor
-        tokens = _decode(
-            model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id, generator, on_token,
-            attention_mask.bool(), _use_compile(compile, input_ids.device),
-        )
+        compiled = _use_compile(options.compile, input_ids.device)
+        tokens = _decode(model, input_ids, attention_mask.bool(), options, compiled)
     return torch.cat(tokens, dim=1)
 
 
 def _decode(
-    model: nn.Module,
-    input_ids: torch.Tensor,
-    max_new_tokens: int,
-    temperature: float,
-    top_k: int | None,
-    top_p: float | None,
-    eos_token_id: int | None,
-    generator: torch.Generator | None,
-    on_token: Callable[[torch.Tensor], None] | None,
-    attention_mask: torch.Tensor,
-    compiled: bool,
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, options: GenerationOptions, compiled: bool
 ) -> list[torch.Tensor]:
     """The prompt and each step's new tokens, (N, L) then (N, 1) each: `generate`'s loop."""
     batch, length = input_ids.shape
     # positions count real tokens only (as transformers' generate does), so a left-padded
     # prompt continues exactly as it would alone
     positions = (attention_mask.cumsum(1) - 1).clamp(min=0)
-    max_length = length + max_new_tokens
+    max_length = length + options.max_new_tokens
     if compiled:  # cache sizes in steps of CACHE_STEP: a compiled step serves many prompt lengths
         max_length = -(-max_length // CACHE_STEP) * CACHE_STEP
+    cache = _allocate_cache(model, batch, max_length, input_ids.device, options.max_new_tokens)
+    logits = _prefill(model, input_ids, attention_mask, positions, cache)
+    rope = _rope_table(model, max_length, input_ids.device)
+    copy = sum(p.numel() * p.element_size() for p in model.parameters()) <= LAYOUT_COPY_LIMIT
+    weights = [_LayerWeights(block, rope is not None, copy) for block in model.layers]
+    bias = _padding_bias(attention_mask, max_length, compiled, cache.keys[0].dtype)
+    step_fn = _compiled_decode_step() if compiled else _decode_step
+    slot = torch.tensor([length], device=input_ids.device)
+    position = positions[:, -1] + 1
+    tokens, finished = [input_ids], torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
+    for new in range(options.max_new_tokens):
+        step = _next_tokens(logits, options, finished)
+        tokens.append(step[:, None])
+        if new == options.max_new_tokens - 1 or (options.eos_token_id is not None and bool(finished.all())):
+            break
+        window, step_bias = _step_attention(
+            bias, slot, length + new + 1, model.config.sliding_window, max_length, compiled
+        )
+        step_rope = None if rope is None else (rope[0][position][:, None, None], rope[1][position][:, None, None])
+        logits = step_fn(model, weights, step, slot, step_rope, window, step_bias, cache.keys, cache.values)
+        slot += 1
+        position += 1
+    return tokens
+
+
+def _allocate_cache(
+    model: nn.Module, batch: int, max_length: int, device: torch.device, max_new_tokens: int
+) -> KVCache:
+    """The step's `KVCache`, or a ValueError that names its size and the fix when it does not
+    fit (the allocator's own message names neither cause nor fix)."""
     try:
-        cache = KVCache(model.config, batch, max_length, input_ids.device, model.embed_tokens.weight.dtype)
-    except (RuntimeError, MemoryError) as error:  # the allocator's own message names neither cause nor fix
+        return KVCache(model.config, batch, max_length, device, model.embed_tokens.weight.dtype)
+    except (RuntimeError, MemoryError) as error:
         config, itemsize = model.config, model.embed_tokens.weight.element_size()
         size = 2 * config.num_layers * batch * config.num_kv_heads * max_length * config.attention_head_dim * itemsize
         raise ValueError(
             f"the key/value cache for {batch} x {max_length} positions ({size / 2**30:.1f} GiB) does not fit in "
             f"memory: ask for fewer new tokens (max_new_tokens={max_new_tokens}) or a smaller batch"
         ) from error
-    logits = _prefill(model, input_ids, attention_mask, positions, cache)
-    rope = _rope_table(model, max_length, input_ids.device)
-    copy = sum(p.numel() * p.element_size() for p in model.parameters()) <= LAYOUT_COPY_LIMIT
-    weights = [_LayerWeights(block, rope is not None, copy) for block in model.layers]
-    window = model.config.sliding_window
-    # attention reads the filled cache slots in the window (eager), or every slot under a mask
-    # of the filled ones in the window (compiled: the same shapes at every step)
-    bias = None
-    if compiled or not attention_mask.all():  # additive: SDPA converts a boolean mask at every call
-        unfilled = attention_mask.new_full((batch, max_length - length), not compiled)
-        padding = torch.cat([attention_mask, unfilled], dim=1)
-        bias = torch.zeros_like(padding, dtype=cache.keys[0].dtype).masked_fill(~padding, -math.inf)[:, None, None]
-    step_fn = _compiled_decode_step() if compiled else _decode_step
-    slot = torch.tensor([length], device=input_ids.device)
-    position = positions[:, -1] + 1
-    tokens, finished = [input_ids], torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
-    for new in range(max_new_tokens):
-        step = _sample(logits, temperature, top_k, top_p, generator)
-        if eos_token_id is not None:
-            step = step.masked_fill(finished, eos_token_id)
-            finished |= step == eos_token_id
-        tokens.append(step[:, None])
-        if on_token is not None:
-            with torch.inference_mode(False):  # a normal tensor, which the caller may modify
-                on_token(step[:, None].clone())
-        if new == max_new_tokens - 1 or (eos_token_id is not None and bool(finished.all())):
-            break
-        end = length + new + 1
-        start = 0 if window is None else max(0, end - window)
-        if compiled:
-            bias.index_fill_(-1, slot, 0.0)
-            bias[..., :start] = -math.inf
-            start, end = 0, max_length
-        step_bias = bias if bias is None or compiled else bias[..., start:end]
-        step_rope = None if rope is None else (rope[0][position][:, None, None], rope[1][position][:, None, None])
-        logits = step_fn(model, weights, step, slot, step_rope, (start, end), step_bias, cache.keys, cache.values)
-        slot += 1
-        position += 1
-    return tokens
+
+
+def _padding_bias(
+    attention_mask: torch.Tensor, max_length: int, compiled: bool, dtype: torch.dtype
+) -> torch.Tensor | None:
+    """Additive attention bias over every cache slot, (N, 1, 1, max_length): -inf at the
+    prompt's padding and (compiled) at the slots not yet filled; None for an eager step
+    without padding. Additive, because SDPA converts a boolean mask at every call."""
+    if not compiled and attention_mask.all():
+        return None
+    batch, length = attention_mask.shape
+    unfilled = attention_mask.new_full((batch, max_length - length), not compiled)
+    padding = torch.cat([attention_mask, unfilled], dim=1)
+    return torch.zeros_like(padding, dtype=dtype).masked_fill(~padding, -math.inf)[:, None, None]
+
+
+def _next_tokens(logits: torch.Tensor, options: GenerationOptions, finished: torch.Tensor) -> torch.Tensor:
+    """This step's tokens (N,), sampled from ``logits``; a finished row repeats the eos token,
+    and a row that emits it is marked in ``finished`` (in place). Streams them to
+    ``options.on_token``."""
+    step = _sample(logits, options.temperature, options.top_k, options.top_p, options.generator)
+    if options.eos_token_id is not None:
+        step = step.masked_fill(finished, options.eos_token_id)
+        finished |= step == options.eos_token_id
+    if options.on_token is not None:
+        with torch.inference_mode(False):  # a normal tensor, which the caller may modify
+            options.on_token(step[:, None].clone())
+    return step
+
+
+def _step_attention(
+    bias: torch.Tensor | None, slot: torch.Tensor, end: int, sliding_window: int | None, max_length: int, compiled: bool
+) -> tuple[tuple[int, int], torch.Tensor | None]:
+    """The cache slots (start, end) a step attends to and its bias over them: eager steps read
+    the filled slots in the window; compiled ones read every slot, ``bias`` updated in place
+    (``slot`` filled, the slots before the window masked), the same shapes at every step."""
+    start = 0 if sliding_window is None else max(0, end - sliding_window)
+    if compiled:
+        bias.index_fill_(-1, slot, 0.0)
+        bias[..., :start] = -math.inf
+        return (0, max_length), bias
+    return (start, end), None if bias is None else bias[..., start:end]
 
 
 def check_options(

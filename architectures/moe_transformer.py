@@ -551,10 +551,11 @@ class MoETransformer(_MoEBody):
         ``"auto"`` compiles on accelerators only. Returns (N, L + new)."""
         if self.head != "lm" or not self.causal or not isinstance(self.lm_head, nn.Linear):
             raise ValueError(f"generate needs a causal model with its lm head; this {self.name} has head {self.head!r}")
-        return generation.generate(
-            self, input_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id, generator, on_token,
-            attention_mask, compile,
+        options = generation.GenerationOptions(
+            max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, eos_token_id=eos_token_id,
+            generator=generator, on_token=on_token, compile=compile,
         )
+        return generation.generate(self, input_ids, options, attention_mask)
 
 
 class MoEViT(PooledLinearClassifier, _MoEBody):
