@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from zoo.devices import model_device
 from zoo.store.files import write_bytes_atomic
-from zoo.training.steps import move_to_device
+from zoo.training.steps import move_to_device, split_batch
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -26,18 +26,11 @@ Forward = Callable[[nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
 
 
 def classifier_forward(model: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """Default ``forward``: ``(inputs, targets)`` pairs give ``model(inputs)``; batches with a
-    ``.y`` attribute (PyG ``Batch``) are passed whole, ``model(batch)``, against ``batch.y``."""
-    if isinstance(batch, (tuple, list)) and len(batch) == 2:
-        inputs, targets = batch
-        return model(inputs), targets
-    if isinstance(getattr(batch, "y", None), torch.Tensor):
-        return model(batch), batch.y
-    raise TypeError(
-        f"cannot split a batch of type {type(batch).__name__} into inputs and targets: the default "
-        "forward takes (inputs, targets) pairs or PyG batches with .y; pass forward=fn(model, batch) "
-        "returning (logits, targets)"
-    )
+    """Default ``forward``: the batch split by `zoo.training.steps.split_batch` (``(inputs,
+    targets)`` pairs, dicts with ``labels``, PyG batches with ``.y``) and the model called on
+    the inputs (as keyword arguments when they are a dict)."""
+    inputs, targets = split_batch(batch, other_batches="forward=fn(model, batch) returning (logits, targets)")
+    return (model(**inputs) if isinstance(inputs, Mapping) else model(inputs)), targets
 
 
 @dataclass

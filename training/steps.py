@@ -34,9 +34,11 @@ class StepOutput:
 StepFn = Callable[[nn.Module, Any], StepOutput]
 
 
-def split_batch(batch: Any) -> tuple[Any, torch.Tensor]:
+def split_batch(batch: Any, *, other_batches: str = "Trainer(step_fn=...)") -> tuple[Any, torch.Tensor]:
     """(inputs, targets) from an ``(x, y)`` pair, a dict with ``labels``/``label``/``y``
-    (the rest are the model's keyword inputs), or a PyG batch (the batch itself and ``.y``)."""
+    (the rest are the model's keyword inputs), or a PyG batch (the batch itself and ``.y``):
+    the one batch layout the steps, the evaluation report and post-training share.
+    ``other_batches`` names, in the error, what the caller takes for other layouts."""
     if isinstance(batch, (tuple, list)) and len(batch) == 2:
         return batch[0], batch[1]
     if isinstance(batch, Mapping):
@@ -47,7 +49,7 @@ def split_batch(batch: Any) -> tuple[Any, torch.Tensor]:
         return batch, batch.y
     raise TypeError(
         f"cannot find the targets in a batch of type {type(batch).__name__}: expected (inputs, targets), "
-        "a dict with 'labels', or a PyG batch with .y; pass Trainer(step_fn=...) for other batches"
+        f"a dict with 'labels', or a PyG batch with .y; pass {other_batches} for other batches"
     )
 
 
