@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 import zoo.store.download as hub
+import zoo.store.transfer as transfer
 from zoo.store.download import (
     ChecksumError,
     DownloadError,
@@ -26,10 +27,9 @@ from zoo.store.download import (
     fetch,
     fetch_state_dict,
     hash_prefix_from_filename,
-    load_state_dict_file,
-    unwrap_state_dict,
     verify_file,
 )
+from zoo.store.state_dict_files import load_state_dict_file, unwrap_state_dict
 
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
@@ -381,7 +381,7 @@ def test_interrupted_download_leaves_nothing(http_server, zoo_home, monkeypatch)
         def update(self, n=1):
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(hub, "tqdm", InterruptedBar)
+    monkeypatch.setattr(transfer, "tqdm", InterruptedBar)
     data = payload()
     url = http_server.add("w.bin", data)
     with pytest.raises(KeyboardInterrupt):

@@ -8,23 +8,20 @@ Layout of ``$ZOO_HOME`` (default ``~/.cache/zoo``)::
     converted/   safetensors made from pickled checkpoints by fetch_state_dict()
     records/     {size, mtime_ns, sha256} per file, so re-verification does not re-read it
     locks/       inter-process locks around download and conversion
+
+One download attempt is `zoo.store.transfer`'s; reading a state dict from a file (safetensors or
+a pickle, unwrapped) is `zoo.store.state_dict_files`'.
 """
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import os
-import pickle
 import re
 import shutil
 import time
-import urllib.error
-import urllib.request
 import warnings
-from collections import Counter
 from collections.abc import Mapping
-from email.message import Message
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -32,11 +29,12 @@ from urllib.parse import unquote, urlsplit
 import torch
 from filelock import FileLock
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
-from tqdm import tqdm
+from safetensors.torch import save_file
 
 from zoo.errors import ChecksumError, DownloadError, WeightsError, WeightsNotFoundError
 from zoo.store.files import atomic_path, write_bytes_atomic
+from zoo.store.state_dict_files import load_state_dict_file, standalone_tensors
+from zoo.store.transfer import CHUNK_SIZE, SHA256_HEX, TransientError, describe_expected, download_once
 
 __all__ = [
     "ChecksumError",
@@ -48,28 +46,16 @@ __all__ = [
     "hash_prefix_from_filename",
     "is_hf_offline",
     "is_offline",
-    "load_state_dict_file",
-    "unwrap_state_dict",
     "verify_file",
     "zoo_home",
 ]
 
-USER_AGENT = "zoo/0.1"
-_CHUNK_SIZE = 1 << 20  # 1 MiB, for hashing and for streaming downloads
-_TIMEOUT_S = 60.0  # per socket operation, not for the whole transfer
 _BACKOFF_S = 0.2  # sleep _BACKOFF_S * attempt between download attempts
 _MIN_PREFIX = 8  # shortest hash prefix accepted as an expected hash
 _HEX = re.compile(r"[0-9a-f]+")
-_SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 # torch.hub convention: "<name>-<hex>.<ext>[.<ext>]", the hex being a prefix of the sha256
 _HASH_IN_NAME = re.compile(r".+-([0-9a-fA-F]{%d,64})(?:\.[A-Za-z0-9_]+)+" % _MIN_PREFIX)
-_WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "state_dict_ema")
-_WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DDP, torch.compile
 _SOURCE_SHA256_KEY = "zoo.source_sha256"  # safetensors metadata of converted files
-
-
-class _TransientError(Exception):
-    """A download failure worth retrying (network error, 5xx, truncated transfer)."""
 
 
 def zoo_home() -> Path:
@@ -128,7 +114,7 @@ def verify_file(path: Path, sha256: str | None) -> str:
         unchanged, digest = False, _hash_file(path)  # the record is only a cache: the file's bytes decide
     if expected is not None and not digest.startswith(expected):
         raise ChecksumError(
-            f"{path} failed verification: expected sha256 {_describe(expected)}, got {digest}. "
+            f"{path} failed verification: expected sha256 {describe_expected(expected)}, got {digest}. "
             f"The file is corrupt or is not the published one: delete {path} and fetch it again "
             "(or correct the expected sha256 if the publisher replaced the file)."
         )
@@ -168,44 +154,60 @@ def fetch(
     if target.exists() and not _writable(target.parent):
         return _verified_read_only(target, expected, url)
     with FileLock(_subdir("locks", "downloads") / f"{name}.lock"):
-        if target.exists():
-            record = _read_record(target)
-            pinned = expected or (record["sha256"] if record else None)
-            try:
-                verify_file(target, pinned)
-            except ChecksumError as err:
-                if is_offline():
-                    raise ChecksumError(
-                        f"{err} ZOO_OFFLINE=1 is set, so it cannot be downloaded again: put a good "
-                        f"copy at {target}, or unset ZOO_OFFLINE to re-download it from {url}."
-                    ) from None
-                warnings.warn(f"{err} Downloading it again from {url}.", stacklevel=2)
-                _forget(target)
-            else:
-                if pinned is None:
-                    _warn_unverified(target, url, stacklevel=2)
-                return target
+        if target.exists() and _cached_is_good(target, expected, url):
+            return target
         if _from_torch_hub_cache(url, target, expected):
             return target
         if is_offline():
             raise WeightsNotFoundError(
                 f"{name} is not in the zoo cache and ZOO_OFFLINE=1 is set, so it will not be "
                 f"downloaded. Put the file at {target} (it comes from {url}; expected sha256 "
-                f"{_describe(expected) if expected else 'unknown'}), or unset ZOO_OFFLINE."
+                f"{describe_expected(expected) if expected else 'unknown'}), or unset ZOO_OFFLINE."
             )
-        attempt = 1
-        while True:
-            try:
-                _download(url, target, expected, progress)
-                return target
-            except _TransientError as err:
-                if attempt >= retries:
-                    raise DownloadError(
-                        f"{err} Gave up after {retries} attempt(s). Try again later, or download "
-                        f"the file by hand to {target} and set ZOO_OFFLINE=1."
-                    ) from err.__cause__
-                time.sleep(_BACKOFF_S * attempt)
-                attempt += 1
+        _download(url, target, expected, progress, retries)
+        return target
+
+
+def _cached_is_good(target: Path, expected: str | None, url: str) -> bool:
+    """Whether the cached ``target`` has the expected sha256 (else the one recorded at its
+    download); a bad one is deleted, with a warning at `fetch`'s caller, to be downloaded again."""
+    record = _read_record(target)
+    pinned = expected or (record["sha256"] if record else None)
+    try:
+        verify_file(target, pinned)
+    except ChecksumError as err:
+        if is_offline():
+            raise ChecksumError(
+                f"{err} ZOO_OFFLINE=1 is set, so it cannot be downloaded again: put a good "
+                f"copy at {target}, or unset ZOO_OFFLINE to re-download it from {url}."
+            ) from None
+        warnings.warn(f"{err} Downloading it again from {url}.", stacklevel=3)
+        _forget(target)
+        return False
+    if pinned is None:
+        _warn_unverified(target, url, stacklevel=3)
+    return True
+
+
+def _download(url: str, target: Path, expected: str | None, progress: bool, retries: int) -> None:
+    """Download ``url`` to ``target`` in up to ``retries`` attempts (transient failures only),
+    then record its sha256."""
+    attempt = 1
+    while True:
+        try:
+            got, checked = download_once(url, target, expected, progress)
+            break
+        except TransientError as err:
+            if attempt >= retries:
+                raise DownloadError(
+                    f"{err} Gave up after {retries} attempt(s). Try again later, or download "
+                    f"the file by hand to {target} and set ZOO_OFFLINE=1."
+                ) from err.__cause__
+            time.sleep(_BACKOFF_S * attempt)
+            attempt += 1
+    _write_record(target, got)
+    if checked is None:
+        _warn_unverified(target, url, stacklevel=3)
 
 
 def fetch_state_dict(
@@ -248,7 +250,7 @@ def fetch_state_dict(
             _forget(converted)
         source = fetch(url, sha256=sha256, filename=filename, progress=progress)
         source_digest = verify_file(source, expected)
-        tensors = _standalone(load_state_dict_file(source))
+        tensors = standalone_tensors(load_state_dict_file(source))
         metadata = {"format": "pt", "zoo.source_url": url, _SOURCE_SHA256_KEY: source_digest}
         with atomic_path(converted) as tmp:
             save_file(tensors, tmp, metadata=metadata)
@@ -256,76 +258,6 @@ def fetch_state_dict(
         with FileLock(_subdir("locks", "downloads") / f"{source.name}.lock"):
             _forget(source)
     return converted
-
-
-def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
-    """Read a state dict from a .safetensors file or a pickled torch checkpoint, on the CPU.
-
-    Pickles are read with ``torch.load(weights_only=True)``: anything needing arbitrary code
-    raises WeightsError instead of being executed.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise WeightsNotFoundError(f"Cannot load weights from {path}: the file does not exist.")
-    if path.suffix == ".safetensors":
-        try:
-            return unwrap_state_dict(load_file(path, device="cpu"))
-        except SafetensorError as err:
-            raise WeightsError(
-                f"{path} is not a readable safetensors file ({err}): it is truncated or corrupt. "
-                "Delete it and fetch or save it again"
-            ) from None
-    try:
-        obj = torch.load(path, weights_only=True, map_location="cpu")
-    except pickle.UnpicklingError as err:
-        text = " ".join(str(err).split())
-        reason = text.split("WeightsUnpickler error:", 1)[-1].split(" Check the documentation")[0]
-        raise WeightsError(
-            f"{path} cannot be loaded with torch.load(weights_only=True): {reason.strip()} "
-            "zoo refuses to unpickle arbitrary code, so checkpoints that need weights_only=False "
-            "are not supported. If you trust the file, re-save its tensors as a plain state dict "
-            "or as safetensors and load that; if it is not a checkpoint, it is corrupt: delete "
-            "it and fetch it again."
-        ) from err
-    except (RuntimeError, EOFError) as err:
-        raise WeightsError(
-            f"Cannot read {path} as a torch checkpoint ({err}); it is corrupt or in another "
-            "format: delete it and fetch it again."
-        ) from err
-    return unwrap_state_dict(obj)
-
-
-def unwrap_state_dict(obj: Any) -> dict[str, torch.Tensor]:
-    """The tensors of a state dict, or of a checkpoint that wraps one under ``state_dict``,
-    ``model``, ``model_state_dict`` or ``state_dict_ema`` (first found, in that order).
-
-    Non-tensor entries are dropped, and a ``module.`` (DDP) or ``_orig_mod.`` (torch.compile)
-    prefix shared by every key is stripped.
-    """
-    while isinstance(obj, Mapping):
-        inner = next((obj[k] for k in _WRAPPER_KEYS if isinstance(obj.get(k), Mapping)), None)
-        if inner is None:
-            break
-        obj = inner
-    if not isinstance(obj, Mapping):
-        raise ValueError(
-            f"Expected a state dict (a mapping of names to tensors), got {type(obj).__name__}; "
-            "save the model's state_dict() rather than the model."
-        )
-    tensors = {str(k): v for k, v in obj.items() if isinstance(v, torch.Tensor)}
-    if not tensors:
-        raise ValueError(
-            f"No tensors found in the checkpoint (its keys: {sorted(map(str, obj))[:10]}); "
-            f"expected a state dict, possibly wrapped under one of {list(_WRAPPER_KEYS)}."
-        )
-    stripped = True
-    while stripped:
-        stripped = False
-        for prefix in _WRAPPER_PREFIXES:
-            if all(k.startswith(prefix) for k in tensors):
-                tensors = {k[len(prefix):]: v for k, v in tensors.items()}
-                stripped = True
-    return tensors
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -358,10 +290,6 @@ def _normalize_expected(sha256: str | None) -> str | None:
             f"sha256 or a prefix of at least {_MIN_PREFIX} hex characters."
         )
     return expected
-
-
-def _describe(expected: str) -> str:
-    return expected if len(expected) == 64 else f"prefix {expected}"
 
 
 def _subdir(*parts: str) -> Path:
@@ -397,7 +325,7 @@ def _hash_file(path: Path) -> str:
     """Full sha256 of a file, read in 1 MiB chunks."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK_SIZE):
+        while chunk := f.read(CHUNK_SIZE):
             digest.update(chunk)
     return digest.hexdigest()
 
@@ -421,7 +349,7 @@ def _read_record(path: Path) -> dict[str, Any] | None:
             record["path"] == str(Path(path).resolve())
             and isinstance(record["size"], int)
             and isinstance(record["mtime_ns"], int)
-            and _SHA256_HEX.fullmatch(record["sha256"])
+            and SHA256_HEX.fullmatch(record["sha256"])
             and record["checksum"] == _record_checksum(record)
         ):
             return record
@@ -471,7 +399,7 @@ def _from_torch_hub_cache(url: str, target: Path, expected: str | None) -> bool:
             digest = _hash_file(tmp)
             if not digest.startswith(expected):
                 raise ChecksumError(
-                    f"{cached} in torch.hub's cache has sha256 {digest}, not the expected {_describe(expected)}, "
+                    f"{cached} in torch.hub's cache has sha256 {digest}, not the expected {describe_expected(expected)}, "
                     f"so zoo leaves it alone and fetches {url} itself; delete {cached} if it is corrupt."
                 )
     except ChecksumError as err:
@@ -496,98 +424,6 @@ def _warn_unverified(path: Path, url: str, stacklevel: int) -> None:
     )
 
 
-def _sha256_from_headers(headers: list[Message]) -> str | None:
-    """A sha256 sent as ``X-Linked-Etag`` (preferred) or ``ETag`` by any response in the
-    redirect chain; Hugging Face serves LFS files this way."""
-    for field in ("X-Linked-Etag", "ETag"):
-        for message in headers:
-            value = (message.get(field) or "").strip()
-            value = value.removeprefix("W/").strip('"')
-            if _SHA256_HEX.fullmatch(value):
-                return value.lower()
-    return None
-
-
-class _HeaderKeepingRedirectHandler(urllib.request.HTTPRedirectHandler):
-    """Follows redirects, keeping each redirect response's headers (Hugging Face puts
-    ``X-Linked-Etag`` on the redirect, not on the CDN's final response)."""
-
-    def __init__(self) -> None:
-        self.redirect_headers: list[Message] = []
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
-        self.redirect_headers.append(headers)
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-
-def _download(url: str, target: Path, expected: str | None, progress: bool) -> None:
-    """One download attempt into a temporary file next to ``target``, renamed into place and
-    recorded only once complete and verified. Raises _TransientError for failures worth
-    retrying, DownloadError or ChecksumError for the others."""
-    redirects = _HeaderKeepingRedirectHandler()
-    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
-    try:
-        response = urllib.request.build_opener(redirects).open(request, timeout=_TIMEOUT_S)
-    except urllib.error.HTTPError as err:
-        err.close()
-        status = f"HTTP {err.code} {err.reason}"
-        if err.code >= 500 or err.code in (408, 429):
-            raise _TransientError(f"Could not download {url}: {status}.") from err
-        if err.code == 404:
-            raise DownloadError(f"{url} was not found ({status}); check the URL.") from err
-        raise DownloadError(f"Could not download {url}: {status}.") from err
-    except (urllib.error.URLError, http.client.HTTPException, OSError) as err:
-        raise _TransientError(f"Could not download {url}: {getattr(err, 'reason', err)}.") from err
-
-    with response:
-        if expected is None:
-            chain = [response.headers, *reversed(redirects.redirect_headers)]
-            expected = _sha256_from_headers(chain)
-        length = response.headers.get("Content-Length")
-        total = int(length) if length and length.isdigit() else None
-        with atomic_path(target) as tmp:
-            digest = hashlib.sha256()
-            received = 0
-            bar = tqdm(
-                total=total,
-                unit="B",
-                unit_scale=True,
-                unit_divisor=1024,
-                desc=target.name,
-                disable=not progress,
-            )
-            with tmp.open("wb") as out, bar:
-                while True:
-                    try:
-                        chunk = response.read(_CHUNK_SIZE)
-                    except (OSError, http.client.HTTPException) as err:
-                        raise _TransientError(
-                            f"Could not download {url}: the connection failed after "
-                            f"{received} bytes ({err})."
-                        ) from err
-                    if not chunk:
-                        break
-                    out.write(chunk)
-                    digest.update(chunk)
-                    received += len(chunk)
-                    bar.update(len(chunk))
-            if total is not None and received != total:
-                raise _TransientError(
-                    f"Could not download {url}: truncated transfer, received {received} of "
-                    f"{total} bytes."
-                )
-            got = digest.hexdigest()
-            if expected is not None and not got.startswith(expected):
-                raise ChecksumError(
-                    f"Downloaded {url}, but its sha256 is {got}, not the expected "
-                    f"{_describe(expected)}; nothing was saved. The server sent a different file "
-                    "than the one published: check the URL and the expected sha256."
-                )
-    _write_record(target, got)
-    if expected is None:
-        _warn_unverified(target, url, stacklevel=3)
-
-
 def _converted_problem(path: Path, expected_source: str | None) -> str | None:
     """Why the converted file ``path`` cannot be used (corrupt, or made from a source other
     than ``expected_source``), or None when it is good."""
@@ -605,19 +441,6 @@ def _converted_problem(path: Path, expected_source: str | None) -> str | None:
     if expected_source is not None and not (source or "").startswith(expected_source):
         return (
             f"{path} was converted from a source with sha256 {source or 'unknown'}, "
-            f"not the expected {_describe(expected_source)}."
+            f"not the expected {describe_expected(expected_source)}."
         )
     return None
-
-
-def _standalone(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Tensors safetensors can save: non-contiguous ones and ones sharing storage with another
-    entry (tied weights, views) are cloned into their own contiguous memory."""
-    owners = Counter(t.untyped_storage().data_ptr() for t in tensors.values())
-
-    def standalone(t: torch.Tensor) -> torch.Tensor:
-        if t.is_contiguous() and owners[t.untyped_storage().data_ptr()] == 1:
-            return t
-        return t.clone(memory_format=torch.contiguous_format)
-
-    return {k: standalone(t) for k, t in tensors.items()}
