@@ -122,8 +122,8 @@ class RBM(nn.Module):
     def _check(self, v: torch.Tensor) -> torch.Tensor:
         return check_visible_input(v, self.num_visible, type(self).__name__, self.weight.dtype)
 
-    # The visible units' input to the hidden units: v here, v / std for Gaussian visibles.
     def _visible_input(self, v: torch.Tensor) -> torch.Tensor:
+        """The visible units' input to the hidden units: v here, v / std for Gaussian visibles."""
         return v
 
     def _hidden_logits(self, v: torch.Tensor) -> torch.Tensor:
@@ -359,15 +359,15 @@ class GaussianRBM(RBM):
         return quadratic - F.softplus(self._hidden_logits(v)).sum(1)
 
     def _hidden_log_weights(self, h: torch.Tensor) -> torch.Tensor:
-        # The Gaussian integral over v: sum_i [u_i b_i / std_i + u_i^2 / 2 + log(std_i sqrt(2 pi))], u = W'h.
+        """The Gaussian integral over v: sum_i [u_i b_i / std_i + u_i^2 / 2 + log(std_i sqrt(2 pi))], u = W'h."""
         u = h @ self.weight
         constant = (self.log_std + 0.5 * math.log(2 * math.pi)).sum()
         gaussian = (u * self.visible_bias * torch.exp(-self.log_std) + u.square() / 2).sum(1)
         return h @ self.hidden_bias + gaussian + constant
 
     def _negative_visible(self, h: torch.Tensor, persistent: bool, generator: torch.Generator | None) -> torch.Tensor:
-        # Noise-free reconstructions (the Guide's advice) carry no information about the
-        # variance: a learned std needs sampled ones, or it grows without bound.
+        """Noise-free reconstructions (the Guide's advice) carry no information about the
+        variance: a learned std needs sampled ones, or it grows without bound."""
         return super()._negative_visible(h, persistent or self.learn_std, generator)
 
     def pseudo_likelihood(self, v: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:

@@ -100,12 +100,15 @@ class FeatureInfo:
         return [pick(i) for i in (self.out_indices if idx is None else idx)]
 
     def channels(self, idx: int | Sequence[int] | None = None) -> Any:
+        """Channels of the ``out_indices`` levels, or of the levels ``idx``."""
         return self.get("num_chs", idx)
 
     def reduction(self, idx: int | Sequence[int] | None = None) -> Any:
+        """Strides relative to the input of the ``out_indices`` levels, or of the levels ``idx``."""
         return self.get("reduction", idx)
 
     def module_name(self, idx: int | Sequence[int] | None = None) -> Any:
+        """Module names of the ``out_indices`` levels, or of the levels ``idx``."""
         return self.get("module", idx)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
@@ -136,6 +139,7 @@ class FeatureExtractor(nn.Module):
         self.pretrained_cfg: dict[str, Any] = {}
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """The wrapped model's activation checkpointing, on or off."""
         self.model.set_grad_checkpointing(enable)
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:

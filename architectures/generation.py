@@ -50,7 +50,9 @@ class KVCache:
     (attention reads unfilled slots under a mask, and 0 * NaN would still be NaN), so that
     generation attends to the past without recomputing it."""
 
-    def __init__(self, config: CacheSizes, batch_size: int, max_length: int, device: torch.device, dtype: torch.dtype):
+    def __init__(
+        self, config: CacheSizes, batch_size: int, max_length: int, device: torch.device, dtype: torch.dtype
+    ) -> None:
         shape = (batch_size, config.num_kv_heads, max_length, config.attention_head_dim)
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_layers)]
         self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_layers)]

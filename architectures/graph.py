@@ -14,8 +14,9 @@ adds interactions among three things at a time, at a cost linear in nodes and tr
 
 ``SecondOrderPooling`` is SOPool's bilinear variant (Wang & Ji, 2020), the second-order
 baseline. The readouts are in graph_pooling.py (imported here too); this module holds
-``AddTriangles``, ``BatchRenorm`` and the model. Registered models: ``gin_sum``, ``gin_sopool`` and ``gin3``, one ``GIN`` class each
-with its readout, so a comparison changes one name and nothing else.
+``AddTriangles``, ``BatchRenorm`` and the model. Registered models: ``gin_sum``,
+``gin_sopool`` and ``gin3``, one ``GIN`` class each with its readout, so a comparison changes
+one name and nothing else.
 """
 from __future__ import annotations
 
@@ -261,6 +262,7 @@ class GIN(LinearClassifier, nn.Module):
 
     @property
     def needs_triangles(self) -> bool:
+        """Whether the readout reads ``data.triangle_index`` (the triangle part of third-order pooling)."""
         return isinstance(self.pool, ThirdOrderPooling) and self.pool.triangle
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
@@ -269,6 +271,8 @@ class GIN(LinearClassifier, nn.Module):
         self.grad_checkpointing = enable
 
     def _check_input(self, data: Data) -> None:
+        """Raise an error naming the fix unless ``data`` has the node (and edge) features and
+        indices this model was built for, rather than a shape error deep inside PyG."""
         expected = f"{self.name} expects a torch_geometric Data/Batch with x [num_nodes, {self.in_channels}] and edge_index [2, E]"
         if not isinstance(data, Data) and not hasattr(data, "edge_index"):
             raise TypeError(f"{expected}; got {type(data).__name__}")
@@ -304,10 +308,13 @@ class GIN(LinearClassifier, nn.Module):
             )
 
     def _layer(self, i: int, x: Tensor, edge_index: Tensor, edge_attr: Tensor | None) -> Tensor:
+        """GIN layer ``i``: convolution, BatchNorm, ReLU (a method, so checkpoint can recompute it)."""
         extra = (edge_attr,) if self.edge_dim is not None else ()
         return torch.relu(self.norms[i](self.convs[i](x, edge_index, *extra)))
 
     def _node_embeddings(self, data: Data) -> Tensor:
+        """Every layer's node embeddings, concatenated (jumping knowledge):
+        [num_nodes, num_layers * hidden_channels]."""
         x, edge_attr = data.x, data.edge_attr if self.edge_dim is not None else None
         use_checkpoint = self.grad_checkpointing and self.training and torch.is_grad_enabled()
         outputs = []
@@ -334,6 +341,7 @@ class GIN(LinearClassifier, nn.Module):
         return self.norm(self.pool(h, batch, dim_size=num_graphs, **extra))
 
     def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
+        """Dropout and the linear head, unless ``pre_logits``."""
         return x if pre_logits else self.fc(self.drop(x))
 
     def forward(self, data: Data) -> Tensor:

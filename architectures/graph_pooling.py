@@ -51,6 +51,7 @@ class SecondOrderPooling(Aggregation):
         self.out_channels = out_channels**2
 
     def reset_parameters(self) -> None:
+        """Re-initialise the projection W (PyG's readout interface)."""
         self.proj.reset_parameters()
 
     def forward(
@@ -122,6 +123,7 @@ class ThirdOrderPooling(Aggregation):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """Re-initialise the CP factors and phi (PyG's readout interface)."""
         if self.factors is not None:
             # Unit-variance projections: u.h, v.h, w.h of order |h|, whatever in_channels is.
             nn.init.normal_(self.factors.weight, std=self.in_channels**-0.5)
@@ -154,12 +156,14 @@ class ThirdOrderPooling(Aggregation):
         return torch.cat(parts, dim=-1)
 
     def _normalize(self, z: Tensor, power: int) -> Tensor:
+        """With ``normalize``: the signed ``power``-th root, then L2 normalisation per graph."""
         if not self.normalize:
             return z
         z = _signed_root(z, power, self.eps)
         return z / z.norm(dim=-1, keepdim=True).clamp_min(self.eps)
 
     def _triangles(self, x: Tensor, index: Tensor, dim_size: int, triangle_index: Tensor | None) -> Tensor:
+        """The triangle part per graph, after checking ``triangle_index`` against ``x``."""
         if triangle_index is None:
             raise ValueError(
                 "ThirdOrderPooling(triangle=True) needs triangle_index, the [3, T] node indices of each "

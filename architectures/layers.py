@@ -63,6 +63,7 @@ _AUTOCAST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def _autocast_enabled(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` (False for a type it does not know)."""
     try:
         return torch.is_autocast_enabled(device_type)
     except RuntimeError:  # a device type autocast does not know (meta)
@@ -174,6 +175,7 @@ class LinearClassifier:
     num_classes: int
 
     def get_classifier(self) -> nn.Module:
+        """The classifier module (timm's name), whatever attribute holds it."""
         return getattr(self, self.classifier_attr)
 
     def reset_classifier(self, num_classes: int) -> None:

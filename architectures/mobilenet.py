@@ -178,6 +178,7 @@ class MobileNet(FeatureLevels, nn.Module):
                 nn.init.zeros_(m.bias)
 
     def get_classifier(self) -> nn.Module:
+        """The final Linear (timm's name), inside ``classifier``."""
         return self.classifier[-1]
 
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
@@ -327,6 +328,7 @@ _V3_SMALL_BLOCKS = [
 def _mobilenet_v1(
     name: str, width_mult: float = 1.0, se_ratio: float | None = None, **kwargs: Any
 ) -> MobileNet:
+    """MobileNetV1 at ``width_mult``: depthwise-separable blocks, optionally squeeze-excite."""
     _check_width_mult(width_mult)
     se_layer = _se(se_ratio)
     blocks = [BlockSpec(_channels(c * width_mult), s, se_layer=se_layer) for c, s in _V1]
@@ -336,6 +338,7 @@ def _mobilenet_v1(
 def _mobilenet_v2(
     name: str, width_mult: float = 1.0, se_ratio: float | None = None, **kwargs: Any
 ) -> MobileNet:
+    """MobileNetV2 at ``width_mult``: torchvision's inverted-residual table and 1280-channel last conv."""
     _check_width_mult(width_mult)
     se_layer = _se(se_ratio)
     stem_chs = chs = _channels(32 * width_mult)
@@ -352,6 +355,7 @@ def _mobilenet_v2(
 def _mobilenet_v3(
     name: str, table: Sequence[tuple], head_hidden: int, width_mult: float = 1.0, **kwargs: Any
 ) -> MobileNet:
+    """MobileNetV3 from its block ``table`` at ``width_mult``, with torchvision's hidden head layer."""
     _check_width_mult(width_mult)
     blocks = [
         BlockSpec(_channels(out * width_mult), s, _channels(mid * width_mult), k, act, _hard_se if se else None)

@@ -108,6 +108,7 @@ class MoEConfig:
 
     @property
     def attention_head_dim(self) -> int:
+        """Channels per attention head: ``head_dim`` or hidden_size / num_heads."""
         return self.head_dim or self.hidden_size // self.num_heads
 
     @classmethod
@@ -316,6 +317,8 @@ class _MoEBody(nn.Module):
         is_causal: bool,
         cache: KVCache | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The blocks in order (each checkpointed when enabled): final hidden states and
+        the MoE layers' router logits."""
         use_checkpoint = self.grad_checkpointing and self.training and torch.is_grad_enabled()
         router_logits = []
         for layer in self.layers:
@@ -330,6 +333,8 @@ class _MoEBody(nn.Module):
     def _output(
         self, logits: torch.Tensor, router_logits: list[torch.Tensor], token_mask: torch.Tensor | None
     ) -> MoEOutput:
+        """The `MoEOutput` of ``logits``: routing losses weighted by the config and the experts'
+        shares of token slots (zeros when every layer is dense)."""
         cfg = self.config
         if not router_logits:  # every layer dense
             zero = logits.new_zeros((), dtype=torch.float32)

@@ -239,6 +239,7 @@ class MoEExperts(nn.Module):
         return x.dtype
 
     def _use_grouped_mm(self, xs: torch.Tensor) -> bool:
+        """Whether to dispatch through ``F.grouped_mm``: as asked, or on "auto" where its kernels run."""
         if self.dispatch == "auto":  # where PyTorch's grouped GEMM kernels run: bf16 on CUDA SM >= 80, torch >= 2.10
             return (
                 hasattr(F, "grouped_mm") and xs.is_cuda and xs.dtype == torch.bfloat16

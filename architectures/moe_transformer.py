@@ -86,6 +86,7 @@ class MoETransformer(_MoEBody):
         self.register_load_state_dict_post_hook(lambda module, _: module.tie_weights())
 
     def get_classifier(self) -> nn.Module:
+        """The head's final layer: ``lm_head`` or ``classifier``."""
         return self.lm_head if self.head == "lm" else self.classifier
 
     def reset_classifier(self, num_classes: int) -> None:
@@ -114,6 +115,8 @@ class MoETransformer(_MoEBody):
             self.lm_head.weight = self.embed_tokens.weight
 
     def _check_input(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, past: int) -> None:
+        """Raise a ValueError naming the fix unless ``input_ids`` are integer token ids (N, L)
+        in the vocabulary and ``attention_mask`` covers the ``past`` cached and the new positions."""
         expected = f"{self.name} expects token ids of shape (N, L), an integer tensor"
         is_tensor = isinstance(input_ids, torch.Tensor)
         if not is_tensor or input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
@@ -185,6 +188,8 @@ class MoETransformer(_MoEBody):
         return x if pre_logits else self.get_classifier()(self.drop(x))
 
     def _pool(self, x: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """Sequence features (N, hidden) of ``x``: the last real token (causal) or the mean over
+        real tokens (encoder)."""
         if x.shape[1] == 0:
             raise ValueError(
                 f"{self.name} with head 'sequence_classification' needs at least one token per sequence "
@@ -310,6 +315,8 @@ class MoEViT(PooledLinearClassifier, _MoEBody):
         self.reset_classifier(num_classes, global_pool)
 
     def _embed(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
+        """Patch tokens (N, patches, hidden) with their position embeddings (resized for other
+        grids), and the patch grid."""
         first_conv = self.get_submodule(self.first_conv)
         check_image_input(x, self.in_chans, self.patch_size, self.name, first_conv.weight.dtype)
         if x.shape[2] % self.patch_size or x.shape[3] % self.patch_size:
@@ -326,6 +333,7 @@ class MoEViT(PooledLinearClassifier, _MoEBody):
         return x.flatten(2).transpose(1, 2) + pos, grid
 
     def _encode(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Final normed patch tokens and the router logits."""
         h, _ = self._embed(x)
         h, router_logits = self._run_layers(h, None, None, False)
         return self.norm(h), router_logits
@@ -393,6 +401,7 @@ class MoEViT(PooledLinearClassifier, _MoEBody):
 def _text_model(
     name: str, causal: bool, head: str, num_classes: int | None, drop_rate: float, kwargs: dict[str, Any]
 ) -> MoETransformer:
+    """A `MoETransformer` from a text builder's keyword arguments (the config's fields)."""
     return MoETransformer(MoEConfig.from_kwargs(kwargs), head, num_classes, causal, drop_rate, name)
 
 

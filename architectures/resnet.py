@@ -29,10 +29,12 @@ from .layers import (
 
 
 def _conv3x3(in_channels: int, out_channels: int, stride: int = 1, groups: int = 1) -> nn.Conv2d:
+    """3x3 convolution padded to keep the size, without bias (a BatchNorm follows)."""
     return nn.Conv2d(in_channels, out_channels, 3, stride, padding=1, groups=groups, bias=False)
 
 
 def _conv1x1(in_channels: int, out_channels: int, stride: int = 1) -> nn.Conv2d:
+    """1x1 convolution without bias (a BatchNorm follows): bottleneck and projection shortcut."""
     return nn.Conv2d(in_channels, out_channels, 1, stride, bias=False)
 
 
