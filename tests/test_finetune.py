@@ -361,7 +361,7 @@ def test_transfer_compares_pretrained_with_scratch(tmp_path: Path, capsys: pytes
     assert summary["runs"]["pretrained"]["mode"] == "linear-probe" and summary["runs"]["scratch"]["mode"] == "full"
     assert (out / "transfer.png").stat().st_size > 0
     assert zoo.load(out / "pretrained").pretrained_cfg["finetuned_from"] == str(start)
-    assert zoo.load(out / "scratch").pretrained_cfg["finetuned_from"] is None
+    assert zoo.load(out / "scratch").pretrained_cfg.get("finetuned_from") is None  # unset: not in config.json
     assert transfer.main(["resnet20", "--data", str(data), "--out", str(out)]) == 2
     assert "not the bare architecture 'resnet20'" in capsys.readouterr().err
 

@@ -40,6 +40,7 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from zoo.store.files import write_bytes_atomic, write_json
+from zoo.training.config import SCHEDULERS, TrainConfig
 from zoo.training.checkpoint import (
     BEST_CHECKPOINT,
     LAST_CHECKPOINT,
@@ -62,89 +63,6 @@ from zoo.training.report import plot_curves
 from zoo.training.steps import ClassificationStep, StepFn, StepOutput, move_to_device
 
 log = logging.getLogger(__name__)
-
-SCHEDULERS = ("none", "cosine", "onecycle", "step", "plateau")
-
-
-@dataclass
-class TrainConfig:
-    """Everything that decides how a model trains. ``batch_size`` is per process and per
-    micro-batch: one optimizer step sees ``batch_size * accum_steps * world_size`` samples."""
-
-    epochs: int = 10
-    max_steps: int | None = None  # stop after this many optimizer steps (overrides epochs)
-    batch_size: int = 64
-    accum_steps: int = 1
-    # optimizer
-    optimizer: Literal["adamw", "sgd"] = "adamw"
-    lr: float = 1e-3
-    weight_decay: float = 0.05  # never applied to biases and normalisation weights
-    momentum: float = 0.9  # SGD
-    nesterov: bool = False
-    betas: tuple[float, float] = (0.9, 0.999)  # AdamW
-    clip_grad_norm: float | None = None
-    label_smoothing: float = 0.0
-    # schedule
-    scheduler: Literal["none", "cosine", "onecycle", "step", "plateau"] = "cosine"
-    warmup_epochs: float = 0.0  # linear warmup (cosine), or the rising part (onecycle)
-    min_lr: float = 0.0  # cosine floor
-    step_epochs: float = 30.0  # "step": multiply the lr by `gamma` every this many epochs
-    gamma: float = 0.1  # "step" and "plateau" factor
-    plateau_patience: int = 2  # "plateau": epochs without improvement before lowering the lr
-    # speed and memory
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # fp16 (with a GradScaler) needs CUDA
-    channels_last: bool = False  # NHWC memory format for CNNs
-    grad_checkpointing: bool = False  # through the model's set_grad_checkpointing
-    compile: bool = False  # torch.compile the model
-    compile_backend: str = "inductor"  # torch.compile backend ("eager", "aot_eager" to debug)
-    # weights averaging, selection, stopping
-    ema_decay: float | None = None  # keep an EMA of the weights; it is evaluated and saved
-    monitor: str | None = None  # metric that picks the best epoch; default val_acc/val_loss/train_loss
-    early_stopping_patience: int | None = None  # epochs without improvement of `monitor`
-    # checkpoints, resume
-    out_dir: str | None = None  # metrics, logs, plots, checkpoints/
-    checkpoint_every: int | None = None  # optimizer steps between mid-epoch checkpoints
-    resume: bool | str = False  # True: out_dir/checkpoints/last.pt if there; or a checkpoint path
-    seed: int = 0
-    # data loading
-    num_workers: int = 0
-    pin_memory: bool | None = None  # default: on with CUDA
-    persistent_workers: bool = True  # with num_workers > 0
-    # devices and processes
-    device: str | None = None  # default: this process's GPU under torchrun, else cuda, else cpu
-    distributed: Literal["auto", "ddp", "fsdp"] = "auto"  # auto: DDP when torchrun starts >1 process
-    find_unused_parameters: bool = False  # DDP, for models that skip parameters (MoE experts)
-    # observability
-    progress: bool = True
-    log_every: int = 20  # optimizer steps between TensorBoard points
-    tensorboard: bool = True
-    plot: bool = True
-    profile: bool = False  # torch.profiler trace of a few steps into out_dir/profile
-
-    def __post_init__(self) -> None:
-        positive = ("epochs", "batch_size", "accum_steps", "log_every")
-        for name in positive:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"TrainConfig.{name} must be a positive integer, got {value!r}")
-        for name in ("max_steps", "checkpoint_every", "early_stopping_patience"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"TrainConfig.{name} must be a positive integer or None, got {value!r}")
-        choices = {"optimizer": ("adamw", "sgd"), "scheduler": SCHEDULERS,
-                   "precision": ("fp32", "bf16", "fp16"), "distributed": ("auto", "ddp", "fsdp")}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"TrainConfig.{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}")
-        if self.lr <= 0:
-            raise ValueError(f"TrainConfig.lr must be > 0, got {self.lr}")
-        if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
-            raise ValueError(f"TrainConfig.ema_decay must be in (0, 1), e.g. 0.999; got {self.ema_decay}")
-        if (self.profile or self.checkpoint_every or self.resume) and self.out_dir is None:
-            raise ValueError(
-                "profile, checkpoint_every and resume write to or read from out_dir: set TrainConfig.out_dir"
-            )
-
 
 # ---------------------------------------------------------------------------------------------
 # Parameter groups

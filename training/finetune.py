@@ -38,7 +38,8 @@ import zoo
 from zoo.training import post_training as after_training
 from zoo.training.data import Augment, build_loader, default_preprocess, image_transforms
 from zoo.training.sources import DataSource, open_data
-from zoo.training.engine import SCHEDULERS, Trainer, TrainConfig
+from zoo.training.config import TrainConfig, add_config_options, config_from_args
+from zoo.training.engine import Trainer
 from zoo.training.steps import DistillationStep, StepFn, split_batch
 from zoo.store.files import write_bytes_atomic
 from zoo.store import registry
@@ -556,7 +557,6 @@ def _post_training_lines(after: dict[str, Any] | None) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `finetune` options (shared by ``zoo finetune`` and ``python -m zoo.training.finetune``)."""
-    defaults = TrainConfig()
     parser.add_argument(
         "name", help="weight name (arch.tag), a directory written by zoo.save, or a bare architecture (from scratch)"
     )
@@ -584,7 +584,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--color-jitter", type=float, default=0.0)
     g.add_argument("--trivial-augment", action="store_true")
     g.add_argument("--random-erasing", type=float, default=0.0, metavar="P")
-    g.add_argument("--num-workers", type=int, default=defaults.num_workers)
+    add_config_options(g, "data")
     g = parser.add_argument_group("distillation")
     g.add_argument("--teacher", help="also learn from this model's predictions (a weight name or a fine-tuned folder)")
     g.add_argument("--distill-alpha", type=float, default=0.5, help="the teacher's share of the loss")
@@ -592,54 +592,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the teacher's argmax labels (DeiT) or its softened distribution (Hinton)")
     g.add_argument("--distill-temperature", type=float, default=1.0, help="soft: the softmax temperature")
     g.add_argument("--teacher-bf16", action="store_true", help="run the teacher under bfloat16 autocast")
-    g = parser.add_argument_group("optimisation")
-    g.add_argument("--epochs", type=int, default=defaults.epochs)
-    g.add_argument("--max-steps", type=int)
-    g.add_argument("--batch-size", type=int, default=defaults.batch_size, help="per process and micro-batch")
-    g.add_argument("--accum-steps", type=int, default=defaults.accum_steps)
-    g.add_argument("--optimizer", choices=("adamw", "sgd"), default=defaults.optimizer)
-    g.add_argument("--lr", type=float, default=defaults.lr)
-    g.add_argument("--weight-decay", type=float, default=defaults.weight_decay)
-    g.add_argument("--momentum", type=float, default=defaults.momentum)
-    g.add_argument("--scheduler", choices=SCHEDULERS, default=defaults.scheduler)
-    g.add_argument("--warmup-epochs", type=float, default=defaults.warmup_epochs)
-    g.add_argument("--min-lr", type=float, default=defaults.min_lr)
-    g.add_argument("--label-smoothing", type=float, default=defaults.label_smoothing)
-    g.add_argument("--clip-grad", type=float, help="clip the gradient norm to this")
-    g.add_argument("--ema", type=float, metavar="DECAY", help="evaluate and save an EMA of the weights, e.g. 0.999")
-    g.add_argument("--early-stopping", type=int, metavar="PATIENCE", help="stop after this many epochs without gain")
-    g.add_argument("--monitor", help="metric that picks the best epoch (default val_acc)")
-    g = parser.add_argument_group("hardware")
-    g.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default=defaults.precision)
-    g.add_argument("--channels-last", action="store_true")
-    g.add_argument("--grad-checkpointing", action="store_true")
-    g.add_argument("--compile", action="store_true", help="torch.compile the model")
-    g.add_argument("--device", help="default: cuda if available, else cpu")
-    g.add_argument("--distributed", choices=("auto", "ddp", "fsdp"), default=defaults.distributed, help="torchrun")
-    g = parser.add_argument_group("run")
-    g.add_argument("--seed", type=int, default=defaults.seed)
-    g.add_argument("--checkpoint-every", type=int, metavar="STEPS", help="also checkpoint every this many steps")
-    g.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.pt")
-    g.add_argument("--overwrite", action="store_true",
-                   help="OUT may hold an earlier run: remove the files it wrote first (other files stay)")
-    g.add_argument("--profile", action="store_true", help="torch.profiler trace into OUT/profile")
-    g.add_argument("--no-post-training", action="store_true", help="skip the report, exports, int8 and pruning")
-    g.add_argument("--no-tensorboard", action="store_true")
-    g.add_argument("--no-progress", action="store_true")
-
-
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    return TrainConfig(
-        epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size, accum_steps=args.accum_steps,
-        optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay, momentum=args.momentum,
-        scheduler=args.scheduler, warmup_epochs=args.warmup_epochs, min_lr=args.min_lr,
-        label_smoothing=args.label_smoothing, clip_grad_norm=args.clip_grad, ema_decay=args.ema,
-        early_stopping_patience=args.early_stopping, monitor=args.monitor,
-        precision=args.precision, channels_last=args.channels_last, grad_checkpointing=args.grad_checkpointing,
-        compile=args.compile, device=args.device, distributed=args.distributed, seed=args.seed,
-        checkpoint_every=args.checkpoint_every, resume=args.resume, profile=args.profile, num_workers=args.num_workers,
-        tensorboard=not args.no_tensorboard, progress=not args.no_progress, out_dir=args.out,
-    )
+    for section in ("optimisation", "hardware"):
+        add_config_options(parser.add_argument_group(section), section)
+    add_config_options(parser.add_argument_group("run"), "run", after={
+        "resume": lambda g: g.add_argument(
+            "--overwrite", action="store_true",
+            help="OUT may hold an earlier run: remove the files it wrote first (other files stay)"),
+        "profile": lambda g: g.add_argument(
+            "--no-post-training", action="store_true", help="skip the report, exports, int8 and pruning"),
+    })
 
 
 def augment_from_args(args: argparse.Namespace) -> Augment | None:
@@ -662,7 +623,7 @@ def run(args: argparse.Namespace, command: str | None = None) -> FinetuneResult:
         args.name, args.data, args.out, mode=args.mode, stages=args.stages, layer_decay=args.layer_decay,
         pretrained=not args.scratch, model_kwargs=args.model_kwargs, val_data=args.val_data,
         val_fraction=args.val_fraction, limit=args.limit,
-        image_size=args.image_size, augment=augment_from_args(args), config=config_from_args(args),
+        image_size=args.image_size, augment=augment_from_args(args), config=config_from_args(args, out_dir=args.out),
         distill=distillation_from_args(args), max_length=args.max_length, post_training=not args.no_post_training,
         overwrite=args.overwrite, command=command,
     )
