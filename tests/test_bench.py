@@ -12,12 +12,12 @@ import torch.nn as nn
 import torchvision
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from published import publish
 
 import zoo
-from published import publish
+from zoo.cli import main
 from zoo.deploy import bench
 from zoo.store import registry
-from zoo.cli import main
 from zoo.training.publish import Provenance
 from zoo.training.publish import publish as publish_entry
 
@@ -134,13 +134,13 @@ def test_optimized_speed_is_timed_and_its_precision_reported(monkeypatch):
     """The optimize columns time what zoo.deploy.inference.optimize returns (here a stand-in that
     counts its calls: two warm-ups and the timed repeats, in turn with fp32 eager) and report
     its chosen precision."""
-    import zoo.deploy.inference
+    import zoo.deploy.optimize_report
 
     class Counting(nn.Module):
         def __init__(self, model: nn.Module) -> None:
             super().__init__()
             self.model, self.calls = model, 0
-            self.optimize_report = zoo.deploy.inference.OptimizeReport("int8", 1.0, [], "AVX2", False, "cpu")
+            self.optimize_report = zoo.deploy.optimize_report.OptimizeReport("int8", 1.0, [], "AVX2", False, "cpu")
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             self.calls += 1

@@ -16,8 +16,8 @@ from PIL import Image
 from torch._inductor.utils import run_and_get_code
 
 import zoo
-from zoo.deploy import inference
 from zoo.cli import main
+from zoo.deploy import inference, optimize_report
 from zoo.errors import InvalidArgumentError
 from zoo.training.data import load_fashion_mnist
 
@@ -45,7 +45,7 @@ def auto_run(fmnist_batches, tmp_path_factory):
     return model, optimized, home
 
 
-def _ran(report: inference.OptimizeReport) -> dict[str, inference.Candidate]:
+def _ran(report: optimize_report.OptimizeReport) -> dict[str, optimize_report.Candidate]:
     return {c.name: c for c in report.candidates if c.median_s is not None}
 
 
@@ -88,7 +88,7 @@ def test_auto_keeps_the_fastest_passing_candidate_and_reuses_its_cache(auto_run,
     # by speed-up: each candidate against eager timed in turn with it, which a change in load cannot skew
     assert chosen.passed and chosen.speedup == max(c.speedup for c in report.candidates if c.passed)
     assert report.speedup == pytest.approx(chosen.speedup) and report.speedup >= 1.0
-    cached = json.loads((home / inference.CACHE_FILE).read_text())
+    cached = json.loads((home / optimize_report.CACHE_FILE).read_text())
     assert cached[report.cache_key]["precision"] == report.precision
 
     built = []
@@ -160,11 +160,11 @@ def test_load_with_optimize_fp32_on_vectors_matches_eager():
 
 
 def test_a_damaged_or_unwritable_cache_file_is_ignored(zoo_home):
-    (zoo_home / inference.CACHE_FILE).mkdir(parents=True)  # neither readable as JSON nor replaceable
+    (zoo_home / optimize_report.CACHE_FILE).mkdir(parents=True)  # neither readable as JSON nor replaceable
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 4)).eval()
     optimized = zoo.optimize(model, torch.randn(4, 8), repeats=1)
-    assert not optimized.optimize_report.cached and (zoo_home / inference.CACHE_FILE).is_dir()
+    assert not optimized.optimize_report.cached and (zoo_home / optimize_report.CACHE_FILE).is_dir()
     assert optimized(torch.ones(4, 8)).shape == (4, 4)
 
 
@@ -208,13 +208,13 @@ def test_cache_key_names_machine_model_shape_and_torch(auto_run):
     key = auto_run[1].optimize_report.cache_key
     for part in (torch.backends.cpu.get_cpu_capability(), "resnet20.fmnist", "(64, 1, 28, 28)", torch.__version__):
         assert part in key
-    assert Path(auto_run[2], inference.CACHE_FILE).is_file()
+    assert Path(auto_run[2], optimize_report.CACHE_FILE).is_file()
 
 
 def _tiny_cnn() -> nn.Module:
     """A small convolutional classifier that optimize treats as a CNN family (it compiles fast)."""
     model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3)).eval()
-    model.pretrained_cfg = {"architecture": "resnet_tiny"}
+    model.pretrained_cfg = {"architecture": "resnet20"}  # a CNN family: its spec has int8
     return model
 
 

@@ -283,7 +283,7 @@ def test_post_training_quantizes_a_cnn_statically_and_skips_onnx_without_its_ext
     with its accuracy against fp32 and its measured speed; a missing ONNX extra is a skip."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(1, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 3)).eval()
-    model.pretrained_cfg = {"architecture": "resnet_tiny"}  # optimize's int8 covers the CNN families
+    model.pretrained_cfg = {"architecture": "resnet20"}  # optimize's int8 covers the CNN families
     x = torch.randn(40, 1, 8, 8)
     y = model(x).argmax(1).detach()  # labels the fp32 model gets right: accuracy 1.0
     monkeypatch.setitem(sys.modules, "onnxscript", None)

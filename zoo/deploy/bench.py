@@ -26,15 +26,14 @@ import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
 from tqdm import tqdm
 
-from zoo.loading import build
-
-from zoo.store import registry
-from zoo.store.registry import GRAPH_SKIP_REASON
 from zoo.deploy.exporter import example_input_for
+from zoo.deploy.inference import medians
+from zoo.deploy.inference import optimize as optimize_model
 from zoo.errors import InvalidArgumentError, UnknownModelError, WeightsNotFoundError
+from zoo.loading import build
+from zoo.store import registry
 from zoo.store.files import write_bytes_atomic
-from zoo.deploy.inference import medians, optimize as optimize_model
-from zoo.store.registry import WeightInfo
+from zoo.store.registry import GRAPH_SKIP_REASON, WeightInfo
 
 TEXT_TOKENS = 256  # the sequence length text models are counted and timed at
 
@@ -173,48 +172,62 @@ def bench(
     skipped: list[tuple[str, str]] = []
     progress = tqdm(total=len(targets) * len(batch_sizes), desc="zoo bench", unit="run", leave=False)
     for target in targets:
-        if registry.input_kind(target.name.split(".")[0]) == "graphs":
-            skipped.append((target.name, GRAPH_SKIP_REASON))
+        loaded = _load_or_skip(target, skipped)
+        if loaded is None:
             progress.update(len(batch_sizes))
             continue
-        try:
-            model, preprocess = _load(target)
-        except WeightsNotFoundError:
-            skipped.append((target.name, f"published weights not in the cache; `zoo info {target.name}` shows "
-                                         "the source, zoo.load downloads them once"))
-            progress.update(len(batch_sizes))
-            continue
-        info = target.info
-        model_gmacs = info.gmacs if info is not None else gmacs(model, preprocess)
+        model, preprocess = loaded
+        model_gmacs = target.info.gmacs if target.info is not None else gmacs(model, preprocess)
         for batch_size in batch_sizes:
             progress.set_postfix_str(f"{target.name} batch {batch_size}")
-            x = _example(model, preprocess, batch_size)
-            optimized_rate = precision = None
-            if optimize:  # timed in turn with fp32 eager, as optimize times its candidates
-                optimized = optimize_model(model, x)
-                seconds, optimized_seconds = medians([model, optimized], (x,), repeats)
-                optimized_rate, precision = round(len(x) / optimized_seconds, 2), optimized.optimize_report.precision
-            else:
-                (seconds,) = medians([model], (x,), repeats)
-            rate = len(x) / seconds
-            rows.append(BenchRow(
-                model=target.name,
-                weights="random" if info is None else ("bundled" if info.file is not None else "cached"),
-                top1=_top1(info),
-                param_count=round(sum(p.numel() for p in model.parameters()) / 1e6, 3),
-                gmacs=model_gmacs,
-                input_shape="x".join(map(str, x.shape[1:])),
-                file_size_mb=None if info is None or info.file_size is None else round(info.file_size / 2**20, 2),
-                batch_size=batch_size,
-                infer_samples_per_sec=round(rate, 2),
-                infer_step_time_ms=round(seconds * 1e3, 3),
-                optimized_samples_per_sec=optimized_rate,
-                optimized_precision=precision,
-                optimized_speedup=None if optimized_rate is None else round(optimized_rate / rate, 2),
-            ))
+            rows.append(_measure(target, model, preprocess, model_gmacs, batch_size, repeats, optimize))
             progress.update(1)
     progress.close()
     return rows, skipped
+
+
+def _load_or_skip(target: BenchTarget, skipped: list[tuple[str, str]]) -> tuple[nn.Module, dict[str, Any]] | None:
+    """The target's model and preprocessing; None, with the reason added to ``skipped``, for a
+    graph model or published weights not in the cache."""
+    if registry.input_kind(target.name.split(".")[0]) == "graphs":
+        skipped.append((target.name, GRAPH_SKIP_REASON))
+        return None
+    try:
+        return _load(target)
+    except WeightsNotFoundError:
+        skipped.append((target.name, f"published weights not in the cache; `zoo info {target.name}` shows "
+                                     "the source, zoo.load downloads them once"))
+        return None
+
+
+def _measure(target: BenchTarget, model: nn.Module, preprocess: dict[str, Any], model_gmacs: float | None,
+             batch_size: int, repeats: int, optimize: bool) -> BenchRow:
+    """One row: the model timed at ``batch_size`` in fp32 eager and, with ``optimize``, as optimize chooses."""
+    info = target.info
+    x = _example(model, preprocess, batch_size)
+    optimized_rate = precision = None
+    if optimize:  # timed in turn with fp32 eager, as optimize times its candidates
+        optimized = optimize_model(model, x)
+        seconds, optimized_seconds = medians([model, optimized], (x,), repeats)
+        optimized_rate, precision = round(len(x) / optimized_seconds, 2), optimized.optimize_report.precision
+    else:
+        (seconds,) = medians([model], (x,), repeats)
+    rate = len(x) / seconds
+    return BenchRow(
+        model=target.name,
+        weights="random" if info is None else ("bundled" if info.file is not None else "cached"),
+        top1=_top1(info),
+        param_count=round(sum(p.numel() for p in model.parameters()) / 1e6, 3),
+        gmacs=model_gmacs,
+        input_shape="x".join(map(str, x.shape[1:])),
+        file_size_mb=None if info is None or info.file_size is None else round(info.file_size / 2**20, 2),
+        batch_size=batch_size,
+        infer_samples_per_sec=round(rate, 2),
+        infer_step_time_ms=round(seconds * 1e3, 3),
+        optimized_samples_per_sec=optimized_rate,
+        optimized_precision=precision,
+        optimized_speedup=None if optimized_rate is None else round(optimized_rate / rate, 2),
+    )
 
 
 def machine_header() -> list[str]:

@@ -24,9 +24,9 @@ import torch
 import torch.nn as nn
 from torch.export import Dim
 
-from zoo.store import registry
 from zoo.devices import model_device
 from zoo.errors import InvalidArgumentError, ZooError
+from zoo.store import registry
 from zoo.store.files import atomic_files, write_bytes_atomic
 
 ExampleInput = torch.Tensor | tuple[Any, ...]
@@ -287,7 +287,7 @@ def export_onnx(
                 f"the ONNX exporter could not convert {type(model).__name__} to opset {opset} (it produced opset "
                 f"{written_opset}); ask for a newer opset, or leave opset out for the exporter's default"
             )
-        fixed = [node.name for node in program.model.graph.inputs 
+        fixed = [node.name for node in program.model.graph.inputs
                  if dynamic_batch and len(node.shape) and isinstance(node.shape[0], int)]
         if fixed:  # the exporter falls back to the example's sizes where the code depends on the batch size
             raise ExportMismatchError(

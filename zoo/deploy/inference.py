@@ -4,17 +4,12 @@ Candidates are fp32 eager (the reference, always kept, so "auto" is never slower
 in channels_last (4-D inputs), fp32 through ``torch.compile`` (inductor with freezing), bf16
 autocast + compile where the hardware runs bf16 natively (fp16 too on a GPU), and static int8
 post-training quantization through PT2E (torchao's x86 quantizer, then inductor with freezing)
-for the convolutional image families. Each is checked against fp32 eager on the calibration
+for the convolutional image families (`ArchSpec.int8`). Each is checked against fp32 eager on the calibration
 batches (top-1 agreement for classifiers, a relative tolerance otherwise) and timed on the
 example input's shape in turn with fp32 eager; "auto" keeps the one with the largest speed-up
 that passes and remembers the choice per machine, model and input shape in
-``$ZOO_HOME/optimize.json``.
-
-A compiled graph serves one batch size (in torch 2.14, inductor's frozen convolutions fail
-when recompiled for a dynamic batch), and compiling one takes seconds to a minute. So a
-compiled CNN compiles a graph for each of its first ``max_batch_graphs`` batch sizes, the
-example's first; any other size runs on those graphs, split into chunks and padded, which its
-outputs do not depend on (every sample of a CNN in eval mode is computed alone).
+``$ZOO_HOME/optimize.json`` (`zoo.deploy.optimize_report`). The result is an
+`zoo.deploy.optimized.OptimizedModel`, which says how a compiled CNN serves other batch sizes.
 
 BatchNorm is folded into the preceding convolution by the graph passes, not by walking the
 module tree: inductor's freezing folds conv-bn on the traced data flow, and PT2E's
@@ -25,154 +20,29 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 import pydoc
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn as nn
 
-from zoo.store import download
+from zoo.architectures import ARCHS
 from zoo.deploy.exporter import output_tensors
+from zoo.deploy.optimize_report import Candidate, OptimizeReport, remembered, write_cache
+from zoo.deploy.optimized import MAX_BATCH_GRAPHS, OptimizedModel, quiet_logger
 from zoo.devices import model_device
 from zoo.errors import InvalidArgumentError
-from zoo.store.files import write_json
+from zoo.store import registry
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
-CACHE_FILE = "optimize.json"
-CNN_FAMILIES = ("resnet", "seresnet", "resnext", "wide_resnet", "densenet", "sedensenet", "mobilenet")
-MAX_BATCH_GRAPHS = 4  # batch sizes a compiled CNN compiles a graph for; other sizes run on those
-# dynamo's recompile limit (8) counts the graphs of every model of one class (they share
-# ``forward``'s code): with this one, zoo's bounded graphs never push a model back to eager
-_RECOMPILE_LIMIT = 256
 # Largest relative output difference (max |diff| / max |fp32|) that passes for outputs that are not class scores.
 RELATIVE_TOLERANCE = {"eager": 0.0, "channels_last": 1e-4, "fp32": 1e-3, "bf16": 5e-2, "fp16": 1e-2, "int8": 1e-1}
 _WARMUP_CALLS = 2  # the first call of a compiled candidate compiles it
-
-
-@dataclass
-class Candidate:
-    """One way of running the model, as measured: median seconds per call on the example
-    input, speed-up over fp32 eager (timed in turn with it), and how its outputs compare
-    with fp32 eager's."""
-
-    name: str
-    median_s: float | None = None
-    speedup: float | None = None
-    top1_agreement: float | None = None  # classifiers only
-    max_abs_diff: float | None = None
-    passed: bool = False
-    note: str = ""  # why it was skipped or failed
-
-
-@dataclass
-class OptimizeReport:
-    """What `optimize` measured and chose; ``cached`` means the choice came from an earlier
-    call on this machine (its figures are that call's)."""
-
-    precision: str
-    speedup: float
-    candidates: list[Candidate]
-    cpu_capability: str
-    amx: bool
-    device: str
-    cached: bool = False
-    cache_key: str = field(default="", repr=False)
-
-    def __str__(self) -> str:
-        lines = [f"chose {self.precision} ({self.speedup:.2f}x fp32 eager) on {self.device}, "
-                 f"CPU {self.cpu_capability}, AMX {'yes' if self.amx else 'no'}{' (cached)' if self.cached else ''}"]
-        for c in self.candidates:
-            ms = f"{c.median_s * 1e3:.2f} ms" if c.median_s is not None else "-"
-            agreement = f"top-1 {c.top1_agreement:.2%}" if c.top1_agreement is not None else ""
-            diff = f"max diff {c.max_abs_diff:.2g}" if c.max_abs_diff is not None else ""
-            status = "ok" if c.passed else f"not used: {c.note}"
-            lines.append(f"  {c.name:<14}{ms:>12}  {agreement:<15}{diff:<17}{status}")
-        return "\n".join(lines)
-
-
-class OptimizedModel(nn.Module):
-    """The model's call, run the fastest measured way, for inference only (no gradients).
-    Attributes other than the call (``pretrained_cfg``, ``num_classes``, ...) are the
-    original model's, read through ``.model``. ``max_batch_graphs`` bounds the batch sizes a
-    compiled CNN compiles a graph for (see the module docstring); ``graph_batch_sizes`` are
-    those it has."""
-
-    optimize_report: OptimizeReport
-
-    def __init__(self, model: nn.Module, run: Callable[..., Any], channels_last: bool = False,
-                 autocast: torch.dtype | None = None, compiled: bool = False,
-                 example_batch: int | None = None) -> None:
-        super().__init__()
-        self.model = model
-        self.__dict__["_run"] = run  # outside the module tree: a compiled copy is no part of the state dict
-        self._channels_last = channels_last
-        self._compiled = compiled  # eager runs skip the inductor config patch, which costs ~0.1 ms a call
-        self._autocast = autocast
-        self.graph_batch_sizes: list[int] | None = None if example_batch is None else [example_batch]
-        self.max_batch_graphs = MAX_BATCH_GRAPHS
-        super().train(False)
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if self._channels_last:
-            args = tuple(_channels_last(a) for a in args)
-        with ExitStack() as stack:
-            stack.enter_context(torch.no_grad())
-            if self._compiled:
-                stack.enter_context(_compile_settings(bounded=self.graph_batch_sizes is not None))
-            if self._autocast is not None:
-                stack.enter_context(torch.autocast(model_device(self.model).type, dtype=self._autocast))
-                return _to_dtype(self._call(args, kwargs), torch.float32)
-            return self._call(args, kwargs)
-
-    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        sizes = self.graph_batch_sizes
-        batch = _batch_size(args)
-        if sizes is None or kwargs or batch is None or batch in sizes:
-            return self._run(*args, **kwargs)
-        if batch == 0:  # nothing to pad from, nothing worth a graph
-            return self.model(*args)
-        if len(sizes) < self.max_batch_graphs:
-            sizes.append(batch)
-            return self._run(*args)
-        return self._run_on_graphs(args, batch)
-
-    def _run_on_graphs(self, args: tuple[Any, ...], batch: int) -> torch.Tensor:
-        """``args``, a batch of ``batch`` samples, through the graphs compiled already: in
-        chunks of the largest graph's size, the last one padded (its first sample repeated)
-        to the smallest graph that holds it."""
-        sizes = self.graph_batch_sizes
-        largest = max(sizes)
-        outputs = []
-        for start in range(0, batch, largest):
-            rows = min(largest, batch - start)
-            size = min(s for s in sizes if s >= rows)
-            chunk = tuple(_padded(a[start:start + rows], size) for a in args)
-            if self._channels_last:  # the graphs were compiled for channels_last strides
-                chunk = tuple(_channels_last(a) for a in chunk)
-            outputs.append(self._run(*chunk)[:rows])
-        return torch.cat(outputs)
-
-    def train(self, mode: bool = True) -> OptimizedModel:
-        if mode:
-            raise InvalidArgumentError(
-                "an optimized model runs inference only (compiled with frozen weights); "
-                "fine-tune the original model (optimized.model) and optimize it again"
-            )
-        return super().train(False)
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            return getattr(super().__getattr__("model"), name)
 
 
 def optimize(
@@ -201,6 +71,29 @@ def optimize(
     batch sizes, the example's first, and runs other sizes on those, split and padded: pass 1
     when every batch is the example's size or smaller (a last partial batch is then padded).
     The result carries ``optimize_report`` (`OptimizeReport`)."""
+    _check_options(precision, min_agreement, repeats, max_batch_graphs)
+    model.eval()
+    args = _example_args(example_input)
+    device = model_device(model)
+    batches = _check_batches(calibration, args)
+    available, unavailable = _candidates(model, args, device)
+    if precision != "auto" and precision not in available:
+        raise InvalidArgumentError(f"precision={precision!r} does not apply here: {unavailable[precision]}")
+    trials = _Trials(model, args, batches, available, repeats, min_agreement, strict=precision != "auto")
+    report = OptimizeReport("eager", 1.0, [], torch.backends.cpu.get_cpu_capability(), has_amx(), str(device))
+    report.cache_key = _cache_key(model, args, device, report)
+    if precision != "auto":
+        chosen = _measure_precision(trials, precision, report, unavailable)
+    else:
+        chosen = _choose_auto(trials, report, unavailable, cache)
+    report.precision, report.speedup = chosen.name, chosen.speedup or 1.0
+    result = trials.built[chosen.name]
+    result.max_batch_graphs = max_batch_graphs
+    result.optimize_report = report
+    return result
+
+
+def _check_options(precision: str, min_agreement: float, repeats: int, max_batch_graphs: int) -> None:
     if precision not in PRECISIONS:
         raise InvalidArgumentError(f"precision={precision!r} is not one of {', '.join(map(repr, PRECISIONS))}")
     if not 0.0 < min_agreement <= 1.0:
@@ -209,62 +102,71 @@ def optimize(
         raise InvalidArgumentError(f"repeats must be 1 or more, got {repeats!r}")
     if isinstance(max_batch_graphs, bool) or not (isinstance(max_batch_graphs, int) and max_batch_graphs >= 1):
         raise InvalidArgumentError(f"max_batch_graphs must be an int of 1 or more, got {max_batch_graphs!r}")
-    model.eval()
-    args = _example_args(example_input)
-    device = model_device(model)
-    batches = _check_batches(calibration, args)
-    available, unavailable = _candidates(model, args, device)
-    if precision != "auto" and precision not in available:
-        raise InvalidArgumentError(f"precision={precision!r} does not apply here: {unavailable[precision]}")
-    with torch.no_grad():
-        references = [model(*batch) for batch in batches]
-    report = OptimizeReport("eager", 1.0, [], torch.backends.cpu.get_cpu_capability(), has_amx(), str(device))
-    report.cache_key = _cache_key(model, args, device, report)
-    (baseline_s,) = medians([model], args, repeats, device)
-    classifier = _is_classifier(model, references[0])
-    eager = Candidate("eager", baseline_s, 1.0, 1.0 if classifier else None, 0.0, passed=True)
-    built: dict[str, nn.Module] = {"eager": OptimizedModel(model, model)}
 
-    def measure(names: Iterable[str]) -> list[Candidate]:
-        results = [eager]
-        for name in names:
-            candidate = Candidate(name)
-            try:
-                built[name] = _build(name, model, args, batches, available[name])
-                candidate.top1_agreement, candidate.max_abs_diff = _compare(classifier, references, batches, built[name])
-                eager_s, candidate.median_s = medians([model, built[name]], args, repeats, device)
-                candidate.speedup = eager_s / candidate.median_s  # against eager timed alongside it
-                candidate.passed, candidate.note = _passes(name, candidate, references, min_agreement)
-            except Exception as error:  # noqa: BLE001 - auto records a candidate that fails and goes on
-                if precision != "auto":
-                    raise
-                candidate.note = f"failed: {type(error).__name__}: {' '.join(str(error).split())[:200]}"
-            results.append(candidate)
-        return results
 
-    if precision != "auto":
-        chosen = measure([precision])[-1]
-        report.candidates = [eager, chosen] + [Candidate(n, note=reason) for n, reason in unavailable.items()]
-        if not chosen.passed:
-            warnings.warn(f"optimize(precision={precision!r}): {chosen.note}; compare with precision='auto'",
-                          stacklevel=2)
-    else:
-        remembered = _remembered(report.cache_key) if cache else None
-        if remembered is not None and remembered[0] in available:
-            chosen = measure([remembered[0]] if remembered[0] != "eager" else [])[-1]
-            if chosen.passed:
-                report.candidates, report.cached = remembered[1], True
-        if not report.cached:
-            report.candidates = measure(n for n in available if n != "eager")
-            report.candidates += [Candidate(n, note=reason) for n, reason in unavailable.items()]
-            chosen = max((c for c in report.candidates if c.passed), key=lambda c: c.speedup)
-            if cache:
-                _write_cache(report.cache_key, chosen.name, report.candidates)
-    report.precision, report.speedup = chosen.name, chosen.speedup or 1.0
-    result = built[chosen.name]
-    result.max_batch_graphs = max_batch_graphs
-    result.optimize_report = report
-    return result
+class _Trials:
+    """The candidates built and measured against fp32 eager (its outputs on the calibration
+    ``batches`` are the references; its time on ``args`` the baseline). ``strict``: a candidate
+    that fails raises (one precision asked for), else it is recorded as failed (auto)."""
+
+    def __init__(self, model: nn.Module, args: tuple[Any, ...], batches: list[tuple[Any, ...]],
+                 available: dict[str, Any], repeats: int, min_agreement: float, strict: bool) -> None:
+        self.model, self.args, self.batches, self.available = model, args, batches, available
+        self.repeats, self.min_agreement, self.strict = repeats, min_agreement, strict
+        self.device = model_device(model)
+        with torch.no_grad():
+            self.references = [model(*batch) for batch in batches]
+        self.classifier = _is_classifier(model, self.references[0])
+        (baseline_s,) = medians([model], args, repeats, self.device)
+        self.eager = Candidate("eager", baseline_s, 1.0, 1.0 if self.classifier else None, 0.0, passed=True)
+        self.built: dict[str, nn.Module] = {"eager": OptimizedModel(model, model)}
+
+    def measure(self, names: Iterable[str]) -> list[Candidate]:
+        """fp32 eager, then each of ``names`` built and measured."""
+        return [self.eager, *(self._measure(name) for name in names)]
+
+    def _measure(self, name: str) -> Candidate:
+        candidate = Candidate(name)
+        try:
+            self.built[name] = built = _build(name, self.model, self.args, self.batches, self.available[name])
+            candidate.top1_agreement, candidate.max_abs_diff = _compare(self.classifier, self.references,
+                                                                        self.batches, built)
+            eager_s, candidate.median_s = medians([self.model, built], self.args, self.repeats, self.device)
+            candidate.speedup = eager_s / candidate.median_s  # against eager timed alongside it
+            candidate.passed, candidate.note = _passes(name, candidate, self.references, self.min_agreement)
+        except Exception as error:  # noqa: BLE001 - auto records a candidate that fails and goes on
+            if self.strict:
+                raise
+            candidate.note = f"failed: {type(error).__name__}: {' '.join(str(error).split())[:200]}"
+        return candidate
+
+
+def _measure_precision(trials: _Trials, precision: str, report: OptimizeReport,
+                       unavailable: dict[str, str]) -> Candidate:
+    """The one precision asked for, measured; a warning (at `optimize`'s caller) where it fails the check."""
+    chosen = trials.measure([precision])[-1]
+    report.candidates = [trials.eager, chosen] + [Candidate(n, note=reason) for n, reason in unavailable.items()]
+    if not chosen.passed:
+        warnings.warn(f"optimize(precision={precision!r}): {chosen.note}; compare with precision='auto'",
+                      stacklevel=3)
+    return chosen
+
+
+def _choose_auto(trials: _Trials, report: OptimizeReport, unavailable: dict[str, str], cache: bool) -> Candidate:
+    """The candidate remembered for this key, if it still passes; else the fastest that passes of
+    all measured now (remembered when ``cache``)."""
+    choice = remembered(report.cache_key) if cache else None
+    if choice is not None and choice[0] in trials.available:
+        chosen = trials.measure([choice[0]] if choice[0] != "eager" else [])[-1]
+        if chosen.passed:
+            report.candidates, report.cached = choice[1], True
+            return chosen
+    report.candidates = trials.measure(n for n in trials.available if n != "eager")
+    report.candidates += [Candidate(n, note=reason) for n, reason in unavailable.items()]
+    chosen = max((c for c in report.candidates if c.passed), key=lambda c: c.speedup)
+    if cache:
+        write_cache(report.cache_key, chosen.name, report.candidates)
+    return chosen
 
 
 def unavailable_precisions(model: nn.Module, example_input: Any) -> dict[str, str]:
@@ -302,10 +204,10 @@ def _candidates(model: nn.Module, args: tuple[Any, ...], device: torch.device) -
     else:
         unavailable["bf16"] = (f"this CPU ({torch.backends.cpu.get_cpu_capability()}, no AVX-512 BF16 or AMX) does not "
                                "run bf16 natively, so it would be slower than fp32; use precision='fp32' or 'auto'")
-    arch = _architecture(model)
-    if not arch.startswith(CNN_FAMILIES) or not _is_image_batch(args):
-        unavailable["int8"] = (f"int8 quantization applies to the CNN image families ({', '.join(CNN_FAMILIES)}) "
-                               f"on 4-D image batches, not {arch}; use precision='fp32'")
+    if not _is_cnn(model) or not _is_image_batch(args):
+        families = ", ".join(dict.fromkeys(spec.module for spec in ARCHS.values() if spec.int8))
+        unavailable["int8"] = (f"int8 quantization applies to the CNN image families ({families}) "
+                               f"on 4-D image batches, not {_architecture(model)}; use precision='fp32'")
     elif not _has_torchao():
         unavailable["int8"] = "int8 needs torchao, which is not installed: pip install zoo[int8]"
     else:
@@ -318,7 +220,7 @@ def _build(name: str, model: nn.Module, args: tuple[Any, ...], batches: list[tup
     """Candidate ``name`` ready to run (a compiled one compiles on its first call). The caller's
     model is left as it is: channels_last variants run on a copy."""
     image = _is_image_batch(args)
-    example_batch = len(args[0]) if image and _architecture(model).startswith(CNN_FAMILIES) else None
+    example_batch = len(args[0]) if image and _is_cnn(model) else None
     if name == "int8":
         optimized = OptimizedModel(model, _quantize_int8(model, args, batches), compiled=True,
                                    example_batch=example_batch)
@@ -477,33 +379,6 @@ def _cache_key(model: nn.Module, args: tuple[Any, ...], device: torch.device, re
             f"{_describe(args)}|torch {torch.__version__}")
 
 
-def _read_cache() -> dict[str, Any]:
-    """The remembered choices; an unreadable or damaged file counts as none."""
-    try:
-        data = json.loads((download.zoo_home() / CACHE_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _remembered(key: str) -> tuple[str, list[Candidate]] | None:
-    """The precision auto chose before under ``key`` and the candidates it measured then, or
-    None (nothing remembered, or an entry this version cannot read)."""
-    entry = _read_cache().get(key)
-    try:
-        return entry["precision"], [Candidate(**c) for c in entry["candidates"]]
-    except (TypeError, KeyError):
-        return None
-
-
-def _write_cache(key: str, precision: str, candidates: list[Candidate]) -> None:
-    """Remember auto's choice; a read-only ``$ZOO_HOME`` just keeps nothing."""
-    data = _read_cache()
-    data[key] = {"precision": precision, "candidates": [asdict(c) for c in candidates]}
-    try:
-        write_json(data, download.zoo_home() / CACHE_FILE)
-    except OSError:
-        pass
 
 
 def _architecture(model: nn.Module) -> str:
@@ -511,10 +386,17 @@ def _architecture(model: nn.Module) -> str:
     return cfg.get("architecture") or type(model).__name__
 
 
+def _is_cnn(model: nn.Module) -> bool:
+    """Whether the model's architecture is a CNN family (its spec's ``int8``: static int8
+    quantizes it, and its samples are computed alone, so compiled graphs can be padded)."""
+    spec = registry.find_spec(_architecture(model))
+    return spec is not None and spec.int8
+
+
 def _has_torchao() -> bool:
     """Whether torchao imports; its import logs a torch deprecation line (Enum constants for
     torch.compile) that says nothing to a zoo user, so that logger is quiet meanwhile."""
-    with _quiet_logger("torch.utils._pytree"):
+    with quiet_logger("torch.utils._pytree"):
         try:
             import torchao.quantization.pt2e  # noqa: F401
         except ImportError:
@@ -526,62 +408,3 @@ def _is_image_batch(args: tuple[Any, ...]) -> bool:
     return len(args) == 1 and isinstance(args[0], torch.Tensor) and args[0].ndim == 4 and args[0].is_floating_point()
 
 
-def _channels_last(arg: Any) -> Any:
-    return arg.contiguous(memory_format=torch.channels_last) if isinstance(arg, torch.Tensor) and arg.ndim == 4 else arg
-
-
-def _compile_settings(bounded: bool) -> ExitStack:
-    """Inductor's freezing (weights as constants: conv-bn folding, prepacked int8 weights) for
-    the calls inside, and, for a model whose graphs zoo bounds (``bounded``), dynamo's
-    recompile limit raised: inductor compiles lazily, on the first call of each shape, so the
-    settings are scoped to the calls rather than to ``torch.compile``, and ``options=`` does
-    not reach the int8 passes."""
-    import torch._dynamo.config
-    import torch._inductor.config
-
-    stack = ExitStack()
-    stack.enter_context(torch._inductor.config.patch(freezing=True))
-    if bounded:
-        stack.enter_context(torch._dynamo.config.patch(recompile_limit=_RECOMPILE_LIMIT))
-    # what compiling says that is torch's own business, not the user's: a CPU-only
-    # machine's CUDA_HOME notice, and a tensor-copy warning inside inductor's int8 lowering
-    stack.enter_context(_quiet_logger("torch.utils.cpp_extension"))
-    stack.enter_context(warnings.catch_warnings())
-    warnings.filterwarnings("ignore", message="To copy construct from a tensor", module=r"torch\._inductor")
-    return stack
-
-
-@contextmanager
-def _quiet_logger(name: str) -> Iterator[None]:
-    """Only errors from logger ``name`` inside."""
-    logger = logging.getLogger(name)
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
-def _batch_size(args: tuple[Any, ...]) -> int | None:
-    """The batch size of a call whose arguments are all tensors with one dim-0 size, else None."""
-    sizes = {a.shape[0] if isinstance(a, torch.Tensor) and a.ndim else None for a in args}
-    return sizes.pop() if len(sizes) == 1 else None
-
-
-def _padded(tensor: torch.Tensor, rows: int) -> torch.Tensor:
-    """``tensor`` with its first row repeated at the end up to ``rows`` rows."""
-    if len(tensor) == rows:
-        return tensor
-    return torch.cat([tensor, tensor[:1].expand(rows - len(tensor), *tensor.shape[1:])])
-
-
-def _to_dtype(output: Any, dtype: torch.dtype) -> Any:
-    """``output`` with its floating-point tensors in ``dtype`` (autocast's bf16 back to fp32)."""
-    if isinstance(output, torch.Tensor):
-        return output.to(dtype) if output.is_floating_point() else output
-    if isinstance(output, Mapping):
-        return type(output)({k: _to_dtype(v, dtype) for k, v in output.items()})
-    if isinstance(output, (tuple, list)):
-        return type(output)(_to_dtype(v, dtype) for v in output)
-    return output

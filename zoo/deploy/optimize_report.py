@@ -1,0 +1,82 @@
+"""What `zoo.optimize` measured and chose (`Candidate`, `OptimizeReport`), and auto's choices
+remembered per machine, model and input shape in ``$ZOO_HOME/optimize.json``."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from zoo.store import download
+from zoo.store.files import write_json
+
+CACHE_FILE = "optimize.json"
+
+
+@dataclass
+class Candidate:
+    """One way of running the model, as measured: median seconds per call on the example
+    input, speed-up over fp32 eager (timed in turn with it), and how its outputs compare
+    with fp32 eager's."""
+
+    name: str
+    median_s: float | None = None
+    speedup: float | None = None
+    top1_agreement: float | None = None  # classifiers only
+    max_abs_diff: float | None = None
+    passed: bool = False
+    note: str = ""  # why it was skipped or failed
+
+
+@dataclass
+class OptimizeReport:
+    """What `optimize` measured and chose; ``cached`` means the choice came from an earlier
+    call on this machine (its figures are that call's)."""
+
+    precision: str
+    speedup: float
+    candidates: list[Candidate]
+    cpu_capability: str
+    amx: bool
+    device: str
+    cached: bool = False
+    cache_key: str = field(default="", repr=False)
+
+    def __str__(self) -> str:
+        lines = [f"chose {self.precision} ({self.speedup:.2f}x fp32 eager) on {self.device}, "
+                 f"CPU {self.cpu_capability}, AMX {'yes' if self.amx else 'no'}{' (cached)' if self.cached else ''}"]
+        for c in self.candidates:
+            ms = f"{c.median_s * 1e3:.2f} ms" if c.median_s is not None else "-"
+            agreement = f"top-1 {c.top1_agreement:.2%}" if c.top1_agreement is not None else ""
+            diff = f"max diff {c.max_abs_diff:.2g}" if c.max_abs_diff is not None else ""
+            status = "ok" if c.passed else f"not used: {c.note}"
+            lines.append(f"  {c.name:<14}{ms:>12}  {agreement:<15}{diff:<17}{status}")
+        return "\n".join(lines)
+
+
+def _read_cache() -> dict[str, Any]:
+    """The remembered choices; an unreadable or damaged file counts as none."""
+    try:
+        data = json.loads((download.zoo_home() / CACHE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def remembered(key: str) -> tuple[str, list[Candidate]] | None:
+    """The precision auto chose before under ``key`` and the candidates it measured then, or
+    None (nothing remembered, or an entry this version cannot read)."""
+    entry = _read_cache().get(key)
+    try:
+        return entry["precision"], [Candidate(**c) for c in entry["candidates"]]
+    except (TypeError, KeyError):
+        return None
+
+
+def write_cache(key: str, precision: str, candidates: list[Candidate]) -> None:
+    """Remember auto's choice; a read-only ``$ZOO_HOME`` just keeps nothing."""
+    data = _read_cache()
+    data[key] = {"precision": precision, "candidates": [asdict(c) for c in candidates]}
+    try:
+        write_json(data, download.zoo_home() / CACHE_FILE)
+    except OSError:
+        pass
