@@ -24,9 +24,10 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm import tqdm
 
+from zoo.architectures import ARCHS
 from zoo.architectures.moe_transformer import MoETransformer
-from zoo.store import registry
 from zoo.errors import WeightsMismatchError
+from zoo.store import registry
 from zoo.store.files import atomic_files
 from zoo.tokenizer import ByteTokenizer
 
@@ -34,7 +35,6 @@ CONFIG_FILE = "config.json"
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 MODEL_TYPES = ("mixtral", "qwen2_moe", "olmoe")
-ARCHITECTURES = ("moe_lm", "moe_encoder")
 CHECKPOINT_FILES = (CONFIG_FILE, INDEX_FILE, "*.safetensors")  # what loading a checkpoint reads
 _DEFAULT_ROPE_THETA = {"mixtral": 1e6, "qwen2_moe": 1e4, "olmoe": 1e4}  # the config classes' defaults
 
@@ -57,8 +57,14 @@ def config_to_kwargs(config: dict[str, Any]) -> dict[str, Any]:
         kind = scaling.get("rope_type", scaling.get("type", "default"))
         if kind != "default":
             raise ValueError(f"rope_type {kind!r} (scaled rotary embeddings) is not supported; only 'default'")
+    kwargs = _shared_kwargs(config, model_type, rope)
+    return kwargs | _TYPE_KWARGS[model_type](config, kwargs)
+
+
+def _shared_kwargs(config: dict[str, Any], model_type: str, rope: dict[str, Any]) -> dict[str, Any]:
+    """The options every model type spells the same way."""
     heads = config["num_attention_heads"]
-    kwargs: dict[str, Any] = dict(
+    return dict(
         vocab_size=config["vocab_size"],
         hidden_size=config["hidden_size"],
         num_layers=config["num_hidden_layers"],
@@ -79,37 +85,46 @@ def config_to_kwargs(config: dict[str, Any]) -> dict[str, Any]:
         router_z_loss_coef=config.get("router_z_loss_coef", 0.0),  # not part of these models' training
         initializer_range=config.get("initializer_range", 0.02),
     )
-    if model_type == "mixtral":
-        kwargs |= dict(
-            intermediate_size=config["intermediate_size"],
-            norm_topk_prob=True,
-            sliding_window=config.get("sliding_window"),
-            router_jitter=config.get("router_jitter_noise", 0.0),
-        )
-    elif model_type == "qwen2_moe":
-        if config.get("use_sliding_window"):
-            raise ValueError("Qwen2-MoE's per-layer sliding windows (use_sliding_window=true) are not supported")
-        step, dense_only = config.get("decoder_sparse_step", 1), set(config.get("mlp_only_layers") or ())
-        layers = range(config["num_hidden_layers"])
-        kwargs |= dict(
-            intermediate_size=config["moe_intermediate_size"],
-            norm_topk_prob=config.get("norm_topk_prob", False),
-            shared_expert_size=config.get("shared_expert_intermediate_size", 0),
-            dense_intermediate_size=config["intermediate_size"],
-            dense_layers=[i for i in layers if i in dense_only or kwargs["num_experts"] == 0 or (i + 1) % step],
-            qkv_bias=config.get("qkv_bias", True),
-        )
-        kwargs["num_experts"] = kwargs["num_experts"] or 1  # all layers dense: the value is unused
-    else:  # olmoe
-        if config.get("attention_bias"):
-            raise ValueError("OLMoE with attention_bias=true is not supported")
-        kwargs |= dict(
-            intermediate_size=config["intermediate_size"],
-            norm_topk_prob=config.get("norm_topk_prob", False),
-            qk_norm=True,
-            clip_qkv=config.get("clip_qkv"),
-        )
-    return kwargs
+
+
+def _mixtral_kwargs(config: dict[str, Any], shared: dict[str, Any]) -> dict[str, Any]:
+    return dict(
+        intermediate_size=config["intermediate_size"],
+        norm_topk_prob=True,
+        sliding_window=config.get("sliding_window"),
+        router_jitter=config.get("router_jitter_noise", 0.0),
+    )
+
+
+def _qwen2_moe_kwargs(config: dict[str, Any], shared: dict[str, Any]) -> dict[str, Any]:
+    if config.get("use_sliding_window"):
+        raise ValueError("Qwen2-MoE's per-layer sliding windows (use_sliding_window=true) are not supported")
+    step, dense_only = config.get("decoder_sparse_step", 1), set(config.get("mlp_only_layers") or ())
+    layers = range(config["num_hidden_layers"])
+    return dict(
+        intermediate_size=config["moe_intermediate_size"],
+        norm_topk_prob=config.get("norm_topk_prob", False),
+        shared_expert_size=config.get("shared_expert_intermediate_size", 0),
+        dense_intermediate_size=config["intermediate_size"],
+        dense_layers=[i for i in layers if i in dense_only or shared["num_experts"] == 0 or (i + 1) % step],
+        qkv_bias=config.get("qkv_bias", True),
+        num_experts=shared["num_experts"] or 1,  # all layers dense: the value is unused
+    )
+
+
+def _olmoe_kwargs(config: dict[str, Any], shared: dict[str, Any]) -> dict[str, Any]:
+    if config.get("attention_bias"):
+        raise ValueError("OLMoE with attention_bias=true is not supported")
+    return dict(
+        intermediate_size=config["intermediate_size"],
+        norm_topk_prob=config.get("norm_topk_prob", False),
+        qk_norm=True,
+        clip_qkv=config.get("clip_qkv"),
+    )
+
+
+# each model type's own options, given the shared ones
+_TYPE_KWARGS = {"mixtral": _mixtral_kwargs, "qwen2_moe": _qwen2_moe_kwargs, "olmoe": _olmoe_kwargs}
 
 
 def _first(value: Any) -> Any:
@@ -131,8 +146,9 @@ def load_pretrained(
     checkpoint's LM head is then left out). What `zoo.load(name, weights=directory)` calls."""
     directory = Path(directory)
     arch, _ = registry.resolve(name)
-    if arch not in ARCHITECTURES:
-        raise ValueError(f"Hugging Face MoE checkpoints load into {' or '.join(ARCHITECTURES)}, not {arch}")
+    if not registry.arch_spec(arch).hf_checkpoints:
+        archs = [name for name, spec in ARCHS.items() if spec.hf_checkpoints]
+        raise ValueError(f"Hugging Face MoE checkpoints load into {' or '.join(archs)}, not {arch}")
     heads = registry.supported_heads(arch)
     head = head or heads[0]
     if head not in heads:

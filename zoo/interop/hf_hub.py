@@ -34,10 +34,10 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-from zoo.store import download
-
-from zoo.store import registry
+from zoo.architectures import ARCHS
 from zoo.errors import ChecksumError, DownloadError, InvalidArgumentError, WeightsError, WeightsNotFoundError
+from zoo.loading.transforms import IMAGENET_MEAN, IMAGENET_STD
+from zoo.store import download, registry
 from zoo.store.files import write_json
 from zoo.store.registry import WeightInfo
 
@@ -48,11 +48,6 @@ _REPO_REF = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt")
-# timm architectures whose state dicts load unchanged into zoo's model of the same name
-TIMM_ARCHITECTURES = (
-    "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d", "wide_resnet50_2",
-    "seresnet50", "densenet121", "densenet161", "densenet169", "densenet201",
-)
 _TIMM_MODEL_ARGS = ("in_chans",)  # timm model_args zoo's builders take under the same name
 _TIMM_ZOO_DEFAULTS = {"global_pool": "avg"}  # timm model_args whose value is what zoo's models always do
 
@@ -279,6 +274,13 @@ class TimmModel:
     class_names: list[str] | None = None
 
 
+def _is_timm_twin(arch: str) -> bool:
+    """Whether timm's model ``arch`` has the state dict of zoo's model of the same name (its
+    spec's ``timm_checkpoints``), so that timm's weights load unchanged."""
+    spec = registry.find_spec(arch)
+    return spec is not None and spec.timm_checkpoints
+
+
 def is_timm_config(config: dict[str, Any]) -> bool:
     """Whether a repository's config.json is timm's (``architecture`` + ``pretrained_cfg``)."""
     return isinstance(config.get("architecture"), str) and isinstance(config.get("pretrained_cfg"), dict)
@@ -289,10 +291,11 @@ def timm_model(config: dict[str, Any], source: str) -> TimmModel:
     ``pretrained_cfg``, ``label_names``) to zoo's architecture, options and preprocessing;
     ``source`` names the file in errors."""
     arch = config["architecture"]
-    if arch not in TIMM_ARCHITECTURES:
+    if not _is_timm_twin(arch):
+        twins = [name for name, spec in ARCHS.items() if spec.timm_checkpoints]
         raise InvalidArgumentError(
             f"{source} is a timm {arch!r} model, an architecture zoo cannot load from timm weights; "
-            f"zoo loads these timm architectures: {', '.join(TIMM_ARCHITECTURES)}"
+            f"zoo loads these timm architectures: {', '.join(twins)}"
         )
     model_args = dict(config.get("model_args") or {})
     num_classes = model_args.pop("num_classes", config.get("num_classes", 1000))
@@ -322,7 +325,7 @@ def timm_preprocess(cfg: dict[str, Any]) -> dict[str, Any]:
     crop_pct = cfg.get("crop_pct", 0.875)
     size = height if height == width else [height, width]
     resize = math.floor(height / crop_pct) if height == width else [math.floor(height / crop_pct), math.floor(width / crop_pct)]
-    mean, std = list(cfg.get("mean", (0.485, 0.456, 0.406))), list(cfg.get("std", (0.229, 0.224, 0.225)))
+    mean, std = list(cfg.get("mean", IMAGENET_MEAN)), list(cfg.get("std", IMAGENET_STD))
     preprocess = {"resize": resize, "crop": size, "interpolation": cfg.get("interpolation", "bilinear"), "mean": mean, "std": std}
     return preprocess | ({"channels": channels} if channels != 3 else {})
 
@@ -336,7 +339,7 @@ def timm_config(pretrained_cfg: dict[str, Any], num_features: int) -> dict[str, 
     `zoo.save` wrote; {} where timm could not build it (an architecture timm does not share,
     options timm lacks, a feature extractor)."""
     arch, model_kwargs = pretrained_cfg["architecture"], pretrained_cfg.get("model_kwargs") or {}
-    if arch not in TIMM_ARCHITECTURES or set(model_kwargs) - set(_TIMM_MODEL_ARGS) or pretrained_cfg.get("features_only"):
+    if not _is_timm_twin(arch) or set(model_kwargs) - set(_TIMM_MODEL_ARGS) or pretrained_cfg.get("features_only"):
         return {}
     timm_cfg: dict[str, Any] = {"num_classes": pretrained_cfg["num_classes"]}
     preprocess = pretrained_cfg.get("preprocess") or {}
@@ -368,7 +371,7 @@ def model_card(pretrained_cfg: dict[str, Any], entry: WeightInfo | None) -> str:
     or a short description with the line that loads the model back."""
     arch = pretrained_cfg["architecture"]
     meta: dict[str, Any] = {"library_name": "zoo", "tags": ["zoo", arch]}
-    if arch in TIMM_ARCHITECTURES:
+    if _is_timm_twin(arch):
         meta["tags"].append("timm")
     if entry is not None and entry.license:
         meta["license"] = entry.license.split(" (")[0].lower()

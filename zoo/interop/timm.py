@@ -8,24 +8,20 @@ from typing import Any
 
 import torch.nn as nn
 
+from zoo.architectures import ARCHS
 from zoo.errors import WeightsMismatchError
 from zoo.loading.build import feature_extractor, load
 from zoo.loading.config import update_config
 from zoo.loading.state_dicts import mismatch_message
-from zoo.store import download, registry
+from zoo.store import registry
 from zoo.store.convert import convert_state_dict
-
+from zoo.store.state_dict_files import load_state_dict_file
 
 # timm's names of architectures that zoo registers under another name, with the options that
-# make them (same parameters and feature levels); other widths of timm's MobileNetV3 round
-# channels differently and have no zoo counterpart.
+# make them (same parameters and feature levels), from the specs' ``timm_names``; other widths
+# of timm's MobileNetV3 round channels differently and have no zoo counterpart.
 TIMM_NAMES: dict[str, tuple[str, dict[str, Any]]] = {
-    "mobilenetv1_100": ("mobilenet_v1", {}),
-    "mobilenetv2_050": ("mobilenet_v2", {"width_mult": 0.5}),
-    "mobilenetv2_100": ("mobilenet_v2", {}),
-    "mobilenetv2_140": ("mobilenet_v2", {"width_mult": 1.4}),
-    "mobilenetv3_large_100": ("mobilenet_v3_large", {}),
-    "mobilenetv3_small_100": ("mobilenet_v3_small", {}),
+    timm_name: (arch, options) for arch, spec in ARCHS.items() for timm_name, options in spec.timm_names.items()
 }
 
 
@@ -72,7 +68,7 @@ def _load_checkpoint(model: nn.Module, path: Path, arch: str) -> None:
     """Load every tensor of the checkpoint at ``path`` into ``model`` (timm's ``load_checkpoint``:
     no key left over or missing), after the key converter of the architecture's weights."""
     entries = registry.weights_for(arch)
-    state_dict = convert_state_dict(entries[0].converter if entries else "identity", download.load_state_dict_file(path))
+    state_dict = convert_state_dict(entries[0].converter if entries else "identity", load_state_dict_file(path))
     expected = model.state_dict()
     missing = sorted(expected.keys() - state_dict.keys())
     unexpected = sorted(state_dict.keys() - expected.keys())

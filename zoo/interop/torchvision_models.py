@@ -11,11 +11,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from zoo.loading import build, transforms
-
-from zoo.store import registry
-
 from zoo.interop import torchvision_weights
+from zoo.loading import build, transforms
+from zoo.store import registry
 from zoo.store.registry import WeightInfo
 
 

@@ -12,8 +12,8 @@ import re
 from enum import Enum
 from typing import Any
 
-from zoo.store import registry
 from zoo.errors import InvalidArgumentError, UnknownModelError
+from zoo.store import registry
 from zoo.store.registry import WeightInfo
 
 DEFAULT = "DEFAULT"

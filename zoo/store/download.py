@@ -54,7 +54,7 @@ _BACKOFF_S = 0.2  # sleep _BACKOFF_S * attempt between download attempts
 _MIN_PREFIX = 8  # shortest hash prefix accepted as an expected hash
 _HEX = re.compile(r"[0-9a-f]+")
 # torch.hub convention: "<name>-<hex>.<ext>[.<ext>]", the hex being a prefix of the sha256
-_HASH_IN_NAME = re.compile(r".+-([0-9a-fA-F]{%d,64})(?:\.[A-Za-z0-9_]+)+" % _MIN_PREFIX)
+_HASH_IN_NAME = re.compile(rf".+-([0-9a-fA-F]{{{_MIN_PREFIX},64}})(?:\.[A-Za-z0-9_]+)+")
 _SOURCE_SHA256_KEY = "zoo.source_sha256"  # safetensors metadata of converted files
 
 
