@@ -31,6 +31,7 @@ from zoo.store.download import (
 )
 from zoo.store.state_dict_files import load_state_dict_file, unwrap_state_dict
 
+
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
