@@ -149,7 +149,7 @@ def test_a_folder_named_like_registered_weights_does_not_shadow_them(resnet20, t
 @pytest.mark.parametrize("damage,message", [
     ("truncate weights", r"model\.safetensors is not a readable safetensors file"),
     ("malformed config", r"config\.json is not readable JSON"),
-    ("config without architecture", r"config\.json lacks architecture"),
+    ("config without architecture", r"config\.json: field .architecture. must be a non-empty string"),
 ])
 def test_a_damaged_saved_folder_names_its_file(resnet20, tmp_path: Path, damage: str, message: str) -> None:
     folder = zoo.save(resnet20, tmp_path / "saved")
@@ -191,7 +191,9 @@ def test_load_keyword_combinations_work_or_name_the_argument(num_classes, in_cha
 def test_saving_over_another_model_leaves_no_stale_card(resnet20, tmp_path: Path) -> None:
     zoo.save(resnet20, tmp_path / "m")
     assert "resnet20" in (tmp_path / "m" / "README.md").read_text()
-    zoo.save(zoo.load("resnet20", pretrained=False, in_chans=1, num_classes=3), tmp_path / "m")
+    with pytest.raises(InvalidArgumentError, match="already holds config.json, model.safetensors, README.md; pass overwrite=True"):
+        zoo.save(resnet20, tmp_path / "m")
+    zoo.save(zoo.load("resnet20", pretrained=False, in_chans=1, num_classes=3), tmp_path / "m", overwrite=True)
     card = (tmp_path / "m" / "README.md").read_text()  # the new model's own card, not the old weights'
     assert "resnet20.fmnist" not in card and "3 outputs" in card and zoo.load(tmp_path / "m").num_classes == 3
 

@@ -359,7 +359,7 @@ def finetune(
             **model.pretrained_cfg, "weights": None, "finetuned_from": base, "class_names": source.class_names,
         }
         model.requires_grad_(True)  # the returned model trains whole again
-        zoo.save(model, out)
+        zoo.save(model, out, overwrite=True)  # out was checked: empty, resumed, or --overwrite
         after = _post_training(model, val_set, source, config) if post_training and val_set is not None else None
         details = {
             "name": name, "base": base, "data": source.description, "mode": mode,

@@ -14,6 +14,7 @@ import torch.nn as nn
 from zoo.architectures.features import FeatureExtractor
 from zoo.errors import InvalidArgumentError, WeightsError, WeightsMismatchError, WeightsNotFoundError
 from zoo.interop import hf_hub
+from zoo.loading.schema import validate_saved_config
 from zoo.loading.config import ModelConfig, set_config
 from zoo.loading.state_dicts import CONFIG_FILE, build_architecture, build_with_state_dict
 from zoo.loading.transforms import adapt_preprocess
@@ -27,18 +28,24 @@ WEIGHTS_FILE = "model.safetensors"
 
 
 CARD_FILE = "README.md"
+MAX_CONFIG_BYTES = 1 << 20  # a saved config is a few KB; class names of 100,000 classes fit
 
 
-def save(model: nn.Module, directory: str | os.PathLike) -> Path:
+def save(model: nn.Module, directory: str | os.PathLike, overwrite: bool = False) -> Path:
     """Write ``config.json`` + ``model.safetensors`` + a README.md model card so that
     ``zoo.load(directory)`` restores the model exactly. The folder is a Hugging Face Hub
     repository as it stands: ``huggingface_hub.upload_folder`` publishes it, the Hub renders the
     card's metadata, ``zoo.load("hf-hub:ORG/REPO")`` loads it back, and for timm's architectures
-    config.json also carries timm's keys. Files appear whole or not at all."""
+    config.json also carries timm's keys. Files appear whole or not at all. As `zoo.export`
+    does, an existing README.md, config.json or model.safetensors is refused unless ``overwrite``."""
     cfg = getattr(model, "pretrained_cfg", None)
     if not cfg or "architecture" not in cfg:
         raise ValueError("zoo.save needs a model made by zoo.load (it records the architecture to rebuild)")
     directory = Path(directory)
+    existing = [name for name in (CONFIG_FILE, WEIGHTS_FILE, CARD_FILE) if (directory / name).exists()]
+    if existing and not overwrite:
+        raise InvalidArgumentError(f"{directory} already holds {', '.join(existing)}; pass overwrite=True to replace "
+                                   "them, or save to a new folder")
     config = {**cfg, "num_classes": model.num_classes, "format": "zoo/1"}
     config |= hf_hub.timm_config(config, getattr(model, "num_features", 0))
     entry = registry.find_weights(cfg.get("weights"))
@@ -116,18 +123,14 @@ def load_saved(
     return model
 
 
-_SAVED_KEYS = {"architecture": str, "head": str, "model_kwargs": dict, "num_classes": int}
-
-
 def read_saved_config(directory: Path) -> dict[str, Any]:
-    """The ``config.json`` of a folder `save` wrote, checked: an error names the file and what is wrong."""
+    """The ``config.json`` of a folder `save` wrote, checked against its schema
+    (`zoo.loading.schema`): an error names the file and the field."""
     path = directory / CONFIG_FILE
     try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise WeightsError(f"{path} is {path.stat().st_size:,} bytes; a saved config is under {MAX_CONFIG_BYTES:,}")
         config = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise WeightsError(f"{path} is not readable JSON ({error}); save the model again with zoo.save") from None
-    missing = [key for key, kind in _SAVED_KEYS.items() if not isinstance(config.get(key) if isinstance(config, dict) else None, kind)]
-    if missing:
-        raise WeightsError(f"{path} lacks {', '.join(missing)} (or has the wrong type): it was not written by "
-                           "zoo.save, or was edited; save the model again with zoo.save")
-    return config
+    return validate_saved_config(config, path)

@@ -16,7 +16,7 @@ from typing import Any
 
 from zoo.architectures import ARCHS, ArchSpec, model_builders, register_model, registered_specs
 from zoo.architectures._registry import ModelBuilder
-from zoo.errors import UnknownModelError
+from zoo.errors import UnknownModelError, WeightsError
 
 __all__ = ["ArchSpec", "ModelBuilder", "UnknownModelError", "WeightInfo", "list_models", "register_model", "resolve", "weight_info"]
 
@@ -84,8 +84,14 @@ class WeightInfo:
 
 
 def load_categories(name: str) -> list[str]:
-    """A class-name list shipped in ``weights/categories/<name>.txt``, one name per line."""
-    return resources.files("zoo.weights").joinpath("categories", f"{name}.txt").read_text().splitlines()
+    """A class-name list shipped in ``weights/categories/<name>.txt``, one name per line. The
+    name comes from files (entries, saved configs): it never reaches outside that folder."""
+    folder = resources.files("zoo.weights").joinpath("categories")
+    shipped = {entry.name.removesuffix(".txt") for entry in folder.iterdir() if entry.name.endswith(".txt")}
+    if name not in shipped:
+        raise WeightsError(f"categories={str(name)[:80]!r} names no class list shipped with zoo "
+                           f"(there are: {', '.join(sorted(shipped))})")
+    return folder.joinpath(f"{name}.txt").read_text().splitlines()
 
 
 def register_weights(info: WeightInfo) -> None:
