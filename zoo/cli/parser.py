@@ -149,11 +149,13 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` and run its command; parsing (which imports the command's modules) runs
+    inside `run_command` too, so Ctrl-C at any point is one line and exit 130."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(argv).parse_args(argv)
-    args.command_line = shlex.join(["zoo", *argv])
 
     def run() -> int:
+        args = build_parser(argv).parse_args(argv)
+        args.command_line = shlex.join(["zoo", *argv])
         handler = getattr(importlib.import_module(COMMANDS[args.command][2]), f"run_{args.command}")
         return handler(args)
 
