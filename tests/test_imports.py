@@ -1,6 +1,7 @@
-"""The package's imports run one way: zoo.architectures (a leaf) <- the weights side (zoo.store.registry,
-zoo.store, zoo.interop, zoo.loading, zoo.deploy, ...) <- zoo.training <- the command line (zoo.cli), and
-nothing imports a bare `architectures` / `training` / `weights`. Read from the source with ast,
+"""The package's imports run one way: zoo.architectures (a leaf) <- the weights side, room by room
+(base modules <- zoo.store <- zoo.interop's formats and zoo.deploy's optimize/export <- zoo.loading
+<- what loads by name: timm's and torchvision's entry points, zoo.deploy.bench, zoo.serve) <-
+zoo.training <- the command line (zoo.cli), and nothing imports a bare `architectures` / `training` / `weights`. Read from the source with ast,
 so an in-function import counts as much as one at the top of a file."""
 from __future__ import annotations
 
@@ -12,7 +13,29 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # The repository's folders and the package names they install as (pyproject's package-dir).
 FOLDERS = {"zoo": "zoo", "architectures": "zoo.architectures", "training": "zoo.training", "weights": "zoo.weights"}
-LAYERS = ("architectures", "weights side", "training", "command line")
+# Ranks in the order the rooms build on each other: a module imports only from its own rank or
+# lower. The longest matching prefix gives a module's rank. optimize and export (zoo.deploy) take
+# any nn.Module, so they sit below loading; bench, serving and the peers' entry points
+# (timm's create_model, torchvision's get_model) load models by name, so they sit above it.
+RANKS = {
+    "zoo.architectures": 0,
+    "zoo.errors": 1,
+    "zoo.devices": 1,
+    "zoo.tokenizer": 1,
+    "zoo.store": 2,
+    "zoo.interop": 3,
+    "zoo.deploy": 3,
+    "zoo.loading": 4,
+    "zoo.interop.timm": 5,
+    "zoo.interop.torchvision_models": 5,
+    "zoo.deploy.bench": 5,
+    "zoo.serve": 5,
+    "zoo": 5,  # the package's facade: `zoo.load`, `zoo.create_model`... (imported lazily)
+    "zoo.training": 6,
+    "zoo.cli": 7,
+    "zoo.__main__": 7,
+}
+COMMAND_LINE = RANKS["zoo.cli"]
 
 
 def module_name(path: Path) -> str:
@@ -23,13 +46,12 @@ def module_name(path: Path) -> str:
 
 
 def layer(module: str) -> int:
-    if module == "zoo.architectures" or module.startswith("zoo.architectures."):
-        return 0
-    if module == "zoo.training" or module.startswith("zoo.training."):
-        return 2
-    if module in ("zoo.cli", "zoo.__main__") or module.startswith("zoo.cli."):
-        return 3
-    return 1
+    prefixes = [p for p in RANKS if module == p or module.startswith(p + ".")]
+    return RANKS[max(prefixes, key=len)]
+
+
+def layer_name(rank: int) -> str:
+    return " / ".join(p for p, r in RANKS.items() if r == rank)
 
 
 def package_files() -> list[Path]:
@@ -94,16 +116,17 @@ def _absolute_top_names(node: ast.AST) -> set[str]:
 
 def test_imports_run_one_way() -> None:
     wrong = [
-        f"{source}:{line} ({LAYERS[layer(source)]}) imports {target} ({LAYERS[layer(target)]})"
+        f"{source}:{line} ({layer_name(layer(source))}) imports {target} ({layer_name(layer(target))})"
         for source, line, target in project_imports()
         if target.split(".")[0] == "zoo" and layer(target) > layer(source)
     ]
-    assert not wrong, "imports must run architectures <- weights side <- training <- command line:\n" + "\n".join(wrong)
+    order = " <- ".join(layer_name(r) for r in sorted(set(RANKS.values())))
+    assert not wrong, f"imports must run {order}:\n" + "\n".join(wrong)
 
 
 def test_only_the_entry_point_imports_the_command_line() -> None:
     users = [f"{source}:{line}" for source, line, target in project_imports()
-             if layer(target) == 3 and layer(source) != 3]
+             if layer(target) == COMMAND_LINE and layer(source) != COMMAND_LINE]
     assert not users, f"zoo.cli sits on top; nothing imports it: {users}"
 
 
@@ -150,6 +173,12 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     ("zoo.training.finetune", "zoo.cli", True),
     ("zoo.training.finetune", "zoo.loading.build", False),
     ("zoo.cli", "zoo.training.finetune", False),
+    ("zoo.store.registry", "zoo.loading.build", True),
+    ("zoo.loading.build", "zoo.interop.hf_hub", False),
+    ("zoo.interop.hf_hub", "zoo.loading.transforms", True),
+    ("zoo.loading.build", "zoo.deploy.inference", False),
+    ("zoo.deploy.bench", "zoo.loading.build", False),
+    ("zoo.serve.app", "zoo.training.finetune", True),
 ])
 def test_the_rule_flags_what_runs_the_wrong_way(source: str, target: str, expected: bool) -> None:
     assert (layer(target) > layer(source)) is expected

@@ -36,10 +36,9 @@ from huggingface_hub.errors import (
 
 from zoo.architectures import ARCHS
 from zoo.errors import ChecksumError, DownloadError, InvalidArgumentError, WeightsError, WeightsNotFoundError
-from zoo.loading.transforms import IMAGENET_MEAN, IMAGENET_STD
 from zoo.store import download, registry
 from zoo.store.files import write_json
-from zoo.store.registry import WeightInfo
+from zoo.store.registry import IMAGENET_MEAN, IMAGENET_STD, WeightInfo
 
 HUB_PREFIX = "hf-hub:"
 RECORDED_AT_FIRST_DOWNLOAD = "recorded-at-first-download"

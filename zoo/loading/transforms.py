@@ -13,12 +13,9 @@ from PIL import Image
 from torchvision.transforms import InterpolationMode, v2
 
 from zoo.store import registry
+from zoo.store.registry import IMAGENET_MEAN, IMAGENET_STD
 
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-
-
-IMAGENET_STD = (0.229, 0.224, 0.225)
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "ConvertChannels", "adapt_preprocess", "build_transforms", "transforms"]
 
 
 def adapt_preprocess(preprocess: dict[str, Any], in_chans: int | None) -> dict[str, Any]:

@@ -20,6 +20,10 @@ from zoo.errors import UnknownModelError, WeightsError
 
 __all__ = ["ArchSpec", "ModelBuilder", "UnknownModelError", "WeightInfo", "list_models", "register_model", "resolve", "weight_info"]
 
+# ImageNet's channel statistics: the preprocessing of published ImageNet weights and of models without weights
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
 # why graph models have no GMACs figure (zoo info, zoo bench)
 GRAPH_SKIP_REASON = "graph model: its compute grows with each graph's nodes, so no one figure describes it"
 
