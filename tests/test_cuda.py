@@ -11,8 +11,8 @@ import torch
 from PIL import Image
 
 import zoo
-from zoo.deploy import inference
 from zoo.cli import main
+from zoo.devices import model_device
 from zoo.errors import InvalidArgumentError
 from zoo.tokenizer import ByteTokenizer
 from zoo.training.data import load_fashion_mnist
@@ -90,5 +90,5 @@ def test_compiled_decode_step_on_cuda_gives_eager_tokens() -> None:
     mask = torch.tensor([[0] * (length - len(r)) + [1] * len(r) for r in rows], device="cuda")
     eager = model.generate(ids, 48, temperature=0, attention_mask=mask, compile=False)
     compiled = model.generate(ids, 48, temperature=0, attention_mask=mask)  # "auto" compiles off the CPU
-    assert inference._device(model).type == "cuda" and compiled.device.type == "cuda"
+    assert model_device(model).type == "cuda" and compiled.device.type == "cuda"
     assert torch.equal(eager, compiled), tokenizer.decode(compiled[0].tolist())
