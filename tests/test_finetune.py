@@ -469,7 +469,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], 
 
 
 @pytest.mark.parametrize("point,calls", [
-    ("zoo.training.engine.write_checkpoint", 2),  # training, after the first epoch's checkpoint
+    ("zoo.training.resume.write_checkpoint", 2),  # training, after the first epoch's checkpoint
     ("safetensors.torch.save_model", 1),  # writing the final model
     ("zoo.training.finetune._write_card", 1),  # the model saved, its card not written
     ("zoo.training.post_training.post_training", 1),  # the card written, the exports not

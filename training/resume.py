@@ -1,0 +1,170 @@
+"""The checkpoint side of `zoo.training.engine.Trainer`: where a run stands (`TrainState`),
+saving and restoring everything an exact resume needs, finding the checkpoint to resume
+from, and keeping the best epoch's weights. The file format and its atomic writes are
+`zoo.training.checkpoint`'s."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.optim.swa_utils import AveragedModel
+
+from zoo.training.checkpoint import (
+    BEST_CHECKPOINT,
+    LAST_CHECKPOINT,
+    full_model_state,
+    full_optimizer_state,
+    load_full_state,
+    read_best_weights,
+    read_checkpoint,
+    rng_state,
+    set_rng_state,
+    write_best_weights,
+    write_checkpoint,
+)
+from zoo.training.config import TrainConfig
+from zoo.training.meter import EpochMeter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainState:
+    """Where training stands; saved in every checkpoint."""
+
+    epoch: int = 0  # epochs completed
+    batches_done: int = 0  # micro-batches of the current epoch already trained on (per process)
+    global_step: int = 0  # optimizer steps
+    best_metric: float | None = None
+    best_epoch: int | None = None
+    bad_epochs: int = 0
+    stopped_early: bool = False
+    elapsed_s: float = 0.0  # wall time of training so far, summed over the processes a resumed run took
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+class Checkpointing:
+    """Checkpoints, resume and the best weights, for `Trainer` (which sets these attributes)."""
+
+    config: TrainConfig
+    state: TrainState
+    model: nn.Module
+    wrapped: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: torch.amp.GradScaler
+    ema: AveragedModel | None
+    fsdp: bool
+    rank: int
+    world_size: int
+    is_main: bool
+    out_dir: Path | None
+    _meter: EpochMeter
+    _data_signature: dict[str, int] | None
+    _best_state: dict[str, torch.Tensor] | None
+    _ticked: float | None  # perf_counter of the last `_tick`, while `fit` runs
+
+    def save_checkpoint(self, path: str | os.PathLike | None = None) -> Path:
+        """Write everything needed to continue exactly here (model, optimizer, scheduler,
+        scaler, EMA, every process's RNG states, epoch and position in it) to ``path``
+        (default out_dir/checkpoints/last.pt), atomically: the file is whole or absent."""
+        path = Path(path) if path else self._checkpoint_dir() / LAST_CHECKPOINT
+        self._tick()
+        local = {"rng": rng_state(), "meter": self._meter.state_dict()}  # each process has its own
+        if self.world_size > 1:
+            gathered: list[Any] = [None] * self.world_size
+            dist.all_gather_object(gathered, local)
+        else:
+            gathered = [local]
+        model_state = full_model_state(self.wrapped, sharded=self.fsdp)
+        optim_state = full_optimizer_state(self.wrapped, self.optimizer, sharded=self.fsdp)
+        if self.is_main:
+            write_checkpoint(
+                path,
+                model=model_state,
+                optimizer=optim_state,
+                scheduler=self.scheduler.state_dict() if self.scheduler is not None else None,
+                scaler=self.scaler.state_dict(),
+                ema=self.ema.state_dict() if self.ema is not None else None,
+                processes=gathered,
+                state=dataclasses.asdict(self.state),
+                data=self._data_signature,
+                config=dataclasses.asdict(self.config),
+            )
+        if self.world_size > 1:
+            dist.barrier()
+        return path
+
+    def load_checkpoint(self, path: str | os.PathLike) -> None:
+        """Restore a `save_checkpoint` file; training continues where it stopped."""
+        budget = {key: getattr(self.config, key) for key in ("epochs", "max_steps")}
+        payload = read_checkpoint(path, self._data_signature, budget)
+        # under FSDP self.model is the sharded module itself (fully_shard works in place)
+        load_full_state(self.model, self.optimizer, payload["model"], payload["optimizer"], sharded=self.fsdp)
+        if self.scheduler is not None and payload["scheduler"] is not None:
+            self.scheduler.load_state_dict(payload["scheduler"])
+        self.scaler.load_state_dict(payload["scaler"])
+        if self.ema is not None:
+            if payload["ema"] is None:
+                raise ValueError(f"{path} holds no EMA weights but ema_decay is set")
+            self.ema.load_state_dict(payload["ema"])
+        self.state = TrainState(**payload["state"])
+        local = payload["processes"][self.rank]
+        self._meter = EpochMeter()
+        if self.state.batches_done:
+            self._meter.load_state_dict(local["meter"])
+        set_rng_state(local["rng"])
+
+    def _tick(self) -> None:
+        """Add the wall time since the last tick of this `fit` to ``state.elapsed_s``."""
+        if self._ticked is not None:
+            now = time.perf_counter()
+            self.state.elapsed_s += now - self._ticked
+            self._ticked = now
+
+    def best_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """The weights of the best epoch by ``monitor`` (EMA weights with ``ema_decay``)."""
+        if self._best_state is None and self.out_dir is not None:
+            best = self._checkpoint_dir() / BEST_CHECKPOINT
+            if best.is_file():
+                self._best_state = read_best_weights(best)
+        return self._best_state
+
+    def _keep_best(self, eval_model: nn.Module, monitor: str, value: float) -> None:
+        """The weights of the epoch just ended are the best so far: keep a CPU copy, and write
+        checkpoints/best.pt (what `best_state_dict` reads after a resume)."""
+        weights = full_model_state(eval_model, sharded=self.fsdp and eval_model is self.wrapped)
+        self._best_state = {k: v.detach().to("cpu", copy=True) for k, v in weights.items()}
+        if self.out_dir is not None and self.is_main:
+            path = self._checkpoint_dir() / BEST_CHECKPOINT
+            write_best_weights(path, self._best_state, self.state.epoch + 1, monitor, value)
+
+    def _resume_path(self) -> Path | None:
+        resume = self.config.resume
+        if not resume:
+            return None
+        if resume is True:
+            path = self._checkpoint_dir() / LAST_CHECKPOINT
+            if not path.is_file():
+                if self.is_main:
+                    log.info("no checkpoint at %s: starting a new run", path)
+                return None
+            return path
+        path = Path(resume)
+        if not path.is_file():
+            raise FileNotFoundError(f"resume checkpoint {path} does not exist")
+        return path
+
+    def _checkpoint_dir(self) -> Path:
+        if self.out_dir is None:
+            raise ValueError("checkpoints need TrainConfig.out_dir (or an explicit path)")
+        return self.out_dir / "checkpoints"
