@@ -9,37 +9,29 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from zoo.errors import DataError
+from zoo.loading.images import open_image
 from zoo.training.datasource import DataSource, check_classes, class_counts, first_line
 from zoo.training.text_rows import plural
 
 
-def _unreadable_image(path: str | Path, error: BaseException) -> DataError:
-    """The error for an image file PIL cannot read, naming it and the fix."""
-    return DataError(f"{path} is not a readable image ({first_line(error)}); remove it from the folder or replace it")
-
-
 class _ImageFiles(Dataset):
-    """Images read from files with PIL, converted to ``mode``, then transformed; a file PIL
-    cannot read raises `DataError` naming it."""
+    """Images read by zoo's one image reader (`zoo.loading.images.open_image`, as ``zoo predict``
+    reads them), brought to ``channels``, then transformed; a file it cannot read raises
+    `DataError` naming it."""
 
-    def __init__(self, samples: list[tuple[str, int]], mode: str, transform: Callable[[Any], Any] | None) -> None:
-        self.samples, self.mode, self.transform = samples, mode, transform
+    def __init__(self, samples: list[tuple[str, int]], channels: int, transform: Callable[[Any], Any] | None) -> None:
+        self.samples, self.channels, self.transform = samples, channels, transform
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def __getitem__(self, index: int) -> tuple[Any, int]:
         path, label = self.samples[index]
-        try:
-            with Image.open(path) as image:
-                image = image.convert(self.mode)
-        except Exception as error:  # PIL raises OSError, SyntaxError, ValueError, EOFError, ... for bad bytes
-            raise _unreadable_image(path, error) from error
+        image = open_image(path, channels=self.channels)
         return (self.transform(image) if self.transform else image), label
 
 
@@ -71,19 +63,46 @@ def _scan_image_folder(root: Path) -> tuple[list[str], list[tuple[str, int]]]:
             f"that class's images ({extensions})"
         )
     samples: list[tuple[str, int]] = []
+    seen: set[str] = set()  # real paths of the files taken: a file linked twice counts once
     for index, name in enumerate(classes):
         folder = root / name
-        walked = []
-        for directory, subfolders, files in os.walk(folder, followlinks=True):
-            subfolders[:] = [d for d in subfolders if not d.startswith(".")]
-            walked.append((directory, files))
-        found = [os.path.join(d, f) for d, files in sorted(walked) for f in sorted(files) if _is_image_name(f)]
+        found = _class_images(root, folder, seen)
         if not found:
             raise DataError(
                 f"{folder} holds no images ({extensions}): add images of class {name!r} or remove the folder"
             )
         samples += [(path, index) for path in found]
     return classes, samples
+
+
+def _class_images(root: Path, folder: Path, seen: set[str]) -> list[str]:
+    """The image files under one class folder, in torchvision's order, following links to
+    folders outside the data; a link back into the data folder (a loop, or another class's
+    images) is refused by name, and a file reached twice counts once."""
+    data = os.path.realpath(root)
+    walked, visited = [], {os.path.realpath(folder)}
+    for directory, subfolders, files in os.walk(folder, followlinks=True):
+        kept = []
+        for sub in (d for d in subfolders if not d.startswith(".")):
+            link = os.path.join(directory, sub)
+            target = os.path.realpath(link)
+            inside = target == data or target.startswith(data + os.sep) or data.startswith(target + os.sep)
+            if os.path.islink(link) and inside:
+                raise DataError(f"{link} is a link to {target}, which holds or lies in the image folder {root}: it "
+                                "would loop or count images twice; remove the link")
+            if target not in visited:  # a folder reached twice (a loop outside the data) is walked once
+                visited.add(target)
+                kept.append(sub)
+        subfolders[:] = kept
+        walked.append((directory, files))
+    found = []
+    for directory, files in sorted(walked):
+        for file in sorted(files):
+            path = os.path.join(directory, file)
+            if _is_image_name(file) and os.path.realpath(path) not in seen:
+                seen.add(os.path.realpath(path))
+                found.append(path)
+    return found
 
 
 def image_folder_source(root: Path) -> DataSource:
@@ -94,17 +113,13 @@ def image_folder_source(root: Path) -> DataSource:
     check_classes(str(root), counts, "add a sub-folder of images for each class")
     modes, image_size = set(), None
     for path, _ in samples[:16]:  # the headers only; a file that fails later raises when it is read
-        try:
-            with Image.open(path) as image:
-                modes.add(image.mode)
-                image_size = image_size or (image.height, image.width)
-        except Exception as error:
-            raise _unreadable_image(path, error) from error
-    in_chans = 1 if modes <= {"L", "1", "I", "I;16", "F"} else 3
-    mode = "L" if in_chans == 1 else "RGB"
+        image = open_image(path, decode=False)
+        modes.add(image.mode)
+        image_size = image_size or (image.height, image.width)
+    in_chans = 1 if modes <= {"L", "1", "I", "I;16", "I;16B", "I;16L", "F"} else 3
 
     def make_subset(indices: Sequence[int], transform: Callable[[Any], Any] | None) -> Dataset:
-        return _ImageFiles([samples[i] for i in indices], mode, transform)
+        return _ImageFiles([samples[i] for i in indices], in_chans, transform)
 
     return DataSource(
         kind="images",

@@ -6,7 +6,6 @@ import argparse
 import sys
 
 import torch
-from PIL import Image
 from tqdm import tqdm
 
 import zoo
@@ -15,7 +14,7 @@ from zoo.training import demo, evaluate, finetune
 from zoo.deploy import bench, exporter
 from zoo.store import registry
 from zoo.cli.catalog import format_size
-from zoo.errors import DataError
+from zoo.loading.images import open_image
 from zoo.tokenizer import complete
 
 
@@ -28,7 +27,7 @@ from zoo.tokenizer import complete
 
 def run_predict(args: argparse.Namespace) -> int:
     for path in args.images:  # a missing, unreadable or truncated file is found before the model loads
-        _open_image(path, decode=False)
+        open_image(path, decode=False)
     model = zoo.load(args.name, device=args.device)
     preprocess = zoo.transforms(model)
     cfg = model.pretrained_cfg
@@ -38,7 +37,7 @@ def run_predict(args: argparse.Namespace) -> int:
     try:
         for start in range(0, len(args.images), args.batch_size):
             paths = args.images[start:start + args.batch_size]
-            batch = torch.stack([preprocess(_open_image(path)) for path in paths]).to(args.device)
+            batch = torch.stack([preprocess(open_image(path)) for path in paths]).to(args.device)
             if args.optimize and start == 0:
                 progress.write(f"zoo: optimizing {args.name} ({args.optimize}) on the first {len(paths)} images; "
                                "compiling takes a while", file=sys.stderr)
@@ -58,25 +57,6 @@ def run_predict(args: argparse.Namespace) -> int:
     finally:
         progress.close()  # clears the bar, also before an error message
     return 0
-
-
-def _open_image(path: str, decode: bool = True) -> Image.Image:
-    """The decoded image (``decode``), or after only checking that the file is a whole image
-    (PIL's ``verify``: a truncated PNG fails, a JPEG's data is read only when decoded), or an
-    error naming the file."""
-    try:
-        with Image.open(path) as image:
-            if decode:
-                image.load()
-            else:
-                image.verify()
-            return image
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such image file") from None
-    except IsADirectoryError:
-        raise DataError(f"{path} is a folder; pass the image files in it, e.g. {path.rstrip('/')}/*") from None
-    except (OSError, SyntaxError, ValueError) as error:  # PIL's errors for unreadable or truncated files
-        raise DataError(f"{path} is not a readable image ({error}); remove it or replace it") from None
 
 
 def run_generate(args: argparse.Namespace) -> int:

@@ -1,0 +1,53 @@
+"""One image reader for every command (``zoo predict``, the training image folders, the
+server): a file that is missing, not an image, truncated, or a decompression bomb is one
+`DataError` naming it, and images come out through the one channel conversion
+(`ConvertChannels`: 16-bit gray scaled, not clipped)."""
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+from PIL import Image
+
+from zoo.errors import DataError
+from zoo.loading.transforms import ConvertChannels
+
+MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS or 89_478_485  # PIL's bound (about 9,459 x 9,459): over it is refused
+
+
+def open_image(path: str | os.PathLike, channels: int | None = None, decode: bool = True) -> Image.Image:
+    """The image at ``path``, decoded and converted to ``channels`` (1, 3 or 4; None keeps its
+    mode); with ``decode=False`` only checked whole (PIL's ``verify``: a truncated PNG fails, a
+    JPEG's data is read only when decoded) and returned undecoded."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as image:
+                _check_size(path, image)
+                if decode:
+                    image.load()
+                else:
+                    image.verify()
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such image file") from None
+    except IsADirectoryError:
+        raise DataError(f"{path} is a folder; pass the image files in it, e.g. {str(path).rstrip('/')}/*") from None
+    except DataError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
+        raise DataError(f"{path} is refused as a decompression bomb ({error})") from None
+    except Exception as error:  # PIL raises OSError, SyntaxError, ValueError, EOFError... for bad bytes
+        raise DataError(f"{path} is not a readable image ({_first_line(error)}); remove it or replace it") from None
+    return image if channels is None or not decode else ConvertChannels(channels)(image)
+
+
+def _check_size(path: Any, image: Image.Image) -> None:
+    pixels = image.width * image.height
+    if pixels > MAX_IMAGE_PIXELS:
+        raise DataError(f"{path} is {image.width} x {image.height} pixels, over the limit of {MAX_IMAGE_PIXELS:,} "
+                        "(a decompression bomb, or an image to shrink first)")
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
