@@ -62,3 +62,13 @@ def test_help_imports_no_torch() -> None:
             "import sys; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines()[-1] == "False"
+
+
+def test_every_public_name_is_found() -> None:
+    import zoo
+
+    assert sorted(zoo.__all__) == sorted([*zoo._PUBLIC, "UnknownModelError", "WeightsMismatchError", "ZooError"])
+    for name in zoo.__all__:
+        assert getattr(zoo, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        zoo.nothing  # noqa: B018

@@ -33,7 +33,25 @@ _PUBLIC = {
     "save": "zoo.loading.saved",
     "transforms": "zoo.loading.transforms",
 }
-__all__ = sorted([*_PUBLIC, "UnknownModelError", "WeightsMismatchError", "ZooError"])
+__all__ = [
+    "ByteTokenizer",
+    "UnknownModelError",
+    "WeightInfo",
+    "WeightsMismatchError",
+    "ZooError",
+    "create_model",
+    "export",
+    "export_hf",
+    "get_model",
+    "get_model_weights",
+    "info",
+    "list_models",
+    "load",
+    "optimize",
+    "register_model",
+    "save",
+    "transforms",
+]
 
 if TYPE_CHECKING:
     from zoo.architectures import register_model

@@ -29,6 +29,7 @@ from zoo.architectures.moe_transformer import MoETransformer
 from zoo.errors import WeightsMismatchError
 from zoo.store import registry
 from zoo.store.files import atomic_files
+from zoo.store.model_config import ModelConfig, set_config
 from zoo.tokenizer import ByteTokenizer
 
 CONFIG_FILE = "config.json"
@@ -169,16 +170,8 @@ def load_pretrained(
     if head != "lm" or not isinstance(model.lm_head, nn.Linear):
         model.reset_classifier(model.num_classes)  # a fresh head in place of the uninitialised one
     model.to(dtype=dtype)
-    model.pretrained_cfg = {
-        "architecture": arch,
-        "head": head,
-        "model_kwargs": kwargs,
-        "weights": str(directory),
-        "num_classes": model.num_classes,
-        "preprocess": {},
-        "categories": None,
-    }
-    return model
+    config = ModelConfig(arch, head, kwargs, weights=str(directory), num_classes=model.num_classes)
+    return set_config(model, config)
 
 
 def _shard_files(directory: Path) -> list[Path]:

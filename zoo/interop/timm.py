@@ -11,10 +11,10 @@ import torch.nn as nn
 from zoo.architectures import ARCHS
 from zoo.errors import WeightsMismatchError
 from zoo.loading.build import feature_extractor, load
-from zoo.loading.config import update_config
 from zoo.loading.state_dicts import mismatch_message
 from zoo.store import registry
 from zoo.store.convert import convert_state_dict
+from zoo.store.model_config import update_config
 from zoo.store.state_dict_files import load_state_dict_file
 
 # timm's names of architectures that zoo registers under another name, with the options that

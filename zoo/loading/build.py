@@ -16,13 +16,14 @@ from zoo.devices import checked_device
 from zoo.errors import InvalidArgumentError
 from zoo.interop import hf_hub
 from zoo.interop.hf_checkpoint import CHECKPOINT_FILES, load_pretrained
-from zoo.loading.config import ModelConfig, set_config, timm_pretrained_cfg, update_config
+from zoo.loading.config import timm_pretrained_cfg
 from zoo.loading.hub_repo import load_hub
 from zoo.loading.resolve import HFCheckpoint, HubRepository, Registered, SavedFolder, Source, resolve
 from zoo.loading.saved import load_saved
 from zoo.loading.state_dicts import build_architecture, build_with_state_dict, classifier_keys, read_weights
 from zoo.loading.transforms import adapt_preprocess
 from zoo.store import registry
+from zoo.store.model_config import ModelConfig, set_config, update_config
 
 
 @dataclass

@@ -10,11 +10,12 @@ import torch.nn as nn
 
 from zoo.errors import InvalidArgumentError, WeightsError, WeightsMismatchError
 from zoo.interop import hf_hub
-from zoo.loading.config import ModelConfig, set_config
 from zoo.loading.saved import CONFIG_FILE, WEIGHTS_FILE, load_saved
 from zoo.loading.state_dicts import build_architecture, build_with_state_dict
 from zoo.loading.transforms import adapt_preprocess
-from zoo.store import download, registry
+from zoo.store import registry
+from zoo.store.model_config import ModelConfig, set_config
+from zoo.store.state_dict_files import load_state_dict_file
 
 
 def load_hub(
@@ -57,7 +58,7 @@ def load_hub(
     else:
         path = hf_hub.download_weights(pinned)
         try:
-            model = build_with_state_dict(builder, kwargs, download.load_state_dict_file(path), None)
+            model = build_with_state_dict(builder, kwargs, load_state_dict_file(path), None)
         except WeightsMismatchError as error:
             raise WeightsMismatchError(f"{error}\n  (in {path.name} of {pinned})") from None
     keeps_head = num_classes in (None, spec.num_classes)

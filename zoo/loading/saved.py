@@ -15,14 +15,12 @@ from zoo.architectures.features import FeatureExtractor
 from zoo.errors import InvalidArgumentError, WeightsError, WeightsMismatchError, WeightsNotFoundError
 from zoo.interop import hf_hub
 from zoo.loading.schema import validate_saved_config
-from zoo.loading.config import ModelConfig, set_config
 from zoo.loading.state_dicts import CONFIG_FILE, build_architecture, build_with_state_dict
 from zoo.loading.transforms import adapt_preprocess
-from zoo.store import download, registry
+from zoo.store import registry
 from zoo.store.files import atomic_files
-
-
-
+from zoo.store.model_config import ModelConfig, set_config
+from zoo.store.state_dict_files import load_state_dict_file
 
 WEIGHTS_FILE = "model.safetensors"
 
@@ -105,7 +103,7 @@ def load_saved(
     if not pretrained:
         model = build_architecture(builder, kwargs, arch)
     else:
-        state_dict = download.load_state_dict_file(directory / WEIGHTS_FILE)
+        state_dict = load_state_dict_file(directory / WEIGHTS_FILE)
         if config.get("features_only"):
             state_dict = {k.removeprefix("model."): v for k, v in state_dict.items()}
         try:

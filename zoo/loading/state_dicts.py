@@ -19,6 +19,7 @@ from zoo.interop import hf_hub
 from zoo.store import download
 from zoo.store.convert import StateDict, adapt_input_conv, convert_state_dict
 from zoo.store.registry import WeightInfo
+from zoo.store.state_dict_files import load_state_dict_file
 
 CONFIG_FILE = "config.json"  # what marks a folder written by zoo.save
 
@@ -40,7 +41,7 @@ def read_weights(entry: WeightInfo | None, weights: str | os.PathLike | None) ->
     else:
         path = Path(str(resources.files("zoo.weights").joinpath(entry.file)))
         download.verify_file(path, entry.sha256)
-    state_dict = download.load_state_dict_file(path)
+    state_dict = load_state_dict_file(path)
     return convert_state_dict(entry.converter if entry else "identity", state_dict)
 
 
