@@ -136,6 +136,7 @@ class FeatureExtractor(nn.Module):
         self.out_indices = sorted(set(feature_take_indices(len(model.feature_info), out_indices)[0]))
         self.feature_info = FeatureInfo(model.feature_info.info, self.out_indices)
         self.num_classes = 0
+        self.in_chans = model.in_chans  # what the maps are computed from: exporters build example inputs by it
         self.pretrained_cfg: dict[str, Any] = {}
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:

@@ -89,3 +89,16 @@ def test_any_mutated_field_ends_in_a_zoo_error_or_a_model(saved: Path, tmp_path_
         zoo.load(folder)
     except ZooError as error:
         assert str(folder) in str(error) or "config.json" in str(error) or "weights" in str(error)
+
+
+def test_a_saved_features_only_model_exports_and_predict_refuses_it(tmp_path: Path, capsys) -> None:
+    from PIL import Image
+
+    from zoo.cli import main
+
+    folder = zoo.save(zoo.load("resnet20.fmnist", features_only=True, out_indices=2), tmp_path / "features")
+    image = tmp_path / "x.png"
+    Image.new("L", (28, 28)).save(image)
+    assert main(["predict", str(folder), str(image)]) == 2
+    assert "outputs feature maps, not class scores" in capsys.readouterr().err
+    assert main(["export", str(folder), "--format", "torchscript", "--out", str(tmp_path / "f.pt")]) == 0

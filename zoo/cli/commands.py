@@ -10,25 +10,22 @@ from tqdm import tqdm
 
 import zoo
 from zoo.architectures.generation import check_options
-from zoo.training import demo, evaluate, finetune
-from zoo.deploy import bench, exporter
-from zoo.store import registry
 from zoo.cli.catalog import format_size
+from zoo.deploy import bench, exporter
+from zoo.errors import InvalidArgumentError
 from zoo.loading.images import open_image
+from zoo.store import registry
 from zoo.tokenizer import complete
-
-
-
-
-
-
-
+from zoo.training import demo, evaluate, finetune
 
 
 def run_predict(args: argparse.Namespace) -> int:
     for path in args.images:  # a missing, unreadable or truncated file is found before the model loads
         open_image(path, decode=False)
     model = zoo.load(args.name, device=args.device)
+    if model.pretrained_cfg.get("features_only") or not model.num_classes:
+        raise InvalidArgumentError(f"{args.name} outputs feature maps, not class scores (a features-only model or one "
+                                   "without a classifier): zoo predict needs a classifier's weights")
     preprocess = zoo.transforms(model)
     cfg = model.pretrained_cfg
     names = cfg.get("class_names") or (registry.load_categories(cfg["categories"]) if cfg.get("categories") else None)
