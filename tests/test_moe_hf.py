@@ -171,3 +171,15 @@ def test_checkpoint_errors(tmp_path):
         export_hf(zoo.load("moe_encoder", pretrained=False), tmp_path / "out")
     with pytest.raises(ValueError, match="shared_expert_size"):
         export_hf(zoo.load("moe_lm", pretrained=False, shared_expert_size=8), tmp_path / "out")
+
+
+@pytest.mark.parametrize("shard", ["../../../../etc/passwd", "/etc/passwd", "sub/model.safetensors", "x.bin"])
+def test_an_index_naming_a_file_outside_its_folder_is_refused(tmp_path, shard):
+    reference = mixtral(tmp_path)
+    transformers.MixtralForCausalLM.save_pretrained(reference, tmp_path, max_shard_size="40KB")
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    first = next(iter(index["weight_map"]))
+    index["weight_map"][first] = shard
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(zoo.ZooError, match=r"index\.json: field 'weight_map' names .*not a \.safetensors file in the"):
+        zoo.load("moe_lm", weights=tmp_path)

@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from zoo.architectures import ARCHS
 from zoo.architectures.moe_transformer import MoETransformer
-from zoo.errors import WeightsMismatchError
+from zoo.errors import WeightsError, WeightsMismatchError
 from zoo.store import registry
 from zoo.store.files import atomic_files
 from zoo.store.model_config import ModelConfig, set_config
@@ -154,7 +154,9 @@ def load_pretrained(
     head = head or heads[0]
     if head not in heads:
         raise ValueError(f"{arch} has no head {head!r}; choose one of: {', '.join(heads)}")
-    config = json.loads((directory / CONFIG_FILE).read_text())
+    config = _read_json(directory / CONFIG_FILE)
+    if not isinstance(config, dict):
+        raise WeightsError(f"{directory / CONFIG_FILE} must hold a JSON object (a transformers config)")
     kwargs = {**config_to_kwargs(config), **overrides}
     with torch.device("meta"):
         model = registry.get_builder(arch)(head=head, num_classes=num_classes, **kwargs)
@@ -175,9 +177,9 @@ def load_pretrained(
 
 
 def _shard_files(directory: Path) -> list[Path]:
+    """The checkpoint's safetensors files; shard names from the index stay inside ``directory``."""
     if (directory / INDEX_FILE).is_file():
-        weight_map = json.loads((directory / INDEX_FILE).read_text())["weight_map"]
-        return [directory / name for name in sorted(set(weight_map.values()))]
+        return [directory / name for name in _indexed_shards(directory / INDEX_FILE)]
     if (directory / SINGLE_FILE).is_file():
         return [directory / SINGLE_FILE]
     files = sorted(directory.glob("*.safetensors"))
@@ -187,6 +189,34 @@ def _shard_files(directory: Path) -> list[Path]:
             "convert a pytorch_model.bin checkpoint with transformers' save_pretrained(safe_serialization=True)"
         )
     return files
+
+
+MAX_JSON_BYTES = 64 << 20  # an index of 100k tensors is a few MB
+
+
+def _read_json(path: Path) -> Any:
+    """A checkpoint's JSON file, parsed; an error names the file."""
+    try:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise WeightsError(f"{path} is {path.stat().st_size:,} bytes, over the {MAX_JSON_BYTES:,} a checkpoint's JSON has")
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        raise WeightsError(f"{path} is not readable JSON ({error})") from None
+
+
+def _indexed_shards(index: Path) -> list[str]:
+    """The shard file names of ``model.safetensors.index.json``: plain names of .safetensors files
+    in the same folder, never a path elsewhere."""
+    data = _read_json(index)
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise WeightsError(f"{index}: field 'weight_map' must map tensor names to shard files")
+    names = sorted({str(name) for name in weight_map.values()})
+    bad = [n for n in names if Path(n).name != n or n in (".", "..") or not n.endswith(".safetensors")]
+    if bad:
+        raise WeightsError(f"{index}: field 'weight_map' names {bad[0][:80]!r}, not a .safetensors file in the "
+                           "checkpoint's folder")
+    return names
 
 
 class _ParameterFiller:
