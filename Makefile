@@ -13,13 +13,20 @@ $(INSTALLED): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(INSTALLED)
 
-# Fashion-MNIST from Debian (root only; others get torchvision's download as the fallback).
+# Fashion-MNIST and chromium from Debian (root only; others get torchvision's download as the fallback).
 data:
 	@if [ ! -d $(FASHION_MNIST) ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1 || \
 	    { apt-get update -q >/dev/null && apt-get install -y -q dataset-fashion-mnist >/dev/null; }; \
 	  else echo "note: $(FASHION_MNIST) is missing; install the Debian package dataset-fashion-mnist"; fi; \
+	fi
+	@# the page test of `zoo serve` (tests/test_serve_page.py) drives Debian's chromium through Playwright
+	@if ! command -v chromium >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get install -y -q chromium >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; \
+	  else echo "note: chromium is missing (the page test skips); install the Debian package chromium"; fi; \
 	fi
 
 demo: $(INSTALLED) data

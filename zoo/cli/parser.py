@@ -114,6 +114,23 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing FILE")
 
 
+def _serve_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("models", nargs="+", metavar="NAME_OR_DIR",
+                   help="weight names (resnet20.fmnist, moe_lm.stdlib) or folders zoo.save / zoo finetune wrote")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=non_negative_int, default=8000, help="port to listen on (default: 8000)")
+    p.add_argument("--optimize", choices=("auto", "fp32", "bf16", "int8"),
+                   help="run classifiers through zoo.optimize at this precision (compiles at start; default: eager)")
+    p.add_argument("--max-batch", type=positive_int, default=32,
+                   help="rows per forward at most (default: 32; 1 serves one request at a time)")
+    p.add_argument("--max-wait-ms", type=float, default=5.0,
+                   help="how long a request waits for others to share its forward (default: 5)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on every route but health "
+                   "(default: $ZOO_API_KEY, else none)")
+    p.add_argument("--max-body-mb", type=float, default=8.0, help="largest request body in MiB (default: 8)")
+
+
 # command -> (help, its options, the module whose function runs it)
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], str]] = {
     "list": ("list architectures, or weights with --pretrained", _list_arguments, "zoo.cli.catalog"),
@@ -129,6 +146,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], str]] 
               "zoo.cli.commands"),
     "export": ("export a model to ONNX, TorchScript or a torch.export program, checked", _export_arguments,
                "zoo.cli.commands"),
+    "serve": ("serve models over HTTP: Open Inference Protocol v2, OpenAI completions, a page", _serve_arguments,
+              "zoo.cli.serving"),
 }
 
 

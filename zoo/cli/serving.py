@@ -1,0 +1,51 @@
+"""``zoo serve``: load the models, then answer HTTP on uvicorn until SIGTERM or Ctrl-C; both
+drain: requests in flight are answered before the process exits (0 after SIGTERM)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+import uvicorn
+
+from zoo.serve import ServeConfig, create_app
+from zoo.serve.config import api_key_from, is_loopback
+from zoo.serve.server import ServerState
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    config = ServeConfig(
+        models=tuple(args.models),
+        device=args.device,
+        optimize=args.optimize,
+        max_batch=args.max_batch,
+        max_wait_ms=args.max_wait_ms,
+        api_key=api_key_from(args.api_key),
+        max_body_bytes=int(args.max_body_mb * 2**20),
+    )
+    if not is_loopback(args.host) and config.api_key is None:
+        print(
+            f"zoo serve: warning: listening on {args.host} without an API key: anyone who can reach this machine "
+            "can use the models; pass --api-key KEY (or set ZOO_API_KEY)",
+            file=sys.stderr,
+        )
+    print(f"zoo serve: loading {', '.join(config.models)}", file=sys.stderr)
+    app = create_app(ServerState.load(config))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level="info",
+            timeout_graceful_shutdown=config.timeout_graceful_s,
+            access_log=False,
+        )
+    )
+    # uvicorn drains on SIGTERM, then raises it again under the handler it found: ignoring it then lets us exit 0
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        server.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 0 if server.started else 1

@@ -1,0 +1,28 @@
+"""``zoo serve``: models as an HTTP service on FastAPI/uvicorn. Open Inference Protocol v2
+(``/v2``, as KServe, Triton and MLServer speak it), top-k predictions (``/v1/models/NAME:predict``),
+OpenAI-compatible completions for the byte-level LMs (``/v1/completions``), a page at ``/``,
+Prometheus metrics at ``/metrics``; requests arriving together share one forward (dynamic
+batching). Needs the ``serve`` extra: ``pip install 'zoo[serve]'``.
+
+    >>> import zoo.serve, uvicorn
+    >>> uvicorn.run(zoo.serve.app("resnet20.fmnist", max_batch=32), host="127.0.0.1", port=8000)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+
+from zoo.serve.app import create_app
+from zoo.serve.config import ServeConfig
+from zoo.serve.server import ServerState
+
+
+def app(*models: str, **options: Any) -> FastAPI:
+    """The ASGI app serving ``models`` (weight names or saved folders), loaded now; ``options``
+    are `ServeConfig`'s fields (device, optimize, max_batch, max_wait_ms, api_key, limits)."""
+    return create_app(ServerState.load(ServeConfig(models=tuple(models), **options)))
+
+
+__all__ = ["ServeConfig", "app", "create_app"]

@@ -1,0 +1,43 @@
+"""The one error a request can get: `RequestError`, a `ZooError` with the HTTP status that
+tells the client it was their request (4xx), rendered as JSON by the app's handler."""
+
+from __future__ import annotations
+
+from zoo.errors import ZooError
+
+
+class RequestError(ZooError):
+    """A request the server refuses: ``status`` is its 4xx code, the message names the problem
+    and the fix (``param``: the field at fault, when there is one)."""
+
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.param = param
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+def bad_request(message: str, param: str | None = None) -> RequestError:
+    """400: the request's content is wrong (shape, datatype, value)."""
+    return RequestError(400, message, param)
+
+
+def not_found(message: str) -> RequestError:
+    """404: no such model (or file of one)."""
+    return RequestError(404, message)
+
+
+def too_large(message: str) -> RequestError:
+    """413: the body, an image or a batch is over the server's limit."""
+    return RequestError(413, message)
+
+
+def openai_error(error: RequestError) -> dict[str, object]:
+    """The error object of OpenAI's API, which its clients read the message from."""
+    kind = {401: "authentication_error", 404: "not_found_error", 503: "overloaded_error"}.get(
+        error.status, "invalid_request_error"
+    )
+    return {"message": error.message, "type": kind, "param": error.param, "code": None}

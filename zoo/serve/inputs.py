@@ -1,0 +1,97 @@
+"""Model inputs from what clients send: encoded images through the weights' own preprocessing
+(`zoo.transforms`, as ``zoo predict``), each checked for size before it is decoded (a
+decompression bomb is refused from its header), and arrays checked against the model's v2
+input (datatype and shape)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from zoo.serve.errors import bad_request, too_large
+from zoo.serve.models import ServedModel, TensorSpec
+from zoo.serve.protocol import ImageRow
+
+
+def image_rows(served: ServedModel, images: list[tuple[str, bytes]], max_pixels: int) -> torch.Tensor:
+    """The batch (N, C, H, W) of named encoded images, preprocessed for ``served``."""
+    if served.kind != "images":
+        raise bad_request(
+            f"{served.name} reads {served.kind}, not images: send JSON rows of "
+            f"{list(served.inputs[0].shape[1:])} numbers"
+        )
+    return torch.stack([served.preprocess(_decode(name, data, max_pixels)) for name, data in images])
+
+
+def _decode(name: str, data: bytes, max_pixels: int) -> Image.Image:
+    if not data:
+        raise bad_request(f"{name} is empty; send the image file's bytes", param=name)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data))
+            width, height = image.size
+            if width * height > max_pixels:
+                raise too_large(
+                    f"{name} is {width}x{height} = {width * height:,} pixels; this server decodes "
+                    f"images of up to {max_pixels:,} pixels: resize it first",
+                    param=name,
+                )
+            image.load()
+            return image
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise too_large(f"{name} would decode to more pixels than this server takes ({max_pixels:,})", name) from None
+    except (OSError, SyntaxError, ValueError, EOFError) as error:  # PIL's errors for unreadable or truncated data
+        raise bad_request(
+            f"{name} is not a readable image ({error}); send a PNG, JPEG, GIF, BMP or WebP file", param=name
+        ) from None
+
+
+def json_rows(served: ServedModel, instances: list[list[Any] | ImageRow], max_pixels: int) -> torch.Tensor:
+    """The batch of JSON rows: ``{"b64": ...}`` images, or model inputs as nested lists."""
+    if all(isinstance(row, ImageRow) for row in instances):
+        return image_rows(
+            served, [(f"instances[{i}]", _b64(row.b64, i)) for i, row in enumerate(instances)], max_pixels
+        )
+    if any(isinstance(row, ImageRow) for row in instances):
+        raise bad_request("instances mixes encoded images and number rows; send one kind per request", "instances")
+    try:
+        array = np.asarray(instances, dtype=np.float32)
+    except (ValueError, TypeError):
+        raise bad_request(
+            f"instances must be rows of numbers, each of shape {list(served.inputs[0].shape[1:])}"
+            " (nested lists of equal lengths)",
+            param="instances",
+        ) from None
+    return checked_input(served.inputs[0], array, served.name)
+
+
+def _b64(text: str, index: int) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise bad_request(f"instances[{index}].b64 is not valid base64", param=f"instances[{index}]") from None
+
+
+def checked_input(spec: TensorSpec, array: np.ndarray, model: str, datatype: str = "FP32") -> torch.Tensor:
+    """``array`` as the model's input tensor, or a 400 naming the expected datatype or shape."""
+    if datatype != spec.datatype:
+        raise bad_request(f"input {spec.name!r} of {model} is {spec.datatype}; got {datatype}", param=spec.name)
+    shape = list(array.shape)
+    if len(shape) != len(spec.shape) or any(want not in (-1, got) for want, got in zip(spec.shape, shape)):
+        raise bad_request(
+            f"input {spec.name!r} of {model} has shape {list(spec.shape)} (-1: any size); got {shape}", param=spec.name
+        )
+    if shape[0] == 0:
+        raise bad_request(f"input {spec.name!r} of {model} holds no rows", param=spec.name)
+    tensor = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+    if not torch.isfinite(tensor).all():
+        raise bad_request(f"input {spec.name!r} of {model} holds NaN or infinite values", param=spec.name)
+    return tensor

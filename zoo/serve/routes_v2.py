@@ -1,0 +1,143 @@
+"""Open Inference Protocol v2 over REST (KServe, Triton, MLServer): health, server and model
+metadata, and inference with JSON tensors or the binary tensor extension, plus Triton's
+classification extension (an output's top k as "score:index:label" strings). Classifiers take
+``input`` (FP32, the preprocessed batch) and answer ``logits``; language models take
+``text_input`` (BYTES prompts) and answer ``text_output``, sampling options as parameters."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import torch
+from fastapi import APIRouter, Request, Response
+from pydantic import ValidationError
+
+import zoo
+from zoo.serve.completion import check_request
+from zoo.serve.errors import bad_request
+from zoo.serve.inputs import checked_input
+from zoo.serve.models import ServedModel
+from zoo.serve.protocol import (
+    CompletionRequest,
+    InferenceRequest,
+    InferenceResponse,
+    ModelMetadata,
+    ServerMetadata,
+    describe,
+    parse,
+)
+from zoo.serve.server import ServerState, state_of
+from zoo.serve.tensors import DATATYPES, HEADER_LENGTH, decode_inputs, encode_output, split_body
+
+EXTENSIONS = ["binary_tensor_data", "classification", "model_repository(read)"]
+health = APIRouter(tags=["v2 health"])
+router = APIRouter(tags=["v2"])
+
+
+@health.get("/v2/health/live")
+async def live() -> dict[str, bool]:
+    return {"live": True}
+
+
+@health.get("/v2/health/ready")
+async def ready(request: Request) -> Response:
+    ok = state_of(request).started
+    return Response(json.dumps({"ready": ok}), status_code=200 if ok else 503, media_type="application/json")
+
+
+@health.get("/v2/models/{name}/ready")
+@health.get("/v2/models/{name}/versions/{version}/ready")
+async def model_ready(name: str, request: Request) -> dict[str, bool]:
+    state = state_of(request)
+    state.get(name)
+    return {"ready": state.started}
+
+
+@router.get("/v2")
+async def server_metadata() -> ServerMetadata:
+    return ServerMetadata(name="zoo", version=zoo.__version__, extensions=EXTENSIONS)
+
+
+@router.get("/v2/models/{name}")
+@router.get("/v2/models/{name}/versions/{version}")
+async def model_metadata(name: str, request: Request) -> ModelMetadata:
+    return state_of(request).get(name).metadata()
+
+
+@router.post("/v2/models/{name}/infer")
+@router.post("/v2/models/{name}/versions/{version}/infer")
+async def infer(name: str, request: Request) -> Response:
+    state = state_of(request)
+    served = state.get(name)
+    header, binary = split_body(await request.body(), request.headers.get(HEADER_LENGTH))
+    inference = parse(InferenceRequest, header)
+    arrays = decode_inputs(inference.inputs, binary)
+    wanted = {spec.name for spec in served.inputs}
+    if set(arrays) != wanted:
+        raise bad_request(f"{name} takes the input(s) {sorted(wanted)}; got {sorted(arrays)}")
+    if served.kind == "text":
+        outputs = {"text_output": await _complete(state, served, inference, arrays["text_input"])}
+    else:
+        item = inference.inputs[0]
+        rows = checked_input(served.inputs[0], arrays[item.name], name, item.datatype)
+        outputs = {"logits": (await state.classify(served, rows)).numpy()}
+    return _response(served, inference, outputs)
+
+
+async def _complete(
+    state: ServerState, served: ServedModel, inference: InferenceRequest, prompts: np.ndarray
+) -> np.ndarray:
+    """``text_output``: each prompt continued, with the request's parameters as sampling options."""
+    options = {k: v for k, v in (inference.parameters or {}).items() if k in CompletionRequest.model_fields}
+    try:
+        texts = [p.decode("utf-8") for p in prompts.ravel()]
+        request = CompletionRequest(**{"max_tokens": 64, **options, "model": served.name, "prompt": texts})
+    except UnicodeDecodeError:
+        raise bad_request("text_input must be UTF-8 text", param="text_input") from None
+    except ValidationError as error:
+        raise bad_request(f"invalid parameters: {describe(error)}") from None
+    check_request(served, request, state.config.max_tokens_limit)
+    results = [await state.complete(served, request, text, lambda _: None, threading.Event()) for text in texts]
+    return np.array([r.text.encode("utf-8") for r in results], dtype=object).reshape(prompts.shape)
+
+
+def _response(served: ServedModel, inference: InferenceRequest, outputs: dict[str, np.ndarray]) -> Response:
+    """The answer with the outputs asked for (all by default), JSON or binary as asked."""
+    binary_default = bool((inference.parameters or {}).get("binary_data_output", False))
+    asked = inference.outputs or []
+    unknown = [o.name for o in asked if o.name not in outputs]
+    if unknown:
+        raise bad_request(f"{served.name} has the output(s) {sorted(outputs)}; asked for {unknown}")
+    parts, blobs = [], []
+    for name, parameters in [(o.name, o.parameters or {}) for o in asked] or [(n, {}) for n in outputs]:
+        array = outputs[name]
+        k = parameters.get("classification")
+        if k is not None:
+            array = _classification(served, array, k)
+        part, raw = encode_output(name, array, bool(parameters.get("binary_data", binary_default)))
+        parts.append(part)
+        blobs.append(raw)
+    header = InferenceResponse(model_name=served.name, model_version="1", id=inference.id, outputs=parts)
+    body = header.model_dump_json(exclude_none=True).encode()
+    if not any(blobs):
+        return Response(body, media_type="application/json")
+    return Response(
+        body + b"".join(blobs), media_type="application/octet-stream", headers={HEADER_LENGTH: str(len(body))}
+    )
+
+
+def _classification(served: ServedModel, scores: np.ndarray, k: object) -> np.ndarray:
+    if served.kind == "text" or scores.dtype not in DATATYPES:
+        raise bad_request("classification applies to a classifier's logits only")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise bad_request(f"classification takes a whole number of classes, 1 or more; got {k!r}")
+    top = torch.from_numpy(scores).topk(min(k, scores.shape[-1]), dim=-1)
+    return np.array(
+        [
+            [f"{v:f}:{i}:{served.label(i)}".encode() for v, i in zip(values.tolist(), indices.tolist())]
+            for values, indices in zip(top.values, top.indices)
+        ],
+        dtype=object,
+    )
