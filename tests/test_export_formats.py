@@ -264,3 +264,16 @@ def test_cli_fixed_batch(out: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert [tuple(spec.meta["val"].shape) for spec in program.graph.find_nodes(op="placeholder")][-1] == (3, 784)
     with pytest.raises(SystemExit):
         main(["export", "dbn.fmnist", "--format", "onnx", "--batch", "3", "--dynamic-batch", "--out", str(path)])
+
+
+@pytest.mark.parametrize("format,file", [("exported-program", "m.pt2"), ("torchscript", "m.pt")])
+def test_capacity_factor_models_get_the_fixed_batch_hint(format: str, file: str, out: Path) -> None:
+    model = zoo.load("moe_encoder", pretrained=False, hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2,
+                     intermediate_size=24, num_experts=4, top_k=1, capacity_factor=1.0, num_classes=3)
+    example = torch.randint(0, 200, (2, 16))
+    with pytest.raises(ExportMismatchError, match=r"depends on the batch size .*dynamic_batch=False \(--batch N\)") as error:
+        zoo.export(model, out / file, format, example_input=example)
+    assert "\n" not in str(error.value) and not (out / file).exists()
+    result = zoo.export(model, out / f"fixed-{file}", format, example_input=example, dynamic_batch=False,
+                        overwrite=True)
+    assert result.max_abs_diff <= 1e-4

@@ -143,6 +143,27 @@ def _batch_checks(args: tuple[Any, ...], dynamic_batch: bool) -> list[tuple[Any,
     return [args, _grown_batch(args)]
 
 
+@contextmanager
+def _fixed_batch_hint(model: nn.Module, dynamic_batch: bool, exporter: str, path: Path) -> Iterator[None]:
+    """Turn an exporter's failure with a dynamic batch (code that depends on the batch size, such
+    as an MoE's ``capacity_factor``) into one error saying to fix the batch size; a file the
+    failed export wrote where there was none is removed."""
+    existed = path.exists()
+    try:
+        yield
+    except Exception as error:
+        if not existed:
+            path.unlink(missing_ok=True)
+        if not dynamic_batch or isinstance(error, ZooError) and not isinstance(error, ExportMismatchError):
+            raise
+        problem = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+        raise ExportMismatchError(
+            f"{exporter} could not export {type(model).__name__} for any batch size ({problem}): its code depends "
+            "on the batch size (an MoE's capacity_factor does); pass dynamic_batch=False (--batch N) for a file "
+            "that takes the example's batch size only"
+        ) from None
+
+
 def export_torchscript(
     model: nn.Module,
     example_input: ExampleInput,
@@ -160,7 +181,7 @@ def export_torchscript(
     start = time.perf_counter()
     args = _as_args(example_input, model_device(model))
     check = [args, _grown_batch(args)] if dynamic_batch else [args]
-    with _eval_mode(model), warnings.catch_warnings():
+    with _eval_mode(model), warnings.catch_warnings(), _fixed_batch_hint(model, dynamic_batch, "TorchScript", path):
         # torch 2.14 deprecates torch.jit in favour of torch.export (see the module docstring);
         # the tracer's shape-check warnings are covered by the re-load comparison below.
         warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=FutureWarning)
@@ -195,7 +216,7 @@ def export_program(
     dynamic_shapes = None
     if dynamic_batch:
         dynamic_shapes = tuple({0: Dim.AUTO} if isinstance(a, torch.Tensor) and a.ndim else None for a in args)
-    with _eval_mode(model):
+    with _eval_mode(model), _fixed_batch_hint(model, dynamic_batch, "torch.export", path):
         program = torch.export.export(model, args, dynamic_shapes=dynamic_shapes)
         size = _write_bytes(path, lambda buffer: torch.export.save(program, buffer))
         loaded = torch.export.load(str(path)).module()
