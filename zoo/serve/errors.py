@@ -30,9 +30,9 @@ def not_found(message: str) -> RequestError:
     return RequestError(404, message)
 
 
-def too_large(message: str) -> RequestError:
+def too_large(message: str, param: str | None = None) -> RequestError:
     """413: the body, an image or a batch is over the server's limit."""
-    return RequestError(413, message)
+    return RequestError(413, message, param)
 
 
 def openai_error(error: RequestError) -> dict[str, object]:

@@ -1,0 +1,276 @@
+"""`zoo serve` against clients written elsewhere: tritonclient (Open Inference Protocol v2,
+JSON and binary tensors), the openai client (completions, streamed and not), httpx for the
+convenience routes, prometheus_client's parser for /metrics; every answer checked against the
+model's own output, every bad request against its 4xx. One real uvicorn server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import random
+import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import torch
+import tritonclient.http as triton
+from PIL import Image
+from prometheus_client.parser import text_string_to_metric_families
+from serve_support import fashion_mnist_pngs, running
+from tritonclient.utils import InferenceServerException
+
+import zoo
+import zoo.serve
+from zoo.cli.commands import run_predict
+from zoo.serve.config import ServeConfig
+from zoo.tokenizer import complete
+
+IMAGES, TEXT = "resnet20.fmnist", "moe_lm.stdlib"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    app = zoo.serve.app(IMAGES, TEXT, max_batch=16, max_wait_ms=5, max_body_bytes=2 * 2**20)
+    with running(app) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def models() -> dict[str, torch.nn.Module]:
+    return {IMAGES: zoo.load(IMAGES), TEXT: zoo.load(TEXT)}
+
+
+@pytest.fixture(scope="module")
+def pngs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return fashion_mnist_pngs(tmp_path_factory.mktemp("fmnist"), 48)[0]
+
+
+def batch_of(model: torch.nn.Module, paths: list[Path]) -> torch.Tensor:
+    preprocess = zoo.transforms(model)
+    return torch.stack([preprocess(Image.open(p)) for p in paths])
+
+
+def own_logits(model: torch.nn.Module, batch: torch.Tensor) -> np.ndarray:
+    with torch.no_grad():
+        return model(batch).numpy()
+
+
+def test_health_and_metadata_through_tritonclient(server: str) -> None:
+    client = triton.InferenceServerClient(server.removeprefix("http://"))
+    assert client.is_server_live() and client.is_server_ready()
+    assert client.is_model_ready(IMAGES) and client.is_model_ready(TEXT)
+    assert client.get_server_metadata()["name"] == "zoo"
+    metadata = client.get_model_metadata(IMAGES)
+    assert metadata["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 1, 28, 28]}]
+    assert metadata["outputs"] == [{"name": "logits", "datatype": "FP32", "shape": [-1, 10]}]
+    assert metadata["parameters"]["class_names"][:2] == ["T-shirt/top", "Trouser"]
+    assert client.get_model_metadata(TEXT)["inputs"][0] == {"name": "text_input", "datatype": "BYTES", "shape": [-1]}
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
+def test_v2_infer_equals_the_models_own_output(server: str, models: dict, pngs: list[Path], binary: bool) -> None:
+    batch = batch_of(models[IMAGES], pngs[:4])
+    client = triton.InferenceServerClient(server.removeprefix("http://"))
+    tensor = triton.InferInput("input", list(batch.shape), "FP32")
+    tensor.set_data_from_numpy(batch.numpy(), binary_data=binary)
+    outputs = [triton.InferRequestedOutput("logits", binary_data=binary)]
+    result = client.infer(IMAGES, [tensor], outputs=outputs)
+    np.testing.assert_allclose(result.as_numpy("logits"), own_logits(models[IMAGES], batch), rtol=1e-4, atol=1e-4)
+    top = client.infer(IMAGES, [tensor], outputs=[triton.InferRequestedOutput("logits", class_count=2)])
+    best = own_logits(models[IMAGES], batch).argmax(-1)
+    names = zoo.info(IMAGES).category_names()
+    assert [row[0].decode().split(":")[1:] for row in top.as_numpy("logits")] == [[str(i), names[i]] for i in best]
+
+
+def test_tritonclient_hears_the_servers_error(server: str) -> None:
+    client = triton.InferenceServerClient(server.removeprefix("http://"))
+    tensor = triton.InferInput("input", [1, 3, 28, 28], "FP32")
+    tensor.set_data_from_numpy(np.zeros((1, 3, 28, 28), np.float32))
+    with pytest.raises(InferenceServerException, match=r"has shape \[-1, 1, 28, 28\] \(-1: any size\); got \[1, 3"):
+        client.infer(IMAGES, [tensor])
+
+
+def test_v2_text_generation_through_tritonclient(server: str, models: dict) -> None:
+    client = triton.InferenceServerClient(server.removeprefix("http://"))
+    prompt = triton.InferInput("text_input", [1], "BYTES")
+    prompt.set_data_from_numpy(np.array([b"import "], dtype=object))
+    result = client.infer(TEXT, [prompt], parameters={"max_tokens": 24, "temperature": 0})
+    expected = complete(models[TEXT], "import ", 24, temperature=0).removeprefix("import ")
+    assert result.as_numpy("text_output")[0].decode() == expected
+
+
+def test_predict_route_gives_the_numbers_of_zoo_predict(server: str, pngs: list[Path], capsys) -> None:
+    args = argparse.Namespace(
+        name=IMAGES, images=[str(p) for p in pngs[:3]], topk=3, batch_size=64, device="cpu", optimize=None
+    )
+    run_predict(args)
+    printed = [
+        re.match(r"\s+(\S+%)\s+(.+) \((\d+)\)$", line).groups()
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("  ")
+    ]
+    files = [("image", (p.name, p.read_bytes(), "image/png")) for p in pngs[:3]]
+    answer = httpx.post(f"{server}/v1/models/{IMAGES}:predict?top_k=3", files=files).json()
+    served = [(f"{c['score']:.2%}", c["label"], str(c["index"])) for p in answer["predictions"] for c in p["classes"]]
+    assert served == printed
+    assert [p["file"] for p in answer["predictions"]] == [p.name for p in pngs[:3]]
+
+
+def test_openai_client_completions_plain_streamed_and_stopped(server: str, models: dict) -> None:
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused")
+    expected = complete(models[TEXT], "def fib(", 40, temperature=0).removeprefix("def fib(")
+    plain = client.completions.create(model=TEXT, prompt="def fib(", max_tokens=40, temperature=0)
+    assert plain.choices[0].text == expected and plain.usage.completion_tokens == len(expected.encode())
+    chunks = list(client.completions.create(model=TEXT, prompt="def fib(", max_tokens=40, temperature=0, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == expected
+    assert len(chunks) > 10 and chunks[-1].choices[0].finish_reason in ("length", "stop")
+    stop = expected[len(expected) // 2 : len(expected) // 2 + 2]
+    stopped = client.completions.create(model=TEXT, prompt="def fib(", max_tokens=40, temperature=0, stop=[stop])
+    assert stopped.choices[0].text == expected[: expected.index(stop)]
+    assert stopped.choices[0].finish_reason == "stop"
+    with pytest.raises(openai.BadRequestError, match="context is 256 tokens"):
+        client.completions.create(model=TEXT, prompt="x" * 300, max_tokens=8)
+
+
+def _bomb_png() -> bytes:
+    buffer = io.BytesIO()
+    Image.new("1", (6000, 6000)).save(buffer, "PNG")  # a few KB that decode to 36 megapixels
+    return buffer.getvalue()
+
+
+def _v2(data: object, shape: list[int], datatype: str = "FP32") -> dict:
+    return {"inputs": [{"name": "input", "shape": shape, "datatype": datatype, "data": data}]}
+
+
+INFER, PREDICT = f"/v2/models/{IMAGES}/infer", f"/v1/models/{IMAGES}:predict"
+BAD_REQUESTS = {  # name -> (method, path, request keywords, status, words the error names)
+    "wrong shape": ("POST", INFER, {"json": _v2([0.0] * 756, [1, 1, 28, 27])}, 400, "has shape [-1, 1, 28, 28]"),
+    "wrong datatype": ("POST", INFER, {"json": _v2([0] * 784, [1, 1, 28, 28], "INT64")}, 400, "is FP32; got INT64"),
+    "data not fitting shape": ("POST", INFER, {"json": _v2([0.0] * 10, [1, 1, 28, 28])}, 400, "holds 784 values"),
+    "unknown model": ("POST", "/v2/models/resnet99/infer", {"json": {}}, 404, "no model 'resnet99'"),
+    "malformed JSON": ("POST", INFER, {"content": b'{"inputs": [', "headers": {"content-type": "application/json"}},
+                       400, "Invalid JSON"),
+    "missing field": ("POST", INFER, {"json": {"inputs": [{"name": "input"}]}}, 400, "inputs.0.shape"),
+    "corrupt image": ("POST", PREDICT, {"files": {"image": ("x.png", b"\x89PNG\r\n\x1a\nnot really", "image/png")}},
+                      400, "x.png is not a readable image"),
+    "decompression bomb": ("POST", PREDICT, {"files": {"image": ("bomb.png", _bomb_png(), "image/png")}}, 413,
+                           "36,000,000 pixels"),
+    "body over the limit": ("POST", INFER, {"content": b"0" * (3 * 2**20)}, 413, "this server takes up to 2,097,152"),
+    "prompt too long": ("POST", "/v1/completions", {"json": {"model": TEXT, "prompt": "x" * 400}}, 400,
+                        "context is 256 tokens"),
+    "classifier asked to complete": ("POST", "/v1/completions", {"json": {"model": IMAGES, "prompt": "x"}}, 400,
+                                     "is a classifier"),
+    "no such route": ("GET", "/v3/everything", {}, 404, "no route GET /v3/everything"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", BAD_REQUESTS)
+def test_a_bad_request_gets_a_4xx_naming_the_problem(server: str, name: str) -> None:
+    method, path, keywords, status, words = BAD_REQUESTS[name]
+    response = httpx.request(method, server + path, timeout=30, **keywords)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert words in (error if isinstance(error, str) else error["message"])
+
+
+def test_a_mixed_stream_gets_right_answers_and_4xx_and_the_server_lives(server: str, models: dict, pngs: list) -> None:
+    """400 requests from 16 clients, one in ten bad: each good answer equals the model's own
+    output for its image, each bad one its 4xx; the batcher ran batches of more than one."""
+    batch = batch_of(models[IMAGES], pngs)
+    expected = own_logits(models[IMAGES], batch)
+    bad = [v for k, v in BAD_REQUESTS.items() if v[0] == "POST" and k != "body over the limit"]
+
+    def one(i: int) -> tuple[int, int, int, httpx.Response]:
+        with httpx.Client(base_url=server, timeout=60) as client:
+            if i % 10 == 9:
+                method, path, keywords, status, _ = bad[i % len(bad)]
+                return i, -1, status, client.request(method, path, **keywords)
+            k = i % len(pngs)
+            return i, k, 200, client.post(INFER, json=_v2(batch[k : k + 1].flatten().tolist(), [1, 1, 28, 28]))
+
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(one, range(400)))
+    for i, k, status, response in results:
+        assert response.status_code == status, (i, response.text)
+        if k >= 0:
+            logits = np.asarray(response.json()["outputs"][0]["data"], dtype=np.float32)
+            np.testing.assert_allclose(logits, expected[k], rtol=1e-4, atol=1e-4)
+    assert httpx.get(f"{server}/v2/health/ready").status_code == 200
+    families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{server}/metrics").text)}
+    sizes = [s for s in families["zoo_serve_batch_size"].samples if s.name.endswith("_sum")]
+    counts = [s for s in families["zoo_serve_batch_size"].samples if s.name.endswith("_count")]
+    assert sum(s.value for s in sizes) > sum(s.value for s in counts)  # some forwards held several requests
+
+
+def test_metrics_count_requests_errors_and_latency(server: str) -> None:
+    httpx.get(f"{server}/v2/models/nothing")
+    families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{server}/metrics").text)}
+    requests = {
+        (s.labels["route"], s.labels["status"]): s.value
+        for s in families["zoo_serve_requests"].samples
+        if s.name == "zoo_serve_requests_total"
+    }
+    assert requests[("/v2/models/{name}", "404")] >= 1
+    errors = families["zoo_serve_errors"].samples
+    assert any(s.labels["status"] == "404" for s in errors)
+    assert any(s.name == "zoo_serve_request_seconds_bucket" for s in families["zoo_serve_request_seconds"].samples)
+
+
+def test_an_api_key_guards_every_route_but_health() -> None:
+    from fastapi.testclient import TestClient
+
+    with TestClient(zoo.serve.app(IMAGES, api_key="s3cret")) as client:
+        assert client.get("/v2/health/ready").status_code == 200
+        assert client.get(f"/v2/models/{IMAGES}/ready").status_code == 200
+        assert client.get("/").status_code == 200  # the page's shell holds no data; what it shows is guarded
+        for path in ("/v2", f"/v2/models/{IMAGES}", "/page/models", "/metrics", "/v1/models"):
+            answer = client.get(path)
+            assert answer.status_code == 401 and "Authorization: Bearer KEY" in json.dumps(answer.json()), path
+        assert client.get("/v2", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert client.get("/v2", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+
+
+def test_config_refuses_what_it_cannot_serve() -> None:
+    with pytest.raises(ValueError, match="max_batch must be 1 or more"):
+        ServeConfig(models=(IMAGES,), max_batch=0)
+    with pytest.raises(ValueError, match="reads graphs"):
+        zoo.serve.app("gin3.fmnist")
+    with pytest.raises(ValueError, match="two models would be served under one name"):
+        zoo.serve.app(IMAGES, IMAGES)
+
+
+def test_card_rendering_escapes_html_and_drops_foreign_addresses() -> None:
+    from zoo.serve.cards import render_card
+
+    html = render_card(
+        "# t <script>x()</script>\n\n[a](javascript:x()) ![c](c.png) ![d](http://e/d.png)",
+        {"c.png": "/page/models/m/curves.png"},
+    )
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert "javascript:" not in html and 'src="/page/models/m/curves.png"' in html and "http://e" not in html
+
+
+def test_the_batcher_fills_batches_up_to_max_batch() -> None:
+    import asyncio
+
+    from zoo.serve.batching import Batcher
+
+    sizes: list[int] = []
+
+    async def main() -> list[torch.Tensor]:
+        with ThreadPoolExecutor(1) as pool:
+            batcher = Batcher(lambda x: x * 2, pool, max_batch=4, max_wait_ms=50, max_queue=100, on_batch=sizes.append)
+            batcher.start()
+            rows = [torch.full((random.choice([1, 2]), 3), float(i)) for i in range(10)]
+            answers = await asyncio.gather(*(batcher.submit(r) for r in rows))
+            await batcher.stop()
+            return [a - 2 * r for a, r in zip(answers, rows)]
+
+    assert all(not d.any() for d in asyncio.run(main()))
+    assert max(sizes) <= 4 and len(sizes) < 10
