@@ -17,12 +17,21 @@ import zoo
 from zoo.training.data import Augment, image_transforms
 from zoo.training.sources import open_data
 from zoo.training.engine import Trainer, TrainConfig
-from zoo.training.finetune import Distillation, apply_mode, distillation_step, finetune, layer_decay_scale, parameter_levels
+from zoo.training.finetune import (
+    Distillation,
+    FinetuneOptions,
+    apply_mode,
+    distillation_step,
+    finetune,
+    layer_decay_scale,
+    parameter_levels,
+)
 from zoo import cli
 from zoo.errors import CheckpointError, DataError, InvalidArgumentError
 
 FAMILIES = ("resnet20", "densenet_bc_40", "mobilenet_v2_cifar")
 QUIET = dict(progress=False, tensorboard=False, plot=False)
+NO_POST_TRAINING = FinetuneOptions(post_training=False)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -142,8 +151,8 @@ def test_distillation_needs_a_teacher_of_the_datas_classes_and_channels(tmp_path
                              (saved_teacher(tmp_path, in_chans=1), "takes 1-channel images")):
         with pytest.raises(ValueError, match=problem), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            finetune("resnet20", data, tmp_path / "out", config=config, distill=Distillation(str(teacher)),
-                     post_training=False)
+            finetune("resnet20", data, tmp_path / "out", config=config,
+                     options=FinetuneOptions(distill=Distillation(str(teacher)), post_training=False))
 
 
 def test_zoo_finetune_with_a_teacher(tmp_path: Path) -> None:
@@ -167,7 +176,7 @@ def test_grayscale_folder_gives_a_one_channel_model(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = finetune("mobilenet_v2_cifar", data, tmp_path / "out", config=TrainConfig(max_steps=1, batch_size=4, **QUIET),
-                          post_training=False)
+                          options=NO_POST_TRAINING)
     restored = zoo.load(tmp_path / "out")
     assert restored.in_chans == 1 and restored.pretrained_cfg["preprocess"]["channels"] == 1
     x = zoo.transforms(restored)(Image.open(next((data / "ant").iterdir())).convert("RGB")).unsqueeze(0)
@@ -180,8 +189,8 @@ def test_modes_on_every_family(name: str, mode: str, tmp_path: Path) -> None:
     start, before = saved_start(tmp_path, name)
     data = family_data(name, tmp_path)
     config = TrainConfig(max_steps=2, batch_size=4, optimizer="sgd", lr=0.5, **QUIET)
-    result = finetune(str(start), data, tmp_path / "out", mode=mode, stages=1, layer_decay=0.5 if mode == "full" else None,
-                      config=config, post_training=False)
+    options = FinetuneOptions(mode=mode, stages=1, layer_decay=0.5 if mode == "full" else None, post_training=False)
+    result = finetune(str(start), data, tmp_path / "out", options, config=config)
     after = result.model.state_dict()
     levels, num_levels = parameter_levels(result.model)
     classifier = {n for n, p in result.model.named_parameters() if any(p is q for q in result.model.get_classifier().parameters())}
@@ -291,8 +300,8 @@ def test_text_rows_become_byte_tokens(suffix: str, tmp_path: Path) -> None:
 def test_finetune_a_text_classifier_from_a_csv(tmp_path: Path) -> None:
     out = tmp_path / "out"
     config = TrainConfig(max_steps=2, batch_size=4, **QUIET)
-    result = finetune("moe_encoder", write_text_file(tmp_path / "t.csv"), out, model_kwargs=TINY_MOE, pretrained=False,
-                      config=config, val_fraction=0.25)
+    result = finetune("moe_encoder", write_text_file(tmp_path / "t.csv"), out,
+                      FinetuneOptions(model_kwargs=TINY_MOE, pretrained=False, val_fraction=0.25), config=config)
     assert result.model.head == "sequence_classification" and result.model.num_classes == 3
     assert (out / "eval_report.json").is_file() and (out / "confusion_matrix.png").is_file()
     restored = zoo.load(out)
@@ -372,34 +381,34 @@ def test_out_must_be_empty_unless_resuming_or_overwriting(tmp_path: Path) -> Non
     out.mkdir()
     (out / "my_notes.txt").write_text("the user's own file")
     with pytest.raises(InvalidArgumentError, match=r"--out .*out is not empty \(my_notes.txt\)"):
-        finetune("resnet20", data, out, config=config, post_training=False)
-    finetune("resnet20", data, out, config=config, post_training=False, overwrite=True)
+        finetune("resnet20", data, out, config=config, options=NO_POST_TRAINING)
+    finetune("resnet20", data, out, config=config, options=FinetuneOptions(post_training=False, overwrite=True))
     assert (out / "my_notes.txt").read_text() == "the user's own file"  # not a run's file: kept
     (out / "model.torchscript.pt").write_bytes(b"an old run's export")
-    finetune("resnet20", data, out, config=config, post_training=False, overwrite=True)
+    finetune("resnet20", data, out, config=config, options=FinetuneOptions(post_training=False, overwrite=True))
     assert not (out / "model.torchscript.pt").exists()  # what the old run wrote is gone
     with pytest.raises(InvalidArgumentError, match=r"--resume: .*typo holds no run to resume"):
-        finetune("resnet20", data, tmp_path / "typo", config=dataclasses.replace(config, resume=True, out_dir=str(tmp_path)), post_training=False)
+        finetune("resnet20", data, tmp_path / "typo", config=dataclasses.replace(config, resume=True, out_dir=str(tmp_path)), options=NO_POST_TRAINING)
 
 
 def test_a_truncated_checkpoint_names_its_file(tmp_path: Path) -> None:
     data, out = write_image_folder(tmp_path / "images"), tmp_path / "out"
     config = TrainConfig(max_steps=2, batch_size=4, checkpoint_every=1, out_dir=str(out), **QUIET)
-    finetune("resnet20", data, out, config=config, post_training=False)
+    finetune("resnet20", data, out, config=config, options=NO_POST_TRAINING)
     last = out / "checkpoints" / "last.pt"
     last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
     with pytest.raises(CheckpointError, match=f"{last} is not a readable checkpoint"):
-        finetune("resnet20", data, out, config=dataclasses.replace(config, resume=True, out_dir=str(tmp_path)), post_training=False)
+        finetune("resnet20", data, out, config=dataclasses.replace(config, resume=True, out_dir=str(tmp_path)), options=NO_POST_TRAINING)
 
 
 def test_a_saved_gray_model_adapts_to_colour_data(tmp_path: Path) -> None:
     gray = write_image_folder(tmp_path / "gray", mode="L")
     first = finetune("resnet20.fmnist", gray, tmp_path / "a", config=TrainConfig(max_steps=1, batch_size=4, **QUIET),
-                     post_training=False)
+                     options=NO_POST_TRAINING)
     assert first.model.in_chans == 1
     colour = write_image_folder(tmp_path / "rgb", mode="RGB")
     second = finetune(str(tmp_path / "a"), colour, tmp_path / "b", config=TrainConfig(max_steps=1, batch_size=4, **QUIET),
-                      post_training=False)
+                      options=NO_POST_TRAINING)
     assert second.model.in_chans == 3 and len(second.model.pretrained_cfg["preprocess"]["mean"]) == 3
 
 
@@ -434,7 +443,7 @@ def test_a_folder_of_mixed_sizes_and_modes_trains_from_scratch(tmp_path: Path) -
         for i, (size, mode) in enumerate([((12, 10), "RGB"), ((20, 9), "L"), ((7, 16), "RGBA"), ((12, 12), "P")]):
             Image.new("RGB", size, (250 * c, 40 * i, 90)).convert(mode).save(root / name / f"{i}.png")
     result = finetune("resnet20", root, tmp_path / "out", config=TrainConfig(max_steps=1, batch_size=4, **QUIET),
-                      post_training=False)
+                      options=NO_POST_TRAINING)
     assert result.model.in_chans == 3 and result.model.pretrained_cfg["preprocess"]["resize"] == [10, 12]
 
 
@@ -471,7 +480,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], 
 @pytest.mark.parametrize("point,calls", [
     ("zoo.training.resume.write_checkpoint", 2),  # training, after the first epoch's checkpoint
     ("safetensors.torch.save_model", 1),  # writing the final model
-    ("zoo.training.finetune._write_card", 1),  # the model saved, its card not written
+    ("zoo.training.card.write_card", 1),  # the model saved, its card not written
     ("zoo.training.post_training.post_training", 1),  # the card written, the exports not
 ])
 def test_a_killed_finetune_leaves_a_folder_that_resumes_to_the_same_model(

@@ -15,7 +15,7 @@ from zoo.loading import resolve as resolving
 from zoo.loading.resolve import HubRepository, Registered, SavedFolder, resolve
 from zoo.store import registry
 from zoo.training.engine import TrainConfig
-from zoo.training.finetune import finetune
+from zoo.training.finetune import FinetuneOptions, finetune
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def test_a_finetune_resolves_once(calls: collections.Counter[str], tmp_path: Pat
         for i in range(4):
             Image.fromarray(np.full((28, 28), value + i, np.uint8)).save(data / label / f"{i}.png")
     config = TrainConfig(max_steps=1, batch_size=4, progress=False, tensorboard=False, plot=False)
-    finetune("resnet20.fmnist", data, tmp_path / "out", config=config, post_training=False)
+    finetune("resnet20.fmnist", data, tmp_path / "out", FinetuneOptions(post_training=False), config=config)
     assert calls == {"resolve": 1, "registry.resolve": 1, "saved_folder": 1}
 
 

@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import argparse
 import copy
-import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from zoo.training.finetune import FinetuneResult, add_arguments, run
+from zoo.training.finetune import FinetuneResult, module_main, run
 from zoo.store.files import write_json
 from zoo.training.report import plot_curves
 from zoo.store import registry
 from zoo.loading.saved import saved_folder
-from zoo.errors import run_command
 
 CURVES = ("train_loss", "val_loss", "train_acc", "val_acc")
 
@@ -78,17 +76,8 @@ def compare(args: argparse.Namespace, command: str | None = None) -> dict[str, A
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m zoo.training.transfer", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
-    command = shlex.join(["python", "-m", "zoo.training.transfer", *argv])
-
-    def transfer() -> int:
-        compare(args, command=command)
-        return 0
-
-    return run_command(transfer, prog=parser.prog)
+    """``python -m zoo.training.transfer``: the options of ``zoo finetune``, both arms."""
+    return module_main("zoo.training.transfer", __doc__, compare, argv)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from zoo.training.checkpoint import LAST_CHECKPOINT
 from zoo.training.data import Augment
 from zoo.training.engine import TrainConfig
 from zoo.training.evaluate import evaluate, task_key
-from zoo.training.finetune import Distillation, finetune
+from zoo.training.finetune import Distillation, FinetuneOptions, finetune
 from zoo.training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
 
 VAL_IMAGES = 5000
@@ -75,11 +75,11 @@ def run(arch: str, epochs: int | None = None, limit: int | None = None, out: str
         config = replace(config, out_dir=run_dir, resume=resume)
     distill = recipe.get("distill")
     with nullcontext(run_dir) if run_dir else tempfile.TemporaryDirectory(prefix=f"zoo-recipe-{arch}-") as where:
-        result = finetune(
-            arch, "fashion-mnist", where, pretrained=False, model_kwargs=recipe["model_kwargs"],
-            val_fraction=VAL_IMAGES / 60000, limit=limit, augment=recipe["augment"], config=config,
-            distill=distill, post_training=False, overwrite=True,
+        options = FinetuneOptions(
+            pretrained=False, model_kwargs=recipe["model_kwargs"], val_fraction=VAL_IMAGES / 60000, limit=limit,
+            augment=recipe["augment"], distill=distill, post_training=False, overwrite=True,
         )
+        result = finetune(arch, "fashion-mnist", where, options, config=config)
     model = result.model
     evaluation = Stopwatch()
     metrics = {task_key("fashion-mnist", None): evaluate(model, "fashion-mnist"),

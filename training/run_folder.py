@@ -1,0 +1,108 @@
+"""The output folder of a fine-tuning run: what a run writes there (`RUN_OUTPUTS`), the check
+that it holds nothing else before a run starts (`prepare_output`), and the after-training
+step on the validation set (`evaluate_and_export`: report, exports, int8, pruning)."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.utils.data import Dataset, SequentialSampler
+
+from zoo.errors import InvalidArgumentError
+from zoo.loading.saved import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE
+from zoo.training import post_training as after_training
+from zoo.training.checkpoint import LAST_CHECKPOINT
+from zoo.training.config import TrainConfig
+from zoo.training.data import build_loader
+from zoo.training.datasource import DataSource
+from zoo.training.steps import split_batch
+
+CALIBRATION_BATCHES = 4  # validation batches static int8 calibrates on
+
+
+RUN_OUTPUTS = (
+    CONFIG_FILE,
+    WEIGHTS_FILE,
+    CARD_FILE,
+    "metrics.csv",
+    "metrics.json",
+    "curves.png",
+    "train.log",
+    "tensorboard",
+    "checkpoints",
+    "profile",
+    after_training.TORCHSCRIPT_FILE,
+    after_training.EXPORTED_PROGRAM_FILE,
+    after_training.ONNX_FILE,
+    after_training.REPORT_FILE,
+    after_training.CONFUSION_FILE,
+    after_training.SUMMARY_FILE,
+)
+
+
+def prepare_output(out: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse an output folder that holds anything but a run to resume, unless ``overwrite``;
+    then remove what a run writes there (and nothing else), so runs never mix. A resume
+    needs a run's folder (a run killed before its first checkpoint starts over) and removes nothing."""
+    if resume:
+        run_files = [p.name for p in out.iterdir() if p.name in RUN_OUTPUTS] if out.is_dir() else []
+        if not run_files:
+            raise InvalidArgumentError(
+                f"--resume: {out} holds no run to resume (no {Path('checkpoints') / LAST_CHECKPOINT}); "
+                "check --out, or drop --resume to start a new run"
+            )
+        return
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise InvalidArgumentError(f"--out {out} is a file, not a folder: choose a folder for the run")
+    present = sorted(p.name for p in out.iterdir())
+    if not present:
+        return
+    if not overwrite:
+        shown = ", ".join(present[:5]) + (f" and {len(present) - 5} more" if len(present) > 5 else "")
+        raise InvalidArgumentError(
+            f"--out {out} is not empty ({shown}): choose a new folder, pass --resume to continue the run in it, "
+            "or --overwrite to replace an earlier run's files"
+        )
+    for name in RUN_OUTPUTS:
+        path = out / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def evaluate_and_export(model: nn.Module, val_set: Dataset, source: DataSource, config: TrainConfig) -> dict[str, Any]:
+    """`zoo.training.post_training.post_training` on the validation set: report, exports, int8, pruning."""
+    if config.progress:
+        print(
+            f"after training: evaluating, exporting and quantizing on {len(val_set)} validation samples "
+            "(--no-post-training skips it)",
+            flush=True,
+        )
+    loader = build_loader(val_set, config.batch_size, sampler=SequentialSampler(val_set), collate_fn=source.collate_fn)
+    calibration = [_positional(split_batch(batch)[0]) for batch in itertools.islice(loader, CALIBRATION_BATCHES)]
+    return after_training.post_training(
+        model,
+        loader,
+        config.out_dir,
+        calibration[0],
+        class_names=source.class_names,
+        dynamic_batch=source.kind != "graphs",
+        calibration=calibration,
+        progress=config.progress,
+    )
+
+
+def _positional(inputs: Any) -> Any:
+    """A batch's inputs as a model call's positional arguments (a tensor, or a tuple)."""
+    if isinstance(inputs, Mapping):
+        return tuple(inputs.values())  # in the model's order (input_ids, attention_mask)
+    return inputs if isinstance(inputs, torch.Tensor) else (inputs,)
