@@ -24,12 +24,9 @@ def run_serve(args: argparse.Namespace) -> int:
         api_key=api_key_from(args.api_key),
         max_body_bytes=int(args.max_body_mb * 2**20),
     )
-    if not is_loopback(args.host) and config.api_key is None:
-        print(
-            f"zoo serve: warning: listening on {args.host} without an API key: anyone who can reach this machine "
-            "can use the models; pass --api-key KEY (or set ZOO_API_KEY)",
-            file=sys.stderr,
-        )
+    warning = exposure_warning(args.host, config.api_key)
+    if warning:
+        print(f"zoo serve: warning: {warning}", file=sys.stderr)
     print(f"zoo serve: loading {', '.join(config.models)}", file=sys.stderr)
     app = create_app(ServerState.load(config))
     server = uvicorn.Server(
@@ -49,3 +46,13 @@ def run_serve(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     return 0 if server.started else 1
+
+
+def exposure_warning(host: str, api_key: str | None) -> str | None:
+    """What to tell someone who binds beyond this machine without a key (None: nothing)."""
+    if is_loopback(host) or api_key is not None:
+        return None
+    return (
+        f"listening on {host} without an API key: anyone who can reach this machine can use the models; "
+        "pass --api-key KEY (or set ZOO_API_KEY)"
+    )

@@ -1,0 +1,78 @@
+"""`zoo serve` as a user runs it: a real process on 127.0.0.1 that drains on SIGTERM (the
+requests in flight and queued are answered, then exit 0), and the command line's refusals and
+warnings."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from serve_support import free_port, wait_ready
+
+from zoo.cli.parser import main
+from zoo.cli.serving import exposure_warning
+
+TEXT = "moe_lm.stdlib"
+
+
+def _stream_events(url: str, started: threading.Event) -> list[str]:
+    body = {"model": TEXT, "prompt": "d", "max_tokens": 250, "temperature": 0, "stream": True}
+    events = []
+    with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=120) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                events.append(line.removeprefix("data: "))
+                started.set()
+    return events
+
+
+def test_sigterm_answers_the_requests_in_flight_then_exits_0() -> None:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "zoo", "serve", TEXT, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url)
+        started = threading.Event()
+        body = {"model": TEXT, "prompt": "import", "max_tokens": 240, "temperature": 0}
+        with ThreadPoolExecutor(4) as pool:
+            stream = pool.submit(_stream_events, url, started)
+            assert started.wait(60)
+            queued = [pool.submit(httpx.post, f"{url}/v1/completions", json=body, timeout=120) for _ in range(3)]
+            threading.Event().wait(0.3)  # the three are in, waiting behind the stream for the model
+            process.send_signal(signal.SIGTERM)
+            events = stream.result(timeout=120)
+            answers = [q.result(timeout=120) for q in queued]
+        assert process.wait(timeout=60) == 0, process.stdout.read()
+        log = process.stdout.read()
+        assert "Waiting for connections to close" in log, log  # uvicorn drained requests still in flight
+    finally:
+        process.kill()
+    assert events[-1] == "[DONE]" and json.loads(events[-2])["choices"][0]["finish_reason"] == "length"
+    assert len("".join(json.loads(e)["choices"][0]["text"] for e in events[:-1]).encode()) == 250
+    for answer in answers:
+        assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 240
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/v2/health/live", timeout=5)
+
+
+def test_zoo_serve_refuses_a_model_it_cannot_serve_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "gin3.fmnist", "--port", str(free_port())]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("zoo: error: gin3.fmnist reads graphs, which zoo serve does not take")
+
+
+def test_binding_beyond_loopback_without_a_key_is_warned_about() -> None:
+    assert exposure_warning("127.0.0.1", None) is None and exposure_warning("localhost", None) is None
+    assert exposure_warning("::1", None) is None and exposure_warning("0.0.0.0", "key") is None
+    assert "without an API key" in exposure_warning("0.0.0.0", None)
