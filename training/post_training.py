@@ -17,7 +17,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -155,67 +155,139 @@ def post_training(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     device = torch.device(device) if device is not None else model_device(model)
-    cpu = torch.device("cpu")
-
-    def evaluate(m: nn.Module, on: torch.device = device) -> ClassificationReport:
-        return evaluate_classifier(
-            m, val_loader, device=on, class_names=class_names, forward=forward, progress=progress
-        )
-
     start = time.perf_counter()
-    baseline = evaluate(model)
+    evaluation = _Evaluation(model, val_loader, device, class_names, forward, progress)
+    baseline = evaluation.baseline
     write_json(baseline.to_dict(), out_dir / REPORT_FILE)
     plot_confusion_matrix(baseline, out_dir / CONFUSION_FILE)
     summary: dict[str, Any] = {
-        "evaluation": {"accuracy": baseline.accuracy, "macro_f1": baseline.macro_f1,
-                       "num_samples": baseline.num_samples, "seconds": time.perf_counter() - start},
+        "evaluation": {
+            "accuracy": baseline.accuracy,
+            "macro_f1": baseline.macro_f1,
+            "num_samples": baseline.num_samples,
+            "seconds": time.perf_counter() - start,
+        },
     }
     _export_all(summary, model, example_input, out_dir, dynamic_batch)
+    _quantization(summary, evaluation, example_input, quantize, calibration)
+    _attempt(summary, "pruning", lambda: _pruning(evaluation, prune_amounts))
+    write_json(summary, out_dir / SUMMARY_FILE)
+    return summary
 
-    def cpu_baseline() -> ClassificationReport:
-        return baseline if device == cpu else evaluate(copy.deepcopy(model).cpu(), cpu)
 
+@dataclass
+class _Evaluation:
+    """The validation runs of `post_training`: ``model`` (as given) is the ``baseline`` that
+    quantized and pruned copies are compared with, all on the same loader."""
+
+    model: nn.Module
+    loader: Any
+    device: torch.device
+    class_names: Sequence[str] | None
+    forward: Forward
+    progress: bool
+    baseline: ClassificationReport = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.baseline = self(self.model)
+
+    def __call__(self, model: nn.Module, on: torch.device | None = None) -> ClassificationReport:
+        """The report of ``model`` on the loader, run on ``on`` (default: the device asked for)."""
+        return evaluate_classifier(
+            model,
+            self.loader,
+            device=on if on is not None else self.device,
+            class_names=self.class_names,
+            forward=self.forward,
+            progress=self.progress,
+        )
+
+    def cpu_baseline(self) -> ClassificationReport:
+        """The baseline run on CPU, where the int8 models run: their reference."""
+        cpu = torch.device("cpu")
+        return self.baseline if self.device == cpu else self(copy.deepcopy(self.model).cpu(), cpu)
+
+
+def _quantization(
+    summary: dict[str, Any],
+    evaluation: _Evaluation,
+    example_input: ExampleInput,
+    quantize: bool | None,
+    calibration: Sequence[ExampleInput] | None,
+) -> None:
+    """int8 quantization of ``evaluation.model``, recorded in ``summary``: static where
+    `zoo.optimize` supports it, else dynamic for Linear-heavy models, else why it was skipped."""
+    model, cpu = evaluation.model, torch.device("cpu")
     fraction = linear_fraction(model)
     cpu_model = copy.deepcopy(model).cpu().eval()
     static_int8 = inference.unavailable_precisions(cpu_model, move_to_device(example_input, cpu)).get("int8")
     if quantize is not False and static_int8 is None:
-        def static_quantization() -> dict[str, Any]:
-            began = time.perf_counter()
-            batches = [move_to_device(b, cpu) for b in (calibration or [example_input])]
-            # timed on the first batch's shape; every other batch size runs on that one graph
-            quantized = inference.optimize(cpu_model, batches[0], "int8", calibration=batches, cache=False,
-                                           max_batch_graphs=1)
-            measured = {c.name: c for c in quantized.optimize_report.candidates}["int8"]
-            return {"method": "static (PT2E, x86 inductor)", "linear_fraction": fraction,
-                    "calibration_samples": sum(len(b[0] if isinstance(b, tuple) else b) for b in batches),
-                    "speedup_over_fp32_eager": measured.speedup, **_metrics(evaluate(quantized, cpu), cpu_baseline()),
-                    "seconds": time.perf_counter() - began}
-        _attempt(summary, "quantization", static_quantization)
+        batches = calibration or [example_input]
+        _attempt(summary, "quantization", lambda: _static_int8(cpu_model, batches, fraction, evaluation))
     elif quantize or (quantize is None and fraction >= 0.5):
-        def dynamic_quantization() -> dict[str, Any]:
-            began = time.perf_counter()
-            quantized = quantize_dynamic_int8(model)
-            return {"method": "dynamic (Linear layers)", "linear_fraction": fraction,
-                    "size_bytes_before": state_dict_bytes(model), "size_bytes_after": state_dict_bytes(quantized),
-                    **_metrics(evaluate(quantized, cpu), cpu_baseline()), "seconds": time.perf_counter() - began}
-        _attempt(summary, "quantization", dynamic_quantization)
+        _attempt(summary, "quantization", lambda: _dynamic_int8(fraction, evaluation))
     else:
-        reason = ("quantize=False" if quantize is False else
-                  f"static int8 does not apply ({static_int8}), and under half of the parameters are in Linear layers")
+        reason = (
+            "quantize=False"
+            if quantize is False
+            else f"static int8 does not apply ({static_int8}), and under half of the parameters are in Linear layers"
+        )
         summary["quantization"] = {"linear_fraction": fraction, "skipped": reason}
 
-    def pruning() -> list[dict[str, float]]:
-        rows = []
-        for amount in prune_amounts:
-            began = time.perf_counter()
-            pruned = copy.deepcopy(model)
-            sparsity = global_magnitude_prune(pruned, amount)
-            rows.append({"amount": amount, "sparsity": sparsity, **_metrics(evaluate(pruned), baseline),
-                         "seconds": time.perf_counter() - began})
-        return rows
-    _attempt(summary, "pruning", pruning)
-    write_json(summary, out_dir / SUMMARY_FILE)
-    return summary
+
+def _static_int8(
+    cpu_model: nn.Module, calibration: Sequence[ExampleInput], fraction: float, evaluation: _Evaluation
+) -> dict[str, Any]:
+    """Static int8 through `zoo.optimize` (PT2E, x86 inductor), calibrated on ``calibration``:
+    its accuracy against fp32 and its measured speed-up over fp32 eager on this CPU."""
+    began = time.perf_counter()
+    batches = [move_to_device(b, torch.device("cpu")) for b in calibration]
+    # timed on the first batch's shape; every other batch size runs on that one graph
+    quantized = inference.optimize(
+        cpu_model, batches[0], "int8", calibration=batches, cache=False, max_batch_graphs=1
+    )
+    measured = {c.name: c for c in quantized.optimize_report.candidates}["int8"]
+    return {
+        "method": "static (PT2E, x86 inductor)",
+        "linear_fraction": fraction,
+        "calibration_samples": sum(len(b[0] if isinstance(b, tuple) else b) for b in batches),
+        "speedup_over_fp32_eager": measured.speedup,
+        **_metrics(evaluation(quantized, torch.device("cpu")), evaluation.cpu_baseline()),
+        "seconds": time.perf_counter() - began,
+    }
+
+
+def _dynamic_int8(fraction: float, evaluation: _Evaluation) -> dict[str, Any]:
+    """Dynamic int8 of the Linear layers: its accuracy against fp32 and the sizes before and after."""
+    began = time.perf_counter()
+    model = evaluation.model
+    quantized = quantize_dynamic_int8(model)
+    return {
+        "method": "dynamic (Linear layers)",
+        "linear_fraction": fraction,
+        "size_bytes_before": state_dict_bytes(model),
+        "size_bytes_after": state_dict_bytes(quantized),
+        **_metrics(evaluation(quantized, torch.device("cpu")), evaluation.cpu_baseline()),
+        "seconds": time.perf_counter() - began,
+    }
+
+
+def _pruning(evaluation: _Evaluation, amounts: Sequence[float]) -> list[dict[str, float]]:
+    """Global magnitude pruning of copies of the model at each of ``amounts``, each evaluated."""
+    rows = []
+    for amount in amounts:
+        began = time.perf_counter()
+        pruned = copy.deepcopy(evaluation.model)
+        sparsity = global_magnitude_prune(pruned, amount)
+        rows.append(
+            {
+                "amount": amount,
+                "sparsity": sparsity,
+                **_metrics(evaluation(pruned), evaluation.baseline),
+                "seconds": time.perf_counter() - began,
+            }
+        )
+    return rows
 
 
 def _export_all(summary: dict[str, Any], model: nn.Module, example_input: ExampleInput, out_dir: Path,
