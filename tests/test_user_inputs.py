@@ -119,8 +119,9 @@ def test_a_read_only_zoo_home_loads_bundled_weights(tmp_path: Path, monkeypatch:
 def test_zoo_home_pointing_at_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "f").write_text("")
     monkeypatch.setenv("ZOO_HOME", str(tmp_path / "f"))
+    assert zoo.load("resnet20.fmnist").num_classes == 10  # bundled weights need no cache
     with pytest.raises(ZooError, match="is a file, not a folder"):
-        zoo.load("resnet20.fmnist")
+        zoo.load("resnet20", weights="http://127.0.0.1:9/w.safetensors")
 
 
 def test_a_folder_named_like_registered_weights_does_not_shadow_them(resnet20, tmp_path: Path,

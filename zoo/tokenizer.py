@@ -11,6 +11,8 @@ from typing import Any, Literal
 import torch
 import torch.nn as nn
 
+from zoo.errors import InvalidArgumentError
+
 
 def _byte_characters() -> list[str]:
     """GPT-2's printable stand-in character for each byte value (the ByteLevel pre-tokenizer's
@@ -40,7 +42,7 @@ class ByteTokenizer:
         UTF-8, which Python decodes from a command line or file name as lone surrogates
         (``surrogateescape``), are taken back as those bytes."""
         if not isinstance(text, str):
-            raise TypeError(f"encode takes a str, got {type(text).__name__}; use decode for ids")
+            raise InvalidArgumentError(f"encode takes a str, got {type(text).__name__}; use decode for ids")
         ids = list(text.encode("utf-8", "surrogateescape"))
         return [self.bos_token_id] * add_bos + ids + [self.eos_token_id] * add_eos
 
@@ -50,14 +52,14 @@ class ByteTokenizer:
         produce, become U+FFFD."""
         if isinstance(ids, torch.Tensor):
             if ids.ndim != 1:
-                raise ValueError(f"decode takes one sequence (1-D ids), got shape {tuple(ids.shape)}; use decode_batch")
+                raise InvalidArgumentError(f"decode takes one sequence (1-D ids), got shape {tuple(ids.shape)}; use decode_batch")
             ids = ids.tolist()
         data = bytearray()
         for i in ids:
             if i == self.eos_token_id and stop_at_eos:
                 break
             if not 0 <= i < self.vocab_size:
-                raise ValueError(f"token id {i} is outside the vocabulary [0, {self.vocab_size})")
+                raise InvalidArgumentError(f"token id {i} is outside the vocabulary [0, {self.vocab_size})")
             if i < 256:
                 data.append(i)
         return data.decode("utf-8", errors="replace")
@@ -132,9 +134,9 @@ class ByteTokenizer:
         both int64 of shape (N, longest text or max_length). Texts longer than ``max_length``
         are truncated (keeping the end when padding on the left, as for generation prompts)."""
         if padding_side not in ("right", "left"):
-            raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
+            raise InvalidArgumentError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
         if max_length is not None and max_length < 1:
-            raise ValueError(f"max_length must be positive, got {max_length}")
+            raise InvalidArgumentError(f"max_length must be positive, got {max_length}")
         batch = [self.encode(t, add_bos, add_eos) for t in ([texts] if isinstance(texts, str) else texts)]
         if max_length is not None:
             batch = [ids[-max_length:] if padding_side == "left" else ids[:max_length] for ids in batch]
@@ -146,6 +148,14 @@ class ByteTokenizer:
             input_ids[row, span] = torch.tensor(ids, dtype=torch.long)
             attention_mask[row, span] = 1
         return input_ids, attention_mask
+
+
+def check_byte_lm(model: nn.Module) -> None:
+    """Refuse, before any text is written, a model that is not a byte-level language model."""
+    vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
+    if not hasattr(model, "generate") or vocab_size != ByteTokenizer.vocab_size:
+        raise InvalidArgumentError(f"{type(model).__name__} is not a byte-level language model (vocabulary "
+                                   f"{vocab_size}, not {ByteTokenizer.vocab_size}); use one such as moe_lm.stdlib")
 
 
 def complete(
@@ -162,10 +172,7 @@ def complete(
     continues it as the start of a file. ``stream`` receives the text as it is generated
     (whole UTF-8 characters; the final eos is not sent)."""
     tokenizer = ByteTokenizer()
-    vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
-    if not hasattr(model, "generate") or vocab_size != tokenizer.vocab_size:
-        raise ValueError(f"{type(model).__name__} is not a byte-level language model (vocabulary {vocab_size}, "
-                         f"not {tokenizer.vocab_size}); use one such as moe_lm.stdlib")
+    check_byte_lm(model)
     device = next(model.parameters()).device
     ids = torch.tensor([[tokenizer.eos_token_id, *tokenizer.encode(prompt)]], device=device)
     generator = torch.Generator(device).manual_seed(seed)

@@ -15,7 +15,8 @@ from zoo.deploy import bench, exporter
 from zoo.errors import InvalidArgumentError
 from zoo.loading.images import open_image
 from zoo.store import registry
-from zoo.tokenizer import complete
+from zoo.store.files import check_writable
+from zoo.tokenizer import check_byte_lm, complete
 from zoo.training import demo, evaluate, finetune
 
 
@@ -59,6 +60,7 @@ def run_predict(args: argparse.Namespace) -> int:
 def run_generate(args: argparse.Namespace) -> int:
     check_options(args.max_new_tokens, args.temperature, args.top_k, args.top_p)  # before the model loads
     model = zoo.load(args.name, device=args.device)
+    check_byte_lm(model)  # before the prompt is echoed
     sys.stdout.write(args.prompt.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))  # bytes as given
     try:
         complete(model, args.prompt, args.max_new_tokens, args.seed, stream=_write_now,
@@ -105,6 +107,8 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def run_bench(args: argparse.Namespace) -> int:
     batch_sizes = bench.parse_batch_sizes(args.batch)
+    if args.csv:
+        check_writable(args.csv)  # before minutes of measuring
     rows, skipped = bench.bench(bench.select(args.patterns), batch_sizes, args.repeats, optimize=not args.no_optimize)
     print("\n".join(bench.machine_header()))
     print(bench.format_table(rows))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -27,7 +26,7 @@ from torch.export import Dim
 from zoo.devices import model_device
 from zoo.errors import InvalidArgumentError, ZooError
 from zoo.store import registry
-from zoo.store.files import atomic_files, write_bytes_atomic
+from zoo.store.files import atomic_files, check_writable, write_bytes_atomic
 
 ExampleInput = torch.Tensor | tuple[Any, ...]
 
@@ -83,7 +82,7 @@ def _grown_batch(args: tuple[Any, ...]) -> tuple[Any, ...]:
 def _check_batch(args: tuple[Any, ...]) -> None:
     sizes = {a.shape[0] for a in args if isinstance(a, torch.Tensor) and a.ndim}
     if sizes and min(sizes) < 2:
-        raise ValueError(
+        raise InvalidArgumentError(
             "example_input needs a batch of at least 2 samples for a dynamic batch dimension "
             "(torch.export fixes size-1 dimensions); pass 2+ samples, or dynamic_batch=False "
             "when dim 0 of the inputs is not the batch (e.g. graph node features)"
@@ -98,7 +97,7 @@ def output_tensors(output: Any) -> list[torch.Tensor]:
         return [t for v in output.values() for t in output_tensors(v)]
     if isinstance(output, (tuple, list)):
         return [t for v in output for t in output_tensors(v)]
-    raise TypeError(f"cannot compare model outputs of type {type(output).__name__}")
+    raise InvalidArgumentError(f"cannot compare model outputs of type {type(output).__name__}")
 
 
 @torch.no_grad()
@@ -209,7 +208,7 @@ def export_program(
     does. The ``.pt2`` feeds AOTInductor, ExecuTorch and ``torch.export.load(...).module()``."""
     path = Path(path)
     if path.suffix != ".pt2":
-        raise ValueError(f"torch.export.load only reads files ending in .pt2, got {path.name!r}")
+        raise InvalidArgumentError(f"torch.export.load only reads files ending in .pt2, got {path.name!r}")
     start = time.perf_counter()
     args = _as_args(example_input, model_device(model))
     check = _batch_checks(args, dynamic_batch)
@@ -377,18 +376,11 @@ def check_destination(path: str | os.PathLike, format: str, overwrite: bool = Fa
     if format == "exported-program" and path.suffix != ".pt2":
         raise InvalidArgumentError(f"torch.export.load only reads files ending in .pt2, got {path.name!r}; "
                                    f"name it {path.with_suffix('.pt2').name}")
-    folder = path.absolute().parent
-    while not folder.exists():
-        folder = folder.parent
-    if not folder.is_dir():
-        raise InvalidArgumentError(f"cannot write {path}: {folder} is a file, not a folder; choose another path")
-    try:  # a probe file: permission bits do not tell (root writes anywhere, /proc takes no new files)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as error:
-        raise InvalidArgumentError(
-            f"cannot write {path}: {folder} does not take new files ({error.strerror}); choose another folder"
-        ) from None
+    other = {suffix: name for name, suffix in FORMAT_SUFFIXES.items() if name != format}
+    if path.suffix in other:
+        raise InvalidArgumentError(f"{path.name!r} is named like a {other[path.suffix]} file, but the format is {format}: "
+                                   f"name it {path.with_suffix(FORMAT_SUFFIXES[format]).name}, or pick that format")
+    check_writable(path)
     return path
 
 

@@ -291,7 +291,7 @@ def _compare(classifier: bool, references: list[Any], batches: list[tuple[Any, .
             output = candidate(*batch)
             for e, a in zip(output_tensors(reference), output_tensors(output), strict=True):
                 if e.shape != a.shape:
-                    raise ValueError(f"output shape {tuple(a.shape)} differs from fp32 eager's {tuple(e.shape)}")
+                    raise InvalidArgumentError(f"output shape {tuple(a.shape)} differs from fp32 eager's {tuple(e.shape)}")
                 worst = max(worst, (e.float() - a.float()).abs().max().item() if e.numel() else 0.0)
             if classifier:
                 agree += int((reference.argmax(-1) == output.argmax(-1)).sum())

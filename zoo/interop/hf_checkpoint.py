@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from zoo.architectures import ARCHS
 from zoo.architectures.moe_transformer import MoETransformer
-from zoo.errors import WeightsError, WeightsMismatchError
+from zoo.errors import InvalidArgumentError, WeightsError, WeightsMismatchError
 from zoo.store import registry
 from zoo.store.files import atomic_files
 from zoo.store.model_config import ModelConfig, set_config
@@ -50,14 +50,14 @@ def config_to_kwargs(config: dict[str, Any]) -> dict[str, Any]:
     """zoo model options (MoEConfig fields) from a Hugging Face config.json dict."""
     model_type = config.get("model_type")
     if model_type not in MODEL_TYPES:
-        raise ValueError(f"unsupported model_type {model_type!r}; zoo reads {', '.join(MODEL_TYPES)} checkpoints")
+        raise InvalidArgumentError(f"unsupported model_type {model_type!r}; zoo reads {', '.join(MODEL_TYPES)} checkpoints")
     if config.get("hidden_act", "silu") != "silu":
-        raise ValueError(f"zoo's experts are SwiGLU; this checkpoint uses hidden_act={config['hidden_act']!r}")
+        raise InvalidArgumentError(f"zoo's experts are SwiGLU; this checkpoint uses hidden_act={config['hidden_act']!r}")
     rope = config.get("rope_parameters") or {}
     for scaling in (rope, config.get("rope_scaling") or {}):
         kind = scaling.get("rope_type", scaling.get("type", "default"))
         if kind != "default":
-            raise ValueError(f"rope_type {kind!r} (scaled rotary embeddings) is not supported; only 'default'")
+            raise InvalidArgumentError(f"rope_type {kind!r} (scaled rotary embeddings) is not supported; only 'default'")
     kwargs = _shared_kwargs(config, model_type, rope)
     return kwargs | _TYPE_KWARGS[model_type](config, kwargs)
 
@@ -99,7 +99,7 @@ def _mixtral_kwargs(config: dict[str, Any], shared: dict[str, Any]) -> dict[str,
 
 def _qwen2_moe_kwargs(config: dict[str, Any], shared: dict[str, Any]) -> dict[str, Any]:
     if config.get("use_sliding_window"):
-        raise ValueError("Qwen2-MoE's per-layer sliding windows (use_sliding_window=true) are not supported")
+        raise InvalidArgumentError("Qwen2-MoE's per-layer sliding windows (use_sliding_window=true) are not supported")
     step, dense_only = config.get("decoder_sparse_step", 1), set(config.get("mlp_only_layers") or ())
     layers = range(config["num_hidden_layers"])
     return dict(
@@ -115,7 +115,7 @@ def _qwen2_moe_kwargs(config: dict[str, Any], shared: dict[str, Any]) -> dict[st
 
 def _olmoe_kwargs(config: dict[str, Any], shared: dict[str, Any]) -> dict[str, Any]:
     if config.get("attention_bias"):
-        raise ValueError("OLMoE with attention_bias=true is not supported")
+        raise InvalidArgumentError("OLMoE with attention_bias=true is not supported")
     return dict(
         intermediate_size=config["intermediate_size"],
         norm_topk_prob=config.get("norm_topk_prob", False),
@@ -149,11 +149,11 @@ def load_pretrained(
     arch, _ = registry.resolve(name)
     if not registry.arch_spec(arch).hf_checkpoints:
         archs = [name for name, spec in ARCHS.items() if spec.hf_checkpoints]
-        raise ValueError(f"Hugging Face MoE checkpoints load into {' or '.join(archs)}, not {arch}")
+        raise InvalidArgumentError(f"Hugging Face MoE checkpoints load into {' or '.join(archs)}, not {arch}")
     heads = registry.supported_heads(arch)
     head = head or heads[0]
     if head not in heads:
-        raise ValueError(f"{arch} has no head {head!r}; choose one of: {', '.join(heads)}")
+        raise InvalidArgumentError(f"{arch} has no head {head!r}; choose one of: {', '.join(heads)}")
     config = _read_json(directory / CONFIG_FILE)
     if not isinstance(config, dict):
         raise WeightsError(f"{directory / CONFIG_FILE} must hold a JSON object (a transformers config)")
@@ -332,7 +332,7 @@ def export_hf(model: nn.Module, directory: str | os.PathLike, max_shard_size: in
 def _check_exportable(model: nn.Module) -> None:
     is_lm = isinstance(model, MoETransformer) and model.causal and model.head == "lm"
     if not is_lm or not isinstance(model.lm_head, nn.Linear):
-        raise ValueError("export_hf writes causal language models: a moe_lm with its 'lm' head")
+        raise InvalidArgumentError("export_hf writes causal language models: a moe_lm with its 'lm' head")
     cfg = model.config
     unsupported = {
         "shared_expert_size": cfg.shared_expert_size != 0,
@@ -346,7 +346,7 @@ def _check_exportable(model: nn.Module) -> None:
     }
     bad = [name for name, is_bad in unsupported.items() if is_bad]
     if bad:
-        raise ValueError(f"Mixtral has no equivalent of these options of the model: {', '.join(bad)}")
+        raise InvalidArgumentError(f"Mixtral has no equivalent of these options of the model: {', '.join(bad)}")
 
 
 def _mixtral_tensors(model: MoETransformer) -> Iterator[tuple[str, torch.Tensor]]:

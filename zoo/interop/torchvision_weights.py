@@ -39,7 +39,7 @@ def members(arch: str) -> dict[str, WeightInfo]:
     for info in registry.weights_for(arch):
         other = named.setdefault(member_name(info), info)
         if other is not info:
-            raise ValueError(f"weights {other.name} and {info.name} both answer to {member_name(info)}: "
+            raise InvalidArgumentError(f"weights {other.name} and {info.name} both answer to {member_name(info)}: "
                              "give one of them another tag or torchvision_weights")
     return dict(sorted(named.items()))
 

@@ -70,7 +70,7 @@ def load(
     ``"int8"``) returns it through `zoo.optimize` for inference, timed on ``example_input`` and
     checked (int8: calibrated) on ``calibration``.
     """
-    _check_arguments(num_classes, optimize, example_input, calibration)
+    _check_arguments(num_classes, optimize, example_input, calibration, dtype)
     device = None if device is None else checked_device(device)
     source = resolve(name_or_path, weights)
     named = isinstance(source, Registered) and source.named_by_weights
@@ -91,12 +91,14 @@ def load(
     return model
 
 
-def _check_arguments(num_classes: Any, optimize: str | None, example_input: Any, calibration: Any) -> None:
+def _check_arguments(num_classes: Any, optimize: str | None, example_input: Any, calibration: Any, dtype: Any) -> None:
     if optimize is None and (example_input is not None or calibration is not None):
         raise InvalidArgumentError("example_input= and calibration= are for optimize=...: pass optimize='auto' "
                                    "(or 'fp32', 'bf16', 'int8'), or leave them out")
     if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes <= 0):
-        raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
+        raise InvalidArgumentError(f"num_classes must be a positive integer, got {num_classes!r}")
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise InvalidArgumentError(f"dtype must be a torch.dtype such as torch.float16, got {dtype!r}")
 
 
 def build(source: Source, options: LoadOptions) -> nn.Module:
@@ -127,9 +129,9 @@ def feature_extractor(
 ) -> nn.Module:
     arch = model.pretrained_cfg["architecture"]
     if num_classes is not None:
-        raise ValueError("features_only=True returns feature maps and takes no num_classes")
+        raise InvalidArgumentError("features_only=True returns feature maps and takes no num_classes")
     if not hasattr(model, "forward_intermediates"):
-        raise ValueError(f"{arch} has no feature levels; features_only works for the vision models")
+        raise InvalidArgumentError(f"{arch} has no feature levels; features_only works for the vision models")
     extractor = FeatureExtractor(model, out_indices)
     extractor.pretrained_cfg = dict(model.pretrained_cfg)
     return update_config(extractor, features_only=True, out_indices=extractor.out_indices, num_classes=0, categories=None)
@@ -142,7 +144,7 @@ def _registered_head(source: Registered, o: LoadOptions) -> tuple[str, str | Non
     entry_head = entry.model_kwargs.get("head", heads[0]) if entry is not None and o.pretrained else None
     head = o.head or o.model_kwargs.pop("head", None) or entry_head or heads[0]
     if head not in heads:
-        raise ValueError(f"{source.arch} has no head {head!r}; choose one of: {', '.join(heads)}")
+        raise InvalidArgumentError(f"{source.arch} has no head {head!r}; choose one of: {', '.join(heads)}")
     return head, entry_head
 
 

@@ -38,7 +38,7 @@ def save(model: nn.Module, directory: str | os.PathLike, overwrite: bool = False
     does, an existing README.md, config.json or model.safetensors is refused unless ``overwrite``."""
     cfg = getattr(model, "pretrained_cfg", None)
     if not cfg or "architecture" not in cfg:
-        raise ValueError("zoo.save needs a model made by zoo.load (it records the architecture to rebuild)")
+        raise InvalidArgumentError("zoo.save needs a model made by zoo.load (it records the architecture to rebuild)")
     directory = Path(directory)
     existing = [name for name in (CONFIG_FILE, WEIGHTS_FILE, CARD_FILE) if (directory / name).exists()]
     if existing and not overwrite:

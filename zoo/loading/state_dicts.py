@@ -47,6 +47,10 @@ def read_weights(entry: WeightInfo | None, weights: str | os.PathLike | None) ->
 
 def _local_weights_path(source: str) -> Path:
     """The file named by ``weights=``: a path or a ``file://`` URL."""
+    scheme = urllib.parse.urlsplit(source).scheme
+    if len(scheme) > 1 and scheme != "file":  # one letter is a Windows drive
+        raise InvalidArgumentError(f"weights={source!r}: zoo fetches http://, https:// and file:// URLs, not {scheme}://; "
+                                   "download the file and pass its path")
     if source.startswith("file://"):
         source = urllib.request.url2pathname(urllib.parse.urlsplit(source).path)
     path = Path(source).expanduser()
@@ -113,6 +117,7 @@ def build_with_state_dict(
         expected = {k: v for k, v in expected.items() if k not in head_keys}
     if missing or unexpected or mismatched:
         raise WeightsMismatchError(mismatch_message(missing, unexpected, mismatched, expected, state_dict))
+    _check_finite(model, state_dict)
     state_dict = {  # a checkpoint stored in fp16 (or with an fp64 tensor) loads in the model's own dtype
         k: v.to(expected[k].dtype) if v.is_floating_point() and expected[k].is_floating_point() else v
         for k, v in state_dict.items()
@@ -125,6 +130,17 @@ def build_with_state_dict(
     if meta:
         raise WeightsMismatchError(f"weights leave these tensors uninitialised: {', '.join(meta[:10])}")
     return model
+
+
+def _check_finite(model: nn.Module, state_dict: StateDict) -> None:
+    """Refuse weights whose parameters hold NaN or infinity: such a model would answer NaN."""
+    parameters = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+    bad = sorted(k for k in parameters & state_dict.keys()
+                 if state_dict[k].is_floating_point() and not torch.isfinite(state_dict[k]).all())
+    if bad:
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        raise WeightsMismatchError(f"the weights hold NaN or infinite values in {', '.join(bad[:5])}{more}: the "
+                                   "file is corrupt or training diverged; use another checkpoint")
 
 
 def _tied_parameters(model: nn.Module) -> dict[str, str]:

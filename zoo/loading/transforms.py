@@ -12,6 +12,7 @@ import torch.nn as nn
 from PIL import Image
 from torchvision.transforms import InterpolationMode, v2
 
+from zoo.errors import InvalidArgumentError
 from zoo.store import registry
 from zoo.store.registry import IMAGENET_MEAN, IMAGENET_STD
 
@@ -40,7 +41,7 @@ def transforms(name_or_model: str | nn.Module) -> Callable[[Any], torch.Tensor]:
     else:
         preprocess = registry.weight_info(name_or_model).preprocess
     if not preprocess:
-        raise ValueError("these weights record no image preprocessing")
+        raise InvalidArgumentError("these weights record no image preprocessing")
     return build_transforms(preprocess)
 
 
@@ -72,7 +73,7 @@ class ConvertChannels(nn.Module):
     def __init__(self, channels: int) -> None:
         super().__init__()
         if channels not in self._MODES:
-            raise ValueError(f"images convert to 1, 3 or 4 channels, not {channels}")
+            raise InvalidArgumentError(f"images convert to 1, 3 or 4 channels, not {channels}")
         self.channels = channels
 
     def forward(self, image: Any) -> Any:

@@ -31,7 +31,7 @@ from filelock import FileLock
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from zoo.errors import ChecksumError, DownloadError, WeightsError, WeightsNotFoundError
+from zoo.errors import ChecksumError, DownloadError, InvalidArgumentError, WeightsError, WeightsNotFoundError
 from zoo.store.files import atomic_path, write_bytes_atomic
 from zoo.store.state_dict_files import load_state_dict_file, standalone_tensors
 from zoo.store.transfer import CHUNK_SIZE, SHA256_HEX, TransientError, describe_expected, download_once
@@ -142,12 +142,12 @@ def fetch(
     is used instead of downloading it again, when it matches the expected hash.
     """
     if urlsplit(url).scheme not in ("http", "https"):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"fetch() downloads http(s) URLs only, got {url!r}; "
             "read local files with load_state_dict_file() instead."
         )
     if retries < 1:
-        raise ValueError(f"retries is the total number of attempts, must be >= 1, got {retries}.")
+        raise InvalidArgumentError(f"retries is the total number of attempts, must be >= 1, got {retries}.")
     name = _checked_filename(filename if filename is not None else _basename(url), url)
     expected = _normalize_expected(sha256 if sha256 is not None else hash_prefix_from_filename(url))
     target = zoo_home() / "downloads" / name
@@ -250,7 +250,12 @@ def fetch_state_dict(
             _forget(converted)
         source = fetch(url, sha256=sha256, filename=filename, progress=progress)
         source_digest = verify_file(source, expected)
-        tensors = standalone_tensors(load_state_dict_file(source))
+        try:
+            tensors = standalone_tensors(load_state_dict_file(source))
+        except WeightsError:  # a refused pickle (code to run) or corrupt bytes: not kept in the cache
+            with FileLock(_subdir("locks", "downloads") / f"{source.name}.lock"):
+                _forget(source)
+            raise
         metadata = {"format": "pt", "zoo.source_url": url, _SOURCE_SHA256_KEY: source_digest}
         with atomic_path(converted) as tmp:
             save_file(tensors, tmp, metadata=metadata)
@@ -272,7 +277,7 @@ def _basename(url_or_name: str) -> str:
 def _checked_filename(name: str, url: str) -> str:
     """``name`` if it is safe as a single file name in the cache, else ValueError."""
     if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith("."):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"Cannot derive a cache file name from {url!r} (got {name!r}); "
             "pass filename='<name>' with a plain file name."
         )
@@ -285,7 +290,7 @@ def _normalize_expected(sha256: str | None) -> str | None:
         return None
     expected = sha256.strip().lower()
     if not (_MIN_PREFIX <= len(expected) <= 64 and _HEX.fullmatch(expected)):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"Expected sha256 {sha256!r} is not a hex digest: give the full 64-character "
             f"sha256 or a prefix of at least {_MIN_PREFIX} hex characters."
         )
@@ -353,7 +358,7 @@ def _read_record(path: Path) -> dict[str, Any] | None:
             and record["checksum"] == _record_checksum(record)
         ):
             return record
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, WeightsError):  # WeightsError: ZOO_HOME is a file
         pass
     return None
 
@@ -369,8 +374,12 @@ def _write_record(path: Path, digest: str, stat: os.stat_result | None = None) -
         "sha256": digest,
     }
     record["checksum"] = _record_checksum(record)
-    if _writable_or_creatable(_record_path(path).parent):
-        write_bytes_atomic(_record_path(path), json.dumps(record, indent=1).encode())
+    try:
+        target = _record_path(path)
+    except WeightsError:  # ZOO_HOME is not a folder: the record is a cache, the file is verified all the same
+        return
+    if _writable_or_creatable(target.parent):
+        write_bytes_atomic(target, json.dumps(record, indent=1).encode())
 
 
 def _writable_or_creatable(folder: Path) -> bool:

@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from zoo.errors import InvalidArgumentError
+
 
 @contextmanager
 def atomic_path(target: str | os.PathLike) -> Iterator[Path]:
@@ -81,3 +83,24 @@ def _fsync(path: Path) -> None:
             raise
     finally:
         os.close(fd)
+
+
+def check_writable(path: str | os.PathLike) -> Path:
+    """``path`` when a file can be written there: not a folder, inside a folder that exists or
+    can be made and takes new files. Checked before long work, so that it fails first."""
+    path = Path(path)
+    if path.is_dir():
+        raise InvalidArgumentError(f"{path} is a folder; give the file to write inside it")
+    folder = path.absolute().parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise InvalidArgumentError(f"cannot write {path}: {folder} is a file, not a folder; choose another path")
+    try:  # a probe file: permission bits do not tell (root writes anywhere, /proc takes no new files)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise InvalidArgumentError(
+            f"cannot write {path}: {folder} does not take new files ({error.strerror}); choose another folder"
+        ) from None
+    return path

@@ -16,7 +16,7 @@ from typing import Any
 
 from zoo.architectures import ARCHS, ArchSpec, model_builders, register_model, registered_specs
 from zoo.architectures._registry import ModelBuilder
-from zoo.errors import UnknownModelError, WeightsError
+from zoo.errors import InvalidArgumentError, UnknownModelError, WeightsError
 
 __all__ = ["ArchSpec", "ModelBuilder", "UnknownModelError", "WeightInfo", "list_models", "register_model", "resolve", "weight_info"]
 
@@ -216,6 +216,8 @@ def no_pretrained_weights(arch: str) -> UnknownModelError:
 def resolve(name: str) -> tuple[str, WeightInfo | None]:
     """Split ``arch`` or ``arch.tag`` into the architecture and its weight entry
     (the default entry for a bare architecture name; None when it has none)."""
+    if not isinstance(name, str):
+        raise InvalidArgumentError(f"a model name is a string such as 'resnet20.fmnist', got {name!r}")
     _ensure_loaded()
     arch, _, tag = name.partition(".")
     if arch not in ARCHS and arch not in registered_specs:

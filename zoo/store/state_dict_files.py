@@ -5,6 +5,7 @@ saving as safetensors."""
 from __future__ import annotations
 
 import pickle
+import re
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,7 +15,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from zoo.errors import WeightsError, WeightsNotFoundError
+from zoo.errors import InvalidArgumentError, WeightsError, WeightsNotFoundError
 
 _WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "state_dict_ema")
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DDP, torch.compile
@@ -40,12 +41,10 @@ def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
     try:
         obj = torch.load(path, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as err:
-        text = " ".join(str(err).split())
-        reason = text.split("WeightsUnpickler error:", 1)[-1].split(" Check the documentation")[0]
         raise WeightsError(
-            f"{path} cannot be loaded with torch.load(weights_only=True): {reason.strip()} "
-            "zoo refuses to unpickle arbitrary code, so checkpoints that need weights_only=False "
-            "are not supported. If you trust the file, re-save its tensors as a plain state dict "
+            f"{path} cannot be loaded with torch.load(weights_only=True): {_refusal_reason(err)}. "
+            "zoo refuses to unpickle arbitrary code, so it does not load such a checkpoint. If you trust the file, "
+            "re-save its tensors as a plain state dict "
             "or as safetensors and load that; if it is not a checkpoint, it is corrupt: delete "
             "it and fetch it again."
         ) from err
@@ -70,13 +69,13 @@ def unwrap_state_dict(obj: Any) -> dict[str, torch.Tensor]:
             break
         obj = inner
     if not isinstance(obj, Mapping):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"Expected a state dict (a mapping of names to tensors), got {type(obj).__name__}; "
             "save the model's state_dict() rather than the model."
         )
     tensors = {str(k): v for k, v in obj.items() if isinstance(v, torch.Tensor)}
     if not tensors:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"No tensors found in the checkpoint (its keys: {sorted(map(str, obj))[:10]}); "
             f"expected a state dict, possibly wrapped under one of {list(_WRAPPER_KEYS)}."
         )
@@ -101,3 +100,13 @@ def standalone_tensors(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tens
         return t.clone(memory_format=torch.contiguous_format)
 
     return {k: standalone(t) for k, t in tensors.items()}
+
+
+def _refusal_reason(error: Exception) -> str:
+    """What the pickle wanted, without torch's advice (to allowlist globals or turn weights_only off)."""
+    text = " ".join(str(error).split())
+    found = re.search(r"GLOBAL ([\w.]+)", text)
+    if found:
+        return f"it would import {found.group(1)}, which a plain checkpoint never needs"
+    reason = text.split("WeightsUnpickler error:", 1)[-1].strip()
+    return re.split(r"(?<=[.!?]) ", reason)[0].rstrip(".") if "weights_only" not in reason else "it holds more than tensors"
