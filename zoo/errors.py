@@ -6,9 +6,7 @@ import os
 import sys
 from collections.abc import Callable
 
-
-class ZooError(Exception):
-    """Base of zoo's own errors: the message names the problem, the argument or file, and the fix."""
+from zoo.architectures._errors import InvalidArgumentError, ZooError  # the families raise them too
 
 
 class UnknownModelError(ZooError, KeyError, ValueError):
@@ -26,16 +24,17 @@ class DataError(ZooError, ValueError):
     """A user's data file or folder that cannot be read or used as it is."""
 
 
-class InvalidArgumentError(ZooError, TypeError, ValueError):
-    """An argument that does not apply to the model or the call, or has an unusable value."""
-
-
 class WeightsMismatchError(ZooError, ValueError):
     """A state dict whose keys or shapes don't fit the model it is loaded into."""
 
 
 class WeightsError(ZooError, RuntimeError):
     """Something went wrong getting or reading weights."""
+
+
+class ConfigFileError(WeightsError, ValueError):
+    """A configuration file that came with weights (a Hugging Face config.json or index, a saved
+    folder's config) holds something zoo cannot build from; the message names the file and field."""
 
 
 class ChecksumError(WeightsError):

@@ -3,6 +3,7 @@ remembered per machine, model and input shape in ``$ZOO_HOME/optimize.json``."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -66,10 +67,27 @@ def remembered(key: str) -> tuple[str, list[Candidate]] | None:
     """The precision auto chose before under ``key`` and the candidates it measured then, or
     None (nothing remembered, or an entry this version cannot read)."""
     entry = _read_cache().get(key)
-    try:
-        return entry["precision"], [Candidate(**c) for c in entry["candidates"]]
-    except (TypeError, KeyError):
+    if not isinstance(entry, dict) or not isinstance(entry.get("precision"), str):
         return None
+    candidates = [_candidate(c) for c in entry.get("candidates") or [None]] if isinstance(
+        entry.get("candidates"), list) else [None]
+    return None if None in candidates else (entry["precision"], candidates)
+
+
+_NUMBERS = ("median_s", "speedup", "top1_agreement", "max_abs_diff")
+
+
+def _candidate(values: Any) -> Candidate | None:
+    """A remembered candidate, or None when the file's entry is not one (edited, another version)."""
+    try:
+        candidate = Candidate(**values)
+    except TypeError:
+        return None
+    numbers_ok = all(v is None or isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+                     for v in (getattr(candidate, n) for n in _NUMBERS))
+    ok = numbers_ok and isinstance(candidate.name, str) and isinstance(candidate.passed, bool) and isinstance(
+        candidate.note, str)
+    return candidate if ok else None
 
 
 def write_cache(key: str, precision: str, candidates: list[Candidate]) -> None:

@@ -12,6 +12,7 @@ parameters, so loading needs no more memory than the model itself.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from tqdm import tqdm
 
 from zoo.architectures import ARCHS
 from zoo.architectures.moe_transformer import MoETransformer
-from zoo.errors import InvalidArgumentError, WeightsError, WeightsMismatchError
+from zoo.errors import ConfigFileError, InvalidArgumentError, WeightsError, WeightsMismatchError
 from zoo.store import registry
 from zoo.store.files import atomic_files
 from zoo.store.model_config import ModelConfig, set_config
@@ -146,24 +147,15 @@ def load_pretrained(
     are made in ``dtype`` (default float32). A classification head is freshly initialised (the
     checkpoint's LM head is then left out). What `zoo.load(name, weights=directory)` calls."""
     directory = Path(directory)
-    arch, _ = registry.resolve(name)
-    if not registry.arch_spec(arch).hf_checkpoints:
-        archs = [name for name, spec in ARCHS.items() if spec.hf_checkpoints]
-        raise InvalidArgumentError(f"Hugging Face MoE checkpoints load into {' or '.join(archs)}, not {arch}")
-    heads = registry.supported_heads(arch)
-    head = head or heads[0]
-    if head not in heads:
-        raise InvalidArgumentError(f"{arch} has no head {head!r}; choose one of: {', '.join(heads)}")
-    config = _read_json(directory / CONFIG_FILE)
-    if not isinstance(config, dict):
-        raise WeightsError(f"{directory / CONFIG_FILE} must hold a JSON object (a transformers config)")
-    kwargs = {**config_to_kwargs(config), **overrides}
+    arch, head = _checked_head(name, head)
+    kwargs = {**_config_kwargs(directory / CONFIG_FILE), **overrides}
+    files = _shard_files(directory)
     with torch.device("meta"):
-        model = registry.get_builder(arch)(head=head, num_classes=num_classes, **kwargs)
+        model = _build(arch, head, num_classes, kwargs, directory / CONFIG_FILE)
+    _check_size(model, files, directory / CONFIG_FILE)
     model.to(dtype=dtype).to_empty(device="cpu")
     model.tie_weights()  # to_empty made separate tensors
     filler = _ParameterFiller(model)
-    files = _shard_files(directory)
     for file in tqdm(files, desc="loading shards", unit="shard", disable=len(files) == 1):
         with safe_open(file, framework="pt") as f:
             for key in f.keys():
@@ -174,6 +166,76 @@ def load_pretrained(
     model.to(dtype=dtype)
     config = ModelConfig(arch, head, kwargs, weights=str(directory), num_classes=model.num_classes)
     return set_config(model, config)
+
+
+def _checked_head(name: str, head: str | None) -> tuple[str, str]:
+    """The architecture of ``name`` (one that reads these checkpoints) and the head to build."""
+    arch, _ = registry.resolve(name)
+    if not registry.arch_spec(arch).hf_checkpoints:
+        archs = [name for name, spec in ARCHS.items() if spec.hf_checkpoints]
+        raise InvalidArgumentError(f"Hugging Face MoE checkpoints load into {' or '.join(archs)}, not {arch}")
+    heads = registry.supported_heads(arch)
+    head = head or heads[0]
+    if head not in heads:
+        raise InvalidArgumentError(f"{arch} has no head {head!r}; choose one of: {', '.join(heads)}")
+    return arch, head
+
+
+def _config_kwargs(path: Path) -> dict[str, Any]:
+    """zoo's options from a checkpoint's config.json; anything missing or mistyped names the file."""
+    config = _read_json(path)
+    if not isinstance(config, dict):
+        raise ConfigFileError(f"{path} must hold a JSON object (a transformers config)")
+    try:
+        kwargs = config_to_kwargs(config)
+    except KeyError as error:
+        raise ConfigFileError(f"{path}: field {error} is missing; it is not a complete transformers config") from None
+    except ConfigFileError:
+        raise
+    except (TypeError, ValueError, AttributeError, IndexError, OverflowError) as error:
+        raise ConfigFileError(f"{path}: {error}") from None
+    _check_bounds(kwargs, path)
+    return kwargs
+
+
+# what a config may ask for before anything is built (the largest published MoE models fit):
+# sizes up to 2**20, up to 256 layers of up to 512 experts, 20,000 experts in all
+_MAX_SIZE, _MAX_LAYERS, _MAX_EXPERTS, _MAX_ALL_EXPERTS = 2**20, 256, 512, 20_000
+_SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_heads", "num_kv_heads", "head_dim",
+          "max_position_embeddings", "shared_expert_size", "dense_intermediate_size", "top_k")
+
+
+def _check_bounds(kwargs: dict[str, Any], path: Path) -> None:
+    for name in (*_SIZES, "num_layers", "num_experts"):
+        value = kwargs.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= _MAX_SIZE):
+            raise ConfigFileError(f"{path}: {name}={value!r} must be a whole number from 1 to {_MAX_SIZE:,}")
+    layers, experts = kwargs["num_layers"], kwargs.get("num_experts") or 1
+    if layers > _MAX_LAYERS or experts > _MAX_EXPERTS or layers * experts > _MAX_ALL_EXPERTS:
+        raise ConfigFileError(f"{path}: {layers} layers of {experts} experts is beyond what zoo builds "
+                              f"({_MAX_LAYERS} layers, {_MAX_EXPERTS} experts, {_MAX_ALL_EXPERTS:,} experts in all)")
+
+
+def _build(arch: str, head: str, num_classes: int | None, kwargs: dict[str, Any], path: Path) -> nn.Module:
+    """The architecture on the meta device; options the config gives that it refuses name the file."""
+    try:
+        return registry.get_builder(arch)(head=head, num_classes=num_classes, **kwargs)
+    except (TypeError, ValueError, AttributeError, ZeroDivisionError, OverflowError) as error:
+        raise ConfigFileError(f"{path} describes a model zoo cannot build: {error}") from None
+
+
+def _check_size(model: nn.Module, files: list[Path], path: Path) -> None:
+    """Refuse a config describing a model far larger than the tensors the checkpoint holds, before
+    any memory is allocated for it (every parameter but a fresh head comes from the files)."""
+    held = 0
+    for file in files:
+        with safe_open(file, framework="pt") as f:
+            for key in f.keys():
+                held += math.prod(f.get_slice(key).get_shape())
+    wanted = sum(p.numel() for p in model.parameters())
+    if wanted > 2 * held + 10_000_000:
+        raise ConfigFileError(f"{path} describes a model of {wanted:,} parameters, but the checkpoint holds "
+                              f"{held:,} values: the config does not belong to these weights")
 
 
 def _shard_files(directory: Path) -> list[Path]:

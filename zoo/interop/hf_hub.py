@@ -189,6 +189,8 @@ def _read_pin(path: Path, entry: WeightInfo) -> dict[str, str] | None:
         return None
     except (OSError, ValueError) as error:
         raise WeightsError(f"{path} is not readable JSON ({error}); delete it to record the download again") from None
+    if not isinstance(record, dict):
+        raise WeightsError(f"{path} is not a download record (a JSON object); delete it to record the download again")
     same_source = (record.get("repo"), record.get("revision"), record.get("file")) == (entry.hf_hub, entry.revision, entry.hf_file)
     valid = isinstance(record.get("commit"), str) and _SHA256.fullmatch(str(record.get("sha256")))
     return record if same_source and valid else None
