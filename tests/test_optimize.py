@@ -246,3 +246,22 @@ def test_dynamos_recompile_limit_shared_by_a_class_does_not_push_a_second_model_
     with torch.no_grad():
         torch.testing.assert_close(second(x), second.model(x), rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(first(x), first.model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_the_pick_agrees_with_the_reports_own_medians() -> None:
+    """From fixed timings: the fastest passing candidate wins, and every speed-up is eager's
+    median over the candidate's, so the report cannot contradict itself."""
+    from zoo.deploy.inference import pick
+    from zoo.deploy.optimize_report import Candidate
+
+    candidates = [
+        Candidate("eager", median_s=0.0236, speedup=1.0, passed=True),
+        Candidate("bf16", median_s=0.0120, speedup=36.75, passed=True),  # a stale pairwise figure
+        Candidate("int8", median_s=0.0041, speedup=2.0, passed=True),
+        Candidate("fp32", median_s=0.0030, speedup=9.0, passed=False, note="disagrees"),
+    ]
+    chosen = pick(candidates)
+    assert chosen.name == "int8"
+    for c in candidates[:3]:
+        assert c.speedup == pytest.approx(0.0236 / c.median_s)
+    assert max((c for c in candidates if c.passed), key=lambda c: c.speedup) is chosen

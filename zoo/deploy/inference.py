@@ -125,6 +125,19 @@ class _Trials:
         """fp32 eager, then each of ``names`` built and measured."""
         return [self.eager, *(self._measure(name) for name in names)]
 
+    def final_round(self, passed: list[Candidate]) -> None:
+        """Time fp32 eager and every candidate that passed in turn, in one interleaved round,
+        and give each its median from it: the choice is made on one consistent measurement,
+        not on pairs timed minutes apart under different load."""
+        others = [c for c in passed if c.name != "eager"]
+        if not others:
+            return
+        runs = [self.model, *(self.built[c.name] for c in others)]
+        times = medians(runs, self.args, self.repeats, self.device)
+        self.eager.median_s = times[0]
+        for candidate, seconds in zip(others, times[1:]):
+            candidate.median_s = seconds
+
     def _measure(self, name: str) -> Candidate:
         candidate = Candidate(name)
         try:
@@ -139,6 +152,17 @@ class _Trials:
                 raise
             candidate.note = f"failed: {type(error).__name__}: {' '.join(str(error).split())[:200]}"
         return candidate
+
+
+def pick(candidates: list[Candidate]) -> Candidate:
+    """The fastest candidate that passed, by the medians of one measurement: each one's
+    ``speedup`` is fp32 eager's median over its own, both from that measurement, so the pick
+    and the report's figures agree (fp32 eager passes by definition)."""
+    eager = next(c for c in candidates if c.name == "eager")
+    passed = [c for c in candidates if c.passed and c.median_s]
+    for c in passed:
+        c.speedup = eager.median_s / c.median_s
+    return min(passed, key=lambda c: c.median_s)
 
 
 def _measure_precision(trials: _Trials, precision: str, report: OptimizeReport,
@@ -161,9 +185,10 @@ def _choose_auto(trials: _Trials, report: OptimizeReport, unavailable: dict[str,
         if chosen.passed:
             report.candidates, report.cached = choice[1], True
             return chosen
-    report.candidates = trials.measure(n for n in trials.available if n != "eager")
-    report.candidates += [Candidate(n, note=reason) for n, reason in unavailable.items()]
-    chosen = max((c for c in report.candidates if c.passed), key=lambda c: c.speedup)
+    measured = trials.measure(n for n in trials.available if n != "eager")
+    trials.final_round([c for c in measured if c.passed])
+    report.candidates = measured + [Candidate(n, note=reason) for n, reason in unavailable.items()]
+    chosen = pick(report.candidates)
     if cache:
         write_cache(report.cache_key, chosen.name, report.candidates)
     return chosen
