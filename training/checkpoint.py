@@ -8,6 +8,7 @@ reads it back (``weights_only``) and checks it fits the run. ``best.pt`` holds t
 weights (`write_best_weights`, `read_best_weights`). `seed_everything`, `rng_state` and
 `set_rng_state` cover Python's, NumPy's and torch's (CPU and CUDA) generators.
 """
+
 from __future__ import annotations
 
 import os
@@ -185,7 +186,10 @@ def rng_state() -> dict[str, Any]:
     state = {
         "torch": torch.get_rng_state(),
         "numpy": {
-            "keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos, "has_gauss": has_gauss, "cached": cached,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": pos,
+            "has_gauss": has_gauss,
+            "cached": cached,
         },
         "python": random.getstate(),
     }

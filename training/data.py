@@ -1,6 +1,7 @@
 """Training data: Fashion-MNIST and the standard-library corpus offline, the model's image
 preprocessing plus augmentation, and the samplers and loaders the Trainer reads datasets with.
 Users' own files are read in `zoo.training.sources`."""
+
 from __future__ import annotations
 
 import gzip
@@ -23,7 +24,16 @@ from zoo.tokenizer import ByteTokenizer
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")  # Debian package dataset-fashion-mnist
 FASHION_MNIST_CLASSES = (
-    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
 )
 
 

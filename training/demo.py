@@ -7,6 +7,7 @@ fine-tuned on them, and the same network is trained from random weights on the s
 with the same budget and seed (`zoo.training.transfer`). Both accuracies are printed; the plot of
 both runs and the fine-tuned model (``zoo.load(OUT/pretrained)``) are saved.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,22 +51,48 @@ def run(args: argparse.Namespace, command: str | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser()
     finetune.add_arguments(parser)
     options = [
-        args.weights, "--data", str(train_dir), "--val-data", str(eval_dir), "--out", str(out),
-        "--epochs", str(args.epochs), "--batch-size", "32", "--lr", str(args.lr), "--warmup-epochs", "1",
-        "--crop-padding", "2", "--seed", str(args.seed), "--no-post-training", "--overwrite",  # the demo's own folder
+        args.weights,
+        "--data",
+        str(train_dir),
+        "--val-data",
+        str(eval_dir),
+        "--out",
+        str(out),
+        "--epochs",
+        str(args.epochs),
+        "--batch-size",
+        "32",
+        "--lr",
+        str(args.lr),
+        "--warmup-epochs",
+        "1",
+        "--crop-padding",
+        "2",
+        "--seed",
+        str(args.seed),
+        "--no-post-training",
+        "--overwrite",  # the demo's own folder
     ]
-    print(f"digits: {args.per_class} labelled images per class in {train_dir}, "
-          f"{sum(1 for _ in eval_dir.rglob('*.png'))} for evaluation in {eval_dir}")
+    print(
+        f"digits: {args.per_class} labelled images per class in {train_dir}, "
+        f"{sum(1 for _ in eval_dir.rglob('*.png'))} for evaluation in {eval_dir}"
+    )
     summary = transfer.compare(parser.parse_args(options), command=command)
-    pretrained, scratch = (summary["runs"][arm]["best"].get("val_acc", float("nan")) for arm in ("pretrained", "scratch"))
-    print(f"\naccuracy on {eval_dir.parent.name}/eval: fine-tuned from {args.weights} {pretrained:.1%}, "
-          f"from scratch {scratch:.1%} (same network, images, epochs and seed)")
+    pretrained, scratch = (
+        summary["runs"][arm]["best"].get("val_acc", float("nan")) for arm in ("pretrained", "scratch")
+    )
+    print(
+        f"\naccuracy on {eval_dir.parent.name}/eval: fine-tuned from {args.weights} {pretrained:.1%}, "
+        f"from scratch {scratch:.1%} (same network, images, epochs and seed)"
+    )
     print(f"fine-tuned model: {out / 'pretrained'} (zoo.load('{out / 'pretrained'}'))")
     return summary
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--weights", default=DEFAULT_WEIGHTS, help="weights to fine-tune (arch.tag or a zoo.save folder)")
+    parser.add_argument(
+        "--weights", default=DEFAULT_WEIGHTS, help="weights to fine-tune (arch.tag or a zoo.save folder)"
+    )
     parser.add_argument("--out", default="runs/demo", help="output folder")
     parser.add_argument("--per-class", type=int, default=10, help="labelled training images per digit")
     parser.add_argument("--eval-per-class", type=int, default=60, help="evaluation images per digit")

@@ -2,6 +2,7 @@
 digit classification": the 8x8 digits of ``load_digits``, plus copies shifted by one pixel in
 each of four directions (5 x 1797 images), min-max scaled to [0, 1] and split 80/20 with
 ``random_state=0``. Needs scikit-learn (its digits ship with it, so no download)."""
+
 from __future__ import annotations
 
 import numpy as np

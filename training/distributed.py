@@ -2,6 +2,7 @@
 ``torchrun`` describes, this process's device, and data parallelism: a model wrapped in
 DistributedDataParallel or sharded with FSDP2 block by block, and the gradient all-reduce
 skipped on all but the last micro-batch of an optimizer step."""
+
 from __future__ import annotations
 
 import contextlib

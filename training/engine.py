@@ -16,6 +16,7 @@ curves), `zoo.training.meter` (an epoch's loss and accuracy) and `zoo.training.d
     trainer = Trainer(model, TrainConfig(epochs=10, lr=1e-3, precision="bf16", out_dir="run"))
     trainer.fit(train_set, val_set)
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -199,9 +200,7 @@ class Trainer(Checkpointing):
             raise ValueError("the training set is empty")
         epochs = self._epochs(train_set)
         self.monitor = self._monitor_name(val_set is not None)
-        self.scheduler = make_scheduler(
-            self.optimizer, cfg, epochs.steps_per_epoch, epochs.total_steps, self.monitor
-        )
+        self.scheduler = make_scheduler(self.optimizer, cfg, epochs.steps_per_epoch, epochs.total_steps, self.monitor)
         self._data_signature = {"samples": len(train_set), "batch_size": cfg.batch_size, "world_size": self.world_size}
 
         resumed = self._resume_path()
@@ -234,8 +233,14 @@ class Trainer(Checkpointing):
         drop_last = len(sampler) >= cfg.batch_size  # avoid tiny last batches (BatchNorm needs >1 sample)
         generator = torch.Generator()
         loader = build_loader(
-            train_set, cfg.batch_size, sampler=sampler, collate_fn=self.collate_fn, num_workers=cfg.num_workers,
-            pin_memory=self._pin_memory(), persistent_workers=cfg.persistent_workers, generator=generator,
+            train_set,
+            cfg.batch_size,
+            sampler=sampler,
+            collate_fn=self.collate_fn,
+            num_workers=cfg.num_workers,
+            pin_memory=self._pin_memory(),
+            persistent_workers=cfg.persistent_workers,
+            generator=generator,
             drop_last=drop_last,
         )
         steps_per_epoch = math.ceil(len(loader) / cfg.accum_steps)
@@ -256,8 +261,12 @@ class Trainer(Checkpointing):
         start = time.perf_counter()
         samples_before = self._meter.samples
         bar = tqdm(
-            total=batches, initial=self.state.batches_done, desc=f"epoch {epoch + 1}/{cfg.epochs}",
-            disable=not (cfg.progress and self.is_main), leave=False, dynamic_ncols=True,
+            total=batches,
+            initial=self.state.batches_done,
+            desc=f"epoch {epoch + 1}/{cfg.epochs}",
+            disable=not (cfg.progress and self.is_main),
+            leave=False,
+            dynamic_ncols=True,
         )
         group: list[Any] = []
         for batch in epochs.loader:
@@ -320,9 +329,7 @@ class Trainer(Checkpointing):
         self._tick()
         metrics["elapsed_s"] = state.elapsed_s
         if self.monitor not in metrics:
-            raise ValueError(
-                f"monitor {self.monitor!r} is not among the epoch's metrics: {', '.join(sorted(metrics))}"
-            )
+            raise ValueError(f"monitor {self.monitor!r} is not among the epoch's metrics: {', '.join(sorted(metrics))}")
         return metrics
 
     def _judge_epoch(self, value: float) -> None:
@@ -347,8 +354,13 @@ class Trainer(Checkpointing):
         model = model or self._eval_model()
         sampler = ShardSampler(dataset, self.world_size, self.rank)
         loader = build_loader(
-            dataset, cfg.batch_size, sampler=sampler, collate_fn=self.collate_fn, num_workers=cfg.num_workers,
-            pin_memory=self._pin_memory(), generator=torch.Generator().manual_seed(cfg.seed),
+            dataset,
+            cfg.batch_size,
+            sampler=sampler,
+            collate_fn=self.collate_fn,
+            num_workers=cfg.num_workers,
+            pin_memory=self._pin_memory(),
+            generator=torch.Generator().manual_seed(cfg.seed),
         )
         was_training = model.training
         model.eval()

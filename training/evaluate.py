@@ -5,6 +5,7 @@ A task takes a model and ``limit`` (the first ``limit`` test samples, or all) an
 metrics. Accuracies are in percent; `compare` allows 0.2 points for them and 1% (relative)
 for other metrics (losses, error ratios, bits per byte).
 """
+
 from __future__ import annotations
 
 import math
@@ -17,8 +18,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import zoo
-from zoo.training.data import load_fashion_mnist, stdlib_corpus
 from zoo.devices import model_device
+from zoo.training.data import load_fashion_mnist, stdlib_corpus
 from zoo.training.steps import move_to_device
 
 Task = Callable[[nn.Module, int | None], dict[str, float]]
@@ -143,7 +144,9 @@ def stdlib_bytes(model: nn.Module, limit: int | None = None) -> dict[str, float]
     with torch.inference_mode():
         for start in range(0, windows, 64):
             logits = model(inputs[start : start + 64]).float()
-            total += float(F.cross_entropy(logits.flatten(0, 1), targets[start : start + 64].flatten(), reduction="sum"))
+            total += float(
+                F.cross_entropy(logits.flatten(0, 1), targets[start : start + 64].flatten(), reduction="sum")
+            )
     return {"bits_per_byte": total / (windows * CONTEXT) / math.log(2)}
 
 
@@ -177,7 +180,12 @@ def compare(name: str, limit: int | None = None) -> list[dict[str, Any]]:
         )
     measured = evaluate(zoo.load(info.name), info.eval_task, limit)
     return [
-        {"task": key, "metric": metric, "claimed": value, "measured": measured[metric],
-         "ok": within_tolerance(metric, measured[metric], value)}
+        {
+            "task": key,
+            "metric": metric,
+            "claimed": value,
+            "measured": measured[metric],
+            "ok": within_tolerance(metric, measured[metric], value),
+        }
         for metric, value in claimed.items()
     ]

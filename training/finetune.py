@@ -13,6 +13,7 @@ output per class of the data and image models take its channel count. Modes:
 OUT receives the best model as `zoo.save` writes it (``zoo.load(OUT)`` restores it) with a
 model card, the metrics (CSV, JSON), loss/accuracy curves, TensorBoard logs and checkpoints.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,6 +65,7 @@ __all__ = [
     "run",
 ]
 
+
 def _fitting_example(kind: str) -> str:
     """A name that fine-tunes on data of ``kind``, from the family specs."""
     return next(s.finetune_example for s in ARCHS.values() if s.inputs == kind and s.finetune_example)
@@ -107,14 +109,18 @@ def load_for_data(
         _check_fits(name, saved["architecture"], data)
         if pretrained:
             if model_kwargs:
-                raise ValueError(f"{source.path} is a saved model with fixed options; drop model_kwargs {dict(model_kwargs)}")
+                raise ValueError(
+                    f"{source.path} is a saved model with fixed options; drop model_kwargs {dict(model_kwargs)}"
+                )
             channels = {"in_chans": data.in_chans} if data.kind == "images" else {}  # colour data, gray model: adapt
             return zoo.load(source, num_classes=data.num_classes, **channels), str(source.path)
         arch, kwargs = saved["architecture"], {**saved["model_kwargs"], **(model_kwargs or {})}
         return zoo.load(architecture(arch), pretrained=False, num_classes=data.num_classes, **kwargs), None
     if not isinstance(source, Registered):
-        raise ValueError(f"{name!r}: fine-tuning starts from registered weights, an architecture or a folder "
-                         "written by zoo.save; download a Hub model with zoo.load and zoo.save it first")
+        raise ValueError(
+            f"{name!r}: fine-tuning starts from registered weights, an architecture or a folder "
+            "written by zoo.save; download a Hub model with zoo.load and zoo.save it first"
+        )
     arch = source.arch
     kwargs: dict[str, Any] = dict(model_kwargs or {})
     if data.kind == "images":
@@ -168,18 +174,28 @@ def finetune(
     model, metrics = _best_model(model, trainer, history)
     if trainer.is_main:
         model.pretrained_cfg = {
-            **model.pretrained_cfg, "weights": None, "finetuned_from": base, "class_names": source.class_names,
+            **model.pretrained_cfg,
+            "weights": None,
+            "finetuned_from": base,
+            "class_names": source.class_names,
         }
         model.requires_grad_(True)  # the returned model trains whole again
         zoo.save(model, out, overwrite=True)  # prepare_output let only a run's own files (a resumed run's) stay
         ran = options.post_training and val_set is not None
         after = evaluate_and_export(model, val_set, source, config) if ran else None
         details = {
-            "name": name, "base": base, "data": source.description, "mode": options.mode,
-            "stages": options.stages if options.mode == "partial" else None, "layer_decay": options.layer_decay,
-            "trainable": trainable, "train_samples": len(train_set),
-            "val_samples": len(val_set) if val_set is not None else 0, "monitor": trainer.monitor,
-            "stopped_early": trainer.state.stopped_early, "epochs_run": len(history),
+            "name": name,
+            "base": base,
+            "data": source.description,
+            "mode": options.mode,
+            "stages": options.stages if options.mode == "partial" else None,
+            "layer_decay": options.layer_decay,
+            "trainable": trainable,
+            "train_samples": len(train_set),
+            "val_samples": len(val_set) if val_set is not None else 0,
+            "monitor": trainer.monitor,
+            "stopped_early": trainer.state.stopped_early,
+            "epochs_run": len(history),
             "distillation": str(options.distill) if options.distill else None,
         }
         card.write_card(out, model, details, metrics, after, config, options.command)
@@ -262,8 +278,6 @@ def _image_preprocess(model: nn.Module, source: DataSource, image_size: int | No
             f"{size}px: pass --image-size {minimum} or more"
         )
     return preprocess, in_chans
-
-
 
 
 # ---------------------------------------------------------------------------------------------

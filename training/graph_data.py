@@ -7,6 +7,7 @@ The synthetic sets are PyG ``InMemoryDataset``s built in memory (no root folder)
 with ``torch_geometric.loader.DataLoader``, ``transform=`` and ``pre_transform=`` (applied once,
 e.g. ``pre_transform=AddTriangles()`` for the triangle readout) as any PyG dataset does.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -17,7 +18,11 @@ import networkx as nx
 import numpy as np
 import torch
 from torch import Tensor
-from zoo.architectures.graph import AddTriangles  # before PyG: it imports PyG with its import-time FutureWarning silenced
+
+# before PyG: zoo.architectures.graph imports PyG with its import-time FutureWarning silenced
+from zoo.architectures.graph import AddTriangles
+
+# isort: split
 from torch_geometric.data import Data, InMemoryDataset
 from torch_geometric.datasets import ExplainerDataset, TUDataset
 from torch_geometric.datasets.graph_generator import BAGraph
@@ -25,8 +30,8 @@ from torch_geometric.datasets.motif_generator import CycleMotif, HouseMotif
 from torch_geometric.transforms import Compose, Constant
 from torch_geometric.utils import grid, remove_self_loops, to_undirected
 
-from zoo.training.data import load_fashion_mnist
 from zoo.store.download import zoo_home
+from zoo.training.data import load_fashion_mnist
 
 Split = Literal["train", "val", "test"]
 Transform = Callable[[Data], Data] | None
@@ -158,8 +163,11 @@ class FashionMNISTGraphs(_GeneratedDataset):
             raise ValueError(f"size must divide 28 (e.g. 28, 14, 7), got {size}")
         images, labels = load_fashion_mnist(split, root)
         if num_graphs is not None:
-            order = torch.arange(len(images)) if seed is None else torch.randperm(
-                len(images), generator=torch.Generator().manual_seed(seed))
+            order = (
+                torch.arange(len(images))
+                if seed is None
+                else torch.randperm(len(images), generator=torch.Generator().manual_seed(seed))
+            )
             images, labels = images[order[:num_graphs]], labels[order[:num_graphs]]
         pooled = torch.nn.functional.avg_pool2d(images.unsqueeze(1).float() / 255, 28 // size).flatten(1)
         src, dst = remove_self_loops(grid(size, size)[0])[0]

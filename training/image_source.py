@@ -88,8 +88,10 @@ def _class_images(root: Path, folder: Path, seen: set[str]) -> list[str]:
             target = os.path.realpath(link)
             inside = target == data or target.startswith(data + os.sep) or data.startswith(target + os.sep)
             if os.path.islink(link) and inside:
-                raise DataError(f"{link} is a link to {target}, which holds or lies in the image folder {root}: it "
-                                "would loop or count images twice; remove the link")
+                raise DataError(
+                    f"{link} is a link to {target}, which holds or lies in the image folder {root}: it "
+                    "would loop or count images twice; remove the link"
+                )
             if target not in visited:  # a folder reached twice (a loop outside the data) is walked once
                 visited.add(target)
                 kept.append(sub)

@@ -2,6 +2,7 @@
 loss, correct predictions and logged scalars, kept on the device, summed over processes at the
 end) and what it reads off a batch and a step output: `count_samples`, `count_correct`, and
 `take_first_samples` for a last evaluation batch padded with repeats."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping

@@ -9,6 +9,7 @@ dependency) but is still shipped and working in the pinned torch 2.14.1, and its
 int8 kernels are the fast CPU path (a hand-written int8 Linear on ``torch._int_mm`` was far
 slower than fp32 on CPU).
 """
+
 from __future__ import annotations
 
 import copy
@@ -26,7 +27,6 @@ import torch.nn as nn
 import torch.nn.utils.prune as prune
 
 from zoo.deploy import inference
-from zoo.devices import model_device
 from zoo.deploy.exporter import (
     NOT_TENSORS_REASON,
     ExampleInput,
@@ -36,6 +36,7 @@ from zoo.deploy.exporter import (
     export_torchscript,
     onnx_packages,
 )
+from zoo.devices import model_device
 from zoo.errors import ZooError
 from zoo.store.files import write_json
 from zoo.training.report import (
@@ -243,9 +244,7 @@ def _static_int8(
     began = time.perf_counter()
     batches = [move_to_device(b, torch.device("cpu")) for b in calibration]
     # timed on the first batch's shape; every other batch size runs on that one graph
-    quantized = inference.optimize(
-        cpu_model, batches[0], "int8", calibration=batches, cache=False, max_batch_graphs=1
-    )
+    quantized = inference.optimize(cpu_model, batches[0], "int8", calibration=batches, cache=False, max_batch_graphs=1)
     measured = {c.name: c for c in quantized.optimize_report.candidates}["int8"]
     return {
         "method": "static (PT2E, x86 inductor)",
@@ -290,28 +289,41 @@ def _pruning(evaluation: _Evaluation, amounts: Sequence[float]) -> list[dict[str
     return rows
 
 
-def _export_all(summary: dict[str, Any], model: nn.Module, example_input: ExampleInput, out_dir: Path,
-                dynamic_batch: bool) -> None:
+def _export_all(
+    summary: dict[str, Any], model: nn.Module, example_input: ExampleInput, out_dir: Path, dynamic_batch: bool
+) -> None:
     """TorchScript, torch.export and ONNX files, each recorded in ``summary``: its result, its
     error, or why it was skipped (inputs that are not tensors, ONNX packages missing)."""
     inputs = example_input if isinstance(example_input, tuple) else (example_input,)
     if not all(isinstance(a, torch.Tensor) for a in inputs):
         summary.update({key: {"skipped": NOT_TENSORS_REASON} for key in ("torchscript", "torch_export", "onnx")})
         return
-    _attempt(summary, "torchscript", lambda: _in_folder(
-        export_torchscript(model, example_input, out_dir / TORCHSCRIPT_FILE, dynamic_batch=dynamic_batch)))
-    _attempt(summary, "torch_export", lambda: _in_folder(
-        export_program(model, example_input, out_dir / EXPORTED_PROGRAM_FILE, dynamic_batch=dynamic_batch)))
+    _attempt(
+        summary,
+        "torchscript",
+        lambda: _in_folder(
+            export_torchscript(model, example_input, out_dir / TORCHSCRIPT_FILE, dynamic_batch=dynamic_batch)
+        ),
+    )
+    _attempt(
+        summary,
+        "torch_export",
+        lambda: _in_folder(
+            export_program(model, example_input, out_dir / EXPORTED_PROGRAM_FILE, dynamic_batch=dynamic_batch)
+        ),
+    )
     try:
         onnx_packages()
     except ZooError as missing:
         summary["onnx"] = {"skipped": str(missing)}
     else:
-        _attempt(summary, "onnx", lambda: _in_folder(
-            export_onnx(model, example_input, out_dir / ONNX_FILE, dynamic_batch=dynamic_batch)))
+        _attempt(
+            summary,
+            "onnx",
+            lambda: _in_folder(export_onnx(model, example_input, out_dir / ONNX_FILE, dynamic_batch=dynamic_batch)),
+        )
 
 
 def _in_folder(result: ExportResult) -> dict[str, Any]:
     """An export's record with its path relative to the output folder, which may move."""
     return {**asdict(result), "path": Path(result.path).name}
-

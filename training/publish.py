@@ -6,6 +6,7 @@ options, preprocessing, class names, the measured metrics keyed by evaluation ta
 `zoo.training.evaluate`) and the recipe command, so `zoo.load(name)` verifies the file and
 `zoo eval name` re-measures the card's numbers.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -118,8 +119,9 @@ def publish(
         "metrics": {k: {m: float(f"{v:.6g}") for m, v in task_metrics.items()} for k, task_metrics in metrics.items()},
         "eval_task": task,
         "num_params": sum(p.numel() for p in model.parameters()),
-        "gmacs": architecture_gmacs(arch, dict(model_kwargs or {}), int(getattr(model, "num_classes", 0)),
-                                    dict(preprocess or {})),
+        "gmacs": architecture_gmacs(
+            arch, dict(model_kwargs or {}), int(getattr(model, "num_classes", 0)), dict(preprocess or {})
+        ),
         "file_size": len(blob),
         "recipe": provenance.command,
         "license": "Apache-2.0",
@@ -162,8 +164,11 @@ def _card(title: str, entry: Mapping[str, Any], provenance: Provenance, date: st
         "",
         "| evaluation | metric | value |",
         "| --- | --- | --- |",
-        *(f"| {task} | {metric} | {value:g} |" for task, values in entry["metrics"].items()
-          for metric, value in values.items()),
+        *(
+            f"| {task} | {metric} | {value:g} |"
+            for task, values in entry["metrics"].items()
+            for metric, value in values.items()
+        ),
         "",
     ]
     if curves:

@@ -19,6 +19,7 @@ The parts live beside this module, which gathers them: `zoo.training.rbm_train` 
 greedy pretraining), `zoo.training.dbn_finetune` (supervised fine-tuning) and
 `zoo.training.rbm_sklearn` (the scikit-learn estimators).
 """
+
 from __future__ import annotations
 
 from zoo.training.dbn_finetune import FinetuneConfig, FinetuneEpochStats, finetune_dbn

@@ -1,6 +1,7 @@
 """Evaluation after training: classification metrics computed with torch (accuracy, macro-F1,
 per-class precision/recall, confusion matrix), a confusion-matrix PNG, loss/accuracy curves
 and an atomic JSON writer. No scikit-learn at run time; the tests check against it."""
+
 from __future__ import annotations
 
 import io
@@ -58,8 +59,10 @@ class ClassificationReport:
         """Fraction of samples on which both models predict the same class (e.g. int8 vs fp32);
         both reports must come from the same data in the same order."""
         if not torch.equal(self.targets, other.targets):
-            raise ValueError("the two reports were computed on different data or order; evaluate both "
-                             "models on the same unshuffled loader")
+            raise ValueError(
+                "the two reports were computed on different data or order; evaluate both "
+                "models on the same unshuffled loader"
+            )
         return (self.predictions == other.predictions).double().mean().item()
 
     def to_dict(self) -> dict[str, Any]:
@@ -86,8 +89,10 @@ def confusion_matrix(predictions: torch.Tensor, targets: torch.Tensor, num_class
         )
     for name, labels in (("targets", targets), ("predictions", predictions)):
         if labels.numel() and (labels.min() < 0 or labels.max() >= num_classes):
-            raise ValueError(f"{name} must lie in [0, {num_classes}), got values in "
-                             f"[{labels.min().item()}, {labels.max().item()}]; check num_classes and the labels")
+            raise ValueError(
+                f"{name} must lie in [0, {num_classes}), got values in "
+                f"[{labels.min().item()}, {labels.max().item()}]; check num_classes and the labels"
+            )
     flat = torch.bincount(targets * num_classes + predictions, minlength=num_classes * num_classes)
     return flat.reshape(num_classes, num_classes).cpu()
 
@@ -193,8 +198,15 @@ def plot_confusion_matrix(report: ClassificationReport, path: str | os.PathLike)
     if n <= 30:
         for i in range(n):
             for j in range(n):
-                ax.text(j, i, str(int(cm[i, j])), ha="center", va="center", fontsize=8,
-                        color="white" if rates[i, j] > 0.5 else "black")
+                ax.text(
+                    j,
+                    i,
+                    str(int(cm[i, j])),
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if rates[i, j] > 0.5 else "black",
+                )
         ax.set_xticks(range(n), report.class_names, rotation=45, ha="right")
         ax.set_yticks(range(n), report.class_names)
     ax.set_xlabel("predicted")

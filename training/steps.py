@@ -6,6 +6,7 @@ from a frozen teacher) are the two the zoo ships. `forward_with_aux` is the one 
 about routing/auxiliary losses. The batch helpers the steps and the evaluation loops share live
 here too: `split_batch` (inputs and targets) and `move_to_device`.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -53,9 +54,7 @@ def split_batch(batch: Any, *, other_batches: str = "Trainer(step_fn=...)") -> t
     )
 
 
-def move_to_device(
-    batch: Any, device: torch.device, *, non_blocking: bool = False, channels_last: bool = False
-) -> Any:
+def move_to_device(batch: Any, device: torch.device, *, non_blocking: bool = False, channels_last: bool = False) -> Any:
     """``batch`` with every tensor on ``device``: tensors, (nested) tuples/lists/dicts, and
     objects with a ``.to`` method (PyG ``Data``/``Batch``); anything else is returned as is.
     ``non_blocking`` copies asynchronously (from pinned memory); ``channels_last`` puts 4-d
@@ -66,11 +65,14 @@ def move_to_device(
             batch = batch.contiguous(memory_format=torch.channels_last)
         return batch
     if isinstance(batch, Mapping):
-        return {k: move_to_device(v, device, non_blocking=non_blocking, channels_last=channels_last)
-                for k, v in batch.items()}
+        return {
+            k: move_to_device(v, device, non_blocking=non_blocking, channels_last=channels_last)
+            for k, v in batch.items()
+        }
     if isinstance(batch, (tuple, list)):
-        return type(batch)(move_to_device(v, device, non_blocking=non_blocking, channels_last=channels_last)
-                           for v in batch)
+        return type(batch)(
+            move_to_device(v, device, non_blocking=non_blocking, channels_last=channels_last) for v in batch
+        )
     if hasattr(batch, "to"):  # PyG Data/Batch and similar containers
         return batch.to(device, non_blocking=True) if non_blocking else batch.to(device)
     return batch
@@ -87,7 +89,9 @@ def unwrap_model(model: nn.Module) -> nn.Module:
             return model
 
 
-def forward_with_aux(model: nn.Module, inputs: Any) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, torch.Tensor]]:
+def forward_with_aux(
+    model: nn.Module, inputs: Any
+) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, torch.Tensor]]:
     """(logits, aux_loss or None, logs) of ``model`` on ``inputs``: the one place that knows
     about auxiliary losses. ``model(x)`` returns logits; a model whose ``forward`` takes
     ``return_aux`` (the MoE models) is called with ``return_aux=True`` and returns an object

@@ -1,6 +1,7 @@
 """The rows of users' text,label files: ``.csv`` read with the csv module's strict rules and a
 required header, ``.jsonl`` one JSON object a line; a malformed row raises `DataError` naming the
 file, the line and the fix."""
+
 from __future__ import annotations
 
 import csv
@@ -17,7 +18,6 @@ TEXT_COLUMNS = ("text", "label")
 
 def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}{'es' if noun.endswith('s') else 's'}"
-
 
 
 _CSV_EXAMPLE = 'the line `text,label` then rows such as `"great film, loved it",pos`'
@@ -43,7 +43,7 @@ def _text_lines(text: str) -> Iterator[str]:
     spaces and tabs dropped."""
     for line in io.StringIO(text, newline=""):
         body = line.rstrip("\r\n")
-        yield body.rstrip(" \t") + line[len(body):]
+        yield body.rstrip(" \t") + line[len(body) :]
 
 
 def _csv_error(path: Path, start: int, end: int, error: csv.Error) -> DataError:
@@ -143,10 +143,10 @@ def jsonl_rows(path: Path, text: str) -> list[tuple[int, str, str]]:
             )
         value, label = row["text"], row["label"]
         if not isinstance(value, str):
-            raise DataError(f"{path}, line {number}: \"text\" must be a string, got a JSON {_json_type(value)}")
+            raise DataError(f'{path}, line {number}: "text" must be a string, got a JSON {_json_type(value)}')
         if isinstance(label, bool) or not isinstance(label, (str, int)):
             raise DataError(
-                f"{path}, line {number}: \"label\" must be a class name (string) or class index (integer), got "
+                f'{path}, line {number}: "label" must be a class name (string) or class index (integer), got '
                 f"a JSON {_json_type(label)}"
             )
         label = str(label).strip()

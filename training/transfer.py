@@ -10,6 +10,7 @@ and ``transfer.json``. Takes every ``zoo finetune`` option; the scratch run alwa
 the whole network (``--mode full``, no layer decay), since random features are not worth
 probing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,11 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from zoo.training.finetune import FinetuneResult, module_main, run
-from zoo.store.files import write_json
-from zoo.training.report import plot_curves
-from zoo.store import registry
 from zoo.loading.saved import saved_folder
+from zoo.store import registry
+from zoo.store.files import write_json
+from zoo.training.finetune import FinetuneResult, module_main, run
+from zoo.training.report import plot_curves
 
 CURVES = ("train_loss", "val_loss", "train_acc", "val_acc")
 

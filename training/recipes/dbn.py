@@ -7,6 +7,7 @@ nothing).
     python -m zoo.training.recipes.dbn digits          # scikit-learn's nudged digits, 64-256-256
     python -m zoo.training.recipes.dbn fashion-mnist   # 784-1000-1000, pixels scaled to [0, 1]
 """
+
 from __future__ import annotations
 
 import sys
@@ -18,23 +19,33 @@ import torch
 
 import zoo
 from zoo.training.data import load_fashion_mnist
-from zoo.training.rbm import FinetuneConfig, RBMConfig, finetune_dbn, pretrain
 from zoo.training.digits import load_nudged_digits
 from zoo.training.evaluate import evaluate, task_key
 from zoo.training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
+from zoo.training.rbm import FinetuneConfig, RBMConfig, finetune_dbn, pretrain
 
 SEED = 0
 RECIPES: dict[str, dict[str, Any]] = {
     "digits": {
-        "name": "dbn.digits", "task": "digits-nudged", "sizes": (64, 256, 256), "val_fraction": 0.1,
-        "rbm": RBMConfig(epochs=20), "finetune": FinetuneConfig(epochs=40), "default": False,
+        "name": "dbn.digits",
+        "task": "digits-nudged",
+        "sizes": (64, 256, 256),
+        "val_fraction": 0.1,
+        "rbm": RBMConfig(epochs=20),
+        "finetune": FinetuneConfig(epochs=40),
+        "default": False,
         "title": "DBN 64-256-256 on scikit-learn's nudged digits",
         "data": "scikit-learn's load_digits, nudged by 1-pixel shifts (5 x 1797 images), minmax_scale, "
-                "train_test_split(test_size=0.2, random_state=0) as in scikit-learn's RBM example",
+        "train_test_split(test_size=0.2, random_state=0) as in scikit-learn's RBM example",
     },
     "fashion-mnist": {
-        "name": "dbn.fmnist", "task": "fashion-mnist-pixels", "sizes": (784, 1000, 1000), "val_fraction": 5000 / 60000,
-        "rbm": RBMConfig(epochs=10), "finetune": FinetuneConfig(epochs=20, learning_rate=0.1), "default": True,
+        "name": "dbn.fmnist",
+        "task": "fashion-mnist-pixels",
+        "sizes": (784, 1000, 1000),
+        "val_fraction": 5000 / 60000,
+        "rbm": RBMConfig(epochs=10),
+        "finetune": FinetuneConfig(epochs=20, learning_rate=0.1),
+        "default": True,
         "title": "DBN 784-1000-1000 on Fashion-MNIST pixels",
         "data": "Fashion-MNIST official splits (Debian package dataset-fashion-mnist), 784 pixels scaled to [0, 1]",
     },
@@ -50,8 +61,13 @@ def _load(dataset: str) -> tuple[torch.Tensor, torch.Tensor]:
     return images.reshape(-1, 784).float() / 255, labels
 
 
-def run(dataset: str, epochs: int | None = None, limit: int | None = None, out: str = str(WEIGHTS_DIR),
-        command: str | None = None) -> dict[str, Any]:
+def run(
+    dataset: str,
+    epochs: int | None = None,
+    limit: int | None = None,
+    out: str = str(WEIGHTS_DIR),
+    command: str | None = None,
+) -> dict[str, Any]:
     """Pretrain, fine-tune, evaluate and publish one DBN; returns its entry. ``epochs`` and
     ``limit`` shorten a run (smoke tests)."""
     if dataset not in RECIPES:
@@ -74,12 +90,15 @@ def run(dataset: str, epochs: int | None = None, limit: int | None = None, out: 
     rbm_lines = [
         f"RBM {s.layer + 1} after {s.epoch} epochs: reconstruction error {s.reconstruction_error:.4f}, "
         f"free-energy gap (held-out - train) {s.free_energy_gap:.3f}"
-        for layer in layers for s in layer[-1:]
+        for layer in layers
+        for s in layer[-1:]
     ]
     provenance = Provenance(
         data=f"{recipe['data']}; {size} training rows, {num_val} held out by seed {SEED} for the curves",
         command=command or f"python -m zoo.training.recipes.dbn {dataset}",
-        seed=SEED, epochs=tune_config.epochs, wall_time_s=clock.seconds,
+        seed=SEED,
+        epochs=tune_config.epochs,
+        wall_time_s=clock.seconds,
         hyperparameters={
             "pretraining (every RBM)": str(asdict(rbm_config)),
             "fine-tuning": str(asdict(tune_config)),
@@ -89,8 +108,16 @@ def run(dataset: str, epochs: int | None = None, limit: int | None = None, out: 
     )
     rows = [{k: v for k, v in asdict(h).items() if v is not None} for h in history]
     return publish(
-        model, recipe["name"], title=recipe["title"], task=recipe["task"], metrics=metrics, provenance=provenance,
-        history=rows, model_kwargs={"sizes": list(recipe["sizes"])}, default=recipe["default"], root=out,
+        model,
+        recipe["name"],
+        title=recipe["title"],
+        task=recipe["task"],
+        metrics=metrics,
+        provenance=provenance,
+        history=rows,
+        model_kwargs={"sizes": list(recipe["sizes"])},
+        default=recipe["default"],
+        root=out,
     )
 
 

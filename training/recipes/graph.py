@@ -13,6 +13,7 @@ graph tasks of `zoo.training.graph_data`:
 
 Both keep the best epoch by validation loss.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,13 +23,16 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
 import zoo.architectures.graph  # noqa: F401  (before PyG: it imports PyG with its import-time FutureWarning silenced)
+
+# isort: split
 from torch_geometric.data import InMemoryDataset
 from torch_geometric.loader.dataloader import Collater
 
 import zoo
 from zoo.architectures.graph import AddTriangles
-from zoo.training.engine import Trainer, TrainConfig
+from zoo.training.engine import TrainConfig, Trainer
 from zoo.training.evaluate import evaluate, task_key
 from zoo.training.graph_data import FashionMNISTGraphs, TriangleCounting
 from zoo.training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
@@ -51,17 +55,37 @@ class GraphRecipe:
 
 RECIPES = {
     "triangles-er": GraphRecipe(
-        "gin3.triangles_er", "GIN with third-order pooling, triangle counting (Erdős–Rényi)",
+        "gin3.triangles_er",
+        "GIN with third-order pooling, triangle counting (Erdős–Rényi)",
         {"in_channels": 1, "head": "graph_regression", "hidden_channels": 64, "num_layers": 4},
-        TrainConfig(epochs=60, batch_size=64, optimizer="adamw", lr=3e-3, weight_decay=0.0, scheduler="cosine",
-                    warmup_epochs=2.0, seed=SEED),
-        default=True),
+        TrainConfig(
+            epochs=60,
+            batch_size=64,
+            optimizer="adamw",
+            lr=3e-3,
+            weight_decay=0.0,
+            scheduler="cosine",
+            warmup_epochs=2.0,
+            seed=SEED,
+        ),
+        default=True,
+    ),
     "fashion-mnist-graphs": GraphRecipe(
-        "gin3.fmnist", "GIN with third-order pooling, Fashion-MNIST as 14x14 pixel graphs",
+        "gin3.fmnist",
+        "GIN with third-order pooling, Fashion-MNIST as 14x14 pixel graphs",
         {"in_channels": 3, "hidden_channels": 64, "num_layers": 4},
-        TrainConfig(epochs=10, batch_size=64, optimizer="adamw", lr=2e-3, weight_decay=1e-4, scheduler="cosine",
-                    warmup_epochs=1.0, seed=SEED),
-        slices=(None, SLICE)),
+        TrainConfig(
+            epochs=10,
+            batch_size=64,
+            optimizer="adamw",
+            lr=2e-3,
+            weight_decay=1e-4,
+            scheduler="cosine",
+            warmup_epochs=1.0,
+            seed=SEED,
+        ),
+        slices=(None, SLICE),
+    ),
 }
 
 
@@ -82,10 +106,12 @@ def _triangles(limit: int | None) -> tuple[InMemoryDataset, InMemoryDataset, dic
     train = TriangleCounting("er", "train", seed=SEED, pre_transform=AddTriangles())[:limit]
     val = TriangleCounting("er", "val", seed=SEED, pre_transform=AddTriangles())
     mean, std = float(train.y.mean()), float(train.y.std())
-    data = (f"triangle counting on 5000 Erdős–Rényi G(10, 0.3) graphs made with seed {SEED} "
-            f"(training.graph_data.TriangleCounting): {len(train)} train, {len(val)} validation, the rest test; "
-            f"loss: MSE on counts standardised by the training mean {mean:.4f} and std {std:.4f} (folded into the "
-            "head afterwards)")
+    data = (
+        f"triangle counting on 5000 Erdős–Rényi G(10, 0.3) graphs made with seed {SEED} "
+        f"(training.graph_data.TriangleCounting): {len(train)} train, {len(val)} validation, the rest test; "
+        f"loss: MSE on counts standardised by the training mean {mean:.4f} and std {std:.4f} (folded into the "
+        "head afterwards)"
+    )
     return train, val, {"step_fn": StandardisedMSE(mean, std)}, data
 
 
@@ -94,15 +120,22 @@ def _fashion(limit: int | None) -> tuple[InMemoryDataset, InMemoryDataset, dict[
     order = torch.randperm(len(graphs), generator=torch.Generator().manual_seed(SEED))
     held_out = len(graphs) // VAL_SHARE
     train, val = graphs[order[held_out:]], graphs[order[:held_out]]
-    data = (f"Fashion-MNIST as 14x14 pixel graphs (training.graph_data.FashionMNISTGraphs: pixels brighter than 0.1 "
-            f"after 2x2 average pooling, 8-neighbour edges, node features intensity, row, col): {len(graphs)} images "
-            f"of the official training split, {held_out} of them held out by seed {SEED} for validation, "
-            f"{len(train)} trained on; official 10k test split; cross-entropy")
+    data = (
+        f"Fashion-MNIST as 14x14 pixel graphs (training.graph_data.FashionMNISTGraphs: pixels brighter than 0.1 "
+        f"after 2x2 average pooling, 8-neighbour edges, node features intensity, row, col): {len(graphs)} images "
+        f"of the official training split, {held_out} of them held out by seed {SEED} for validation, "
+        f"{len(train)} trained on; official 10k test split; cross-entropy"
+    )
     return train, val, {}, data
 
 
-def run(task: str = "triangles-er", epochs: int | None = None, limit: int | None = None, out: str = str(WEIGHTS_DIR),
-        command: str | None = None) -> dict[str, Any]:
+def run(
+    task: str = "triangles-er",
+    epochs: int | None = None,
+    limit: int | None = None,
+    out: str = str(WEIGHTS_DIR),
+    command: str | None = None,
+) -> dict[str, Any]:
     """Train, evaluate and publish the weights of ``task``; returns the entry."""
     if task not in RECIPES:
         raise ValueError(f"no graph recipe for {task!r}; recipes: {', '.join(RECIPES)}")
@@ -124,18 +157,29 @@ def run(task: str = "triangles-er", epochs: int | None = None, limit: int | None
     model.eval()
     metrics = {task_key(task, limit): evaluate(model, task, limit) for limit in recipe.slices}
     provenance = Provenance(
-        data=data, command=command or f"python -m zoo.training.recipes.graph {task}",
-        seed=SEED, epochs=len(history), wall_time_s=clock.seconds,
+        data=data,
+        command=command or f"python -m zoo.training.recipes.graph {task}",
+        seed=SEED,
+        epochs=len(history),
+        wall_time_s=clock.seconds,
         hyperparameters={
             "model": str(recipe.model_kwargs) + ", readout: third-order moment (rank 32) and triangle (32 channels)",
             "optimizer": f"{config.optimizer}, lr {config.lr}, weight decay {config.weight_decay}, batch "
-                         f"{config.batch_size}, {config.scheduler} schedule with {config.warmup_epochs:g} warmup epochs",
+            f"{config.batch_size}, {config.scheduler} schedule with {config.warmup_epochs:g} warmup epochs",
             "published weights": f"best epoch by validation loss: {trainer.state.best_epoch}",
         },
     )
     return publish(
-        model, recipe.name, title=recipe.title, task=task, metrics=metrics, provenance=provenance, history=history,
-        model_kwargs=recipe.model_kwargs, default=recipe.default, root=out,
+        model,
+        recipe.name,
+        title=recipe.title,
+        task=task,
+        metrics=metrics,
+        provenance=provenance,
+        history=history,
+        model_kwargs=recipe.model_kwargs,
+        default=recipe.default,
+        root=out,
     )
 
 

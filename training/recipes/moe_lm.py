@@ -10,6 +10,7 @@ The corpus is `zoo.training.data.stdlib_files` (every ``.py`` file of this inter
 library outside test, idlelib, lib2to3 and site-packages folders, sorted by path); file i is
 test when i % 20 == 0, validation when 1 and training otherwise, files joined by the eos byte.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,19 +25,37 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch.utils.data import Dataset
 
 import zoo
+from zoo.tokenizer import complete
 from zoo.training.data import stdlib_corpus, stdlib_files
-from zoo.training.engine import Trainer, TrainConfig
+from zoo.training.engine import TrainConfig, Trainer
 from zoo.training.evaluate import CONTEXT, evaluate, task_key
 from zoo.training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
-from zoo.tokenizer import complete
 
 SEED = 0
 TARGETS = ("stdlib",)
-MOE = dict(hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=256, num_experts=8,
-           top_k=2, max_position_embeddings=CONTEXT)
+MOE = dict(
+    hidden_size=128,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    intermediate_size=256,
+    num_experts=8,
+    top_k=2,
+    max_position_embeddings=CONTEXT,
+)
 DENSE = {**MOE, "dense_layers": list(range(MOE["num_layers"]))}  # width top_k x 256: the MoE's active compute
-CONFIG = TrainConfig(epochs=1, batch_size=16, optimizer="adamw", lr=3e-3, weight_decay=0.1, scheduler="cosine",
-                     warmup_epochs=0.05, clip_grad_norm=1.0, seed=SEED, log_every=25)
+CONFIG = TrainConfig(
+    epochs=1,
+    batch_size=16,
+    optimizer="adamw",
+    lr=3e-3,
+    weight_decay=0.1,
+    scheduler="cosine",
+    warmup_epochs=0.05,
+    clip_grad_norm=1.0,
+    seed=SEED,
+    log_every=25,
+)
 STEPS = 1200
 SLICE = 64  # test windows the tests re-measure
 PROMPT = "def fib("
@@ -75,59 +94,84 @@ def _train(model_kwargs: dict[str, Any], steps: int) -> tuple[torch.nn.Module, d
     return model.eval(), curve, clock.seconds
 
 
-def run(target: str = "stdlib", steps: int | None = None, out: str = str(WEIGHTS_DIR),
-        command: str | None = None) -> list[dict[str, Any]]:
+def run(
+    target: str = "stdlib", steps: int | None = None, out: str = str(WEIGHTS_DIR), command: str | None = None
+) -> list[dict[str, Any]]:
     """Train the MoE and the dense model, measure both and publish both; returns their entries."""
     if target not in TARGETS:
         raise ValueError(f"no language-model recipe for {target!r}; recipes: {', '.join(TARGETS)}")
     steps = steps or STEPS
     clock = Stopwatch()
     trained = {"moe": _train(MOE, steps), "dense": _train(DENSE, steps)}
-    metrics = {kind: {task_key("stdlib-bytes", None): evaluate(model, "stdlib-bytes"),
-                      task_key("stdlib-bytes", SLICE): evaluate(model, "stdlib-bytes", SLICE)}
-               for kind, (model, _, _) in trained.items()}
+    metrics = {
+        kind: {
+            task_key("stdlib-bytes", None): evaluate(model, "stdlib-bytes"),
+            task_key("stdlib-bytes", SLICE): evaluate(model, "stdlib-bytes", SLICE),
+        }
+        for kind, (model, _, _) in trained.items()
+    }
     bpb = {kind: metrics[kind]["stdlib-bytes"]["bits_per_byte"] for kind in trained}
-    curve = [{"step": step, **{f"{kind}_train_loss": trained[kind][1].get(step) for kind in trained}}
-             for step in sorted(trained["moe"][1])]
+    curve = [
+        {"step": step, **{f"{kind}_train_loss": trained[kind][1].get(step) for kind in trained}}
+        for step in sorted(trained["moe"][1])
+    ]
     files = stdlib_files()
-    comparison = ", ".join(f"{kind} {bpb[kind]:.4f} ({trained[kind][2] / 60:.1f} min of training, "
-                           f"{sum(p.numel() for p in trained[kind][0].parameters()):,} parameters)" for kind in trained)
+    comparison = ", ".join(
+        f"{kind} {bpb[kind]:.4f} ({trained[kind][2] / 60:.1f} min of training, "
+        f"{sum(p.numel() for p in trained[kind][0].parameters()):,} parameters)"
+        for kind in trained
+    )
     entries = []
     for kind, name, kwargs in (("moe", "moe_lm.stdlib", MOE), ("dense", "moe_lm.stdlib_dense", DENSE)):
         model = trained[kind][0]
         sample = complete(model, PROMPT, 160, temperature=0.0)
         provenance = Provenance(
             data=f"{len(files)} .py files of the Python {sys.version.split()[0]} standard library (no test, idlelib, "
-                 f"lib2to3 or site-packages folders), split by file index mod 20 (0: test, 1: validation): "
-                 f"{len(stdlib_corpus('train')):,} training bytes, {len(stdlib_corpus('test')):,} test bytes",
+            f"lib2to3 or site-packages folders), split by file index mod 20 (0: test, 1: validation): "
+            f"{len(stdlib_corpus('train')):,} training bytes, {len(stdlib_corpus('test')):,} test bytes",
             command=command or "python -m zoo.training.recipes.moe_lm stdlib",
-            seed=SEED, epochs=1, wall_time_s=clock.seconds,
-            hyperparameters={
-                "model": str(kwargs),
-                "training": f"{steps} AdamW steps of {CONFIG.batch_size} x {CONTEXT} tokens "
-                            f"({steps * CONFIG.batch_size * CONTEXT:,} tokens at seeded random offsets), lr {CONFIG.lr}, "
-                            f"weight decay {CONFIG.weight_decay}, cosine with {CONFIG.warmup_epochs:.0%} warmup, clip "
-                            f"{CONFIG.clip_grad_norm}, fp32, routing losses with the default coefficients",
-                "comparison": "the recipe trains the MoE and a dense model with every MoE layer replaced by a SwiGLU "
-                              f"MLP of width {MOE['top_k'] * MOE['intermediate_size']} (the active width of the top-2 "
-                              "experts) on the same windows, in the same order, with the same schedule",
-                "held-out bits per byte": comparison,
-                f"greedy sample (`zoo generate {name} {PROMPT!r} --temperature 0 --max-new-tokens 160`)":
-                    f"`{sample!r}`",
-            },
+            seed=SEED,
+            epochs=1,
+            wall_time_s=clock.seconds,
+            hyperparameters=_hyperparameters(name, kwargs, steps, comparison, sample),
         )
-        entries.append(publish(
-            model, name, title=f"byte-level {'MoE' if kind == 'moe' else 'dense baseline'} language model on the "
-                               "Python standard library",
-            task="stdlib-bytes", metrics=metrics[kind], provenance=provenance, history=curve, curve_x="step",
-            model_kwargs=kwargs, default=kind == "moe", root=out,
-        ))
+        entries.append(
+            publish(
+                model,
+                name,
+                title=f"byte-level {'MoE' if kind == 'moe' else 'dense baseline'} language model on the "
+                "Python standard library",
+                task="stdlib-bytes",
+                metrics=metrics[kind],
+                provenance=provenance,
+                history=curve,
+                curve_x="step",
+                model_kwargs=kwargs,
+                default=kind == "moe",
+                root=out,
+            )
+        )
     return entries
 
 
+def _hyperparameters(name: str, kwargs: dict[str, Any], steps: int, comparison: str, sample: str) -> dict[str, str]:
+    """How model ``name`` was trained and how it compares, for the card's provenance."""
+    return {
+        "model": str(kwargs),
+        "training": f"{steps} AdamW steps of {CONFIG.batch_size} x {CONTEXT} tokens "
+        f"({steps * CONFIG.batch_size * CONTEXT:,} tokens at seeded random offsets), lr {CONFIG.lr}, "
+        f"weight decay {CONFIG.weight_decay}, cosine with {CONFIG.warmup_epochs:.0%} warmup, clip "
+        f"{CONFIG.clip_grad_norm}, fp32, routing losses with the default coefficients",
+        "comparison": "the recipe trains the MoE and a dense model with every MoE layer replaced by a SwiGLU "
+        f"MLP of width {MOE['top_k'] * MOE['intermediate_size']} (the active width of the top-2 "
+        "experts) on the same windows, in the same order, with the same schedule",
+        "held-out bits per byte": comparison,
+        f"greedy sample (`zoo generate {name} {PROMPT!r} --temperature 0 --max-new-tokens 160`)": f"`{sample!r}`",
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return recipe_main("zoo.training.recipes.moe_lm", __doc__, TARGETS, run, argv, budget="steps",
-                       limit=False)
+    return recipe_main("zoo.training.recipes.moe_lm", __doc__, TARGETS, run, argv, budget="steps", limit=False)
 
 
 if __name__ == "__main__":
