@@ -23,7 +23,9 @@ from typing import Any, Literal
 OptionGroup = Any  # an argparse parser or argument group: what add_argument is called on
 
 
-def option(section: str, help: str | None = None, *, flag: str | None = None, metavar: str | None = None) -> dict:
+def option(
+    section: str, help: str | None = None, *, flag: str | None = None, metavar: str | None = None
+) -> dict[str, Any]:
     """A field's metadata making it the command-line option ``flag`` (default ``--field-name``)
     in the help ``section``. A bool field is a switch: ``--flag`` sets True, or, for a field
     that defaults to True, a ``--no-...`` flag sets False."""

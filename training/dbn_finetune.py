@@ -78,6 +78,7 @@ class FinetuneEpochStats:
 
 
 def _as_targets(targets: ArrayLike, data: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """``targets`` as class indices on ``data``'s device, one per row, each below ``num_classes``."""
     targets = torch.as_tensor(targets, device=data.device).long()
     if targets.shape != (data.shape[0],):
         raise ValueError(f"targets must be class indices of shape ({data.shape[0]},), got {tuple(targets.shape)}")

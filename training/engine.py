@@ -386,6 +386,7 @@ class Trainer(Checkpointing):
     # -- helpers -------------------------------------------------------------------------------
 
     def _eval_model(self) -> nn.Module:
+        """What evaluation runs: the EMA weights when kept, else the (FSDP-wrapped) model."""
         if self.ema is not None:
             return self.ema.module
         return self.wrapped if self.fsdp else self.model
@@ -401,15 +402,18 @@ class Trainer(Checkpointing):
                 module.eval()
 
     def _autocast(self) -> contextlib.AbstractContextManager:
+        """Autocast to the config's bf16/fp16 precision (nothing for fp32)."""
         precision = self.config.precision
         if precision == "fp32":
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
 
     def _pin_memory(self) -> bool:
+        """Pinned host memory for the loaders: the config's choice, else on with CUDA."""
         return self.config.pin_memory if self.config.pin_memory is not None else self.device.type == "cuda"
 
     def _profiler(self) -> Any:
+        """A started torch.profiler writing a few steps' trace to out_dir/profile (None unless asked)."""
         if not self.config.profile:
             return None
         activities = [torch.profiler.ProfilerActivity.CPU]

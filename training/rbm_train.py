@@ -59,6 +59,7 @@ class RBMConfig:
     monitor_size: int = 1000  # training (and held-out) rows the per-epoch statistics use; 0: none
 
     def lr_for(self, rbm: RBM) -> float:
+        """The learning rate for ``rbm``: the config's, else the Guide's for its visible units."""
         if self.learning_rate is not None:
             return self.learning_rate
         return 0.01 if isinstance(rbm, GaussianRBM) else 0.1
@@ -129,6 +130,8 @@ def batched(fn: Any, data: torch.Tensor, batch_size: int = 4096) -> torch.Tensor
 def _monitor(
     rbm: RBM, train: torch.Tensor, valid: torch.Tensor | None, flips: torch.Tensor | None
 ) -> dict[str, float | None]:
+    """One epoch's statistics (`RBMEpochStats`) on the monitored rows; all None when there are none."""
+
     def recon_error(x: torch.Tensor) -> float:
         return F.mse_loss(rbm.reconstruct(x), x).item()
 

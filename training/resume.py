@@ -149,6 +149,7 @@ class Checkpointing:
             write_best_weights(path, self._best_state, self.state.epoch + 1, monitor, value)
 
     def _resume_path(self) -> Path | None:
+        """The checkpoint ``config.resume`` names: the run's last.pt (None when there is none yet) or a path."""
         resume = self.config.resume
         if not resume:
             return None
@@ -165,6 +166,7 @@ class Checkpointing:
         return path
 
     def _checkpoint_dir(self) -> Path:
+        """out_dir/checkpoints, where last.pt and best.pt live."""
         if self.out_dir is None:
             raise ValueError("checkpoints need TrainConfig.out_dir (or an explicit path)")
         return self.out_dir / "checkpoints"

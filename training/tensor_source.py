@@ -164,6 +164,7 @@ def _checked_labels(
 
 
 def _class_name_list(names: Any, where: str) -> list[str]:
+    """The class names a file gives under 'classes': distinct strings."""
     if isinstance(names, np.ndarray):
         names = names.tolist()
     if isinstance(names, str) or not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
