@@ -8,6 +8,21 @@ from collections.abc import Callable
 
 from zoo.architectures._errors import InvalidArgumentError, ZooError  # the families raise them too
 
+__all__ = [
+    "CheckpointError",
+    "ChecksumError",
+    "ConfigFileError",
+    "DataError",
+    "DownloadError",
+    "InvalidArgumentError",
+    "UnknownModelError",
+    "WeightsError",
+    "WeightsMismatchError",
+    "WeightsNotFoundError",
+    "ZooError",
+    "run_command",
+]
+
 
 class UnknownModelError(ZooError, KeyError, ValueError):
     """An architecture or weight name that the registry does not know."""
