@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from zoo.loading.saved import saved_folder
-from zoo.store import registry
+from zoo.errors import InvalidArgumentError
+from zoo.loading.resolve import Registered, resolve
 from zoo.store.files import write_json
 from zoo.training.finetune import FinetuneResult, module_main, run
 from zoo.training.report import plot_curves
@@ -32,11 +32,12 @@ CURVES = ("train_loss", "val_loss", "train_acc", "val_acc")
 def compare(args: argparse.Namespace, command: str | None = None) -> dict[str, Any]:
     """Run both arms and write the comparison; returns the summary written to transfer.json."""
     if args.scratch:
-        raise ValueError("transfer runs the scratch arm itself; drop --scratch")
-    if saved_folder(args.name) is None:
-        arch, entry = registry.resolve(args.name)
+        raise InvalidArgumentError("transfer runs the scratch arm itself; drop --scratch")
+    source = resolve(args.name)  # what the name means, checked before either arm trains
+    if isinstance(source, Registered):
+        arch, entry = source.arch, source.entry
         if entry is None or "." not in args.name:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"transfer compares pretrained weights with random ones: name weights (e.g. {arch}.<tag>, see "
                 f"`zoo list '{arch}*' --pretrained`) or a directory written by zoo.save, "
                 f"not the bare architecture {args.name!r}"
