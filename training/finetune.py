@@ -37,6 +37,7 @@ from zoo.errors import DataError, run_command
 from zoo.loading.resolve import Registered, SavedFolder, architecture, resolve
 from zoo.loading.saved import read_saved_config
 from zoo.store import registry
+from zoo.store.model_config import update_config
 from zoo.training import card
 from zoo.training.config import TrainConfig, config_from_args
 from zoo.training.data import Augment, default_preprocess, image_transforms
@@ -173,12 +174,7 @@ def finetune(
     history = trainer.fit(train_set, val_set)
     model, metrics = _best_model(model, trainer, history)
     if trainer.is_main:
-        model.pretrained_cfg = {
-            **model.pretrained_cfg,
-            "weights": None,
-            "finetuned_from": base,
-            "class_names": source.class_names,
-        }
+        update_config(model, weights=None, finetuned_from=base, class_names=source.class_names)
         model.requires_grad_(True)  # the returned model trains whole again
         zoo.save(model, out, overwrite=True)  # prepare_output let only a run's own files (a resumed run's) stay
         ran = options.post_training and val_set is not None
@@ -213,7 +209,7 @@ def _datasets(
         preprocess, in_chans = _image_preprocess(model, source, options.image_size)
         eval_tf = image_transforms(preprocess, source.image_size, None, in_chans)
         train_tf = image_transforms(preprocess, source.image_size, options.augment or Augment(), in_chans)
-        model.pretrained_cfg = {**model.pretrained_cfg, "preprocess": preprocess}
+        update_config(model, preprocess=preprocess)
     elif options.augment is not None:
         raise ValueError(f"augmentation applies to images, and the data is {source.kind}")
     val_fraction = options.val_fraction if options.val_data is None else 0.0
