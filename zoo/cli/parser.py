@@ -129,6 +129,7 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on every route but health "
                    "(default: $ZOO_API_KEY, else none)")
     p.add_argument("--max-body-mb", type=float, default=8.0, help="largest request body in MiB (default: 8)")
+    p.add_argument("--threads", type=positive_int, help="torch threads for the forwards (default: one per core)")
 
 
 # command -> (help, its options, the module whose function runs it)

@@ -23,6 +23,7 @@ def run_serve(args: argparse.Namespace) -> int:
         max_wait_ms=args.max_wait_ms,
         api_key=api_key_from(args.api_key),
         max_body_bytes=int(args.max_body_mb * 2**20),
+        threads=args.threads,
     )
     warning = exposure_warning(args.host, config.api_key)
     if warning:

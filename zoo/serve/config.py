@@ -19,7 +19,8 @@ class ServeConfig:
     classifiers through `zoo.optimize` at this precision (None: eager). Requests arriving within
     ``max_wait_ms`` of the first one share one forward of up to ``max_batch`` rows
     (``max_batch=1`` serves one at a time). ``api_key``: every route but health then needs
-    ``Authorization: Bearer KEY``."""
+    ``Authorization: Bearer KEY``. ``threads``: torch's intra-op threads for the forwards
+    (process-wide; None leaves torch's default, one per core)."""
 
     models: tuple[str, ...]
     device: str = "cpu"
@@ -32,6 +33,7 @@ class ServeConfig:
     max_tokens_limit: int = 256  # new tokens per completion at most
     max_queue: int = 1024  # rows waiting for a forward at most, per model; more get 503
     timeout_graceful_s: float = 30.0
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         problems = [
@@ -43,6 +45,7 @@ class ServeConfig:
             f"max_wait_ms must be 0 or more, got {self.max_wait_ms}" if not self.max_wait_ms >= 0 else "",
             f"max_body_bytes must be 1 or more, got {self.max_body_bytes}" if self.max_body_bytes < 1 else "",
             "api_key is empty: pass a real key or none" if self.api_key == "" else "",
+            f"threads must be 1 or more, got {self.threads}" if self.threads is not None and self.threads < 1 else "",
         ]
         if any(problems):
             raise InvalidArgumentError("; ".join(filter(None, problems)))

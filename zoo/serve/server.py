@@ -37,6 +37,9 @@ class ServerState:
 
     @classmethod
     def load(cls, config: ServeConfig) -> ServerState:
+        """The models of ``config`` loaded (and optimized when asked), torch's threads set."""
+        if config.threads is not None:
+            torch.set_num_threads(config.threads)
         names = [served_name(source) for source in config.models]
         if len(set(names)) != len(names):
             raise InvalidArgumentError(f"two models would be served under one name: {names}; serve each once")
