@@ -274,3 +274,21 @@ def test_the_batcher_fills_batches_up_to_max_batch() -> None:
 
     assert all(not d.any() for d in asyncio.run(main()))
     assert max(sizes) <= 4 and len(sizes) < 10
+
+
+def test_optimize_serves_the_same_classes_through_compiled_graphs(models: dict, pngs: list[Path]) -> None:
+    """--optimize fp32: zoo.optimize's compiled module answers (any batch size up to max_batch,
+    on graphs compiled at start) what the eager model does."""
+    from fastapi.testclient import TestClient
+
+    batch = batch_of(models[IMAGES], pngs[:5])
+    expected = own_logits(models[IMAGES], batch)
+    with TestClient(zoo.serve.app(IMAGES, optimize="fp32", max_batch=4)) as client:
+        assert client.app.state.server.models[IMAGES].runner is not None
+        for rows in (batch[:1], batch[1:4]):
+            answer = client.post(INFER, json=_v2(rows.flatten().tolist(), list(rows.shape))).json()
+            logits = np.asarray(answer["outputs"][0]["data"], np.float32).reshape(len(rows), -1)
+            start = 0 if len(rows) == 1 else 1
+            np.testing.assert_allclose(logits, expected[start : start + len(rows)], rtol=1e-3, atol=1e-3)
+        too_many = client.post(INFER, json=_v2(batch.flatten().tolist(), list(batch.shape)))
+        assert too_many.status_code == 413 and "at most 4 per forward (--max-batch)" in too_many.json()["error"]
