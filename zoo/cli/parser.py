@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -35,6 +36,52 @@ def non_negative_int(text: str) -> int:
     value = _whole_number(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = _finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = _finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text!r}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """A number in (0, 1], e.g. nucleus sampling's top-p."""
+    value = _finite_float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text!r}")
+    return value
+
+
+def seed(text: str) -> int:
+    value = _whole_number(text)
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {2**32 - 1}, got {value}")
+    return value
+
+
+def port(text: str) -> int:
+    value = _whole_number(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 65535, got {value}")
     return value
 
 
@@ -66,10 +113,10 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("prompt", help="the text to continue, e.g. 'def fib('")
     p.add_argument("--max-new-tokens", type=non_negative_int, default=200,
                    help="bytes to generate at most (stops at end of file); printed as they come")
-    p.add_argument("--temperature", type=float, default=0.8, help="0 for greedy decoding")
-    p.add_argument("--top-k", type=int, help="sample from the k most likely bytes only")
-    p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling threshold")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=non_negative_float, default=0.8, help="0 for greedy decoding")
+    p.add_argument("--top-k", type=positive_int, help="sample from the k most likely bytes only")
+    p.add_argument("--top-p", type=fraction, default=0.95, help="nucleus sampling threshold")
+    p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--device", default="cpu")
 
 
@@ -81,7 +128,7 @@ def _finetune_arguments(p: argparse.ArgumentParser) -> None:
 
 def _eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="weight name, e.g. resnet20.fmnist")
-    p.add_argument("--limit", type=int, help="only the first N test samples (the card's slice, e.g. 1000)")
+    p.add_argument("--limit", type=positive_int, help="only the first N test samples (the card's slice, e.g. 1000)")
 
 
 def _demo_arguments(p: argparse.ArgumentParser) -> None:
@@ -95,7 +142,7 @@ def _bench_arguments(p: argparse.ArgumentParser) -> None:
                    help="weight names or fnmatch patterns ('resnet*'), or architectures (random weights); "
                    "default: every entry whose weights are on this machine")
     p.add_argument("--batch", default="1", help="batch sizes separated by commas, e.g. 1,16 (default: 1)")
-    p.add_argument("--repeats", type=int, default=10, help="timed forward passes per measurement (default: 10)")
+    p.add_argument("--repeats", type=positive_int, default=10, help="timed forward passes per measurement (default: 10)")
     p.add_argument("--csv", help="also write the table as CSV (timm's column names) to this file")
     p.add_argument("--no-optimize", action="store_true", help="time fp32 eager only, not zoo.optimize's choice")
 
@@ -118,18 +165,20 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("models", nargs="+", metavar="NAME_OR_DIR",
                    help="weight names (resnet20.fmnist, moe_lm.stdlib) or folders zoo.save / zoo finetune wrote")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
-    p.add_argument("--port", type=non_negative_int, default=8000, help="port to listen on (default: 8000)")
+    p.add_argument("--port", type=port, default=8000, help="port to listen on (default: 8000)")
     p.add_argument("--optimize", choices=("auto", "fp32", "bf16", "int8"),
                    help="run classifiers through zoo.optimize at this precision (compiles at start; default: eager)")
     p.add_argument("--max-batch", type=positive_int, default=32,
                    help="rows per forward at most (default: 32; 1 serves one request at a time)")
-    p.add_argument("--max-wait-ms", type=float, default=5.0,
+    p.add_argument("--max-wait-ms", type=non_negative_float, default=5.0,
                    help="how long a request waits for others to share its forward (default: 5)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on every route but health "
                    "(default: $ZOO_API_KEY, else none)")
-    p.add_argument("--max-body-mb", type=float, default=8.0, help="largest request body in MiB (default: 8)")
+    p.add_argument("--max-body-mb", type=positive_float, default=8.0, help="largest request body in MiB (default: 8)")
     p.add_argument("--threads", type=positive_int, help="torch threads for the forwards (default: one per core)")
+    p.add_argument("--ray", action="store_true", help="run as Ray Serve replicas on a local Ray cluster (ray[serve])")
+    p.add_argument("--replicas", type=positive_int, default=1, help="with --ray: copies of the server (default: 1)")
 
 
 # command -> (help, its options, the module whose function runs it)
@@ -182,4 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_command(run)
 
 
-__all__ = ["COMMANDS", "build_parser", "main", "non_negative_int", "positive_int"]
+__all__ = [
+    "COMMANDS", "build_parser", "fraction", "main", "non_negative_float", "non_negative_int", "port", "positive_float",
+    "positive_int", "seed",
+]

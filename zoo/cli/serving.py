@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import threading
 
 import uvicorn
 
@@ -29,6 +30,8 @@ def run_serve(args: argparse.Namespace) -> int:
     if warning:
         print(f"zoo serve: warning: {warning}", file=sys.stderr)
     print(f"zoo serve: loading {', '.join(config.models)}", file=sys.stderr)
+    if args.ray:
+        return _run_on_ray(config, args)
     app = create_app(ServerState.load(config))
     server = uvicorn.Server(
         uvicorn.Config(
@@ -47,6 +50,27 @@ def run_serve(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     return 0 if server.started else 1
+
+
+def _run_on_ray(config: ServeConfig, args: argparse.Namespace) -> int:
+    """``--ray``: a local Ray cluster, ``--replicas`` copies behind Ray Serve's proxy, until
+    SIGTERM or Ctrl-C; then each replica drains and Ray stops."""
+    import ray
+
+    from zoo.serve.ray_serve import deployment_of, run_ray, shutdown_ray
+
+    ray.init(include_dashboard=False)
+    stop = threading.Event()  # handlers set after ray.init, which installs its own for SIGTERM
+    previous = {sig: signal.signal(sig, lambda signum, frame: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        run_ray(deployment_of(config, args.replicas), args.host, args.port)
+        print(f"zoo serve: {args.replicas} replica(s) on Ray Serve at http://{args.host}:{args.port}/", file=sys.stderr)
+        stop.wait()
+    finally:
+        shutdown_ray()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
 
 
 def exposure_warning(host: str, api_key: str | None) -> str | None:

@@ -16,6 +16,7 @@ from fastapi import FastAPI
 
 from zoo.serve.app import create_app
 from zoo.serve.config import ServeConfig
+from zoo.serve.ray_serve import ray_deployment
 from zoo.serve.server import ServerState
 
 
@@ -25,4 +26,4 @@ def app(*models: str, **options: Any) -> FastAPI:
     return create_app(ServerState.load(ServeConfig(models=tuple(models), **options)))
 
 
-__all__ = ["ServeConfig", "app", "create_app"]
+__all__ = ["ServeConfig", "app", "create_app", "ray_deployment"]
