@@ -10,6 +10,7 @@ import io
 import json
 import random
 import re
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -186,16 +187,22 @@ def test_a_mixed_stream_gets_right_answers_and_4xx_and_the_server_lives(server: 
     expected = own_logits(models[IMAGES], batch)
     bad = [v for k, v in BAD_REQUESTS.items() if v[0] == "POST" and k != "body over the limit"]
 
+    local, clients = threading.local(), []  # one keep-alive connection per client thread
+
     def one(i: int) -> tuple[int, int, int, httpx.Response]:
-        with httpx.Client(base_url=server, timeout=60) as client:
-            if i % 10 == 9:
-                method, path, keywords, status, _ = bad[i % len(bad)]
-                return i, -1, status, client.request(method, path, **keywords)
-            k = i % len(pngs)
-            return i, k, 200, client.post(INFER, json=_v2(batch[k : k + 1].flatten().tolist(), [1, 1, 28, 28]))
+        if not hasattr(local, "client"):
+            local.client = httpx.Client(base_url=server, timeout=60)
+            clients.append(local.client)
+        if i % 10 == 9:
+            method, path, keywords, status, _ = bad[i % len(bad)]
+            return i, -1, status, local.client.request(method, path, **keywords)
+        k = i % len(pngs)
+        return i, k, 200, local.client.post(INFER, json=_v2(batch[k : k + 1].flatten().tolist(), [1, 1, 28, 28]))
 
     with ThreadPoolExecutor(16) as pool:
         results = list(pool.map(one, range(400)))
+    for client in clients:
+        client.close()
     for i, k, status, response in results:
         assert response.status_code == status, (i, response.text)
         if k >= 0:
@@ -292,3 +299,25 @@ def test_optimize_serves_the_same_classes_through_compiled_graphs(models: dict, 
             np.testing.assert_allclose(logits, expected[start : start + len(rows)], rtol=1e-3, atol=1e-3)
         too_many = client.post(INFER, json=_v2(batch.flatten().tolist(), list(batch.shape)))
         assert too_many.status_code == 413 and "at most 4 per forward (--max-batch)" in too_many.json()["error"]
+
+
+def test_a_saved_folder_is_served_with_its_card_metrics_and_curves(tmp_path: Path, models: dict) -> None:
+    from fastapi.testclient import TestClient
+
+    folder = tmp_path / "shirts"
+    zoo.save(models[IMAGES], folder)
+    (folder / "README.md").write_text("# shirts\n\n<script>alert(1)</script>\n\n![training curves](curves.png)\n")
+    Image.new("RGB", (40, 20), "white").save(folder / "curves.png")
+    (folder / "metrics.json").write_text(json.dumps({"history": [{"epoch": 1, "val_acc": 0.9}], "test_top1": 0.91}))
+    with TestClient(zoo.serve.app(str(folder))) as client:
+        described = client.get("/page/models").json()["models"][0]
+        assert described["name"] == "shirts" and described["kind"] == "images"
+        assert described["metrics"] == {"last epoch": {"epoch": 1, "val_acc": 0.9}, "test_top1": 0.91}
+        assert "&lt;script&gt;" in described["card_html"] and "<script>" not in described["card_html"]
+        assert 'src="/page/models/shirts/curves.png"' in described["card_html"]
+        curves = client.get("/page/models/shirts/curves.png")
+        assert curves.status_code == 200 and curves.headers["content-type"] == "image/png"
+        for path in ("/page/models/shirts/confusion.png", "/page/models/shirts/..%2F..%2Fconfig.json.png"):
+            assert client.get(path).status_code == 404, path
+        page = client.get("/")
+        assert "script-src 'self'" in page.headers["content-security-policy"] and "/page.js" in page.text

@@ -124,7 +124,8 @@ def parse(model: type[Model], body: bytes | str) -> Model:
     try:
         return model.model_validate_json(body)
     except ValidationError as error:
-        raise bad_request(f"invalid request body: {describe(error)}") from None
+        where = error.errors(include_url=False)[0]["loc"] if error.error_count() else ()
+        raise bad_request(f"invalid request body: {describe(error)}", param=str(where[0]) if where else None) from None
 
 
 def describe(error: ValidationError, limit: int = 3) -> str:
