@@ -149,12 +149,14 @@ def test_generate_refuses_bad_sampling_options_before_loading_the_model(monkeypa
     import zoo
 
     monkeypatch.setattr(zoo, "load", lambda *a, **k: pytest.fail("loaded the model before checking the options"))
-    for option, problem in ((["--temperature", "nan"], "temperature must be a finite number >= 0 (0: greedy), got nan"),
-                            (["--top-p", "0"], "top_p must be in (0, 1], got 0.0"),
-                            (["--top-k", "0"], "top_k must be 1 or more, got 0")):
-        assert main(["generate", "moe_lm.stdlib", "def f(", *option]) == 2
+    for option, problem in ((["--temperature", "nan"], "--temperature: must be a finite number >= 0, got 'nan'"),
+                            (["--top-p", "0"], "--top-p: must be a number in (0, 1], got '0'"),
+                            (["--top-k", "0"], "--top-k: must be 1 or more, got 0")):
+        with pytest.raises(SystemExit) as exit:  # refused as the options are parsed
+            main(["generate", "moe_lm.stdlib", "def f(", *option])
         captured = capsys.readouterr()
-        assert captured.out == "" and captured.err == f"zoo: error: {problem}\n"
+        assert exit.value.code == 2 and captured.out == ""
+        assert captured.err.endswith(f"zoo generate: error: argument {problem}\n")
 
 
 def test_predict_finds_a_truncated_image_before_loading_the_model(tmp_path, monkeypatch, capsys):

@@ -59,7 +59,7 @@ def weights(model: nn.Module) -> dict[str, torch.Tensor]:
 
 OPTIONS = {
     "sgd-nesterov": dict(optimizer="sgd", nesterov=True, lr=0.05),
-    "adamw-cosine-warmup": dict(scheduler="cosine", warmup_epochs=1.0),
+    "adamw-cosine-warmup": dict(scheduler="cosine", warmup_epochs=0.5),  # below epochs (1)
     "onecycle": dict(scheduler="onecycle"),
     "step": dict(scheduler="step", step_epochs=0.25, gamma=0.5),
     "plateau": dict(scheduler="plateau", epochs=2),

@@ -263,7 +263,7 @@ def test_augmentations_keep_the_eval_geometry() -> None:
     tensor = torch.randint(0, 255, (1, 12, 12), dtype=torch.uint8)
     rgb = image_transforms({"mean": [0.5] * 3, "std": [0.5] * 3}, (12, 12), Augment(hflip=True), in_chans=3)(tensor)
     assert rgb.shape == (3, 12, 12)
-    with pytest.raises(ValueError, match="minimum area fraction"):
+    with pytest.raises(ValueError, match=r"Augment.random_resized_crop \(--random-resized-crop\) must be in \(0, 1\]"):
         Augment(random_resized_crop=0.0)
 
 

@@ -20,16 +20,26 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from zoo.errors import InvalidArgumentError
+from zoo.training.bounds import SEED_MAX, Bounds, bounded, check_fields, count, field_name
+
 OptionGroup = Any  # an argparse parser or argument group: what add_argument is called on
+MAX_WORKERS = 256  # data-loading processes at most
 
 
 def option(
-    section: str, help: str | None = None, *, flag: str | None = None, metavar: str | None = None
+    section: str,
+    help: str | None = None,
+    *,
+    flag: str | None = None,
+    metavar: str | None = None,
+    bounds: Bounds | None = None,
 ) -> dict[str, Any]:
     """A field's metadata making it the command-line option ``flag`` (default ``--field-name``)
     in the help ``section``. A bool field is a switch: ``--flag`` sets True, or, for a field
-    that defaults to True, a ``--no-...`` flag sets False."""
-    return {"option": {"section": section, "help": help, "flag": flag, "metavar": metavar}}
+    that defaults to True, a ``--no-...`` flag sets False. A number's ``bounds`` are checked
+    when the option is parsed and when a TrainConfig is made."""
+    return {"option": {"section": section, "help": help, "flag": flag, "metavar": metavar}, "bounds": bounds}
 
 
 @dataclass
@@ -38,45 +48,58 @@ class TrainConfig:
     micro-batch: one optimizer step sees ``batch_size * accum_steps * world_size`` samples.
     Within each help section the options appear in field order."""
 
-    epochs: int = field(default=10, metadata=option("optimisation"))
+    epochs: int = field(default=10, metadata=option("optimisation", bounds=count()))
     # stop after this many optimizer steps (overrides epochs)
-    max_steps: int | None = field(default=None, metadata=option("optimisation"))
-    batch_size: int = field(default=64, metadata=option("optimisation", "per process and micro-batch"))
-    accum_steps: int = field(default=1, metadata=option("optimisation"))
+    max_steps: int | None = field(default=None, metadata=option("optimisation", bounds=count()))
+    batch_size: int = field(default=64, metadata=option("optimisation", "per process and micro-batch", bounds=count()))
+    accum_steps: int = field(default=1, metadata=option("optimisation", bounds=count()))
     # optimizer
     optimizer: Literal["adamw", "sgd"] = field(default="adamw", metadata=option("optimisation"))
-    lr: float = field(default=1e-3, metadata=option("optimisation"))
+    lr: float = field(default=1e-3, metadata=option("optimisation", bounds=Bounds(0, low_open=True)))
     # never applied to biases and normalisation weights
-    weight_decay: float = field(default=0.05, metadata=option("optimisation"))
-    momentum: float = field(default=0.9, metadata=option("optimisation"))  # SGD
+    weight_decay: float = field(default=0.05, metadata=option("optimisation", bounds=Bounds(0)))
+    momentum: float = field(default=0.9, metadata=option("optimisation", bounds=Bounds(0, 1, high_open=True)))  # SGD
     nesterov: bool = False
-    betas: tuple[float, float] = (0.9, 0.999)  # AdamW
+    betas: tuple[float, float] = (0.9, 0.999)  # AdamW, each in [0, 1)
     # schedule
     scheduler: Literal["none", "cosine", "onecycle", "step", "plateau"] = field(
         default="cosine", metadata=option("optimisation")
     )
     # linear warmup (cosine), or the rising part (onecycle)
-    warmup_epochs: float = field(default=0.0, metadata=option("optimisation"))
-    min_lr: float = field(default=0.0, metadata=option("optimisation"))  # cosine floor
-    step_epochs: float = 30.0  # "step": multiply the lr by `gamma` every this many epochs
-    gamma: float = 0.1  # "step" and "plateau" factor
-    plateau_patience: int = 2  # "plateau": epochs without improvement before lowering the lr
+    warmup_epochs: float = field(default=0.0, metadata=option("optimisation", bounds=Bounds(0)))  # below epochs
+    min_lr: float = field(default=0.0, metadata=option("optimisation", bounds=Bounds(0)))  # cosine floor, <= lr
+    # "step": multiply the lr by `gamma` every this many epochs
+    step_epochs: float = field(default=30.0, metadata=bounded(Bounds(0, low_open=True)))
+    gamma: float = field(default=0.1, metadata=bounded(Bounds(0, 1, low_open=True)))  # "step" and "plateau" factor
+    # "plateau": epochs without improvement before lowering the lr
+    plateau_patience: int = field(default=2, metadata=bounded(count(0)))
     # loss and gradients
-    label_smoothing: float = field(default=0.0, metadata=option("optimisation"))
+    label_smoothing: float = field(default=0.0, metadata=option("optimisation", bounds=Bounds(0, 1, high_open=True)))
     clip_grad_norm: float | None = field(
-        default=None, metadata=option("optimisation", "clip the gradient norm to this", flag="--clip-grad")
+        default=None,
+        metadata=option(
+            "optimisation", "clip the gradient norm to this", flag="--clip-grad", bounds=Bounds(0, low_open=True)
+        ),
     )
     # weights averaging, selection, stopping
     ema_decay: float | None = field(  # keep an EMA of the weights; it is evaluated and saved
         default=None,
         metadata=option(
-            "optimisation", "evaluate and save an EMA of the weights, e.g. 0.999", flag="--ema", metavar="DECAY"
+            "optimisation",
+            "evaluate and save an EMA of the weights, e.g. 0.999",
+            flag="--ema",
+            metavar="DECAY",
+            bounds=Bounds(0, 1, low_open=True, high_open=True),
         ),
     )
     early_stopping_patience: int | None = field(  # epochs without improvement of `monitor`
         default=None,
         metadata=option(
-            "optimisation", "stop after this many epochs without gain", flag="--early-stopping", metavar="PATIENCE"
+            "optimisation",
+            "stop after this many epochs without gain",
+            flag="--early-stopping",
+            metavar="PATIENCE",
+            bounds=count(),
         ),
     )
     # metric that picks the best epoch; default val_acc/val_loss/train_loss
@@ -98,10 +121,10 @@ class TrainConfig:
     distributed: Literal["auto", "ddp", "fsdp"] = field(default="auto", metadata=option("hardware", "torchrun"))
     find_unused_parameters: bool = False  # DDP, for models that skip parameters (MoE experts)
     # run: seed, checkpoints, resume
-    seed: int = field(default=0, metadata=option("run"))
+    seed: int = field(default=0, metadata=option("run", bounds=count(0, SEED_MAX)))
     out_dir: str | None = None  # metrics, logs, plots, checkpoints/
     checkpoint_every: int | None = field(  # optimizer steps between mid-epoch checkpoints
-        default=None, metadata=option("run", "also checkpoint every this many steps", metavar="STEPS")
+        default=None, metadata=option("run", "also checkpoint every this many steps", metavar="STEPS", bounds=count())
     )
     # True: out_dir/checkpoints/last.pt if there; or a checkpoint path
     resume: bool | str = field(default=False, metadata=option("run", "continue from OUT/checkpoints/last.pt"))
@@ -110,37 +133,51 @@ class TrainConfig:
     profile: bool = field(default=False, metadata=option("run", "torch.profiler trace into OUT/profile"))
     tensorboard: bool = field(default=True, metadata=option("run"))
     progress: bool = field(default=True, metadata=option("run"))
-    log_every: int = 20  # optimizer steps between TensorBoard points
+    log_every: int = field(default=20, metadata=bounded(count()))  # optimizer steps between TensorBoard points
     plot: bool = True
     # data loading
-    num_workers: int = field(default=0, metadata=option("data"))
+    num_workers: int = field(default=0, metadata=option("data", bounds=count(0, MAX_WORKERS)))
     pin_memory: bool | None = None  # default: on with CUDA
     persistent_workers: bool = True  # with num_workers > 0
 
     def __post_init__(self) -> None:
-        self._check_counts()
+        check_fields(self, "TrainConfig", _flags())
         for name, allowed in _choices().items():
             if getattr(self, name) not in allowed:
-                raise ValueError(f"TrainConfig.{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}")
-        if self.lr <= 0:
-            raise ValueError(f"TrainConfig.lr must be > 0, got {self.lr}")
-        if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
-            raise ValueError(f"TrainConfig.ema_decay must be in (0, 1), e.g. 0.999; got {self.ema_decay}")
+                raise InvalidArgumentError(
+                    f"{_named(name)} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}"
+                )
+        self._check_together()
         if (self.profile or self.checkpoint_every or self.resume) and self.out_dir is None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "profile, checkpoint_every and resume write to or read from out_dir: set TrainConfig.out_dir"
             )
 
-    def _check_counts(self) -> None:
-        """Counts are positive integers (the optional ones positive or None)."""
-        for name in ("epochs", "batch_size", "accum_steps", "log_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"TrainConfig.{name} must be a positive integer, got {value!r}")
-        for name in ("max_steps", "checkpoint_every", "early_stopping_patience"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"TrainConfig.{name} must be a positive integer or None, got {value!r}")
+    def for_epochs(self, epochs: int) -> TrainConfig:
+        """This config over ``epochs`` epochs (a recipe's ``--epochs``): a warmup that would not
+        end before the shorter run is cut to the same share of it."""
+        warmup = self.warmup_epochs
+        if warmup >= epochs:
+            warmup *= epochs / self.epochs
+        return dataclasses.replace(self, epochs=epochs, warmup_epochs=warmup)
+
+    def _check_together(self) -> None:
+        """The rules between fields: the cosine floor at most the learning rate, the warmup
+        shorter than the run, AdamW's two betas in [0, 1)."""
+        if self.min_lr > self.lr:
+            raise InvalidArgumentError(
+                f"{_named('min_lr')} must be at most lr ({self.lr:g}), got {self.min_lr:g}: "
+                "the schedule would raise the learning rate instead of lowering it"
+            )
+        if self.warmup_epochs >= self.epochs:
+            raise InvalidArgumentError(
+                f"{_named('warmup_epochs')} must be below epochs ({self.epochs}), "
+                f"got {self.warmup_epochs:g}: the run would end before its learning rate is reached"
+            )
+        beta = Bounds(0, 1, high_open=True)
+        betas = self.betas if isinstance(self.betas, (tuple, list)) and len(self.betas) == 2 else None
+        if betas is None or any(beta.problem(b) for b in betas):
+            raise InvalidArgumentError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
 
 
 @functools.cache
@@ -156,6 +193,17 @@ def _choices() -> dict[str, tuple[str, ...]]:
 
 
 SCHEDULERS = _choices()["scheduler"]
+
+
+@functools.cache
+def _flags() -> dict[str, str]:
+    """The command-line flag of each option field (what messages name besides the field)."""
+    return {f.name: _argument(f)[0] for f in option_fields()}
+
+
+def _named(name: str) -> str:
+    """A field as messages name it: ``TrainConfig.lr (--lr)``."""
+    return field_name("TrainConfig", name, _flags())
 
 
 def option_fields(section: str | None = None) -> list[dataclasses.Field]:
@@ -190,7 +238,8 @@ def _argument(f: dataclasses.Field) -> tuple[str, dict[str, Any]]:
     if typing.get_origin(kind) is Literal:
         kwargs["choices"] = typing.get_args(kind)
     elif kind in (int, float):
-        kwargs["type"] = kind
+        bounds = f.metadata.get("bounds")
+        kwargs["type"] = bounds.parse if bounds is not None else kind
     if spec["metavar"] or flag != own_flag:
         kwargs["metavar"] = spec["metavar"] or flag.lstrip("-").replace("-", "_").upper()
     return flag, kwargs

@@ -8,7 +8,7 @@ import gzip
 import itertools
 import sysconfig
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from torchvision.transforms import InterpolationMode, v2
 
 from zoo.loading.transforms import ConvertChannels, build_transforms
 from zoo.tokenizer import ByteTokenizer
+from zoo.training.bounds import Bounds, bounded, check_fields, count
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")  # Debian package dataset-fashion-mnist
 FASHION_MNIST_CLASSES = (
@@ -99,26 +100,31 @@ def stdlib_corpus(split: str) -> torch.Tensor:
 # Image preprocessing and augmentation
 
 
+MAX_PADDING = 1024  # pixels of crop padding at most
+AUGMENT_FLAGS = {
+    "crop_padding": "--crop-padding",
+    "random_resized_crop": "--random-resized-crop",
+    "color_jitter": "--color-jitter",
+    "random_erasing": "--random-erasing",
+}
+
+
 @dataclass
 class Augment:
     """Training-time image augmentation, applied before the model's own normalisation."""
 
     hflip: bool = False
-    crop_padding: int = 0  # pad, then randomly crop back to size (the CIFAR recipe)
-    random_resized_crop: float | None = None  # minimum area fraction of RandomResizedCrop
-    color_jitter: float = 0.0  # brightness/contrast/saturation strength
+    # pad, then randomly crop back to size (the CIFAR recipe)
+    crop_padding: int = field(default=0, metadata=bounded(count(0, MAX_PADDING)))
+    # minimum area fraction of RandomResizedCrop
+    random_resized_crop: float | None = field(default=None, metadata=bounded(Bounds(0, 1, low_open=True)))
+    # brightness/contrast/saturation strength
+    color_jitter: float = field(default=0.0, metadata=bounded(Bounds(0, 1)))
     trivial_augment: bool = False  # TrivialAugmentWide (Müller & Hutter, 2021)
-    random_erasing: float = 0.0  # probability of RandomErasing
+    random_erasing: float = field(default=0.0, metadata=bounded(Bounds(0, 1)))  # probability of RandomErasing
 
     def __post_init__(self) -> None:
-        if self.crop_padding < 0:
-            raise ValueError(f"crop_padding must be >= 0, got {self.crop_padding}")
-        if self.random_resized_crop is not None and not 0.0 < self.random_resized_crop <= 1.0:
-            raise ValueError(
-                f"random_resized_crop is a minimum area fraction in (0, 1], got {self.random_resized_crop}"
-            )
-        if not 0.0 <= self.random_erasing <= 1.0:
-            raise ValueError(f"random_erasing is a probability in [0, 1], got {self.random_erasing}")
+        check_fields(self, "Augment", AUGMENT_FLAGS)
 
 
 def default_preprocess(in_chans: int) -> dict[str, Any]:

@@ -18,8 +18,10 @@ import numpy as np
 from PIL import Image
 
 from zoo.training import finetune, transfer
+from zoo.training.bounds import SEED_MAX, Bounds, count
 
 DEFAULT_WEIGHTS = "resnet20.fmnist"
+SMALLEST_DIGIT = 174  # images of the rarest digit in scikit-learn's set
 
 
 def write_digits_folder(root: Path, per_class: int, eval_per_class: int, seed: int = 0) -> tuple[Path, Path]:
@@ -44,20 +46,16 @@ def write_digits_folder(root: Path, per_class: int, eval_per_class: int, seed: i
     return train_dir, eval_dir
 
 
-def run(args: argparse.Namespace, command: str | None = None) -> dict[str, Any]:
-    """Write the digits folder, run both arms and print the comparison."""
-    out = Path(args.out)
-    train_dir, eval_dir = write_digits_folder(out / "digits", args.per_class, args.eval_per_class, args.seed)
-    parser = argparse.ArgumentParser()
-    finetune.add_arguments(parser)
-    options = [
+def finetune_argv(args: argparse.Namespace, train_dir: Path, eval_dir: Path) -> list[str]:
+    """The ``zoo finetune`` options of both arms of the demo (`zoo.training.transfer.compare`)."""
+    return [
         args.weights,
         "--data",
         str(train_dir),
         "--val-data",
         str(eval_dir),
         "--out",
-        str(out),
+        str(args.out),
         "--epochs",
         str(args.epochs),
         "--batch-size",
@@ -65,7 +63,7 @@ def run(args: argparse.Namespace, command: str | None = None) -> dict[str, Any]:
         "--lr",
         str(args.lr),
         "--warmup-epochs",
-        "1",
+        str(min(1.0, args.epochs / 2)),  # below --epochs
         "--crop-padding",
         "2",
         "--seed",
@@ -73,11 +71,19 @@ def run(args: argparse.Namespace, command: str | None = None) -> dict[str, Any]:
         "--no-post-training",
         "--overwrite",  # the demo's own folder
     ]
+
+
+def run(args: argparse.Namespace, command: str | None = None) -> dict[str, Any]:
+    """Write the digits folder, run both arms and print the comparison."""
+    out = Path(args.out)
+    train_dir, eval_dir = write_digits_folder(out / "digits", args.per_class, args.eval_per_class, args.seed)
+    parser = argparse.ArgumentParser()
+    finetune.add_arguments(parser)
     print(
         f"digits: {args.per_class} labelled images per class in {train_dir}, "
         f"{sum(1 for _ in eval_dir.rglob('*.png'))} for evaluation in {eval_dir}"
     )
-    summary = transfer.compare(parser.parse_args(options), command=command)
+    summary = transfer.compare(parser.parse_args(finetune_argv(args, train_dir, eval_dir)), command=command)
     pretrained, scratch = (
         summary["runs"][arm]["best"].get("val_acc", float("nan")) for arm in ("pretrained", "scratch")
     )
@@ -94,8 +100,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--weights", default=DEFAULT_WEIGHTS, help="weights to fine-tune (arch.tag or a zoo.save folder)"
     )
     parser.add_argument("--out", default="runs/demo", help="output folder")
-    parser.add_argument("--per-class", type=int, default=10, help="labelled training images per digit")
-    parser.add_argument("--eval-per-class", type=int, default=60, help="evaluation images per digit")
-    parser.add_argument("--epochs", type=int, default=30)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--seed", type=int, default=0)
+    per_class = count(1, SMALLEST_DIGIT - 1).parse  # one image of each digit is left to evaluate
+    parser.add_argument("--per-class", type=per_class, default=10, help="labelled training images per digit")
+    parser.add_argument("--eval-per-class", type=count().parse, default=60, help="evaluation images per digit")
+    parser.add_argument("--epochs", type=count().parse, default=30)
+    parser.add_argument("--lr", type=Bounds(0, low_open=True).parse, default=1e-3)
+    parser.add_argument("--seed", type=count(0, SEED_MAX).parse, default=0)

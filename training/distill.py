@@ -5,16 +5,20 @@ the student's image normalisation mapped to the teacher's."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 import torch.nn as nn
 
 import zoo
+from zoo.errors import InvalidArgumentError
+from zoo.training.bounds import Bounds, bounded, check_fields
 from zoo.training.data import default_preprocess
 from zoo.training.datasource import DataSource
 from zoo.training.steps import DistillationStep
+
+DISTILLATION_FLAGS = {"alpha": "--distill-alpha", "temperature": "--distill-temperature"}
 
 
 @dataclass(frozen=True)
@@ -25,10 +29,15 @@ class Distillation:
     ``bf16`` runs the teacher under bfloat16 autocast (faster where the CPU has native bf16)."""
 
     teacher: str
-    alpha: float = 0.5
+    alpha: float = field(default=0.5, metadata=bounded(Bounds(0, 1)))  # the teacher's share of the loss
     kind: Literal["hard", "soft"] = "hard"
-    temperature: float = 1.0
+    temperature: float = field(default=1.0, metadata=bounded(Bounds(0, low_open=True)))
     bf16: bool = False
+
+    def __post_init__(self) -> None:
+        check_fields(self, "Distillation", DISTILLATION_FLAGS)
+        if self.kind not in ("hard", "soft"):
+            raise InvalidArgumentError(f"Distillation.kind (--distill-kind) must be hard or soft, got {self.kind!r}")
 
     def __str__(self) -> str:
         labels = "hard labels" if self.kind == "hard" else f"soft labels at temperature {self.temperature:g}"

@@ -43,7 +43,7 @@ from zoo.training.distributed import gradient_sync, init_distributed, pick_devic
 from zoo.training.meter import EpochMeter, count_correct, count_samples, take_first_samples
 from zoo.training.optim import make_optimizer, make_scheduler, param_groups
 from zoo.training.resume import Checkpointing, TrainState
-from zoo.training.run_logs import RunLogs
+from zoo.training.run_logs import RunLogs, check_finite
 from zoo.training.steps import ClassificationStep, StepFn, StepOutput, move_to_device
 
 __all__ = ["SCHEDULERS", "TrainConfig", "TrainState", "Trainer", "param_groups"]
@@ -326,6 +326,9 @@ class Trainer(Checkpointing):
         metrics["epoch_time_s"] = elapsed
         if val_set is not None:
             metrics |= {f"val_{k}": v for k, v in self.evaluate(val_set).items()}
+        for key, name in (("train_loss", "training loss"), ("val_loss", "validation loss")):
+            if key in metrics:
+                check_finite(name, metrics[key], f"the end of epoch {state.epoch + 1}")
         self._tick()
         metrics["elapsed_s"] = state.elapsed_s
         if self.monitor not in metrics:

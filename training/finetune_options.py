@@ -8,13 +8,26 @@ import argparse
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from zoo.errors import InvalidArgumentError
+from zoo.training.bounds import Bounds, bounded, check_fields, count
 from zoo.training.config import add_config_options
 from zoo.training.data import Augment
 from zoo.training.distill import Distillation
 from zoo.training.stages import MODES
+
+MAX_IMAGE_SIZE = 4096  # pixels a side at most
+MAX_TOKENS = 1 << 20  # tokens per text row at most
+FLAGS = {
+    "stages": "--stages",
+    "layer_decay": "--layer-decay",
+    "val_fraction": "--val-fraction",
+    "limit": "--limit",
+    "image_size": "--image-size",
+    "max_length": "--max-length",
+}
 
 
 @dataclass(frozen=True)
@@ -32,20 +45,43 @@ class FinetuneOptions:
     ``command`` is the command line the model card records."""
 
     mode: str = "full"
-    stages: int = 1
-    layer_decay: float | None = None
+    stages: int = field(default=1, metadata=bounded(count()))
+    layer_decay: float | None = field(default=None, metadata=bounded(Bounds(0, 1, low_open=True)))
     pretrained: bool = True
     model_kwargs: Mapping[str, Any] | None = None
     val_data: str | os.PathLike | None = None
-    val_fraction: float = 0.1
-    limit: int | None = None
-    image_size: int | None = None
+    val_fraction: float = field(default=0.1, metadata=bounded(Bounds(0, 1, high_open=True)))
+    limit: int | None = field(default=None, metadata=bounded(count()))
+    image_size: int | None = field(default=None, metadata=bounded(count(1, MAX_IMAGE_SIZE)))
     augment: Augment | None = None
-    max_length: int = 512
+    max_length: int = field(default=512, metadata=bounded(count(1, MAX_TOKENS)))
     distill: Distillation | None = None
     post_training: bool = True
     overwrite: bool = False
     command: str | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self, "FinetuneOptions", FLAGS)
+        if self.mode not in MODES:
+            raise InvalidArgumentError(
+                f"FinetuneOptions.mode (--mode) must be one of {', '.join(MODES)}, got {self.mode!r}"
+            )
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    """``--model-kwargs``: a JSON object (an argparse ``type=``)."""
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"must be a JSON object, e.g. '{{\"sizes\": [64, 32]}}': {error}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object, e.g. '{{\"sizes\": [64, 32]}}', got {text!r}")
+    return value
+
+
+def _checked(owner: type, name: str) -> Any:
+    """The argparse ``type=`` of the option for field ``name`` of dataclass ``owner``: its bounds' parser."""
+    return next(f for f in fields(owner) if f.name == name).metadata["bounds"].parse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,35 +95,61 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output directory: model, card, metrics, plots, logs, checkpoints")
     g = parser.add_argument_group("transfer")
     g.add_argument("--mode", choices=MODES, default="full")
-    g.add_argument("--stages", type=int, default=1, help="partial mode: how many of the last stages train")
-    g.add_argument("--layer-decay", type=float, help="layer-wise lr decay factor, e.g. 0.75")
+    g.add_argument(
+        "--stages",
+        type=_checked(FinetuneOptions, "stages"),
+        default=1,
+        help="partial mode: how many of the last stages train",
+    )
+    g.add_argument(
+        "--layer-decay", type=_checked(FinetuneOptions, "layer_decay"), help="layer-wise lr decay factor, e.g. 0.75"
+    )
     g.add_argument("--scratch", action="store_true", help="random weights for NAME's architecture")
     g.add_argument(
-        "--model-kwargs", type=json.loads, metavar="JSON", help="architecture options, e.g. '{\"sizes\": [64, 32, 16]}'"
+        "--model-kwargs",
+        type=_json_object,
+        metavar="JSON",
+        help="architecture options, e.g. '{\"sizes\": [64, 32, 16]}'",
     )
     g = parser.add_argument_group("data")
     g.add_argument("--val-data", help="separate validation data (default: a fixed-seed hold-out)")
-    g.add_argument("--val-fraction", type=float, default=0.1)
-    g.add_argument("--limit", type=int, help="use only this many training samples")
-    g.add_argument("--image-size", type=int, help="resize images to this size")
-    g.add_argument("--max-length", type=int, default=512, help="text: tokens kept per row")
+    g.add_argument("--val-fraction", type=_checked(FinetuneOptions, "val_fraction"), default=0.1)
+    g.add_argument("--limit", type=_checked(FinetuneOptions, "limit"), help="use only this many training samples")
+    g.add_argument("--image-size", type=_checked(FinetuneOptions, "image_size"), help="resize images to this size")
+    g.add_argument(
+        "--max-length", type=_checked(FinetuneOptions, "max_length"), default=512, help="text: tokens kept per row"
+    )
     g.add_argument("--hflip", action="store_true", help="random horizontal flips")
-    g.add_argument("--crop-padding", type=int, default=0, help="pad by this and random-crop back")
-    g.add_argument("--random-resized-crop", type=float, metavar="MIN_SCALE", help="RandomResizedCrop down to this area")
-    g.add_argument("--color-jitter", type=float, default=0.0)
+    g.add_argument(
+        "--crop-padding", type=_checked(Augment, "crop_padding"), default=0, help="pad by this and random-crop back"
+    )
+    g.add_argument(
+        "--random-resized-crop",
+        type=_checked(Augment, "random_resized_crop"),
+        metavar="MIN_SCALE",
+        help="RandomResizedCrop down to this area",
+    )
+    g.add_argument("--color-jitter", type=_checked(Augment, "color_jitter"), default=0.0)
     g.add_argument("--trivial-augment", action="store_true")
-    g.add_argument("--random-erasing", type=float, default=0.0, metavar="P")
+    g.add_argument("--random-erasing", type=_checked(Augment, "random_erasing"), default=0.0, metavar="P")
     add_config_options(g, "data")
     g = parser.add_argument_group("distillation")
     g.add_argument("--teacher", help="also learn from this model's predictions (a weight name or a fine-tuned folder)")
-    g.add_argument("--distill-alpha", type=float, default=0.5, help="the teacher's share of the loss")
+    g.add_argument(
+        "--distill-alpha", type=_checked(Distillation, "alpha"), default=0.5, help="the teacher's share of the loss"
+    )
     g.add_argument(
         "--distill-kind",
         choices=("hard", "soft"),
         default="hard",
         help="the teacher's argmax labels (DeiT) or its softened distribution (Hinton)",
     )
-    g.add_argument("--distill-temperature", type=float, default=1.0, help="soft: the softmax temperature")
+    g.add_argument(
+        "--distill-temperature",
+        type=_checked(Distillation, "temperature"),
+        default=1.0,
+        help="soft: the softmax temperature",
+    )
     g.add_argument("--teacher-bf16", action="store_true", help="run the teacher under bfloat16 autocast")
     for section in ("optimisation", "hardware"):
         add_config_options(parser.add_argument_group(section), section)

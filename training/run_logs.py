@@ -16,6 +16,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from zoo.errors import TrainingDivergedError
 from zoo.store.files import write_bytes_atomic, write_json
 from zoo.training.checkpoint import to_json_types
 from zoo.training.config import TrainConfig
@@ -63,11 +64,7 @@ class RunLogs:
         """The mean loss of an optimizer step's micro-batches on the bar and in TensorBoard;
         a loss that is not finite stops the run here, with what to change."""
         loss = sum(float(o.loss.detach()) for o in outputs) / len(outputs)
-        if not math.isfinite(loss):
-            raise FloatingPointError(
-                f"the loss is {loss} at step {step}; lower the learning rate, "
-                "clip gradients (clip_grad_norm) or train in bf16/fp32"
-            )
+        check_finite("loss", loss, f"step {step}")
         bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}")
         if self._writer is not None:
             self._writer.add_scalar("step/train_loss", loss, step)
@@ -87,6 +84,16 @@ class RunLogs:
             self._writer.flush()
         if self.config.plot:
             plot_curves(history, self.out_dir / "curves.png")
+
+
+def check_finite(name: str, value: float, when: str) -> None:
+    """Stop a run whose ``name`` (a loss) is NaN or infinite at ``when``: a `TrainingDivergedError`
+    saying what to change (one line on the command line, not a traceback)."""
+    if not math.isfinite(value):
+        raise TrainingDivergedError(
+            f"the {name} is {value} at {when}: training diverged; lower the learning rate (--lr), "
+            "clip gradients (--clip-grad) or train in fp32"
+        )
 
 
 def write_history(history: list[dict[str, float]], out_dir: Path, extra: Mapping[str, Any] | None = None) -> None:

@@ -15,6 +15,7 @@ __all__ = [
     "DataError",
     "DownloadError",
     "InvalidArgumentError",
+    "TrainingDivergedError",
     "UnknownModelError",
     "WeightsError",
     "WeightsMismatchError",
@@ -33,6 +34,10 @@ class UnknownModelError(ZooError, KeyError, ValueError):
 
 class CheckpointError(ZooError, ValueError):
     """A training checkpoint that cannot be read or does not fit the run resuming from it."""
+
+
+class TrainingDivergedError(ZooError, FloatingPointError):
+    """A training run whose loss became NaN or infinite; the message says what to change."""
 
 
 class DataError(ZooError, ValueError):

@@ -118,7 +118,7 @@ def run(
     if arch not in RECIPES:
         raise ValueError(f"no Fashion-MNIST recipe for {arch!r}; recipes: {', '.join(RECIPES)}")
     recipe = RECIPES[arch]
-    config = replace(recipe["config"], epochs=epochs or recipe["config"].epochs, num_workers=num_workers)
+    config = replace(recipe["config"].for_epochs(epochs or recipe["config"].epochs), num_workers=num_workers)
     if run_dir is not None:  # the recipe's own folder: continue the run in it, or start one there
         resume = (Path(run_dir) / "checkpoints" / LAST_CHECKPOINT).is_file()
         config = replace(config, out_dir=run_dir, resume=resume)

@@ -145,7 +145,7 @@ def run(
     num_classes = 1 if recipe.model_kwargs.get("head") == "graph_regression" else int(train.y.max()) + 1
     torch.manual_seed(SEED)
     model = zoo.load("gin3", pretrained=False, num_classes=num_classes, **recipe.model_kwargs)
-    config = recipe.config if epochs is None else dataclasses.replace(recipe.config, epochs=epochs)
+    config = recipe.config if epochs is None else recipe.config.for_epochs(epochs)
     trainer = Trainer(model, config, collate_fn=Collater(train), **trainer_options)
     history = trainer.fit(train, val)
     model.load_state_dict(trainer.best_state_dict())

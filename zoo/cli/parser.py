@@ -39,36 +39,30 @@ def non_negative_int(text: str) -> int:
     return value
 
 
-def _finite_float(text: str) -> float:
+def _finite_float(text: str, low: float, high: float = math.inf, *, low_open: bool = False) -> float:
+    """The finite number ``text`` spells, from ``low`` (excluded with ``low_open``) to ``high``."""
+    wanted = (f"> {low:g}" if low_open else f">= {low:g}") if high == math.inf else f"in (0, {high:g}]"
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a number {wanted}, got {text!r}") from None
+    if not math.isfinite(value) or value < low or (low_open and value == low) or value > high:
+        raise argparse.ArgumentTypeError(f"must be a{' finite' * (not math.isfinite(value))} number {wanted}, "
+                                         f"got {text!r}")
     return value
 
 
 def non_negative_float(text: str) -> float:
-    value = _finite_float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
-    return value
+    return _finite_float(text, 0.0)
 
 
 def positive_float(text: str) -> float:
-    value = _finite_float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {text!r}")
-    return value
+    return _finite_float(text, 0.0, low_open=True)
 
 
 def fraction(text: str) -> float:
     """A number in (0, 1], e.g. nucleus sampling's top-p."""
-    value = _finite_float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text!r}")
-    return value
+    return _finite_float(text, 0.0, 1.0, low_open=True)
 
 
 def seed(text: str) -> int:

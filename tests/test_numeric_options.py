@@ -1,0 +1,209 @@
+"""Every numeric option of every command is range-checked when it is parsed (one line, exit 2),
+TrainConfig, FinetuneOptions, Augment and Distillation check the same ranges for Python callers
+(an InvalidArgumentError naming the field), the rules between fields too, and a run whose loss
+becomes NaN or infinite stops with one line, not a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from zoo.cli import main
+from zoo.cli.parser import COMMANDS, build_parser
+from zoo.errors import InvalidArgumentError, TrainingDivergedError
+from zoo.training import demo
+from zoo.training.config import TrainConfig, config_from_args
+from zoo.training.data import Augment
+from zoo.training.distill import Distillation
+from zoo.training.finetune_options import FinetuneOptions, options_from_args
+
+# what each command needs besides its options
+POSITIONAL = {
+    "list": [],
+    "info": ["resnet20.fmnist"],
+    "predict": ["resnet20.fmnist", "x.png"],
+    "generate": ["moe_lm.stdlib", "def f("],
+    "finetune": ["resnet20", "--data", "d", "--out", "o"],
+    "eval": ["resnet20.fmnist"],
+    "demo": [],
+    "bench": [],
+    "export": ["resnet20.fmnist", "--format", "onnx", "--out", "m.onnx"],
+    "serve": ["resnet20.fmnist"],
+}
+NASTY = ["-1", "0", "-0.5", "0.5", "1", "5", "inf", "-inf", "nan", "1e400", "1e30", "99999999999999999999", "abc", ""]
+
+
+def numeric_options(command: str) -> list[argparse.Action]:
+    """The options of ``command`` that take a number (every option with a ``type``)."""
+    sub = build_parser([command])._subparsers._group_actions[0].choices[command]
+    return [a for a in sub._actions if a.option_strings and a.type is not None and a.nargs is None]
+
+
+def parse(argv: list[str], capsys: pytest.CaptureFixture[str]) -> argparse.Namespace | None:
+    """The options of ``argv``, or None when the parser refused them (then with exit 2 and one error line)."""
+    try:
+        return build_parser(argv).parse_args(argv)
+    except SystemExit as exit:
+        assert exit.code == 2
+        errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+        assert len(errors) == 1 and "Traceback" not in errors[0], errors
+        return None
+
+
+def test_every_numeric_option_has_a_checking_type() -> None:
+    """A bare ``int`` or ``float`` takes -1, nan and inf alike: every number option checks its range."""
+    unchecked = [
+        f"zoo {command} {action.option_strings[0]}"
+        for command in COMMANDS
+        for action in numeric_options(command)
+        if action.type in (int, float)
+    ]
+    assert not unchecked, unchecked
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["finetune", "resnet20", "--data", "d", "--out", "o", "--clip-grad", "-1"], "--clip-grad: must be > 0"),
+        (["finetune", "resnet20", "--data", "d", "--out", "o", "--momentum", "5"], "--momentum: must be in [0, 1)"),
+        (["finetune", "resnet20", "--data", "d", "--out", "o", "--lr", "inf"], "--lr: must be a finite number > 0"),
+        (["finetune", "resnet20", "--data", "d", "--out", "o", "--warmup-epochs", "-1"], "--warmup-epochs: must be >="),
+        (["finetune", "resnet20", "--data", "d", "--out", "o", "--val-fraction", "1"], "--val-fraction: must be in"),
+        (["finetune", "resnet20", "--data", "d", "--out", "o", "--seed", "-3"], "--seed: must be from 0 to"),
+        (["finetune", "resnet20", "--data", "d", "--out", "o", "--distill-alpha", "2"], "--distill-alpha: must be in"),
+        (["demo", "--per-class", "-1"], "--per-class: must be from 1 to 173"),
+        (["demo", "--lr", "nan"], "--lr: must be a finite number > 0"),
+        (["generate", "moe_lm.stdlib", "x", "--top-p", "0"], "--top-p: must be in (0, 1]"),
+        (["eval", "resnet20.fmnist", "--limit", "-1"], "--limit: must be 1 or more"),
+        (["bench", "--repeats", "0"], "--repeats: must be 1 or more"),
+        (["serve", "m", "--max-wait-ms", "nan"], "--max-wait-ms: must be a finite number"),
+    ],
+)
+def test_a_number_out_of_range_stops_at_parse_time(argv: list[str], problem: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and problem in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        (["--min-lr", "0.1", "--lr", "0.01"], "TrainConfig.min_lr (--min-lr) must be at most lr (0.01), got 0.1"),
+        (["--warmup-epochs", "3", "--epochs", "2"], "TrainConfig.warmup_epochs (--warmup-epochs) must be below epochs"),
+    ],
+)
+def test_rules_between_options_are_one_line_before_anything_runs(options, problem, tmp_path, capsys) -> None:
+    out = tmp_path / "out"
+    assert main(["finetune", "resnet20", "--data", str(tmp_path / "nothing"), "--out", str(out), *options]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"zoo: error: {problem}") and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (lambda: TrainConfig(clip_grad_norm=-1.0), "TrainConfig.clip_grad_norm (--clip-grad) must be > 0, got -1.0"),
+        (lambda: TrainConfig(lr=math.inf), "TrainConfig.lr (--lr) must be a finite number > 0, got inf"),
+        (lambda: TrainConfig(momentum=5), "TrainConfig.momentum (--momentum) must be in [0, 1), got 5"),
+        (lambda: TrainConfig(epochs=2.5), "TrainConfig.epochs (--epochs) must be a whole number 1 or more"),
+        (lambda: TrainConfig(batch_size=True), "TrainConfig.batch_size (--batch-size) must be a whole number"),
+        (lambda: TrainConfig(gamma=0.0), "TrainConfig.gamma must be in (0, 1], got 0.0"),
+        (lambda: TrainConfig(betas=(0.9, 1.5)), "TrainConfig.betas must be two numbers in [0, 1)"),
+        (lambda: TrainConfig(min_lr=1.0), "TrainConfig.min_lr (--min-lr) must be at most lr"),
+        (lambda: TrainConfig(epochs=2, warmup_epochs=2), "TrainConfig.warmup_epochs (--warmup-epochs) must be below"),
+        (lambda: FinetuneOptions(stages=0), "FinetuneOptions.stages (--stages) must be 1 or more, got 0"),
+        (lambda: FinetuneOptions(val_fraction=float("nan")), "FinetuneOptions.val_fraction (--val-fraction) must be a"),
+        (lambda: FinetuneOptions(mode="most"), "FinetuneOptions.mode (--mode) must be one of"),
+        (lambda: Augment(color_jitter=-0.1), "Augment.color_jitter (--color-jitter) must be in [0, 1]"),
+        (lambda: Distillation("t", temperature=0.0), "Distillation.temperature (--distill-temperature) must be > 0"),
+    ],
+)
+def test_python_callers_get_the_same_checks_naming_the_field(make, problem) -> None:
+    with pytest.raises(InvalidArgumentError) as refused:
+        make()
+    assert str(refused.value).startswith(problem)
+
+
+def test_a_recipe_shortened_below_its_warmup_keeps_the_warmups_share() -> None:
+    config = TrainConfig(epochs=15, warmup_epochs=1.0).for_epochs(1)
+    assert (config.epochs, config.warmup_epochs) == (1, pytest.approx(1 / 15))
+    assert TrainConfig(epochs=15, warmup_epochs=1.0).for_epochs(5).warmup_epochs == 1.0
+
+
+def _accepted(command: str, args: argparse.Namespace) -> None:
+    """What the command makes of options the parser let through is valid (no ZooError later)."""
+    if command == "finetune":
+        config_from_args(args, out_dir=args.out)
+        options_from_args(args)
+    elif command == "demo":
+        sub = argparse.ArgumentParser()
+        from zoo.training import finetune
+
+        finetune.add_arguments(sub)
+        inner = sub.parse_args(demo.finetune_argv(args, Path("train"), Path("eval")))
+        _accepted("finetune", inner)
+    elif command == "generate":
+        from zoo.architectures.generation import GenerationOptions
+
+        GenerationOptions(args.max_new_tokens, args.temperature, args.top_k, args.top_p)
+    for key, value in vars(args).items():
+        if isinstance(value, float):
+            assert math.isfinite(value), (command, key, value)
+        if isinstance(value, int) and not isinstance(value, bool) and key not in ("seed", "port"):
+            assert value >= 0, (command, key, value)
+
+
+@settings(max_examples=60)
+@given(data=st.data())
+def test_fuzz_numeric_options_of_every_command(data, capsys) -> None:
+    """Any number (negative, zero, inf, nan, huge, junk) in any numeric option of any command:
+    exit 2 with one error line, or options the command accepts whole."""
+    command = data.draw(st.sampled_from(sorted(COMMANDS)))
+    actions = numeric_options(command)
+    if not actions:
+        return
+    chosen = data.draw(st.lists(st.sampled_from(actions), min_size=1, max_size=3, unique_by=lambda a: a.dest))
+    argv = [command, *POSITIONAL[command]]
+    for action in chosen:
+        value = data.draw(st.one_of(st.sampled_from(NASTY), st.floats().map(repr), st.integers().map(str)))
+        argv += [action.option_strings[0], value]
+    args = parse(argv, capsys)
+    if args is not None:
+        try:
+            _accepted(command, args)
+        except InvalidArgumentError as refused:  # a rule between options: one line, before anything runs
+            assert "\n" not in str(refused)
+
+
+def write_pngs(root: Path, per_class: int = 4) -> Path:
+    rng = np.random.default_rng(0)
+    for label in ("a", "b"):
+        (root / label).mkdir(parents=True)
+        for i in range(per_class):
+            Image.fromarray(rng.integers(0, 255, (28, 28), dtype=np.uint8)).save(root / label / f"{i}.png")
+    return root
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_run_that_diverges_is_one_line_and_exit_2(tmp_path, capsys) -> None:
+    """A learning rate so large that the weights overflow: the loss check names it, no traceback."""
+    data = write_pngs(tmp_path / "pngs")
+    argv = ["finetune", "resnet20", "--data", str(data), "--out", str(tmp_path / "o"), "--max-steps", "2",
+            "--epochs", "1", "--batch-size", "4", "--lr", "1e30", "--optimizer", "sgd", "--momentum", "0",
+            "--no-post-training", "--no-progress", "--no-tensorboard"]  # fmt: skip
+    with pytest.warns(UserWarning):
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("zoo: error:")]
+    assert len(errors) == 1 and "training diverged" in errors[0] and "--lr" in errors[0], err
+    assert "Traceback" not in err
+    assert issubclass(TrainingDivergedError, FloatingPointError)

@@ -1,0 +1,105 @@
+"""The values a numeric setting may take, declared once and checked twice: `Bounds` (finite,
+between limits) makes the argparse ``type=`` of a command-line option, so a value out of range
+stops the command when it is parsed (one line, exit 2), and `check_fields` checks the fields of
+a dataclass against the bounds in their metadata (``field(metadata=bounded(...))``) for Python
+callers (an `InvalidArgumentError` naming the field)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from zoo.errors import InvalidArgumentError
+
+INT_MAX = 2**31 - 1  # the largest count any setting takes (torch's and the data loaders' int32 sizes)
+SEED_MAX = 2**32 - 1  # NumPy's seeds end here
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """A finite number from ``low`` to ``high`` (either may be None: unbounded; ``*_open``
+    excludes the limit itself); ``integer`` numbers are whole (counts have ``high`` `INT_MAX`)."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    integer: bool = False
+
+    def __str__(self) -> str:
+        low, high = _show(self.low), _show(self.high)
+        if self.integer and self.low is not None and self.high in (None, INT_MAX):
+            return f"{low} or more"
+        if self.integer and self.low is not None:
+            return f"from {low} to {high}"
+        if self.low is not None and self.high is not None:
+            return f"in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+        if self.low is not None:
+            return f"{'>' if self.low_open else '>='} {low}"
+        return f"{'<' if self.high_open else '<='} {high}" if self.high is not None else "finite"
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` is not allowed ("must be ..."), or None when it is."""
+        if self.integer and (isinstance(value, bool) or not isinstance(value, int)):
+            return f"must be a whole number {self}"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"must be a number {self}"
+        if not math.isfinite(value):
+            return f"must be a finite number {self}"
+        below = self.low is not None and (value <= self.low if self.low_open else value < self.low)
+        above = self.high is not None and (value >= self.high if self.high_open else value > self.high)
+        if above and self.integer and self.high == INT_MAX:
+            return f"must be at most {INT_MAX}"
+        return f"must be {self}" if below or above else None
+
+    def parse(self, text: str) -> int | float:
+        """The number ``text`` spells, when it is in range: an argparse ``type=`` function (its
+        refusal is one line, ``argument --x: must be ..., got 'text'``, and exit 2)."""
+        try:
+            value: int | float = int(text) if self.integer else float(text)
+        except ValueError:
+            kind = "whole number" if self.integer else "number"
+            raise argparse.ArgumentTypeError(f"must be a {kind} {self}, got {text!r}") from None
+        problem = self.problem(value)
+        if problem:
+            raise argparse.ArgumentTypeError(f"{problem}, got {text!r}")
+        return value
+
+
+def count(low: int = 1, high: int = INT_MAX) -> Bounds:
+    """Whole numbers from ``low`` (default 1) to ``high``."""
+    return Bounds(low, high, integer=True)
+
+
+def bounded(bounds: Bounds) -> dict[str, Any]:
+    """A field's metadata giving it ``bounds`` (see `check_fields`)."""
+    return {"bounds": bounds}
+
+
+def check_fields(instance: Any, owner: str | None = None, flags: dict[str, str] | None = None) -> None:
+    """Refuse a field of dataclass ``instance`` outside the bounds in its metadata (None passes
+    for a field whose default is None): an `InvalidArgumentError` naming ``owner.field`` (and its
+    command-line flag, from ``flags``)."""
+    owner = owner or type(instance).__name__
+    for f in dataclasses.fields(instance):
+        bounds = f.metadata.get("bounds")
+        value = getattr(instance, f.name)
+        if bounds is None or (value is None and f.default is None):
+            continue
+        problem = bounds.problem(value)
+        if problem:
+            raise InvalidArgumentError(f"{field_name(owner, f.name, flags)} {problem}, got {value!r}")
+
+
+def field_name(owner: str, name: str, flags: dict[str, str] | None = None) -> str:
+    """``owner.name``, with its command-line flag when it has one: ``TrainConfig.lr (--lr)``."""
+    flag = (flags or {}).get(name)
+    return f"{owner}.{name}" + (f" ({flag})" if flag else "")
+
+
+def _show(limit: float | None) -> str:
+    """A limit as the user would type it (1 rather than 1.0)."""
+    return str(int(limit)) if limit is not None and float(limit).is_integer() else str(limit)
