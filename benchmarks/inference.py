@@ -18,6 +18,7 @@ still runs (emulated, slowly) for its accuracy, untimed.
         [--threads N]
     .venv/bin/python benchmarks/inference.py --accuracy [--limit 10000] [--models resnet56.fmnist ...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -83,7 +84,7 @@ def speed(batch_size: int, repeats: int, precisions: list[str]) -> None:
     for name in names:
         variants[name](x)
     for repeat in range(repeats):
-        order = names[repeat % len(names):] + names[: repeat % len(names)]
+        order = names[repeat % len(names) :] + names[: repeat % len(names)]
         for name in order:
             times[name].append(_time(variants[name], x))
     base = statistics.median(times["torchvision fp32 eager"])
@@ -98,9 +99,12 @@ def speed(batch_size: int, repeats: int, precisions: list[str]) -> None:
 
 
 @torch.no_grad()
-def _top1(run: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, labels: torch.Tensor,
-          batch_size: int) -> float:
-    correct = sum(int((run(x).argmax(-1) == y).sum()) for x, y in zip(images.split(batch_size), labels.split(batch_size)))
+def _top1(
+    run: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, labels: torch.Tensor, batch_size: int
+) -> float:
+    correct = sum(
+        int((run(x).argmax(-1) == y).sum()) for x, y in zip(images.split(batch_size), labels.split(batch_size))
+    )
     return 100.0 * correct / len(labels)
 
 
@@ -110,8 +114,10 @@ def accuracy(names: list[str], limit: int, batch_size: int) -> None:
     train_images, _ = load_fashion_mnist("train")
     test_images, test_labels = test_images[:limit, None], test_labels[:limit]
     batch_size = min(batch_size, limit)
-    print(f"\nFashion-MNIST test, {len(test_labels)} images, batch {batch_size}; int8 calibrated on "
-          f"{2 * batch_size} training images")
+    print(
+        f"\nFashion-MNIST test, {len(test_labels)} images, batch {batch_size}; int8 calibrated on "
+        f"{2 * batch_size} training images"
+    )
     print("| model | precision | top-1 % | points vs fp32 eager | speed-up over fp32 eager (optimize's timing) |")
     print("|---|---|---|---|---|")
     for name in names:
@@ -123,23 +129,31 @@ def accuracy(names: list[str], limit: int, batch_size: int) -> None:
         for precision in _precisions():
             optimized = zoo.optimize(model, calibration[:batch_size], precision, calibration, cache=False, repeats=3)
             top1 = _top1(optimized, images, test_labels, batch_size)
-            print(f"| {name} | {precision} | {top1:.2f} | {top1 - fp32:+.2f} | "
-                  f"{optimized.optimize_report.speedup:.2f} |", flush=True)
+            print(
+                f"| {name} | {precision} | {top1:.2f} | {top1 - fp32:+.2f} | {optimized.optimize_report.speedup:.2f} |",
+                flush=True,
+            )
         if "bf16" not in _precisions():
             # the graph optimize(..., "bf16") builds (autocast, compiled with freezing), which a CPU
             # without native bf16 runs emulated: its accuracy holds, its speed says nothing
             emulated = inference._build("bf16", model, (calibration[:batch_size],), [], torch.bfloat16)
             top1 = _top1(emulated, images, test_labels, batch_size)
-            print(f"| {name} | bf16, emulated (no native bf16 here) | {top1:.2f} | {top1 - fp32:+.2f} | "
-                  "not timed |", flush=True)
+            print(
+                f"| {name} | bf16, emulated (no native bf16 here) | {top1:.2f} | {top1 - fp32:+.2f} | not timed |",
+                flush=True,
+            )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 1])
-    parser.add_argument("--precisions", nargs="+", choices=[p for p in inference.PRECISIONS if p != "fp16"],  # CPU
-                        help="optimize's precisions to build (default: each that applies here, and auto)")
+    parser.add_argument(
+        "--precisions",
+        nargs="+",
+        choices=[p for p in inference.PRECISIONS if p != "fp16"],  # CPU
+        help="optimize's precisions to build (default: each that applies here, and auto)",
+    )
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--accuracy", action="store_true", help="measure top-1 on Fashion-MNIST instead of speed")
     parser.add_argument("--models", nargs="+", default=list(ACCURACY_MODELS), help="weights for --accuracy")
@@ -147,9 +161,11 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=500, help="batch size for --accuracy")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}, "
-          f"AMX {'yes' if has_amx() else 'no'}, native bf16 {torch.ops.mkldnn._is_mkldnn_bf16_supported()}, "
-          f"{torch.get_num_threads()} threads")
+    print(
+        f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}, "
+        f"AMX {'yes' if has_amx() else 'no'}, native bf16 {torch.ops.mkldnn._is_mkldnn_bf16_supported()}, "
+        f"{torch.get_num_threads()} threads"
+    )
     if args.accuracy:
         accuracy(args.models, args.limit, args.batch_size)
         return

@@ -2,6 +2,7 @@
 images, auto remembers its choice, bad arguments are refused by name. Compiling is slow on a
 small CPU, so one module-wide auto run on resnet20.fmnist (fp32 compiled + int8) serves the
 candidate checks."""
+
 from __future__ import annotations
 
 import json
@@ -111,7 +112,9 @@ def test_optimized_model_keeps_the_models_attributes_and_refuses_training(auto_r
 @pytest.mark.skipif(BF16_NATIVE, reason="this CPU runs bf16 natively: the auto run above measured it")
 def test_bf16_on_a_cpu_without_native_bf16_is_refused_by_name():
     model = zoo.load("resnet20.fmnist")
-    with pytest.raises(InvalidArgumentError, match=r"precision='bf16' does not apply here: .*does not run bf16 natively"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"precision='bf16' does not apply here: .*does not run bf16 natively"
+    ):
         zoo.optimize(model, torch.randn(2, 1, 28, 28), "bf16")
 
 
@@ -145,7 +148,9 @@ def test_calibration_of_another_shape_names_the_batch_and_both_shapes(shape):
     calibration = [x, torch.randn(3, *shape)]
     if shape == [1, 28, 28]:
         return
-    with pytest.raises(InvalidArgumentError, match=r"calibration batch 1 has shape \(3, .*example_input has shape \(2, 1, 28, 28\)"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"calibration batch 1 has shape \(3, .*example_input has shape \(2, 1, 28, 28\)"
+    ):
         zoo.optimize(model, x, "fp32", calibration)
 
 
@@ -213,7 +218,9 @@ def test_cache_key_names_machine_model_shape_and_torch(auto_run):
 
 def _tiny_cnn() -> nn.Module:
     """A small convolutional classifier that optimize treats as a CNN family (it compiles fast)."""
-    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3)).eval()
+    model = nn.Sequential(
+        nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3)
+    ).eval()
     model.pretrained_cfg = {"architecture": "resnet20"}  # a CNN family: its spec has int8
     return model
 
@@ -221,8 +228,15 @@ def _tiny_cnn() -> nn.Module:
 def test_a_cnn_compiles_its_first_batch_sizes_and_pads_the_others_onto_them():
     torch.manual_seed(0)
     model = _tiny_cnn()
-    optimized = zoo.optimize(model, torch.randn(4, 1, 8, 8), "fp32", calibration=torch.randn(7, 1, 8, 8),
-                             cache=False, repeats=1, max_batch_graphs=2)
+    optimized = zoo.optimize(
+        model,
+        torch.randn(4, 1, 8, 8),
+        "fp32",
+        calibration=torch.randn(7, 1, 8, 8),
+        cache=False,
+        repeats=1,
+        max_batch_graphs=2,
+    )
     assert optimized.graph_batch_sizes == [4]  # calibration's last batch of 3 was padded, not compiled
     with torch.no_grad():
         for size, graphs in ((3, [4, 3]), (9, [4, 3]), (1, [4, 3]), (4, [4, 3]), (0, [4, 3])):

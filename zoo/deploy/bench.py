@@ -8,6 +8,7 @@ text for a sequence of `TEXT_TOKENS` tokens, vectors (the DBN) for one visible v
 models record none (``gmacs: null``): their MACs grow with each graph's nodes, so no one
 figure describes the weights; `zoo bench` skips them for the same reason.
 """
+
 from __future__ import annotations
 
 import csv
@@ -61,7 +62,10 @@ def _example(model: nn.Module, preprocess: dict[str, Any], batch: int) -> torch.
 
 
 def architecture_gmacs(
-    arch: str, model_kwargs: dict[str, Any], num_classes: int, preprocess: dict[str, Any],
+    arch: str,
+    model_kwargs: dict[str, Any],
+    num_classes: int,
+    preprocess: dict[str, Any],
 ) -> float | None:
     """GMACs per sample of ``arch`` built with ``model_kwargs``, at its weights' input size.
     Built on the meta device (shapes only, nothing computed) except models with
@@ -107,7 +111,9 @@ def parse_batch_sizes(text: str) -> list[int]:
     except ValueError:
         sizes = []
     if not sizes or any(size < 1 for size in sizes):
-        raise InvalidArgumentError(f"--batch takes positive batch sizes separated by commas, such as 1,16; got {text!r}")
+        raise InvalidArgumentError(
+            f"--batch takes positive batch sizes separated by commas, such as 1,16; got {text!r}"
+        )
     return sizes
 
 
@@ -160,7 +166,10 @@ def _top1(info: WeightInfo | None) -> float | None:
 
 
 def bench(
-    targets: Sequence[BenchTarget], batch_sizes: Sequence[int], repeats: int, optimize: bool = False,
+    targets: Sequence[BenchTarget],
+    batch_sizes: Sequence[int],
+    repeats: int,
+    optimize: bool = False,
 ) -> tuple[list[BenchRow], list[tuple[str, str]]]:
     """Measure every target at every batch size in fp32 eager and, with ``optimize``, as
     `zoo.deploy.inference.optimize` chooses (precision "auto", which compiles and times its candidates
@@ -195,13 +204,25 @@ def _load_or_skip(target: BenchTarget, skipped: list[tuple[str, str]]) -> tuple[
     try:
         return _load(target)
     except WeightsNotFoundError:
-        skipped.append((target.name, f"published weights not in the cache; `zoo info {target.name}` shows "
-                                     "the source, zoo.load downloads them once"))
+        skipped.append(
+            (
+                target.name,
+                f"published weights not in the cache; `zoo info {target.name}` shows "
+                "the source, zoo.load downloads them once",
+            )
+        )
         return None
 
 
-def _measure(target: BenchTarget, model: nn.Module, preprocess: dict[str, Any], model_gmacs: float | None,
-             batch_size: int, repeats: int, optimize: bool) -> BenchRow:
+def _measure(
+    target: BenchTarget,
+    model: nn.Module,
+    preprocess: dict[str, Any],
+    model_gmacs: float | None,
+    batch_size: int,
+    repeats: int,
+    optimize: bool,
+) -> BenchRow:
     """One row: the model timed at ``batch_size`` in fp32 eager and, with ``optimize``, as optimize chooses."""
     info = target.info
     x = _example(model, preprocess, batch_size)
@@ -251,10 +272,18 @@ def _cell(value: Any) -> str:
 def format_table(rows: Sequence[BenchRow]) -> str:
     """The rows as an aligned text table, one header line."""
     columns = [
-        ("model", "model"), ("weights", "weights"), ("top1", "top1"), ("params (M)", "param_count"),
-        ("GMACs", "gmacs"), ("input", "input_shape"), ("MiB", "file_size_mb"), ("batch", "batch_size"),
-        ("fp32 samples/s", "infer_samples_per_sec"), ("optimized samples/s", "optimized_samples_per_sec"),
-        ("precision", "optimized_precision"), ("speed-up", "optimized_speedup"),
+        ("model", "model"),
+        ("weights", "weights"),
+        ("top1", "top1"),
+        ("params (M)", "param_count"),
+        ("GMACs", "gmacs"),
+        ("input", "input_shape"),
+        ("MiB", "file_size_mb"),
+        ("batch", "batch_size"),
+        ("fp32 samples/s", "infer_samples_per_sec"),
+        ("optimized samples/s", "optimized_samples_per_sec"),
+        ("precision", "optimized_precision"),
+        ("speed-up", "optimized_speedup"),
     ]
     cells = [[title for title, _ in columns], *([_cell(getattr(row, key)) for _, key in columns] for row in rows)]
     widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]

@@ -7,6 +7,7 @@ is dynamic, so a file that comes back from here runs and gives the model's outpu
 TorchScript is still the format libtorch/C++ and older runtimes load, so it is produced here
 with those warnings silenced.
 """
+
 from __future__ import annotations
 
 import io
@@ -35,9 +36,11 @@ FORMATS = tuple(FORMAT_SUFFIXES)
 EXAMPLE_BATCH = 2  # torch.export fixes size-1 dimensions, so a dynamic batch needs 2+
 EXAMPLE_SEQUENCE_LENGTH = 16  # token ids per sample of the default text input
 ONNX_INSTALL_HINT = "pip install 'zoo[onnx]'"
-NOT_TENSORS_REASON = ("no export format takes inputs other than tensors (torch.onnx.export, torch.jit.trace and "
-                      "torch.export all need tensors), so graph models cannot be exported; zoo.save(model, folder) "
-                      "keeps one for zoo.load")
+NOT_TENSORS_REASON = (
+    "no export format takes inputs other than tensors (torch.onnx.export, torch.jit.trace and "
+    "torch.export all need tensors), so graph models cannot be exported; zoo.save(model, folder) "
+    "keeps one for zoo.load"
+)
 MIN_ONNX_OPSET = 18  # torch's dynamo exporter targets 18+; it falls back to 18 for lower requests it cannot convert
 
 
@@ -53,10 +56,6 @@ class ExportResult:
     size_bytes: int
     max_abs_diff: float  # over the example input and, with dynamic_batch, a batch one larger
     seconds: float  # export + save + re-load + check
-
-
-
-
 
 
 @contextmanager
@@ -232,8 +231,7 @@ def onnx_packages() -> tuple[Any, Any]:
         import onnxscript  # noqa: F401 - torch.onnx.export(dynamo=True) translates with it
     except ImportError as error:
         raise ZooError(
-            f"exporting to ONNX needs onnx, onnxscript and onnxruntime ({error.name} is missing): "
-            f"{ONNX_INSTALL_HINT}"
+            f"exporting to ONNX needs onnx, onnxscript and onnxruntime ({error.name} is missing): {ONNX_INSTALL_HINT}"
         ) from None
     return onnx, onnxruntime
 
@@ -253,8 +251,9 @@ def _onnx_runner(path: Path, device: torch.device) -> Callable[..., list[torch.T
     def run(*args: Any) -> list[torch.Tensor]:
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         if len(tensors) != len(names):
-            raise ExportMismatchError(f"the ONNX graph takes {len(names)} inputs ({', '.join(names)}), "
-                                      f"the model call {len(tensors)} tensors")
+            raise ExportMismatchError(
+                f"the ONNX graph takes {len(names)} inputs ({', '.join(names)}), the model call {len(tensors)} tensors"
+            )
         feeds = {name: t.detach().cpu().numpy() for name, t in zip(names, tensors)}
         try:
             outputs = session.run(None, feeds)
@@ -299,16 +298,20 @@ def export_onnx(
         batch = Dim("batch")
         dynamic_shapes = tuple({0: batch} if isinstance(a, torch.Tensor) and a.ndim else None for a in args)
     with _eval_mode(model):
-        program = torch.onnx.export(model, args, dynamo=True, dynamic_shapes=dynamic_shapes, opset_version=opset,
-                                    verbose=False)
+        program = torch.onnx.export(
+            model, args, dynamo=True, dynamic_shapes=dynamic_shapes, opset_version=opset, verbose=False
+        )
         written_opset = program.model.opset_imports.get("")
         if opset is not None and written_opset != opset:  # the exporter falls back instead of failing
             raise InvalidArgumentError(
                 f"the ONNX exporter could not convert {type(model).__name__} to opset {opset} (it produced opset "
                 f"{written_opset}); ask for a newer opset, or leave opset out for the exporter's default"
             )
-        fixed = [node.name for node in program.model.graph.inputs
-                 if dynamic_batch and len(node.shape) and isinstance(node.shape[0], int)]
+        fixed = [
+            node.name
+            for node in program.model.graph.inputs
+            if dynamic_batch and len(node.shape) and isinstance(node.shape[0], int)
+        ]
         if fixed:  # the exporter falls back to the example's sizes where the code depends on the batch size
             raise ExportMismatchError(
                 f"the ONNX exporter could not keep the batch dimension of {', '.join(fixed)} dynamic: "
@@ -374,12 +377,16 @@ def check_destination(path: str | os.PathLike, format: str, overwrite: bool = Fa
     if path.exists() and not overwrite:
         raise InvalidArgumentError(f"{path} already exists; pass overwrite=True (--overwrite) to replace it")
     if format == "exported-program" and path.suffix != ".pt2":
-        raise InvalidArgumentError(f"torch.export.load only reads files ending in .pt2, got {path.name!r}; "
-                                   f"name it {path.with_suffix('.pt2').name}")
+        raise InvalidArgumentError(
+            f"torch.export.load only reads files ending in .pt2, got {path.name!r}; "
+            f"name it {path.with_suffix('.pt2').name}"
+        )
     other = {suffix: name for name, suffix in FORMAT_SUFFIXES.items() if name != format}
     if path.suffix in other:
-        raise InvalidArgumentError(f"{path.name!r} is named like a {other[path.suffix]} file, but the format is {format}: "
-                                   f"name it {path.with_suffix(FORMAT_SUFFIXES[format]).name}, or pick that format")
+        raise InvalidArgumentError(
+            f"{path.name!r} is named like a {other[path.suffix]} file, but the format is {format}: "
+            f"name it {path.with_suffix(FORMAT_SUFFIXES[format]).name}, or pick that format"
+        )
     check_writable(path)
     return path
 
@@ -410,4 +417,3 @@ def export(
     if format == "torchscript":
         return export_torchscript(model, example_input, path, dynamic_batch=dynamic_batch)
     return export_program(model, example_input, path, dynamic_batch=dynamic_batch)
-

@@ -16,6 +16,7 @@ module tree: inductor's freezing folds conv-bn on the traced data flow, and PT2E
 ``prepare_pt2e`` folds it before quantizing. The module tree does not say which layer feeds
 which (DenseNet's BatchNorm comes before its convolution), the traced graph does.
 """
+
 from __future__ import annotations
 
 import copy
@@ -109,8 +110,16 @@ class _Trials:
     ``batches`` are the references; its time on ``args`` the baseline). ``strict``: a candidate
     that fails raises (one precision asked for), else it is recorded as failed (auto)."""
 
-    def __init__(self, model: nn.Module, args: tuple[Any, ...], batches: list[tuple[Any, ...]],
-                 available: dict[str, Any], repeats: int, min_agreement: float, strict: bool) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        args: tuple[Any, ...],
+        batches: list[tuple[Any, ...]],
+        available: dict[str, Any],
+        repeats: int,
+        min_agreement: float,
+        strict: bool,
+    ) -> None:
         self.model, self.args, self.batches, self.available = model, args, batches, available
         self.repeats, self.min_agreement, self.strict = repeats, min_agreement, strict
         self.device = model_device(model)
@@ -142,8 +151,9 @@ class _Trials:
         candidate = Candidate(name)
         try:
             self.built[name] = built = _build(name, self.model, self.args, self.batches, self.available[name])
-            candidate.top1_agreement, candidate.max_abs_diff = _compare(self.classifier, self.references,
-                                                                        self.batches, built)
+            candidate.top1_agreement, candidate.max_abs_diff = _compare(
+                self.classifier, self.references, self.batches, built
+            )
             eager_s, candidate.median_s = medians([self.model, built], self.args, self.repeats, self.device)
             candidate.speedup = eager_s / candidate.median_s  # against eager timed alongside it
             candidate.passed, candidate.note = _passes(name, candidate, self.references, self.min_agreement)
@@ -165,14 +175,14 @@ def pick(candidates: list[Candidate]) -> Candidate:
     return min(passed, key=lambda c: c.median_s)
 
 
-def _measure_precision(trials: _Trials, precision: str, report: OptimizeReport,
-                       unavailable: dict[str, str]) -> Candidate:
+def _measure_precision(
+    trials: _Trials, precision: str, report: OptimizeReport, unavailable: dict[str, str]
+) -> Candidate:
     """The one precision asked for, measured; a warning (at `optimize`'s caller) where it fails the check."""
     chosen = trials.measure([precision])[-1]
     report.candidates = [trials.eager, chosen] + [Candidate(n, note=reason) for n, reason in unavailable.items()]
     if not chosen.passed:
-        warnings.warn(f"optimize(precision={precision!r}): {chosen.note}; compare with precision='auto'",
-                      stacklevel=3)
+        warnings.warn(f"optimize(precision={precision!r}): {chosen.note}; compare with precision='auto'", stacklevel=3)
     return chosen
 
 
@@ -227,12 +237,16 @@ def _candidates(model: nn.Module, args: tuple[Any, ...], device: torch.device) -
     if torch.ops.mkldnn._is_mkldnn_bf16_supported():
         available["bf16"] = torch.bfloat16
     else:
-        unavailable["bf16"] = (f"this CPU ({torch.backends.cpu.get_cpu_capability()}, no AVX-512 BF16 or AMX) does not "
-                               "run bf16 natively, so it would be slower than fp32; use precision='fp32' or 'auto'")
+        unavailable["bf16"] = (
+            f"this CPU ({torch.backends.cpu.get_cpu_capability()}, no AVX-512 BF16 or AMX) does not "
+            "run bf16 natively, so it would be slower than fp32; use precision='fp32' or 'auto'"
+        )
     if not _is_cnn(model) or not _is_image_batch(args):
         families = ", ".join(dict.fromkeys(spec.module for spec in ARCHS.values() if spec.int8))
-        unavailable["int8"] = (f"int8 quantization applies to the CNN image families ({families}) "
-                               f"on 4-D image batches, not {_architecture(model)}; use precision='fp32'")
+        unavailable["int8"] = (
+            f"int8 quantization applies to the CNN image families ({families}) "
+            f"on 4-D image batches, not {_architecture(model)}; use precision='fp32'"
+        )
     elif not _has_torchao():
         unavailable["int8"] = "int8 needs torchao, which is not installed: pip install zoo[int8]"
     else:
@@ -240,22 +254,27 @@ def _candidates(model: nn.Module, args: tuple[Any, ...], device: torch.device) -
     return available, unavailable
 
 
-def _build(name: str, model: nn.Module, args: tuple[Any, ...], batches: list[tuple[Any, ...]],
-           autocast: torch.dtype | None) -> OptimizedModel:
+def _build(
+    name: str, model: nn.Module, args: tuple[Any, ...], batches: list[tuple[Any, ...]], autocast: torch.dtype | None
+) -> OptimizedModel:
     """Candidate ``name`` ready to run (a compiled one compiles on its first call). The caller's
     model is left as it is: channels_last variants run on a copy."""
     image = _is_image_batch(args)
     example_batch = len(args[0]) if image and _is_cnn(model) else None
     if name == "int8":
-        optimized = OptimizedModel(model, _quantize_int8(model, args, batches), compiled=True,
-                                   example_batch=example_batch)
+        optimized = OptimizedModel(
+            model, _quantize_int8(model, args, batches), compiled=True, example_batch=example_batch
+        )
     elif name == "channels_last":
         return OptimizedModel(model, copy.deepcopy(model).to(memory_format=torch.channels_last), channels_last=True)
     else:
         body = copy.deepcopy(model).to(memory_format=torch.channels_last) if image else model
-        compiled = torch.compile(body, backend="inductor", dynamic=False)  # one graph per input shape: the fastest kernels
-        optimized = OptimizedModel(model, compiled, channels_last=image, autocast=autocast, compiled=True,
-                                   example_batch=example_batch)
+        compiled = torch.compile(
+            body, backend="inductor", dynamic=False
+        )  # one graph per input shape: the fastest kernels
+        optimized = OptimizedModel(
+            model, compiled, channels_last=image, autocast=autocast, compiled=True, example_batch=example_batch
+        )
     optimized.max_batch_graphs = 1  # checking on calibration batches of other sizes compiles nothing more
     return optimized
 
@@ -305,8 +324,9 @@ def _mark_module_calls(graph_module: torch.fx.GraphModule) -> None:
             node.meta["source_fn_stack"] = [(call_key, layer)]
 
 
-def _compare(classifier: bool, references: list[Any], batches: list[tuple[Any, ...]],
-             candidate: Callable[..., Any]) -> tuple[float | None, float]:
+def _compare(
+    classifier: bool, references: list[Any], batches: list[tuple[Any, ...]], candidate: Callable[..., Any]
+) -> tuple[float | None, float]:
     """Top-1 agreement with the references (classifier outputs; None otherwise) and the
     largest absolute output difference, over ``batches``."""
     agree = total = 0
@@ -316,7 +336,9 @@ def _compare(classifier: bool, references: list[Any], batches: list[tuple[Any, .
             output = candidate(*batch)
             for e, a in zip(output_tensors(reference), output_tensors(output), strict=True):
                 if e.shape != a.shape:
-                    raise InvalidArgumentError(f"output shape {tuple(a.shape)} differs from fp32 eager's {tuple(e.shape)}")
+                    raise InvalidArgumentError(
+                        f"output shape {tuple(a.shape)} differs from fp32 eager's {tuple(e.shape)}"
+                    )
                 worst = max(worst, (e.float() - a.float()).abs().max().item() if e.numel() else 0.0)
             if classifier:
                 agree += int((reference.argmax(-1) == output.argmax(-1)).sum())
@@ -327,7 +349,10 @@ def _compare(classifier: bool, references: list[Any], batches: list[tuple[Any, .
 def _passes(name: str, candidate: Candidate, references: list[Any], min_agreement: float) -> tuple[bool, str]:
     if candidate.top1_agreement is not None:
         ok = candidate.top1_agreement >= min_agreement
-        return ok, "" if ok else f"top-1 agreement {candidate.top1_agreement:.2%} with fp32 is below {min_agreement:.2%}"
+        return (
+            ok,
+            "" if ok else f"top-1 agreement {candidate.top1_agreement:.2%} with fp32 is below {min_agreement:.2%}",
+        )
     scale = max(t.float().abs().max().item() for r in references for t in output_tensors(r)) or 1.0
     relative = candidate.max_abs_diff / scale
     ok = relative <= RELATIVE_TOLERANCE[name]
@@ -337,11 +362,14 @@ def _passes(name: str, candidate: Candidate, references: list[Any], min_agreemen
 def _is_classifier(model: nn.Module, output: Any) -> bool:
     """Whether ``output`` is class scores: one tensor whose last dimension is the model's classes."""
     num_classes = getattr(model, "num_classes", None)
-    return isinstance(output, torch.Tensor) and output.ndim >= 2 and bool(num_classes) and output.shape[-1] == num_classes
+    return (
+        isinstance(output, torch.Tensor) and output.ndim >= 2 and bool(num_classes) and output.shape[-1] == num_classes
+    )
 
 
-def medians(runs: list[Callable[..., Any]], args: tuple[Any, ...], repeats: int,
-            device: torch.device = torch.device("cpu")) -> list[float]:
+def medians(
+    runs: list[Callable[..., Any]], args: tuple[Any, ...], repeats: int, device: torch.device = torch.device("cpu")
+) -> list[float]:
     """Median wall time of each ``run(*args)`` over ``repeats`` calls after a warm-up (a
     compiled run compiles there), the runs called in turn, so that a change in the machine's
     load meanwhile hits them alike."""
@@ -390,8 +418,9 @@ def _check_batches(calibration: Iterable[Any] | torch.Tensor | None, args: tuple
 
 
 def _describe(args: tuple[Any, ...]) -> str:
-    return ", ".join(f"shape {tuple(a.shape)} {a.dtype}" if isinstance(a, torch.Tensor) else type(a).__name__
-                     for a in args)
+    return ", ".join(
+        f"shape {tuple(a.shape)} {a.dtype}" if isinstance(a, torch.Tensor) else type(a).__name__ for a in args
+    )
 
 
 def _cache_key(model: nn.Module, args: tuple[Any, ...], device: torch.device, report: OptimizeReport) -> str:
@@ -400,10 +429,10 @@ def _cache_key(model: nn.Module, args: tuple[Any, ...], device: torch.device, re
     kwargs = json.dumps(cfg.get("model_kwargs", {}), sort_keys=True, default=str)
     params = sum(p.numel() for p in model.parameters())
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    return (f"{device_name}|{report.cpu_capability}|amx={report.amx}|{model_id}|{kwargs}|{params} params|"
-            f"{_describe(args)}|torch {torch.__version__}")
-
-
+    return (
+        f"{device_name}|{report.cpu_capability}|amx={report.amx}|{model_id}|{kwargs}|{params} params|"
+        f"{_describe(args)}|torch {torch.__version__}"
+    )
 
 
 def _architecture(model: nn.Module) -> str:
@@ -431,5 +460,3 @@ def _has_torchao() -> bool:
 
 def _is_image_batch(args: tuple[Any, ...]) -> bool:
     return len(args) == 1 and isinstance(args[0], torch.Tensor) and args[0].ndim == 4 and args[0].is_floating_point()
-
-

@@ -1,5 +1,6 @@
 """What `zoo.optimize` measured and chose (`Candidate`, `OptimizeReport`), and auto's choices
 remembered per machine, model and input shape in ``$ZOO_HOME/optimize.json``."""
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,10 @@ class OptimizeReport:
     cache_key: str = field(default="", repr=False)
 
     def __str__(self) -> str:
-        lines = [f"chose {self.precision} ({self.speedup:.2f}x fp32 eager) on {self.device}, "
-                 f"CPU {self.cpu_capability}, AMX {'yes' if self.amx else 'no'}{' (cached)' if self.cached else ''}"]
+        lines = [
+            f"chose {self.precision} ({self.speedup:.2f}x fp32 eager) on {self.device}, "
+            f"CPU {self.cpu_capability}, AMX {'yes' if self.amx else 'no'}{' (cached)' if self.cached else ''}"
+        ]
         for c in self.candidates:
             ms = f"{c.median_s * 1e3:.2f} ms" if c.median_s is not None else "-"
             agreement = f"top-1 {c.top1_agreement:.2%}" if c.top1_agreement is not None else ""
@@ -69,8 +72,11 @@ def remembered(key: str) -> tuple[str, list[Candidate]] | None:
     entry = _read_cache().get(key)
     if not isinstance(entry, dict) or not isinstance(entry.get("precision"), str):
         return None
-    candidates = [_candidate(c) for c in entry.get("candidates") or [None]] if isinstance(
-        entry.get("candidates"), list) else [None]
+    candidates = (
+        [_candidate(c) for c in entry.get("candidates") or [None]]
+        if isinstance(entry.get("candidates"), list)
+        else [None]
+    )
     return None if None in candidates else (entry["precision"], candidates)
 
 
@@ -83,10 +89,16 @@ def _candidate(values: Any) -> Candidate | None:
         candidate = Candidate(**values)
     except TypeError:
         return None
-    numbers_ok = all(v is None or isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-                     for v in (getattr(candidate, n) for n in _NUMBERS))
-    ok = numbers_ok and isinstance(candidate.name, str) and isinstance(candidate.passed, bool) and isinstance(
-        candidate.note, str)
+    numbers_ok = all(
+        v is None or isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        for v in (getattr(candidate, n) for n in _NUMBERS)
+    )
+    ok = (
+        numbers_ok
+        and isinstance(candidate.name, str)
+        and isinstance(candidate.passed, bool)
+        and isinstance(candidate.note, str)
+    )
     return candidate if ok else None
 
 

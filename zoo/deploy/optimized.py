@@ -6,6 +6,7 @@ compiled CNN compiles a graph for each of its first ``max_batch_graphs`` batch s
 example's first; any other size runs on those graphs, split into chunks and padded, which its
 outputs do not depend on (every sample of a CNN in eval mode is computed alone).
 """
+
 from __future__ import annotations
 
 import logging
@@ -36,9 +37,15 @@ class OptimizedModel(nn.Module):
 
     optimize_report: OptimizeReport
 
-    def __init__(self, model: nn.Module, run: Callable[..., Any], channels_last: bool = False,
-                 autocast: torch.dtype | None = None, compiled: bool = False,
-                 example_batch: int | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        run: Callable[..., Any],
+        channels_last: bool = False,
+        autocast: torch.dtype | None = None,
+        compiled: bool = False,
+        example_batch: int | None = None,
+    ) -> None:
         super().__init__()
         self.model = model
         self.__dict__["_run"] = run  # outside the module tree: a compiled copy is no part of the state dict
@@ -83,7 +90,7 @@ class OptimizedModel(nn.Module):
         for start in range(0, batch, largest):
             rows = min(largest, batch - start)
             size = min(s for s in sizes if s >= rows)
-            chunk = tuple(_padded(a[start:start + rows], size) for a in args)
+            chunk = tuple(_padded(a[start : start + rows], size) for a in args)
             if self._channels_last:  # the graphs were compiled for channels_last strides
                 chunk = tuple(_channels_last(a) for a in chunk)
             outputs.append(self._run(*chunk)[:rows])
