@@ -10,14 +10,23 @@ batching). Needs the ``serve`` extra: ``pip install 'zoo[serve]'``.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
-from fastapi import FastAPI
+from zoo.serve.errors import MissingExtraError
 
-from zoo.serve.app import create_app
-from zoo.serve.config import ServeConfig
-from zoo.serve.ray_serve import ray_deployment
-from zoo.serve.server import ServerState
+_NEEDED = {"fastapi": "fastapi", "uvicorn": "uvicorn", "multipart": "python-multipart",
+           "prometheus_client": "prometheus-client", "markdown": "markdown"}  # fmt: skip
+_MISSING = [package for module, package in _NEEDED.items() if importlib.util.find_spec(module) is None]
+if _MISSING:
+    raise MissingExtraError(f"zoo serve needs {', '.join(_MISSING)}: pip install 'zoo[serve]'")
+
+from fastapi import FastAPI  # noqa: E402 - after the check, which names what is missing
+
+from zoo.serve.app import create_app  # noqa: E402
+from zoo.serve.config import ServeConfig  # noqa: E402
+from zoo.serve.ray_serve import ray_deployment  # noqa: E402
+from zoo.serve.server import ServerState  # noqa: E402
 
 
 def app(*models: str, **options: Any) -> FastAPI:

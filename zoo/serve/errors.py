@@ -20,6 +20,10 @@ class RequestError(ZooError):
         return str(self.args[0])
 
 
+class MissingExtraError(ZooError, ImportError):
+    """A package of the ``serve`` extra is not installed."""
+
+
 def bad_request(message: str, param: str | None = None) -> RequestError:
     """400: the request's content is wrong (shape, datatype, value)."""
     return RequestError(400, message, param)
