@@ -15,6 +15,7 @@ import os
 import pickle
 import random
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,7 @@ def read_checkpoint(
     found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
     if found != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path} is not a Trainer checkpoint (format {found!r})")
+    check_schema(path, payload, CHECKPOINT_SCHEMA)
     if data is not None and payload["data"] is not None and payload["data"] != data:
         raise CheckpointError(
             f"{path} was written for data {payload['data']}, but this run has {data}; "
@@ -98,6 +100,108 @@ def read_checkpoint(
     return payload
 
 
+# What each field of a checkpoint holds, checked before any of it is used: a type or a tuple of
+# them (None: the field may be None), a dict (a nested dict with these keys), `ListOf` or
+# `TENSORS` (a dict of tensors); `torch.load` and the load_state_dict of the model, optimizer,
+# scheduler, scaler and EMA (`zoo.training.resume`) check the rest.
+@dataclass(frozen=True)
+class ListOf:
+    """A list of at least ``least`` items, each with the layout ``item``."""
+
+    item: Any
+    least: int = 0
+
+
+NUMBER = (int, float)
+TENSORS = "a dict of tensors"
+ROW = "a dict of numbers"
+COUNT = "a whole number >= 0"
+TRAIN_STATE_SCHEMA = {
+    "epoch": COUNT,
+    "batches_done": COUNT,
+    "global_step": COUNT,
+    "best_metric": (*NUMBER, None),
+    "best_epoch": (COUNT, None),
+    "bad_epochs": COUNT,
+    "stopped_early": bool,
+    "elapsed_s": NUMBER,
+    "history": ListOf(ROW),
+}
+PROCESS_SCHEMA = {
+    "rng": {
+        "torch": torch.Tensor,
+        "numpy": {"keys": torch.Tensor, "pos": int, "has_gauss": int, "cached": NUMBER},
+        "python": (list, tuple),
+    },
+    "meter": {"sums": dict, "samples": NUMBER, "steps": COUNT},
+}
+CHECKPOINT_SCHEMA = {
+    "format": str,
+    "model": TENSORS,
+    "optimizer": {"state": dict, "param_groups": ListOf(dict, 1)},
+    "scheduler": (dict, None),
+    "scaler": dict,
+    "ema": (TENSORS, None),
+    "processes": ListOf(PROCESS_SCHEMA, 1),
+    "state": TRAIN_STATE_SCHEMA,
+    "data": (dict, None),
+    "config": {"epochs": int, "max_steps": (int, None)},
+}
+_ADVICE = "it was damaged or not written by zoo; delete it to start the run over, or resume from another checkpoint"
+
+
+def check_schema(path: str | os.PathLike, value: Any, schema: Any, where: str = "") -> None:
+    """Refuse ``value`` unless it has ``schema``'s layout (see `CHECKPOINT_SCHEMA`): a
+    `CheckpointError` naming the file and the field (``state.epoch``, ``processes[0].rng.torch``)."""
+    if isinstance(schema, dict):
+        if not isinstance(value, dict):
+            _refuse(path, where, "a dict", value)
+        for key, inner in schema.items():
+            name = f"{where}.{key}" if where else key
+            if key not in value:
+                raise CheckpointError(f"{path} is not a valid Trainer checkpoint: it has no {name!r}; {_ADVICE}")
+            check_schema(path, value[key], inner, name)
+    elif isinstance(schema, ListOf):
+        if not isinstance(value, list) or len(value) < schema.least:
+            _refuse(path, where, f"a list of at least {schema.least}" if schema.least else "a list", value)
+        for index, item in enumerate(value):
+            check_schema(path, item, schema.item, f"{where}[{index}]")
+    else:
+        kinds = schema if isinstance(schema, tuple) else (schema,)
+        if not any(_holds(value, kind) for kind in kinds):
+            _refuse(path, where, " or ".join(_kind_name(k) for k in kinds), value)
+
+
+def _holds(value: Any, kind: Any) -> bool:
+    """``value`` is of ``kind``: None, `TENSORS`, `ROW` or a type (a bool is no int or float)."""
+    if kind is None:
+        return value is None
+    if kind == TENSORS:
+        return isinstance(value, dict) and all(isinstance(v, torch.Tensor) for v in value.values())
+    if kind == COUNT:
+        return _holds(value, int) and value >= 0
+    if kind == ROW:
+        return isinstance(value, dict) and all(isinstance(k, str) and _holds(v, NUMBER) for k, v in value.items())
+    if isinstance(kind, tuple):
+        return any(_holds(value, k) for k in kind)
+    return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+
+
+def _kind_name(kind: Any) -> str:
+    """How a message names a schema's kind."""
+    if kind is None or isinstance(kind, str):
+        return str(kind)
+    return f"{'an' if kind.__name__[0] in 'aeiou' else 'a'} {kind.__name__}"
+
+
+def _refuse(path: str | os.PathLike, where: str, wanted: str, value: Any) -> None:
+    """The `CheckpointError` of a field that does not hold what it should."""
+    found = type(value).__name__ if value is not None else "None"
+    raise CheckpointError(
+        f"{path} is not a valid Trainer checkpoint: {where or 'the file'} should be {wanted}, not {found}; {_ADVICE}"
+    )
+
+
 def write_best_weights(path: Path, weights: dict[str, torch.Tensor], epoch: int, monitor: str, value: float) -> None:
     """``best.pt``: the best epoch's weights, its number and its ``monitor`` value, atomically."""
     with atomic_path(path) as tmp:
@@ -105,8 +209,16 @@ def write_best_weights(path: Path, weights: dict[str, torch.Tensor], epoch: int,
 
 
 def read_best_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """The weights of a `write_best_weights` file, on the CPU."""
-    return torch.load(path, map_location="cpu", weights_only=True)["model"]
+    """The weights of a `write_best_weights` file, on the CPU (checked to be a dict of tensors)."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, pickle.UnpicklingError) as error:
+        raise CheckpointError(
+            f"{path} is not a readable checkpoint ({' '.join(str(error).split())[:200]}): it is truncated or corrupt; "
+            + _ADVICE
+        ) from None
+    check_schema(path, payload, {"model": TENSORS, "epoch": int})
+    return payload["model"]
 
 
 def to_json_types(value: Any) -> Any:

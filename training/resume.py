@@ -5,10 +5,12 @@ from, and keeping the best epoch's weights. The file format and its atomic write
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.optim.swa_utils import AveragedModel
 
+from zoo.errors import CheckpointError
 from zoo.training.checkpoint import (
     BEST_CHECKPOINT,
     LAST_CHECKPOINT,
@@ -35,6 +38,53 @@ from zoo.training.config import TrainConfig
 from zoo.training.meter import EpochMeter
 
 log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _restoring(path: str | os.PathLike, part: str) -> Iterator[None]:
+    """Restoring ``part`` of checkpoint ``path``: what torch refuses becomes a `CheckpointError`
+    naming the file and the part."""
+    try:
+        yield
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError) as error:
+        if isinstance(error, CheckpointError):
+            raise
+        detail = " ".join(str(error).split())[:300]
+        raise CheckpointError(
+            f"{path}: its {part} do not fit this run ({type(error).__name__}: {detail}); it was written for another "
+            "model or options, or damaged: resume with the run's own options, or delete it to start over"
+        ) from None
+
+
+def _check_like(path: str | os.PathLike, where: str, reference: Any, value: Any) -> None:
+    """``value`` has the layout of ``reference`` (a state dict this run made): the same keys,
+    list lengths and kinds (numbers, strings, tensors), else a `CheckpointError` naming the field."""
+    if isinstance(reference, dict):
+        if not isinstance(value, dict) or set(value) != set(reference):
+            raise CheckpointError(
+                f"{path}: {where} does not fit this run (keys {_keys(value)}, not {_keys(reference)})"
+            )
+        for key in reference:
+            _check_like(path, f"{where}.{key}", reference[key], value[key])
+    elif isinstance(reference, (list, tuple)):
+        if not isinstance(value, (list, tuple)) or len(value) != len(reference):
+            raise CheckpointError(f"{path}: {where} should be a list of {len(reference)}, not {value!r:.80}")
+        for index, (ref, item) in enumerate(zip(reference, value)):
+            _check_like(path, f"{where}[{index}]", ref, item)
+    elif not _same_kind(reference, value):
+        raise CheckpointError(f"{path}: {where} should be like {reference!r:.40}, not {value!r:.80}")
+
+
+def _same_kind(reference: Any, value: Any) -> bool:
+    """Both numbers (bools apart), both strings, both tensors, or both None."""
+    kinds = (bool, (int, float), str, torch.Tensor, type(None))
+    return any(isinstance(reference, k) and isinstance(value, k) for k in kinds) and (
+        isinstance(reference, bool) == isinstance(value, bool)
+    )
+
+
+def _keys(value: Any) -> str:
+    return ", ".join(sorted(map(str, value))) if isinstance(value, dict) else type(value).__name__
 
 
 @dataclass
@@ -107,22 +157,31 @@ class Checkpointing:
     def load_checkpoint(self, path: str | os.PathLike) -> None:
         """Restore a `save_checkpoint` file; training continues where it stopped."""
         budget = {key: getattr(self.config, key) for key in ("epochs", "max_steps")}
-        payload = read_checkpoint(path, self._data_signature, budget)
+        payload = read_checkpoint(path, self._data_signature, budget)  # its layout checked
+        if self.ema is not None and payload["ema"] is None:
+            raise CheckpointError(f"{path} holds no EMA weights but ema_decay is set: resume without --ema")
+        if len(payload["processes"]) <= self.rank:
+            raise CheckpointError(
+                f"{path} was written by {len(payload['processes'])} processes, and this is rank {self.rank}"
+            )
         # under FSDP self.model is the sharded module itself (fully_shard works in place)
-        load_full_state(self.model, self.optimizer, payload["model"], payload["optimizer"], sharded=self.fsdp)
-        if self.scheduler is not None and payload["scheduler"] is not None:
-            self.scheduler.load_state_dict(payload["scheduler"])
-        self.scaler.load_state_dict(payload["scaler"])
+        with _restoring(path, "model and optimizer"):
+            load_full_state(self.model, self.optimizer, payload["model"], payload["optimizer"], sharded=self.fsdp)
+        with _restoring(path, "scheduler and scaler"):
+            if self.scheduler is not None and payload["scheduler"] is not None:
+                _check_like(path, "scheduler", self.scheduler.state_dict(), payload["scheduler"])
+                self.scheduler.load_state_dict(payload["scheduler"])
+            self.scaler.load_state_dict(payload["scaler"])
         if self.ema is not None:
-            if payload["ema"] is None:
-                raise ValueError(f"{path} holds no EMA weights but ema_decay is set")
-            self.ema.load_state_dict(payload["ema"])
-        self.state = TrainState(**payload["state"])
+            with _restoring(path, "ema"):
+                self.ema.load_state_dict(payload["ema"])
+        self.state = TrainState(**{f.name: payload["state"][f.name] for f in dataclasses.fields(TrainState)})
         local = payload["processes"][self.rank]
         self._meter = EpochMeter()
-        if self.state.batches_done:
-            self._meter.load_state_dict(local["meter"])
-        set_rng_state(local["rng"])
+        with _restoring(path, f"processes[{self.rank}]"):
+            if self.state.batches_done:
+                self._meter.load_state_dict(local["meter"])
+            set_rng_state(local["rng"])
 
     def _tick(self) -> None:
         """Add the wall time since the last tick of this `fit` to ``state.elapsed_s``."""
