@@ -42,7 +42,8 @@ def auto_run(fmnist_batches, tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ZOO_HOME", str(home))
         model = zoo.load("resnet20.fmnist")
-        optimized = zoo.optimize(model, fmnist_batches[0], calibration=fmnist_batches, repeats=3)
+        # the torch candidates; tests/test_optimize_runtimes.py measures ONNX Runtime and OpenVINO
+        optimized = zoo.optimize(model, fmnist_batches[0], calibration=fmnist_batches, repeats=3, runtimes=False)
     return model, optimized, home
 
 
@@ -96,7 +97,7 @@ def test_auto_keeps_the_fastest_passing_candidate_and_reuses_its_cache(auto_run,
     real_build = inference._build
     monkeypatch.setattr(inference, "_build", lambda name, *args: built.append(name) or real_build(name, *args))
     monkeypatch.setenv("ZOO_HOME", str(home))
-    again = zoo.optimize(model, fmnist_batches[0], calibration=fmnist_batches, repeats=1)
+    again = zoo.optimize(model, fmnist_batches[0], calibration=fmnist_batches, repeats=1, runtimes=False)
     assert again.optimize_report.cached and again.optimize_report.precision == report.precision
     assert built == ([] if report.precision == "eager" else [report.precision])
 

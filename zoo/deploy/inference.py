@@ -20,6 +20,7 @@ which (DenseNet's BatchNorm comes before its convolution), the traced graph does
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import pydoc
 import statistics
@@ -33,6 +34,7 @@ import torch
 import torch.nn as nn
 
 from zoo.architectures import ARCHS
+from zoo.deploy import runtimes as runtime_candidates
 from zoo.deploy.exporter import output_tensors
 from zoo.deploy.optimize_report import Candidate, OptimizeReport, remembered, write_cache
 from zoo.deploy.optimized import MAX_BATCH_GRAPHS, OptimizedModel, quiet_logger
@@ -43,6 +45,9 @@ from zoo.store import registry
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 # Largest relative output difference (max |diff| / max |fp32|) that passes for outputs that are not class scores.
 RELATIVE_TOLERANCE = {"eager": 0.0, "channels_last": 1e-4, "fp32": 1e-3, "bf16": 5e-2, "fp16": 1e-2, "int8": 1e-1}
+RELATIVE_TOLERANCE.update(runtime_candidates.RELATIVE_TOLERANCE)
+# what ``precision`` may name: the precisions, and a runtime candidate measured alone
+CHOICES = (*PRECISIONS, *runtime_candidates.RUNTIMES)
 _WARMUP_CALLS = 2  # the first call of a compiled candidate compiles it
 
 
@@ -56,6 +61,7 @@ def optimize(
     cache: bool = True,
     repeats: int = 5,
     max_batch_graphs: int = MAX_BATCH_GRAPHS,
+    runtimes: bool = True,
 ) -> OptimizedModel:
     """The model made fast for inference on this machine, with the same call signature.
 
@@ -71,18 +77,30 @@ def optimize(
     A compiled CNN compiles a graph (seconds each) for each of its first ``max_batch_graphs``
     batch sizes, the example's first, and runs other sizes on those, split and padded: pass 1
     when every batch is the example's size or smaller (a last partial batch is then padded).
-    The result carries ``optimize_report`` (`OptimizeReport`)."""
+
+    On the CPU, ``runtimes`` (True) adds ONNX Runtime and OpenVINO where they are installed
+    (``pip install 'zoo[onnx]'``, ``'zoo[openvino]'``; `zoo.deploy.runtimes`): ``"onnxruntime"``,
+    ``"onnxruntime-int8"``, ``"openvino"`` and ``"openvino-int8"``, each checked and timed like
+    the others (a name may also be ``precision``, measured alone); the report lists those that are
+    not installed with the extra to install. Auto's cost is bounded: each candidate is built once
+    (a compile, export or conversion of seconds to a minute or two for a ResNet-50, the int8 ones
+    also running the calibration batches), called ``2 + repeats`` times in its check and once more
+    ``2 + repeats`` times in the final round, and nothing is retried; ``runtimes=False`` leaves
+    the runtimes' exports and conversions out. The result carries ``optimize_report``
+    (`OptimizeReport`)."""
     _check_options(precision, min_agreement, repeats, max_batch_graphs)
     model.eval()
     args = _example_args(example_input)
     device = model_device(model)
     batches = _check_batches(calibration, args)
     available, unavailable = _candidates(model, args, device)
+    more, missing = runtime_candidates.candidates(args, device, runtimes or precision in runtime_candidates.RUNTIMES)
+    available, unavailable = {**available, **more}, {**unavailable, **missing}
     if precision != "auto" and precision not in available:
         raise InvalidArgumentError(f"precision={precision!r} does not apply here: {unavailable[precision]}")
     trials = _Trials(model, args, batches, available, repeats, min_agreement, strict=precision != "auto")
     report = OptimizeReport("eager", 1.0, [], torch.backends.cpu.get_cpu_capability(), has_amx(), str(device))
-    report.cache_key = _cache_key(model, args, device, report)
+    report.cache_key = _cache_key(model, args, device, report, available)
     if precision != "auto":
         chosen = _measure_precision(trials, precision, report, unavailable)
     else:
@@ -95,8 +113,8 @@ def optimize(
 
 
 def _check_options(precision: str, min_agreement: float, repeats: int, max_batch_graphs: int) -> None:
-    if precision not in PRECISIONS:
-        raise InvalidArgumentError(f"precision={precision!r} is not one of {', '.join(map(repr, PRECISIONS))}")
+    if precision not in CHOICES:
+        raise InvalidArgumentError(f"precision={precision!r} is not one of {', '.join(map(repr, CHOICES))}")
     if not 0.0 < min_agreement <= 1.0:
         raise InvalidArgumentError(f"min_agreement is a fraction in (0, 1], got {min_agreement!r}")
     if repeats < 1:
@@ -129,6 +147,7 @@ class _Trials:
         (baseline_s,) = medians([model], args, repeats, self.device)
         self.eager = Candidate("eager", baseline_s, 1.0, 1.0 if self.classifier else None, 0.0, passed=True)
         self.built: dict[str, nn.Module] = {"eager": OptimizedModel(model, model)}
+        self.paired_eager_s: dict[str, float] = {}  # fp32 eager's median timed in turn with each candidate
 
     def measure(self, names: Iterable[str]) -> list[Candidate]:
         """fp32 eager, then each of ``names`` built and measured."""
@@ -156,6 +175,7 @@ class _Trials:
             )
             eager_s, candidate.median_s = medians([self.model, built], self.args, self.repeats, self.device)
             candidate.speedup = eager_s / candidate.median_s  # against eager timed alongside it
+            self.paired_eager_s[name] = eager_s
             candidate.passed, candidate.note = _passes(name, candidate, self.references, self.min_agreement)
         except Exception as error:  # noqa: BLE001 - auto records a candidate that fails and goes on
             if self.strict:
@@ -178,9 +198,11 @@ def pick(candidates: list[Candidate]) -> Candidate:
 def _measure_precision(
     trials: _Trials, precision: str, report: OptimizeReport, unavailable: dict[str, str]
 ) -> Candidate:
-    """The one precision asked for, measured; a warning (at `optimize`'s caller) where it fails the check."""
-    chosen = trials.measure([precision])[-1]
-    report.candidates = [trials.eager, chosen] + [Candidate(n, note=reason) for n, reason in unavailable.items()]
+    """The one precision asked for, measured; a warning (at `optimize`'s caller) where it fails the check.
+    The report's fp32 eager is the one timed in turn with it, so its speed-up is their medians' ratio."""
+    eager, chosen = trials.measure([precision])
+    eager = dataclasses.replace(eager, median_s=trials.paired_eager_s.get(precision, eager.median_s))
+    report.candidates = [eager, chosen] + [Candidate(n, note=reason) for n, reason in unavailable.items()]
     if not chosen.passed:
         warnings.warn(f"optimize(precision={precision!r}): {chosen.note}; compare with precision='auto'", stacklevel=3)
     return chosen
@@ -192,9 +214,9 @@ def _choose_auto(trials: _Trials, report: OptimizeReport, unavailable: dict[str,
     choice = remembered(report.cache_key) if cache else None
     if choice is not None and choice[0] in trials.available:
         chosen = trials.measure([choice[0]] if choice[0] != "eager" else [])[-1]
-        if chosen.passed:
+        if chosen.passed:  # the report is the earlier call's, so is the speed-up
             report.candidates, report.cached = choice[1], True
-            return chosen
+            return next((c for c in choice[1] if c.name == chosen.name and c.speedup), chosen)
     measured = trials.measure(n for n in trials.available if n != "eager")
     trials.final_round([c for c in measured if c.passed])
     report.candidates = measured + [Candidate(n, note=reason) for n, reason in unavailable.items()]
@@ -255,10 +277,14 @@ def _candidates(model: nn.Module, args: tuple[Any, ...], device: torch.device) -
 
 
 def _build(
-    name: str, model: nn.Module, args: tuple[Any, ...], batches: list[tuple[Any, ...]], autocast: torch.dtype | None
+    name: str, model: nn.Module, args: tuple[Any, ...], batches: list[tuple[Any, ...]], option: Any
 ) -> OptimizedModel:
-    """Candidate ``name`` ready to run (a compiled one compiles on its first call). The caller's
-    model is left as it is: channels_last variants run on a copy."""
+    """Candidate ``name`` ready to run (a compiled one compiles on its first call); ``option`` is
+    what `_candidates` gave it: an autocast dtype or None, or a runtime's shared `Conversion`.
+    The caller's model is left as it is: channels_last variants run on a copy."""
+    if name in runtime_candidates.RUNTIMES:
+        return runtime_candidates.build(name, model, args, batches, option)
+    autocast = option
     image = _is_image_batch(args)
     example_batch = len(args[0]) if image and _is_cnn(model) else None
     if name == "int8":
@@ -423,7 +449,11 @@ def _describe(args: tuple[Any, ...]) -> str:
     )
 
 
-def _cache_key(model: nn.Module, args: tuple[Any, ...], device: torch.device, report: OptimizeReport) -> str:
+def _cache_key(
+    model: nn.Module, args: tuple[Any, ...], device: torch.device, report: OptimizeReport, available: dict[str, Any]
+) -> str:
+    """What auto's choice depends on: machine, model, input, torch, and the candidates there were
+    (a runtime installed later, or ``runtimes=False``, is another choice, made anew)."""
     cfg = getattr(model, "pretrained_cfg", None) or {}
     model_id = cfg.get("weights") or _architecture(model)
     kwargs = json.dumps(cfg.get("model_kwargs", {}), sort_keys=True, default=str)
@@ -431,7 +461,8 @@ def _cache_key(model: nn.Module, args: tuple[Any, ...], device: torch.device, re
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     return (
         f"{device_name}|{report.cpu_capability}|amx={report.amx}|{model_id}|{kwargs}|{params} params|"
-        f"{_describe(args)}|torch {torch.__version__}"
+        f"{_describe(args)}|torch {torch.__version__}|candidates {','.join(sorted(available))}"
+        + (f"|{runtime_candidates.versions()}" if set(available) & set(runtime_candidates.RUNTIMES) else "")
     )
 
 

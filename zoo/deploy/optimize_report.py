@@ -53,7 +53,7 @@ class OptimizeReport:
             agreement = f"top-1 {c.top1_agreement:.2%}" if c.top1_agreement is not None else ""
             diff = f"max diff {c.max_abs_diff:.2g}" if c.max_abs_diff is not None else ""
             status = "ok" if c.passed else f"not used: {c.note}"
-            lines.append(f"  {c.name:<14}{ms:>12}  {agreement:<15}{diff:<17}{status}")
+            lines.append(f"  {c.name:<17}{ms:>12}  {agreement:<15}{diff:<17}{status}")
         return "\n".join(lines)
 
 
