@@ -384,9 +384,10 @@ def test_out_must_be_empty_unless_resuming_or_overwriting(tmp_path: Path) -> Non
         finetune("resnet20", data, out, config=config, options=NO_POST_TRAINING)
     finetune("resnet20", data, out, config=config, options=FinetuneOptions(post_training=False, overwrite=True))
     assert (out / "my_notes.txt").read_text() == "the user's own file"  # not a run's file: kept
-    (out / "model.torchscript.pt").write_bytes(b"an old run's export")
-    finetune("resnet20", data, out, config=config, options=FinetuneOptions(post_training=False, overwrite=True))
-    assert not (out / "model.torchscript.pt").exists()  # what the old run wrote is gone
+    (out / "model.torchscript.pt").write_bytes(b"not an export a run wrote")  # where a run writes one: refused
+    with pytest.raises(InvalidArgumentError, match=r"model.torchscript.pt \(not written by a run\)"):
+        finetune("resnet20", data, out, config=config, options=FinetuneOptions(post_training=False, overwrite=True))
+    assert (out / "model.torchscript.pt").exists()
     with pytest.raises(InvalidArgumentError, match=r"--resume: .*typo holds no run to resume"):
         finetune("resnet20", data, tmp_path / "typo", config=dataclasses.replace(config, resume=True, out_dir=str(tmp_path)), options=NO_POST_TRAINING)
 

@@ -19,8 +19,10 @@ from PIL import Image
 
 from zoo.training import finetune, transfer
 from zoo.training.bounds import SEED_MAX, Bounds, count
+from zoo.training.run_files import Output, prepare
 
 DEFAULT_WEIGHTS = "resnet20.fmnist"
+DEMO_OUTPUTS = (Output("digits", folder=True),)  # then transfer's files and the two arms' folders
 SMALLEST_DIGIT = 174  # images of the rarest digit in scikit-learn's set
 
 
@@ -76,7 +78,8 @@ def finetune_argv(args: argparse.Namespace, train_dir: Path, eval_dir: Path) -> 
 def run(args: argparse.Namespace, command: str | None = None) -> dict[str, Any]:
     """Write the digits folder, run both arms and print the comparison."""
     out = Path(args.out)
-    train_dir, eval_dir = write_digits_folder(out / "digits", args.per_class, args.eval_per_class, args.seed)
+    with prepare(out, DEMO_OUTPUTS, resume=False, overwrite=True).sealing():  # the last demo's digits go
+        train_dir, eval_dir = write_digits_folder(out / "digits", args.per_class, args.eval_per_class, args.seed)
     parser = argparse.ArgumentParser()
     finetune.add_arguments(parser)
     print(

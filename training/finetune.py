@@ -17,6 +17,7 @@ model card, the metrics (CSV, JSON), loss/accuracy curves, TensorBoard logs and 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import shlex
@@ -161,45 +162,47 @@ def finetune(
     options = options or FinetuneOptions()
     config = dataclasses.replace(config or TrainConfig(), out_dir=str(out))
     out = Path(out)
-    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one process checks and clears
-        prepare_output(out, resume=bool(config.resume), overwrite=options.overwrite)
-    source = open_data(data, max_length=options.max_length)
-    if int(os.environ.get("RANK", "0")) == 0 and config.progress:
-        print(f"data: {source.description}; {source.describe_classes()}")
-    torch.manual_seed(config.seed)  # the new head's initialisation
-    model, base = load_for_data(name, source, options.pretrained, options.model_kwargs)
-    train_set, val_set = _datasets(model, source, options, config.seed)
-    trainable = apply_mode(model, options.mode, options.stages)
-    trainer = _trainer(model, source, options, config, step_fn)
-    history = trainer.fit(train_set, val_set)
-    model, metrics = _best_model(model, trainer, history)
-    if trainer.is_main:
-        update_config(model, weights=None, finetuned_from=base, class_names=source.class_names)
-        model.requires_grad_(True)  # the returned model trains whole again
-        zoo.save(model, out, overwrite=True)  # prepare_output let only a run's own files (a resumed run's) stay
-        ran = options.post_training and val_set is not None
-        after = evaluate_and_export(model, val_set, source, config) if ran else None
-        details = {
-            "name": name,
-            "base": base,
-            "data": source.description,
-            "mode": options.mode,
-            "stages": options.stages if options.mode == "partial" else None,
-            "layer_decay": options.layer_decay,
-            "trainable": trainable,
-            "train_samples": len(train_set),
-            "val_samples": len(val_set) if val_set is not None else 0,
-            "monitor": trainer.monitor,
-            "stopped_early": trainer.state.stopped_early,
-            "epochs_run": len(history),
-            "distillation": str(options.distill) if options.distill else None,
-        }
-        card.write_card(out, model, details, metrics, after, config, options.command)
+    source = open_data(data, max_length=options.max_length)  # read (and refused) before anything in out changes
+    val_source = _open_validation(source, options)
+    main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun, one process checks and clears
+    files = prepare_output(out, resume=bool(config.resume), overwrite=options.overwrite) if main_process else None
+    with files.sealing() if files is not None else contextlib.nullcontext():
+        if main_process and config.progress:
+            print(f"data: {source.description}; {source.describe_classes()}")
+        torch.manual_seed(config.seed)  # the new head's initialisation
+        model, base = load_for_data(name, source, options.pretrained, options.model_kwargs)
+        train_set, val_set = _datasets(model, source, val_source, options, config.seed)
+        trainable = apply_mode(model, options.mode, options.stages)
+        trainer = _trainer(model, source, options, config, step_fn)
+        history = trainer.fit(train_set, val_set)
+        model, metrics = _best_model(model, trainer, history)
+        if trainer.is_main:
+            update_config(model, weights=None, finetuned_from=base, class_names=source.class_names)
+            model.requires_grad_(True)  # the returned model trains whole again
+            zoo.save(model, out, overwrite=True)  # prepare_output let only a run's own files (a resumed run's) stay
+            ran = options.post_training and val_set is not None
+            after = evaluate_and_export(model, val_set, source, config) if ran else None
+            details = {
+                "name": name,
+                "base": base,
+                "data": source.description,
+                "mode": options.mode,
+                "stages": options.stages if options.mode == "partial" else None,
+                "layer_decay": options.layer_decay,
+                "trainable": trainable,
+                "train_samples": len(train_set),
+                "val_samples": len(val_set) if val_set is not None else 0,
+                "monitor": trainer.monitor,
+                "stopped_early": trainer.state.stopped_early,
+                "epochs_run": len(history),
+                "distillation": str(options.distill) if options.distill else None,
+            }
+            card.write_card(out, model, details, metrics, after, config, options.command)
     return FinetuneResult(model, out, metrics, history)
 
 
 def _datasets(
-    model: nn.Module, source: DataSource, options: FinetuneOptions, seed: int
+    model: nn.Module, source: DataSource, val_source: DataSource | None, options: FinetuneOptions, seed: int
 ) -> tuple[Dataset, Dataset | None]:
     """The training and validation sets: the seeded hold-out of ``source`` or the separate
     validation data, images transformed for ``model`` (augmented for training; the model's
@@ -212,17 +215,24 @@ def _datasets(
         update_config(model, preprocess=preprocess)
     elif options.augment is not None:
         raise ValueError(f"augmentation applies to images, and the data is {source.kind}")
-    val_fraction = options.val_fraction if options.val_data is None else 0.0
+    val_fraction = options.val_fraction if val_source is None else 0.0
     train_set, val_set = source.split(val_fraction, seed, train_tf, eval_tf, options.limit)
-    if options.val_data is not None:
-        val_source = open_data(options.val_data, max_length=options.max_length)
-        if val_source.class_names != source.class_names:
-            raise ValueError(
-                f"the validation data's classes {val_source.class_names} differ from the training data's "
-                f"{source.class_names}"
-            )
+    if val_source is not None:
         val_set = val_source.full(eval_tf)
     return train_set, val_set
+
+
+def _open_validation(source: DataSource, options: FinetuneOptions) -> DataSource | None:
+    """The separate validation data (``options.val_data``), with the training data's classes."""
+    if options.val_data is None:
+        return None
+    val_source = open_data(options.val_data, max_length=options.max_length)
+    if val_source.class_names != source.class_names:
+        raise DataError(
+            f"the validation data's classes {val_source.class_names} differ from the training data's "
+            f"{source.class_names}"
+        )
+    return val_source
 
 
 def _trainer(

@@ -111,7 +111,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="JSON",
         help="architecture options, e.g. '{\"sizes\": [64, 32, 16]}'",
     )
-    g = parser.add_argument_group("data")
+    _data_arguments(parser.add_argument_group("data"))
+    _distillation_arguments(parser.add_argument_group("distillation"))
+    for section in ("optimisation", "hardware"):
+        add_config_options(parser.add_argument_group(section), section)
+    add_config_options(
+        parser.add_argument_group("run"),
+        "run",
+        after={
+            "resume": lambda g: g.add_argument(
+                "--overwrite",
+                action="store_true",
+                help="OUT may hold an earlier run: remove the files it wrote first (other files stay)",
+            ),
+            "profile": lambda g: g.add_argument(
+                "--no-post-training", action="store_true", help="skip the report, exports, int8 and pruning"
+            ),
+        },
+    )
+
+
+def _data_arguments(g: argparse._ArgumentGroup) -> None:
+    """The ``data`` options: validation, limits, sizes, augmentation, loader workers."""
     g.add_argument("--val-data", help="separate validation data (default: a fixed-seed hold-out)")
     g.add_argument("--val-fraction", type=_checked(FinetuneOptions, "val_fraction"), default=0.1)
     g.add_argument("--limit", type=_checked(FinetuneOptions, "limit"), help="use only this many training samples")
@@ -133,7 +154,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--trivial-augment", action="store_true")
     g.add_argument("--random-erasing", type=_checked(Augment, "random_erasing"), default=0.0, metavar="P")
     add_config_options(g, "data")
-    g = parser.add_argument_group("distillation")
+
+
+def _distillation_arguments(g: argparse._ArgumentGroup) -> None:
+    """The ``distillation`` options: the teacher and how it teaches."""
     g.add_argument("--teacher", help="also learn from this model's predictions (a weight name or a fine-tuned folder)")
     g.add_argument(
         "--distill-alpha", type=_checked(Distillation, "alpha"), default=0.5, help="the teacher's share of the loss"
@@ -151,22 +175,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="soft: the softmax temperature",
     )
     g.add_argument("--teacher-bf16", action="store_true", help="run the teacher under bfloat16 autocast")
-    for section in ("optimisation", "hardware"):
-        add_config_options(parser.add_argument_group(section), section)
-    add_config_options(
-        parser.add_argument_group("run"),
-        "run",
-        after={
-            "resume": lambda g: g.add_argument(
-                "--overwrite",
-                action="store_true",
-                help="OUT may hold an earlier run: remove the files it wrote first (other files stay)",
-            ),
-            "profile": lambda g: g.add_argument(
-                "--no-post-training", action="store_true", help="skip the report, exports, int8 and pruning"
-            ),
-        },
-    )
 
 
 def augment_from_args(args: argparse.Namespace) -> Augment | None:

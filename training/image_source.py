@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
@@ -107,6 +108,17 @@ def _class_images(root: Path, folder: Path, seen: set[str]) -> list[str]:
     return found
 
 
+def _check_jpeg_data(path: str) -> None:
+    """A JPEG's compressed data read to its end (verify reads only the headers), decoded at a
+    reduced scale (PIL's draft mode: fast): a truncated file is a `DataError` now, not mid-epoch."""
+    try:
+        with Image.open(path) as image:
+            image.draft(image.mode, (max(image.width // 8, 1), max(image.height // 8, 1)))
+            image.load()
+    except Exception as error:  # PIL raises OSError, SyntaxError, ValueError... for bad bytes
+        raise DataError(f"{path} is not a readable image ({first_line(error)}); remove it or replace it") from None
+
+
 def image_folder_source(root: Path) -> DataSource:
     """The images of ``root``'s class folders: gray (one channel) when the first images all are, else RGB."""
     classes, samples = _scan_image_folder(root)
@@ -114,10 +126,13 @@ def image_folder_source(root: Path) -> DataSource:
     counts = class_counts(labels, classes)
     check_classes(str(root), counts, "add a sub-folder of images for each class")
     modes, image_size = set(), None
-    for path, _ in samples[:16]:  # the headers only; a file that fails later raises when it is read
+    for index, (path, _) in enumerate(samples):  # every file checked whole before any training starts
         image = open_image(path, decode=False)
-        modes.add(image.mode)
-        image_size = image_size or (image.height, image.width)
+        if image.format == "JPEG":
+            _check_jpeg_data(path)
+        if index < 16:
+            modes.add(image.mode)
+            image_size = image_size or (image.height, image.width)
     in_chans = 1 if modes <= {"L", "1", "I", "I;16", "I;16B", "I;16L", "F"} else 3
 
     def make_subset(indices: Sequence[int], transform: Callable[[Any], Any] | None) -> Dataset:

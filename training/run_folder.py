@@ -1,11 +1,11 @@
 """The output folder of a fine-tuning run: what a run writes there (`RUN_OUTPUTS`), the check
-that it holds nothing else before a run starts (`prepare_output`), and the after-training
+that it holds nothing else before a run starts and the removal of an earlier run's files
+(`prepare_output`, through the manifest of `zoo.training.run_files`), and the after-training
 step on the validation set (`evaluate_and_export`: report, exports, int8, pruning)."""
 
 from __future__ import annotations
 
 import itertools
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,66 +17,53 @@ from torch.utils.data import Dataset, SequentialSampler
 from zoo.errors import InvalidArgumentError
 from zoo.loading.saved import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE
 from zoo.training import post_training as after_training
-from zoo.training.checkpoint import LAST_CHECKPOINT
+from zoo.training.checkpoint import BEST_CHECKPOINT, LAST_CHECKPOINT
 from zoo.training.config import TrainConfig
 from zoo.training.data import build_loader
 from zoo.training.datasource import DataSource
+from zoo.training.run_files import Output, RunFiles
+from zoo.training.run_files import prepare as run_files_of
 from zoo.training.steps import split_batch
 
 CALIBRATION_BATCHES = 4  # validation batches static int8 calibrates on
 
 
 RUN_OUTPUTS = (
-    CONFIG_FILE,
-    WEIGHTS_FILE,
-    CARD_FILE,
-    "metrics.csv",
-    "metrics.json",
-    "curves.png",
-    "train.log",
-    "tensorboard",
-    "checkpoints",
-    "profile",
-    after_training.TORCHSCRIPT_FILE,
-    after_training.EXPORTED_PROGRAM_FILE,
-    after_training.ONNX_FILE,
-    after_training.REPORT_FILE,
-    after_training.CONFUSION_FILE,
-    after_training.SUMMARY_FILE,
+    Output(CONFIG_FILE),
+    Output(WEIGHTS_FILE),
+    Output(CARD_FILE),
+    Output("metrics.csv"),
+    Output("metrics.json"),
+    Output("curves.png"),
+    Output("train.log"),
+    Output("tensorboard", folder=True, writes=()),  # event files with unique names
+    Output("checkpoints", folder=True, writes=(LAST_CHECKPOINT, BEST_CHECKPOINT)),
+    Output("profile", folder=True, writes=()),
+    Output(after_training.TORCHSCRIPT_FILE),
+    Output(after_training.EXPORTED_PROGRAM_FILE),
+    Output(after_training.ONNX_FILE),
+    Output(after_training.REPORT_FILE),
+    Output(after_training.CONFUSION_FILE),
+    Output(after_training.SUMMARY_FILE),
 )
 
 
-def prepare_output(out: Path, resume: bool, overwrite: bool) -> None:
+def prepare_output(out: Path, resume: bool, overwrite: bool) -> RunFiles:
     """Refuse an output folder that holds anything but a run to resume, unless ``overwrite``;
-    then remove what a run writes there (and nothing else), so runs never mix. A resume
-    needs a run's folder (a run killed before its first checkpoint starts over) and removes nothing."""
+    then remove what an earlier run wrote there (its manifest lists it) and nothing else,
+    refusing before deleting anything when something in the run's way is not a run's own
+    (`zoo.training.run_files`). A resume needs a run's folder (a run killed before its first
+    checkpoint starts over) and removes nothing. Returns the run's `RunFiles`: seal them when
+    the run ends."""
     if resume:
-        run_files = [p.name for p in out.iterdir() if p.name in RUN_OUTPUTS] if out.is_dir() else []
+        names = {o.name for o in RUN_OUTPUTS}
+        run_files = [p.name for p in out.iterdir() if p.name in names] if out.is_dir() else []
         if not run_files:
             raise InvalidArgumentError(
                 f"--resume: {out} holds no run to resume (no {Path('checkpoints') / LAST_CHECKPOINT}); "
                 "check --out, or drop --resume to start a new run"
             )
-        return
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise InvalidArgumentError(f"--out {out} is a file, not a folder: choose a folder for the run")
-    present = sorted(p.name for p in out.iterdir())
-    if not present:
-        return
-    if not overwrite:
-        shown = ", ".join(present[:5]) + (f" and {len(present) - 5} more" if len(present) > 5 else "")
-        raise InvalidArgumentError(
-            f"--out {out} is not empty ({shown}): choose a new folder, pass --resume to continue the run in it, "
-            "or --overwrite to replace an earlier run's files"
-        )
-    for name in RUN_OUTPUTS:
-        path = out / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
+    return run_files_of(out, RUN_OUTPUTS, resume, overwrite)
 
 
 def evaluate_and_export(model: nn.Module, val_set: Dataset, source: DataSource, config: TrainConfig) -> dict[str, Any]:

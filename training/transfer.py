@@ -25,8 +25,11 @@ from zoo.loading.resolve import Registered, resolve
 from zoo.store.files import write_json
 from zoo.training.finetune import FinetuneResult, module_main, run
 from zoo.training.report import plot_curves
+from zoo.training.run_files import Output, prepare
 
 CURVES = ("train_loss", "val_loss", "train_acc", "val_acc")
+# the comparison's own files; each arm's folder is a finetune run with its own manifest
+TRANSFER_OUTPUTS = (Output("transfer.png"), Output("transfer.json"))
 
 
 def compare(args: argparse.Namespace, command: str | None = None) -> dict[str, Any]:
@@ -43,6 +46,12 @@ def compare(args: argparse.Namespace, command: str | None = None) -> dict[str, A
                 f"not the bare architecture {args.name!r}"
             )
     out = Path(args.out)
+    with prepare(out, TRANSFER_OUTPUTS, args.resume, args.overwrite).sealing():
+        return _compare(args, out, command)
+
+
+def _compare(args: argparse.Namespace, out: Path, command: str | None) -> dict[str, Any]:
+    """Both arms into ``out`` (checked and claimed), then the plot, the summary and the table."""
     results: dict[str, FinetuneResult] = {}
     for arm in ("pretrained", "scratch"):
         arm_args = copy.copy(args)
