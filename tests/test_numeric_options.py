@@ -80,7 +80,7 @@ def test_every_numeric_option_has_a_checking_type() -> None:
         (["finetune", "resnet20", "--data", "d", "--out", "o", "--distill-alpha", "2"], "--distill-alpha: must be in"),
         (["demo", "--per-class", "-1"], "--per-class: must be from 1 to 173"),
         (["demo", "--lr", "nan"], "--lr: must be a finite number > 0"),
-        (["generate", "moe_lm.stdlib", "x", "--top-p", "0"], "--top-p: must be in (0, 1]"),
+        (["generate", "moe_lm.stdlib", "x", "--top-p", "0"], "--top-p: must be a number in (0, 1]"),
         (["eval", "resnet20.fmnist", "--limit", "-1"], "--limit: must be 1 or more"),
         (["bench", "--repeats", "0"], "--repeats: must be 1 or more"),
         (["serve", "m", "--max-wait-ms", "nan"], "--max-wait-ms: must be a finite number"),
