@@ -24,8 +24,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from ._errors import InvalidArgumentError
 from ._registry import register_model
-
 from .layers import InputDTypeError, LinearClassifier, check_input_dtype, check_rate_option
 
 if TYPE_CHECKING:
@@ -81,9 +81,9 @@ class Sparsity:
 
     def __init__(self, target: float, cost: float = 0.1, decay: float = 0.95) -> None:
         if not 0.0 < target < 1.0:
-            raise ValueError(f"sparsity target must be a probability in (0, 1), got {target!r}")
+            raise InvalidArgumentError(f"sparsity target must be a probability in (0, 1), got {target!r}")
         if cost < 0 or not 0.0 <= decay < 1.0:
-            raise ValueError(f"need cost >= 0 and decay in [0, 1), got cost={cost!r}, decay={decay!r}")
+            raise InvalidArgumentError(f"need cost >= 0 and decay in [0, 1), got cost={cost!r}, decay={decay!r}")
         self.target, self.cost, self.decay = target, cost, decay
         self.estimate: torch.Tensor | None = None
 
@@ -109,7 +109,7 @@ class RBM(nn.Module):
     def __init__(self, num_visible: int, num_hidden: int) -> None:
         super().__init__()
         if min(num_visible, num_hidden) < 1:
-            raise ValueError(f"an RBM needs at least one visible and one hidden unit, got {num_visible}x{num_hidden}")
+            raise InvalidArgumentError(f"an RBM needs at least one visible and one hidden unit, got {num_visible}x{num_hidden}")
         self.num_visible, self.num_hidden = num_visible, num_hidden
         self.weight = nn.Parameter(torch.empty(num_hidden, num_visible))
         self.hidden_bias = nn.Parameter(torch.zeros(num_hidden))
@@ -179,7 +179,7 @@ class RBM(nn.Module):
         """The exact log Z, summing over all 2**num_hidden hidden states (tiny RBMs only:
         at most 20 hidden units); with it, ``-free_energy(v) - log_partition()`` is log p(v)."""
         if self.num_hidden > _MAX_ENUMERATED_HIDDEN:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"log_partition enumerates all 2**{self.num_hidden} hidden states; it is exact only "
                 f"for RBMs of at most {_MAX_ENUMERATED_HIDDEN} hidden units"
             )
@@ -241,7 +241,7 @@ class RBM(nn.Module):
         stays a Markov chain of the model.
         """
         if k < 1:
-            raise ValueError(f"k (Gibbs steps per update) must be >= 1, got {k!r}")
+            raise InvalidArgumentError(f"k (Gibbs steps per update) must be >= 1, got {k!r}")
         v = self._check(v)
         persistent = chain is not None
         hidden_data = self._hidden_probs(v)
@@ -287,9 +287,9 @@ class RBM(nn.Module):
         from sklearn.utils.validation import check_is_fitted
 
         if cls is not RBM:
-            raise TypeError(f"BernoulliRBM has binary visible units; build an RBM from it, not a {cls.__name__}")
+            raise InvalidArgumentError(f"BernoulliRBM has binary visible units; build an RBM from it, not a {cls.__name__}")
         if not isinstance(estimator, BernoulliRBM):
-            raise TypeError(f"from_sklearn expects a fitted sklearn BernoulliRBM, got {type(estimator).__name__}")
+            raise InvalidArgumentError(f"from_sklearn expects a fitted sklearn BernoulliRBM, got {type(estimator).__name__}")
         check_is_fitted(estimator)
         weight = torch.as_tensor(estimator.components_)
         rbm = cls(weight.shape[1], weight.shape[0]).to(weight.dtype)
@@ -329,7 +329,7 @@ class GaussianRBM(RBM):
     def __init__(self, num_visible: int, num_hidden: int, std: float = 1.0, learn_std: bool = False) -> None:
         super().__init__(num_visible, num_hidden)
         if not std > 0:
-            raise ValueError(f"std must be positive, got {std!r}")
+            raise InvalidArgumentError(f"std must be positive, got {std!r}")
         log_std = torch.full((num_visible,), math.log(std))
         self.learn_std = learn_std
         if learn_std:
@@ -371,7 +371,7 @@ class GaussianRBM(RBM):
         return super()._negative_visible(h, persistent or self.learn_std, generator)
 
     def pseudo_likelihood(self, v: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
-        raise ValueError(
+        raise InvalidArgumentError(
             "the pseudo-likelihood flips binary visible units; a GaussianRBM has none. Monitor its "
             "reconstruction error and free-energy gap instead"
         )
@@ -390,7 +390,7 @@ class GaussianRBM(RBM):
             self.log_std.grad = mean_grad(v, hidden_data) - mean_grad(negative, hidden_model)
 
     def to_sklearn(self) -> BernoulliRBM:
-        raise TypeError("scikit-learn's BernoulliRBM has binary visible units; a GaussianRBM has no counterpart there")
+        raise InvalidArgumentError("scikit-learn's BernoulliRBM has binary visible units; a GaussianRBM has no counterpart there")
 
 
 class DBN(LinearClassifier, nn.Module):
@@ -419,11 +419,11 @@ class DBN(LinearClassifier, nn.Module):
         super().__init__()
         sizes = tuple(sizes)
         if len(sizes) < 2 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"sizes must be at least two positive layer sizes (ints, visible first), got {sizes!r}"
             )
         if visible not in ("bernoulli", "gaussian"):
-            raise ValueError(f"visible must be 'bernoulli' or 'gaussian', got {visible!r}")
+            raise InvalidArgumentError(f"visible must be 'bernoulli' or 'gaussian', got {visible!r}")
         check_rate_option("drop_rate", drop_rate)
         self.name = name
         self.sizes = sizes
@@ -473,7 +473,7 @@ class DBN(LinearClassifier, nn.Module):
         then sets N) propagated up; starting from data needs far fewer steps to look like it.
         """
         if steps < 1:
-            raise ValueError(f"steps must be >= 1, got {steps!r}")
+            raise InvalidArgumentError(f"steps must be >= 1, got {steps!r}")
         top = self.rbms[-1]
         if start is None:
             # Any state will do; the top RBM's visible units are binary unless it is the only layer.

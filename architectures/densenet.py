@@ -18,8 +18,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from ._errors import InvalidArgumentError
 from ._registry import register_model
-
 from .features import FeatureInfo, FeatureLevels, Indices, feature_take_indices
 from .layers import (
     PooledLinearClassifier,
@@ -28,6 +28,7 @@ from .layers import (
     check_image_input,
     check_int_option,
     check_rate_option,
+    is_capturing,
 )
 
 
@@ -47,18 +48,24 @@ class DenseLayer(nn.Module):
         self.conv2 = nn.Conv2d(width, growth_rate, 3, padding=1, bias=False)
         self.drop_rate = drop_rate
 
-    def bottleneck(self, *features: torch.Tensor) -> torch.Tensor:
+    def bottleneck(self, features: list[torch.Tensor]) -> torch.Tensor:
         """Concat-BN-ReLU-1x1 conv: the part whose large intermediates the memory-efficient
         mode recomputes instead of storing."""
         return self.conv1(self.relu1(self.norm1(torch.cat(features, 1))))
 
-    def forward(self, features: Sequence[torch.Tensor], use_checkpoint: bool = False) -> torch.Tensor:
-        if use_checkpoint:
-            x = checkpoint(self.bottleneck, *features, use_reentrant=False)
+    def forward(self, features: list[torch.Tensor], use_checkpoint: bool = False) -> torch.Tensor:
+        if torch.jit.is_scripting():
+            x = self.bottleneck(features)
         else:
-            x = self.bottleneck(*features)
+            x = self._eager_bottleneck(features, use_checkpoint)
         x = self.conv2(self.relu2(self.norm2(x)))
         return F.dropout(x, self.drop_rate, self.training) if self.drop_rate > 0 else x
+
+    def _eager_bottleneck(self, features: list[torch.Tensor], use_checkpoint: bool) -> torch.Tensor:
+        """`bottleneck`, recomputed in the backward pass with ``use_checkpoint`` (unless captured)."""
+        if use_checkpoint and not is_capturing():  # the tensors, not the list the block goes on growing
+            return checkpoint(lambda *tensors: self.bottleneck(list(tensors)), *features, use_reentrant=False)
+        return self.bottleneck(features)
 
 
 class DenseBlock(nn.Module):
@@ -85,8 +92,11 @@ class DenseBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, use_checkpoint: bool = False) -> torch.Tensor:
         features = [x]
-        for i in range(1, self.num_layers + 1):
-            features.append(getattr(self, f"denselayer{i}")(features, use_checkpoint))
+        # The dense layers in order. TorchScript unrolls the loop; it needs hasattr, not
+        # isinstance, to tell the children apart (its isinstance answers for the first layer only).
+        for _, layer in self.named_children():
+            if hasattr(layer, "conv2"):
+                features.append(layer(features, use_checkpoint))
         return self.se(torch.cat(features, 1))
 
 
@@ -154,12 +164,12 @@ def _check_densenet_options(
     se_ratio: float | None,
     stem: str,
 ) -> None:
-    """Raise ValueError naming the option unless `DenseNet` can be built with these."""
+    """Raise an InvalidArgumentError naming the option unless `DenseNet` can be built with these."""
     if stem not in ("imagenet", "cifar"):
-        raise ValueError(f"stem must be 'imagenet' or 'cifar', got {stem!r}")
+        raise InvalidArgumentError(f"stem must be 'imagenet' or 'cifar', got {stem!r}")
     check_int_option("in_chans", in_chans, what=" (the image channels: 1 gray, 3 RGB)")
     if not block_config or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in block_config):
-        raise ValueError(f"need one positive layer count (depth) per dense block, got {tuple(block_config)}")
+        raise InvalidArgumentError(f"need one positive layer count (depth) per dense block, got {tuple(block_config)}")
     check_int_option("growth_rate", growth_rate)
     check_int_option("num_init_features", num_init_features)
     check_int_option("bn_size", bn_size)
@@ -267,20 +277,32 @@ class DenseNet(FeatureLevels, PooledLinearClassifier, nn.Module):
         are updated once more by the recomputation; gradients are unchanged."""
         self.grad_checkpointing = enable
 
-    def _run(self, x: torch.Tensor, take: Sequence[int], last: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def final_map_size(self, height: int, width: int) -> tuple[int, int]:
+        """(H, W) of ``forward_features``' map for a height x width input: the transitions'
+        unpadded average pools round down (timm's ``pool_size`` at ``input_size``)."""
+        return _pooled_side(height, self.features), _pooled_side(width, self.features)
+
+    def _run(self, x: torch.Tensor, take: list[int], last: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Run ``features`` up to feature level ``last``, keeping the maps of the levels in
-        ``take``: (the last tensor computed, those maps)."""
-        check_image_input(x, self.in_chans, self.min_input_size, self.name, self.features.conv0.weight.dtype)
+        ``take``: (the last tensor computed, those maps). Written for TorchScript too (its
+        unrolled loops have no ``break``: the modules after level ``last`` are skipped)."""
+        if not torch.jit.is_scripting():
+            check_image_input(x, self.in_chans, self.min_input_size, self.name, self.features.conv0.weight.dtype)
         use_checkpoint = self.grad_checkpointing and self.training and torch.is_grad_enabled()
-        intermediates = []
+        intermediates: list[torch.Tensor] = []
+        done = False
         for name, module in self.features.named_children():
-            x = module(x, use_checkpoint) if isinstance(module, DenseBlock) else module(x)
-            if name in self._taps:
-                level = self._taps.index(name)
-                if level in take:
-                    intermediates.append(x)
-                if level == last:
-                    break
+            if hasattr(module, "denselayer1"):  # a DenseBlock (TorchScript: hasattr, first, outside other tests)
+                if not done:
+                    x = module(x, use_checkpoint)
+            elif not done:
+                x = module(x)
+            if not done:
+                if name in self._taps:
+                    level = self._taps.index(name)
+                    if level in take:
+                        intermediates.append(x)
+                    done = level == last
         return x, intermediates
 
     def prune_intermediate_layers(
@@ -301,7 +323,7 @@ class DenseNet(FeatureLevels, PooledLinearClassifier, nn.Module):
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Unpooled feature map of shape (N, num_features, about H / s, W / s), s the total
         stride ``feature_info[-1]["reduction"]`` (the transitions' pooling rounds down)."""
-        return self._run(x, (), len(self.feature_info) - 1)[0]
+        return self._run(x, [], len(self._taps) - 1)[0]
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """Global pooling (``global_pool``), then (unless ``pre_logits``) the classifier."""

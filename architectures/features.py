@@ -2,11 +2,16 @@
 ``feature_info`` (timm's design and meanings, without FX tracing)."""
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import torch
 import torch.nn as nn
+
+from ._errors import InvalidArgumentError
+from .layers import DefaultCfg
 
 Indices = int | Sequence[int] | None
 
@@ -18,10 +23,10 @@ def feature_take_indices(num_levels: int, indices: Indices = None) -> tuple[list
     if indices is None:
         indices = num_levels
     if isinstance(indices, bool) or not isinstance(indices, (int, Sequence)):
-        raise ValueError(f"indices must be None, an int (the last n levels) or a list of levels, got {indices!r}")
+        raise InvalidArgumentError(f"indices must be None, an int (the last n levels) or a list of levels, got {indices!r}")
     if isinstance(indices, int):
         if not 0 < indices <= num_levels:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"indices={indices} asks for the last {indices} feature levels; the model has {num_levels} "
                 f"(an int means the last n levels, as in timm: pass 1..{num_levels}, or a list of levels in 0..{num_levels - 1})"
             )
@@ -30,27 +35,37 @@ def feature_take_indices(num_levels: int, indices: Indices = None) -> tuple[list
         take = []
         for index in indices:
             if isinstance(index, bool) or not isinstance(index, int) or not -num_levels <= index < num_levels:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"feature level {index!r} does not exist; the model has levels 0..{num_levels - 1} "
                     f"(or -{num_levels}..-1 from the end)"
                 )
             take.append(index % num_levels)
         if not take:
-            raise ValueError("indices is empty: name at least one feature level")
+            raise InvalidArgumentError("indices is empty: name at least one feature level")
     return take, max(take)
 
 
 def check_output_fmt(output_fmt: str, supported: Sequence[str] = ("NCHW",)) -> None:
     """Refuse a feature-map layout the model does not produce."""
     if output_fmt not in supported:
-        raise ValueError(f"output_fmt={output_fmt!r} is not supported here; use one of {', '.join(supported)}")
+        raise InvalidArgumentError(f"output_fmt={output_fmt!r} is not supported here; use one of {', '.join(supported)}")
 
 
 class FeatureLevels:
     """timm's ``forward_intermediates`` for the conv nets, whose ``_run(x, take, last)`` runs up
-    to feature level ``last`` keeping the maps of the levels in ``take``."""
+    to feature level ``last`` keeping the maps of the levels in ``take``. (No class
+    annotations: TorchScript would take them for the types of the models' attributes.)"""
 
-    feature_info: FeatureInfo
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Drop the runtime annotations of the model's ``forward`` (the source keeps them), as
+        timm's models have none: FX copies them into the code of a traced graph as names that
+        ``torch.jit.script`` cannot resolve (torch 2.14: torchvision's annotated models fail
+        there), so a zoo model's FX graph would not script as timm's does. TorchScript takes an
+        unannotated argument for a Tensor, as the annotation said."""
+        super().__init_subclass__(**kwargs)
+        forward = cls.__dict__.get("forward")
+        if forward is not None:
+            forward.__annotations__ = {}
 
     def forward_intermediates(
         self,
@@ -70,6 +85,12 @@ class FeatureLevels:
         last = deepest if stop_early or intermediates_only else len(self.feature_info) - 1
         final, intermediates = self._run(x, take, last)
         return intermediates if intermediates_only else (final, intermediates)
+
+    def final_map_size(self, height: int, width: int) -> tuple[int, int]:
+        """(H, W) of ``forward_features``' map for a height x width input (timm's ``pool_size`` at
+        ``input_size``): each padded stride keeps ceil(side / stride), so ceil(side / total stride)."""
+        reduction = self.feature_info[-1]["reduction"]
+        return math.ceil(height / reduction), math.ceil(width / reduction)
 
 
 class FeatureInfo:
@@ -124,10 +145,29 @@ class FeatureInfo:
         return f"FeatureInfo({self.info}, out_indices={self.out_indices})"
 
 
-class FeatureExtractor(nn.Module):
+FEATURE_CLASSES = ("getter", "hook", "fx")  # timm's feature_cls values zoo builds
+
+
+def feature_extractor(model: nn.Module, out_indices: Indices = None, feature_cls: str | None = None) -> FeatureExtractor:
+    """The feature extractor timm's ``feature_cls`` names, each returning the same maps:
+    "getter" (the default, `FeatureExtractor`: the model's ``forward_intermediates``), "hook"
+    (`HookFeatureExtractor`: forward hooks on the modules ``feature_info`` names) or "fx"
+    (`FxFeatureExtractor`: an FX graph cut at those modules)."""
+    classes = {"getter": FeatureExtractor, "hook": HookFeatureExtractor, "fx": FxFeatureExtractor}
+    if feature_cls is not None and feature_cls not in classes:
+        raise InvalidArgumentError(
+            f"feature_cls={feature_cls!r} is not one zoo builds: pass 'getter' (the default), 'hook' or 'fx', "
+            "which all return the list of feature maps (timm's 'dict' returns a dict, which zoo's model contract does not)"
+        )
+    return classes[feature_cls or "getter"](model, out_indices)
+
+
+class FeatureExtractor(DefaultCfg, nn.Module):
     """Wraps a model so that calling it returns the list of feature maps at ``out_indices``
     (timm's meaning: None all levels, an int n the last n, a sequence those levels), in level
-    order; ``feature_info.channels()`` etc. describe those maps."""
+    order; ``feature_info.channels()`` etc. describe those maps. It is timm's
+    ``feature_cls="getter"``: the maps come from the model's ``forward_intermediates``, and a
+    conv net's extractor compiles with ``torch.jit.script``."""
 
     def __init__(self, model: nn.Module, out_indices: Indices = None) -> None:
         super().__init__()
@@ -144,4 +184,81 @@ class FeatureExtractor(nn.Module):
         self.model.set_grad_checkpointing(enable)
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        if torch.jit.is_scripting():  # the conv nets' scriptable run to the deepest level asked for
+            return self.model._run(x, self.out_indices, self.out_indices[-1])[1]
         return self.model.forward_intermediates(x, self.out_indices, intermediates_only=True)
+
+
+def _conv_net(model: nn.Module, feature_cls: str) -> None:
+    """Refuse ``feature_cls`` for a model whose levels are not module outputs (a ViT's blocks)."""
+    if not isinstance(model, FeatureLevels):
+        raise InvalidArgumentError(
+            f"feature_cls={feature_cls!r} reads feature maps at the modules feature_info names, but "
+            f"{getattr(model, 'name', type(model).__name__)}'s levels are transformer blocks whose outputs are "
+            "(tokens, router logits); use feature_cls='getter' (the default), which returns its maps"
+        )
+
+
+class HookFeatureExtractor(FeatureExtractor):
+    """timm's ``feature_cls="hook"``: forward hooks on the modules that ``feature_info`` names
+    keep their outputs while the model's ``forward_features`` runs; the same maps as the
+    getter's, for code that reads maps at modules. Python hooks do not script."""
+
+    def __init__(self, model: nn.Module, out_indices: Indices = None) -> None:
+        _conv_net(model, "hook")
+        super().__init__(model, out_indices)
+        self.hooked = list(self.feature_info.module_name())
+        self._maps: dict[str, torch.Tensor] = {}
+        for name in self.hooked:
+            self.model.get_submodule(name).register_forward_hook(partial(self._keep, name))
+
+    def _keep(self, name: str, module: nn.Module, args: Any, output: torch.Tensor) -> None:
+        self._maps[name] = output
+
+    def __prepare_scriptable__(self) -> nn.Module:
+        raise InvalidArgumentError(
+            "a feature_cls='hook' extractor keeps its maps through Python forward hooks, which "
+            "torch.jit.script cannot compile; build it with feature_cls='getter' or 'fx'"
+        )
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        self._maps.clear()
+        self.model.forward_features(x)
+        maps = [self._maps.pop(name) for name in self.hooked]
+        return maps
+
+
+def _has_submodule(module: nn.Module, name: str) -> bool:
+    try:
+        module.get_submodule(name)
+    except AttributeError:
+        return False
+    return True
+
+
+class FxFeatureExtractor(FeatureExtractor):
+    """timm's ``feature_cls="fx"``: the model traced by torch.fx (torchvision's
+    ``create_feature_extractor``) and cut at the modules ``feature_info`` names, so ``model``
+    is a ``GraphModule`` returning the same maps as the getter's; it scripts too."""
+
+    def __init__(self, model: nn.Module, out_indices: Indices = None) -> None:
+        from torchvision.models.feature_extraction import create_feature_extractor  # only when asked for
+
+        _conv_net(model, "fx")
+        super().__init__(model, out_indices)
+        nodes = {name: str(i) for i, name in enumerate(self.feature_info.module_name())}
+        graph = create_feature_extractor(self.model, return_nodes=nodes)
+        for name, module in self.model.named_modules():  # the parts the graph does not run (the head)
+            parent, _, child = name.rpartition(".")  # stay, so the state dict is the getter's (zoo.save)
+            if name and not _has_submodule(graph, name) and _has_submodule(graph, parent):
+                graph.get_submodule(parent).add_module(child, module)
+        self.model = graph
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Refused: the traced graph has no checkpointing (feature_cls='getter' has)."""
+        if enable:
+            raise InvalidArgumentError("a feature_cls='fx' extractor is a traced graph without activation "
+                                       "checkpointing; build it with feature_cls='getter' to checkpoint")
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return list(self.model(x).values())

@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ._errors import InvalidArgumentError
 from .layers import rotary_cos_sin
 from .moe_experts import SparseMoeBlock, _dense_swiglu, _grouped_mm_swiglu
 
@@ -203,7 +204,7 @@ def check_options(
     """Raises ValueError naming the values unless ``generate`` can take these options (the
     command line checks them before it loads a model)."""
     if not isinstance(max_new_tokens, int) or (top_k is not None and not isinstance(top_k, int)):
-        raise ValueError(f"max_new_tokens and top_k are whole numbers, got {max_new_tokens!r} and {top_k!r}")
+        raise InvalidArgumentError(f"max_new_tokens and top_k are whole numbers, got {max_new_tokens!r} and {top_k!r}")
     problems = [
         f"max_new_tokens must be 0 or more, got {max_new_tokens}" if max_new_tokens < 0 else "",
         f"temperature must be a finite number >= 0 (0: greedy), got {temperature}"
@@ -212,9 +213,9 @@ def check_options(
         f"top_p must be in (0, 1], got {top_p}" if top_p is not None and not 0 < top_p <= 1 else "",
     ]
     if any(problems):
-        raise ValueError("; ".join(filter(None, problems)))
+        raise InvalidArgumentError("; ".join(filter(None, problems)))
     if compile not in (True, False, "auto"):
-        raise ValueError(f"compile must be True, False or 'auto', got {compile!r}")
+        raise InvalidArgumentError(f"compile must be True, False or 'auto', got {compile!r}")
 
 
 def _check_prompt(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> None:

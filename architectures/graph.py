@@ -38,6 +38,7 @@ from torch_geometric.nn import MLP, GINConv, GINEConv
 from torch_geometric.nn.aggr import Aggregation
 from torch_geometric.transforms import BaseTransform
 
+from ._errors import InvalidArgumentError
 from ._registry import register_model
 
 # the readouts live in graph_pooling.py; imported here, where they have always been importable from
@@ -162,11 +163,11 @@ def _check_gin_options(
 ) -> None:
     """Raise ValueError naming the option unless `GIN` can be built with these."""
     if head not in GRAPH_HEADS:
-        raise ValueError(f"head must be one of {', '.join(GRAPH_HEADS)}; got {head!r}")
+        raise InvalidArgumentError(f"head must be one of {', '.join(GRAPH_HEADS)}; got {head!r}")
     if readout not in ("sum", "second_order", "third_order"):
-        raise ValueError(f"readout must be 'sum', 'second_order' or 'third_order', got {readout!r}")
+        raise InvalidArgumentError(f"readout must be 'sum', 'second_order' or 'third_order', got {readout!r}")
     if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (in_channels, num_layers)):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"need in_channels >= 1 and num_layers >= 1, got {in_channels} and {num_layers}; "
             "for graphs without node features add constant ones (torch_geometric.transforms.Constant())"
         )
@@ -251,7 +252,7 @@ class GIN(LinearClassifier, nn.Module):
         kwargs = dict(readout_kwargs or {})
         if readout == "sum":
             if kwargs:
-                raise ValueError(f"the sum readout takes no options, got {sorted(kwargs)}")
+                raise InvalidArgumentError(f"the sum readout takes no options, got {sorted(kwargs)}")
             self.pool = SumReadout(node_channels)
         elif readout == "second_order":
             self.pool = SecondOrderPooling(node_channels, **kwargs)

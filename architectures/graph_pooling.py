@@ -1,7 +1,9 @@
 """Graph readouts of the GIN models (graph.py): ``ThirdOrderPooling`` (moment and triangle
 parts, optionally with first- and second-order terms), SOPool's ``SecondOrderPooling`` and the
-plain ``SumReadout``, each a PyG ``Aggregation`` called as ``pool(x, batch)``. Registers no
-models; graph.py re-exports these names.
+plain ``SumReadout``, each a PyG ``Aggregation`` called as ``pool(x, batch)``. As PyG's own
+aggregations, each compiles with ``torch.jit.script`` and runs under ``torch.compile`` without a
+graph break when ``dim_size`` is given (the input checks step aside while a compiler captures).
+Registers no models; graph.py re-exports these names.
 """
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ with warnings.catch_warnings():  # PyG scripts a few helpers at import, which to
 from torch_geometric.nn.aggr import Aggregation
 from torch_geometric.utils import scatter
 
+from ._errors import InvalidArgumentError
+from .layers import is_capturing
+
 Reduce = Literal["sum", "mean"]
 
 
@@ -28,12 +33,13 @@ def _signed_root(x: Tensor, power: int, eps: float) -> Tensor:
     return torch.sign(x) * ((x.abs() + eps) ** (1 / power) - eps ** (1 / power))
 
 
-def _graph_index(aggr: Aggregation, x: Tensor, index: Tensor | None, ptr: Tensor | None, dim: int) -> Tensor:
+def _graph_index(x: Tensor, index: Tensor | None, ptr: Tensor | None) -> Tensor:
     """The graph id of each node: ``index``, or expanded from the CSR boundaries ``ptr``."""
-    aggr.assert_two_dimensional_input(x, dim)
-    if index is None:
-        index = torch.repeat_interleave(torch.arange(ptr.numel() - 1, device=x.device), ptr.diff())
-    return index
+    if index is not None:
+        return index
+    if ptr is None:  # PyG's __call__ passes one of them; a direct forward may not
+        return torch.zeros(x.size(0), dtype=torch.long, device=x.device)
+    return torch.repeat_interleave(torch.arange(ptr.numel() - 1, device=x.device), ptr.diff())
 
 
 class SecondOrderPooling(Aggregation):
@@ -45,7 +51,7 @@ class SecondOrderPooling(Aggregation):
     def __init__(self, in_channels: int, out_channels: int = 32, reduce: Reduce = "sum") -> None:
         super().__init__()
         if reduce not in ("sum", "mean"):
-            raise ValueError(f"reduce must be 'sum' or 'mean', got {reduce!r}")
+            raise InvalidArgumentError(f"reduce must be 'sum' or 'mean', got {reduce!r}")
         self.in_channels, self.reduce_op = in_channels, reduce
         self.proj = nn.Linear(in_channels, out_channels, bias=False)
         self.out_channels = out_channels**2
@@ -58,7 +64,8 @@ class SecondOrderPooling(Aggregation):
         self, x: Tensor, index: Tensor | None = None, ptr: Tensor | None = None,
         dim_size: int | None = None, dim: int = -2,
     ) -> Tensor:
-        index = _graph_index(self, x, index, ptr, dim)
+        self.assert_two_dimensional_input(x, dim)
+        index = _graph_index(x, index, ptr)
         g = self.proj(x)
         outer = (g.unsqueeze(2) * g.unsqueeze(1)).flatten(1)
         return scatter(outer, index, 0, dim_size, self.reduce_op)
@@ -104,17 +111,19 @@ class ThirdOrderPooling(Aggregation):
     ) -> None:
         super().__init__()
         if not (moment or triangle or first_order or second_order):
-            raise ValueError("ThirdOrderPooling needs at least one part: moment, triangle, first_order or second_order")
+            raise InvalidArgumentError(
+                "ThirdOrderPooling needs at least one part: moment, triangle, first_order or second_order"
+            )
         if reduce not in ("sum", "mean"):
-            raise ValueError(f"reduce must be 'sum' or 'mean', got {reduce!r}")
+            raise InvalidArgumentError(f"reduce must be 'sum' or 'mean', got {reduce!r}")
         if rank < 1:
-            raise ValueError(f"rank must be >= 1, got {rank}")
+            raise InvalidArgumentError(f"rank must be >= 1, got {rank}")
         self.in_channels, self.rank, self.reduce_op = in_channels, rank, reduce
         self.moment, self.triangle, self.first_order, self.second_order = moment, triangle, first_order, second_order
         self.center, self.normalize, self.eps = center, normalize, eps
         # One Linear per CP factor set: u, v, w (moment) and p, q (second order) side by side.
-        self.factors = nn.Linear(in_channels, rank * (3 * moment + 2 * second_order), bias=False) \
-            if moment or second_order else None
+        self.factor_sets = 3 * moment + 2 * second_order  # u, v, w and p, q
+        self.factors = nn.Linear(in_channels, rank * self.factor_sets, bias=False) if self.factor_sets else None
         self.triangle_channels = (triangle_channels or rank) if triangle else 0
         self.phi = nn.Linear(in_channels, self.triangle_channels) if triangle else None
         self.out_channels = (
@@ -134,25 +143,36 @@ class ThirdOrderPooling(Aggregation):
         self, x: Tensor, index: Tensor | None = None, ptr: Tensor | None = None,
         dim_size: int | None = None, dim: int = -2, triangle_index: Tensor | None = None,
     ) -> Tensor:
-        index = _graph_index(self, x, index, ptr, dim)
-        if dim_size is None:
-            dim_size = int(index.max()) + 1 if index.numel() else 0
+        self.assert_two_dimensional_input(x, dim)
+        index = _graph_index(x, index, ptr)
+        if dim_size is None:  # PyG's __call__ gives it; TorchScript calls forward itself
+            dim_size = int(index.max()) + 1 if index.numel() > 0 else 0
         parts: list[Tensor] = []
         if self.first_order:
             parts.append(scatter(x, index, 0, dim_size, self.reduce_op))
-        if self.moment or self.second_order:
-            proj = self.factors(x)
+        factors = self.factors
+        if factors is not None:  # the moment and second-order parts
+            proj = factors(x)
             if self.center:  # the factors are linear: centring their outputs centres h, on fewer channels
                 proj = proj - scatter(proj, index, 0, dim_size, "mean")[index]
-            proj = proj.view(-1, 3 * self.moment + 2 * self.second_order, self.rank)
+            proj = proj.view(-1, self.factor_sets, self.rank)
             if self.second_order:
                 s = scatter(proj[:, -2] * proj[:, -1], index, 0, dim_size, self.reduce_op)
                 parts.append(self._normalize(s, 2))
             if self.moment:
                 z = scatter(proj[:, 0] * proj[:, 1] * proj[:, 2], index, 0, dim_size, self.reduce_op)
                 parts.append(self._normalize(z, 3))
-        if self.triangle:
-            parts.append(self._triangles(x, index, dim_size, triangle_index))
+        phi = self.phi
+        if phi is not None:  # the triangle part
+            if triangle_index is None:
+                raise ValueError(
+                    "ThirdOrderPooling(triangle=True) needs triangle_index, the [3, T] node indices of each "
+                    "triangle: apply the AddTriangles transform to the data (e.g. dataset transform or "
+                    "pre_transform=AddTriangles()) and pass triangle_index=data.triangle_index"
+                )
+            if not torch.jit.is_scripting():
+                _check_triangles(x, triangle_index)
+            parts.append(self._triangles(torch.tanh(phi(x)), index, dim_size, triangle_index))
         return torch.cat(parts, dim=-1)
 
     def _normalize(self, z: Tensor, power: int) -> Tensor:
@@ -160,36 +180,39 @@ class ThirdOrderPooling(Aggregation):
         if not self.normalize:
             return z
         z = _signed_root(z, power, self.eps)
-        return z / z.norm(dim=-1, keepdim=True).clamp_min(self.eps)
+        return z / z.norm(p=2, dim=-1, keepdim=True).clamp_min(self.eps)
 
-    def _triangles(self, x: Tensor, index: Tensor, dim_size: int, triangle_index: Tensor | None) -> Tensor:
-        """The triangle part per graph, after checking ``triangle_index`` against ``x``."""
-        if triangle_index is None:
-            raise ValueError(
-                "ThirdOrderPooling(triangle=True) needs triangle_index, the [3, T] node indices of each "
-                "triangle: apply the AddTriangles transform to the data (e.g. dataset transform or "
-                "pre_transform=AddTriangles()) and pass triangle_index=data.triangle_index"
-            )
-        if triangle_index.dim() != 2 or triangle_index.size(0) != 3 or triangle_index.dtype != torch.long:
-            raise ValueError(
-                f"triangle_index must be a [3, T] int64 tensor of node indices (from AddTriangles), got "
-                f"{triangle_index.dtype} of shape {tuple(triangle_index.shape)}"
-            )
-        if triangle_index.numel() and int(triangle_index.max()) >= x.size(0):
-            raise ValueError(
-                f"triangle_index refers to node {int(triangle_index.max())} but x has {x.size(0)} nodes: "
-                "was AddTriangles applied before the graphs were batched or changed?"
-            )
-        phi = torch.tanh(self.phi(x))
+    def _triangles(self, phi: Tensor, index: Tensor, dim_size: int, triangle_index: Tensor) -> Tensor:
+        """The triangle part per graph from the nodes' ``phi`` = tanh(Linear(h))."""
         t = phi[triangle_index[0]] * phi[triangle_index[1]] * phi[triangle_index[2]]
         out = scatter(t, index[triangle_index[0]], 0, dim_size, "sum")
         if self.reduce_op == "mean":
-            out = out / scatter(torch.ones_like(index, dtype=x.dtype), index, 0, dim_size).clamp_min(1).unsqueeze(-1)
+            ones = torch.ones_like(index, dtype=phi.dtype)
+            out = out / scatter(ones, index, 0, dim_size, "sum").clamp_min(1).unsqueeze(-1)
         return out
 
     def __repr__(self) -> str:
         parts = [p for p in ("first_order", "second_order", "moment", "triangle") if getattr(self, p)]
         return f"{self.__class__.__name__}({self.in_channels}, rank={self.rank}, parts={parts}, reduce={self.reduce_op!r})"
+
+
+def _check_triangles(x: Tensor, triangle_index: Tensor) -> None:
+    """Refuse a ``triangle_index`` that is not [3, T] int64 node indices of ``x``'s nodes. The
+    node check reads a value from the tensor, so it steps aside under torch.compile and
+    torch.export (a graph break, and a host sync, in the captured graph otherwise)."""
+    if triangle_index.dim() != 2 or triangle_index.size(0) != 3 or triangle_index.dtype != torch.long:
+        raise ValueError(
+            f"triangle_index must be a [3, T] int64 tensor of node indices (from AddTriangles), got "
+            f"{triangle_index.dtype} of shape {tuple(triangle_index.shape)}"
+        )
+    if is_capturing() or not triangle_index.numel():
+        return
+    largest = int(triangle_index.max())
+    if largest >= x.size(0):
+        raise ValueError(
+            f"triangle_index refers to node {largest} but x has {x.size(0)} nodes: "
+            "was AddTriangles applied before the graphs were batched or changed?"
+        )
 
 
 class SumReadout(Aggregation):

@@ -8,6 +8,9 @@ from typing import Any, Literal
 
 import torch
 import torch.nn as nn
+from torch.fx import _symbolic_trace
+
+from ._errors import InvalidArgumentError
 
 NormLayer = Callable[[int], nn.Module]
 
@@ -41,7 +44,7 @@ class SqueezeExcite(nn.Module):
     ) -> None:
         super().__init__()
         if gate not in ("sigmoid", "hard_sigmoid"):
-            raise ValueError(f"gate must be 'sigmoid' or 'hard_sigmoid', got {gate!r}")
+            raise InvalidArgumentError(f"gate must be 'sigmoid' or 'hard_sigmoid', got {gate!r}")
         if rd_channels is None:
             rd_channels = make_divisible(channels * rd_ratio, rd_divisor, round_limit=0.0)
         self.fc1 = nn.Conv2d(channels, rd_channels, kernel_size=1)
@@ -100,6 +103,24 @@ def check_input_dtype(
     )
 
 
+def is_capturing() -> bool:
+    """Whether a tracer or compiler is capturing the model rather than running it: FX
+    (``torch.fx.symbolic_trace``, torchvision's ``create_feature_extractor``), ``torch.jit.trace``,
+    ``torch.compile`` or ``torch.export``. Input checks step aside then: their tensors are proxies
+    or symbolic, and their cost would otherwise be part of the captured graph. (Under
+    ``torch.jit.script`` the callers skip them with ``torch.jit.is_scripting()``.)"""
+    return (
+        torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing() or fx_tracing()
+    )
+
+
+def fx_tracing() -> bool:
+    """Whether FX's symbolic tracer (``torch.fx.symbolic_trace``, torchvision's
+    ``create_feature_extractor``) is running, as opposed to torch.export's own tracing."""
+    tracing = getattr(_symbolic_trace, "is_fx_symbolic_tracing", None) or _symbolic_trace.is_fx_tracing
+    return tracing() and not torch.compiler.is_exporting()
+
+
 def check_image_input(
     x: torch.Tensor, in_chans: int, min_size: int, name: str, dtype: torch.dtype | None = None
 ) -> None:
@@ -109,7 +130,9 @@ def check_image_input(
     takes any size, as torchvision's do); then, given the weights' ``dtype``, an
     `InputDTypeError` unless `check_input_dtype` accepts x. A clear message beats a shape or
     dtype error deep inside a convolution. Any memory layout (channels_last, transposed
-    views) is fine: the convolutions take it as it is."""
+    views) is fine: the convolutions take it as it is. Nothing is checked while `is_capturing`."""
+    if is_capturing():
+        return
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} expects a torch.Tensor of shape (N, {in_chans}, H, W); got {type(x).__name__}")
     if not (x.ndim == 4 and x.shape[1] == in_chans and x.shape[2] >= min_size and x.shape[3] >= min_size):
@@ -130,16 +153,16 @@ def check_image_input(
 
 
 def check_int_option(name: str, value: Any, minimum: int = 1, what: str = "") -> None:
-    """Raise a ValueError naming the option and its range unless ``value`` is an int (not a
+    """Raise an InvalidArgumentError naming the option and its range unless ``value`` is an int (not a
     bool) >= ``minimum``; ``what`` says what the option is, for the message."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name}{what} must be an int >= {minimum}, got {value!r}")
+        raise InvalidArgumentError(f"{name}{what} must be an int >= {minimum}, got {value!r}")
 
 
 def check_float_option(
     name: str, value: Any, low: float, high: float = math.inf, *, low_open: bool = False, high_open: bool = True
 ) -> None:
-    """Raise a ValueError naming the option and its range unless ``value`` is a real number in
+    """Raise an InvalidArgumentError naming the option and its range unless ``value`` is a real number in
     the interval from ``low`` to ``high`` (each end open or closed as asked), not infinite."""
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
     if ok:
@@ -148,8 +171,8 @@ def check_float_option(
         interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
         if high == math.inf:
             interval = f"> {low:g}" if low_open else f">= {low:g}"
-            raise ValueError(f"{name} must be a finite number {interval}, got {value!r}")
-        raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
+            raise InvalidArgumentError(f"{name} must be a finite number {interval}, got {value!r}")
+        raise InvalidArgumentError(f"{name} must be a number in {interval}, got {value!r}")
 
 
 def check_rate_option(name: str, value: Any) -> None:
@@ -161,18 +184,34 @@ def linear_classifier(num_features: int, num_classes: int) -> nn.Module:
     """The classifier every family's ``reset_classifier`` installs: a freshly initialised
     ``num_classes``-way linear layer, or the identity for 0 so the model returns features."""
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 0:
-        raise ValueError(f"num_classes must be an int >= 0 (0 removes the classifier), got {num_classes!r}")
+        raise InvalidArgumentError(f"num_classes must be an int >= 0 (0 removes the classifier), got {num_classes!r}")
     return nn.Linear(num_features, num_classes) if num_classes > 0 else nn.Identity()
 
 
-class LinearClassifier:
+class DefaultCfg:
+    """timm's ``default_cfg``, its older name for ``pretrained_cfg`` that its tools and tests
+    still read: the same dict, and setting one sets the other. Left out of TorchScript."""
+
+    __jit_unused_properties__ = ["default_cfg"]
+
+    @property
+    def default_cfg(self) -> dict[str, Any]:
+        """The model's ``pretrained_cfg`` (timm's alias)."""
+        return self.pretrained_cfg
+
+    @default_cfg.setter
+    def default_cfg(self, value: dict[str, Any]) -> None:
+        self.pretrained_cfg = value
+
+
+class LinearClassifier(DefaultCfg):
     """The model contract's ``get_classifier``/``reset_classifier`` for families whose head is
     one `linear_classifier` on ``num_features``, kept in the attribute ``classifier_attr``
-    (``fc``, ``classifier``...: the reference layout's name, so state-dict keys match)."""
+    (``fc``, ``classifier``...: the reference layout's name, so state-dict keys match). The
+    models set ``num_features`` and ``num_classes`` (no class annotations: TorchScript would
+    read them as attribute types)."""
 
     classifier_attr = "classifier"
-    num_features: int
-    num_classes: int
 
     def get_classifier(self) -> nn.Module:
         """The classifier module (timm's name), whatever attribute holds it."""
@@ -196,7 +235,7 @@ class GlobalPool(nn.Module):
         super().__init__()
         if pool_type not in POOL_TYPES:
             choices = ", ".join(repr(t) for t in POOL_TYPES)
-            raise ValueError(f"global_pool must be one of {choices} (timm's pool types), got {pool_type!r}")
+            raise InvalidArgumentError(f"global_pool must be one of {choices} (timm's pool types), got {pool_type!r}")
         self.pool_type = pool_type
         self.dims = dims
 
@@ -220,11 +259,9 @@ class GlobalPool(nn.Module):
 
 class PooledLinearClassifier(LinearClassifier):
     """The vision models' head, as timm's: a `GlobalPool` (``global_pool``) then one
-    `linear_classifier` on the pooled ``head_hidden_size`` features."""
+    `linear_classifier` on the pooled ``head_hidden_size`` features (both set here)."""
 
-    pool_dims: tuple[int, ...] = (2, 3)
-    global_pool: GlobalPool
-    head_hidden_size: int
+    pool_dims = (2, 3)  # the dimensions global_pool reduces
 
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
         """Replace the classifier with a fresh ``num_classes``-way one (0: the pooled features)
@@ -241,7 +278,7 @@ class PooledLinearClassifier(LinearClassifier):
 def check_unpooled_head(pool_type: str, num_classes: int) -> None:
     """A classifier needs pooled features: global_pool="" goes only with num_classes=0."""
     if not pool_type and num_classes:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"global_pool='' leaves the feature maps unpooled, which a classifier cannot take: pass "
             f"num_classes=0 with it (got num_classes={num_classes!r}), or a pool type such as 'avg'"
         )
@@ -281,7 +318,7 @@ class DropPath(nn.Module):
     def __init__(self, p: float = 0.0) -> None:
         super().__init__()
         if not 0.0 <= p < 1.0:
-            raise ValueError(f"drop-path probability must be in [0, 1), got {p!r}")
+            raise InvalidArgumentError(f"drop-path probability must be in [0, 1), got {p!r}")
         self.p = p
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -345,7 +382,7 @@ class InvertedResidual(nn.Module):
     ) -> None:
         super().__init__()
         if layout not in ("v2", "v3"):
-            raise ValueError(f"layout must be 'v2' or 'v3', got {layout!r}")
+            raise InvalidArgumentError(f"layout must be 'v2' or 'v3', got {layout!r}")
         options = dict(act_layer=act_layer, norm_layer=norm_layer)
         layers: list[nn.Module] = []
         if mid_chs != in_chs:
@@ -363,7 +400,7 @@ class InvertedResidual(nn.Module):
         self.drop_path = DropPath(drop_path_rate)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = getattr(self, self.body_name)(x)
+        out = self.conv(x) if hasattr(self, "conv") else self.block(x)  # TorchScript: no getattr by a variable
         return x + self.drop_path(out) if self.has_residual else out
 
 

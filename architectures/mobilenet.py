@@ -17,11 +17,12 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
+from ._errors import InvalidArgumentError
 from ._registry import register_model
-
 from .features import FeatureInfo, FeatureLevels, Indices, feature_take_indices
 from .layers import (
     ConvNormAct,
+    DefaultCfg,
     DepthwiseSeparable,
     GlobalPool,
     InvertedResidual,
@@ -32,6 +33,7 @@ from .layers import (
     check_int_option,
     check_rate_option,
     check_unpooled_head,
+    is_capturing,
     linear_classifier,
     make_divisible,
 )
@@ -62,7 +64,7 @@ def _block(
     )
 
 
-class MobileNet(FeatureLevels, nn.Module):
+class MobileNet(FeatureLevels, DefaultCfg, nn.Module):
     """A stem conv, one block per ``BlockSpec`` (``features.1``...), an optional 1x1 conv to
     ``head_chs`` channels, global pooling and the classifier: an optional hidden Linear +
     Hardswish of ``head_hidden`` units (V3), dropout and the final Linear. ``act_layer`` is
@@ -102,7 +104,7 @@ class MobileNet(FeatureLevels, nn.Module):
         check_rate_option("drop_rate", drop_rate)
         check_rate_option("drop_path_rate", drop_path_rate)
         if not blocks:
-            raise ValueError("a MobileNet needs at least one block")
+            raise InvalidArgumentError("a MobileNet needs at least one block")
         self.name = name
         self.in_chans = in_chans
         self.pretrained_cfg: dict[str, Any] = {}
@@ -190,7 +192,7 @@ class MobileNet(FeatureLevels, nn.Module):
         pool = GlobalPool(self.global_pool.pool_type if global_pool is None else global_pool)
         check_unpooled_head(pool.pool_type, num_classes)
         if self.head_hidden and pool.feat_mult() != 1:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{self.name} cannot take global_pool={pool.pool_type!r}: its hidden head layer reads "
                 f"{self.num_features} pooled features; use 'avg', 'max' or 'avgmax'"
             )
@@ -205,19 +207,30 @@ class MobileNet(FeatureLevels, nn.Module):
         statistics are updated once more by the recomputation; gradients are unchanged."""
         self.grad_checkpointing = enable
 
-    def _run(self, x: torch.Tensor, take: Sequence[int], last: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def _run(self, x: torch.Tensor, take: list[int], last: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Run ``features`` up to feature level ``last`` (all of them for the deepest level),
-        keeping the maps of the levels in ``take``: (the last tensor computed, those maps)."""
-        check_image_input(x, self.in_chans, self.min_input_size, self.name, self.features[0][0].weight.dtype)
-        taps = {self._taps[level] for level in take}
-        use_checkpoint = self.grad_checkpointing and self.training and torch.is_grad_enabled()
-        intermediates = []
+        keeping the maps of the levels in ``take``: (the last tensor computed, those maps).
+        Written for TorchScript too (its unrolled loops have no ``break`` or slices)."""
+        if not torch.jit.is_scripting():
+            check_image_input(x, self.in_chans, self.min_input_size, self.name, self.features[0][0].weight.dtype)
+        taps = [self._taps[level] for level in take]
+        intermediates: list[torch.Tensor] = []
         end = len(self.features) if last == len(self._taps) - 1 else self._taps[last] + 1
-        for i, module in enumerate(self.features[:end]):
-            x = checkpoint(module, x, use_reentrant=False) if use_checkpoint else module(x)
-            if i in taps:
-                intermediates.append(x)
+        for i, module in enumerate(self.features):
+            if i < end:
+                if torch.jit.is_scripting():
+                    x = module(x)
+                else:
+                    x = self._run_module(module, x)
+                if i in taps:
+                    intermediates.append(x)
         return x, intermediates
+
+    def _run_module(self, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """One module of ``features``, checkpointed when `set_grad_checkpointing` asks (in training)."""
+        if self.grad_checkpointing and self.training and torch.is_grad_enabled() and not is_capturing():
+            return checkpoint(module, x, use_reentrant=False)
+        return module(x)
 
     def prune_intermediate_layers(
         self, indices: Indices = 1, prune_norm: bool = False, prune_head: bool = True
@@ -238,14 +251,22 @@ class MobileNet(FeatureLevels, nn.Module):
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Unpooled feature map of shape (N, num_features, ceil(H / s), ceil(W / s)), s the total
         stride ``feature_info[-1]["reduction"]``."""
-        return self._run(x, (), len(self.feature_info) - 1)[0]
+        return self._run(x, [], len(self._taps) - 1)[0]
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        """Global pooling (``global_pool``), then (unless ``pre_logits``) the classifier: V3's
-        hidden layer, dropout and the final Linear. Without pooling (global_pool="") the
-        feature maps pass unchanged."""
+        """Global pooling (``global_pool``), V3's hidden layer (Linear + Hardswish: timm's
+        conv_head), then unless ``pre_logits`` dropout and the final Linear, as timm's: so
+        ``pre_logits`` gives ``head_hidden_size`` features. Without pooling (global_pool="")
+        the maps stay maps; V3's hidden layer then acts at each position, as timm's 1x1 conv."""
         x = self.global_pool(x)
-        return x if pre_logits or not self.global_pool.pool_type else self.classifier(x)
+        unpooled = not self.global_pool.pool_type
+        if unpooled:
+            x = x.movedim(1, -1)  # channels last, for the Linear layers
+        hidden = len(self.classifier) - 2  # [Linear, Hardswish,] Dropout, final Linear
+        for i, layer in enumerate(self.classifier):
+            if i < hidden or not pre_logits:
+                x = layer(x)
+        return x.movedim(-1, 1) if unpooled else x
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_head(self.forward_features(x))

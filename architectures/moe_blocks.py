@@ -23,8 +23,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from ._errors import InvalidArgumentError
 from .generation import KVCache
-from .layers import apply_rotary, check_float_option, check_int_option, check_rate_option
+from .layers import DefaultCfg, apply_rotary, check_float_option, check_int_option, check_rate_option
 from .moe_experts import Dispatch, SparseMoeBlock, SwiGLU, routing_losses
 
 
@@ -86,7 +87,7 @@ class MoEConfig:
             if self.rope_theta is not None:
                 check_float_option("rope_theta", self.rope_theta, 0.0, low_open=True)
         except ValueError as error:
-            raise ValueError(f"invalid MoE config: {error}") from None
+            raise InvalidArgumentError(f"invalid MoE config: {error}") from None
         checks = [
             (self.num_kv_heads > 0 and self.num_heads % self.num_kv_heads == 0,
              f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"),
@@ -104,7 +105,7 @@ class MoEConfig:
         ]
         for ok, message in checks:
             if not ok:
-                raise ValueError(f"invalid MoE config: {message}")
+                raise InvalidArgumentError(f"invalid MoE config: {message}")
 
     @property
     def attention_head_dim(self) -> int:
@@ -117,7 +118,7 @@ class MoEConfig:
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(kwargs) - names)
         if unknown:
-            raise TypeError(f"unknown MoE option(s) {', '.join(unknown)}; valid options: {', '.join(sorted(names))}")
+            raise InvalidArgumentError(f"unknown MoE option(s) {', '.join(unknown)}; valid options: {', '.join(sorted(names))}")
         return cls(**kwargs)
 
 
@@ -270,14 +271,23 @@ def _attention_mask(
 # --------------------------------------------------------------------------- the shared body
 
 
-class _MoEBody(nn.Module):
+class _MoEBody(DefaultCfg, nn.Module):
     """The transformer stack shared by the text and image models: blocks, final norm,
     routing losses, activation checkpointing."""
+
+    def __prepare_scriptable__(self) -> nn.Module:
+        """``torch.jit.script`` asks this first: refused by name, with what captures the model instead."""
+        raise InvalidArgumentError(
+            f"{self.name} cannot be compiled by torch.jit.script: its MoE layers send each expert its "
+            "tokens through a custom autograd Function over data-dependent group sizes (and generation "
+            "keeps a Python KV cache), which TorchScript cannot compile. Capture it with torch.export "
+            "(zoo.export(model, 'model.pt2', 'exported-program')), torch.jit.trace or torch.compile instead"
+        )
 
     def __init__(self, config: MoEConfig, causal: bool, name: str) -> None:
         super().__init__()
         if causal and config.capacity_factor is not None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "capacity_factor (token dropping) makes tokens compete with later tokens for expert slots, "
                 "which leaks the future into a causal model; use it with moe_encoder or moe_vit"
             )

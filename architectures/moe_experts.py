@@ -23,6 +23,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ._errors import InvalidArgumentError
+
 Dispatch = Literal["auto", "split", "grouped_mm", "dense"]
 
 
@@ -182,7 +184,7 @@ class MoEExperts(nn.Module):
     def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int, dispatch: Dispatch = "auto") -> None:
         super().__init__()
         if dispatch == "grouped_mm" and not hasattr(F, "grouped_mm"):
-            raise ValueError(
+            raise InvalidArgumentError(
                 "dispatch='grouped_mm' needs torch.nn.functional.grouped_mm, added in torch 2.10; "
                 f"this is torch {torch.__version__}: use dispatch='auto' or 'split', or upgrade torch"
             )

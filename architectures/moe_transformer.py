@@ -30,18 +30,21 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import generation
+from ._errors import InvalidArgumentError
 from ._registry import register_model
 from .features import FeatureInfo, Indices, check_output_fmt, feature_take_indices
+from .generation import Compile, KVCache
 from .layers import (
     ConvNormAct,
     PooledLinearClassifier,
     check_image_input,
     check_int_option,
     check_rate_option,
+    fx_tracing,
+    is_capturing,
     linear_classifier,
     rotary_cos_sin,
 )
-from .generation import Compile, KVCache
 from .moe_blocks import Attention, Block, MoEConfig, MoEOutput, _attention_mask, _MoEBody  # noqa: F401 (re-exported)
 from .moe_experts import is_tracing
 
@@ -74,7 +77,7 @@ class MoETransformer(_MoEBody):
     ) -> None:
         super().__init__(config, causal, name)
         if head not in TEXT_HEADS:
-            raise ValueError(f"head must be one of {', '.join(TEXT_HEADS)}; got {head!r}")
+            raise InvalidArgumentError(f"head must be one of {', '.join(TEXT_HEADS)}; got {head!r}")
         check_rate_option("drop_rate", drop_rate)
         self.head = head
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
@@ -101,7 +104,7 @@ class MoETransformer(_MoEBody):
         elif num_classes == 0:
             self.lm_head = nn.Identity()
         else:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"the lm head predicts the {self.config.vocab_size} tokens of the vocabulary, so num_classes must be "
                 f"{self.config.vocab_size} (or 0 for features), got {num_classes}; for labels use "
                 "head='sequence_classification' or 'token_classification'"
@@ -243,7 +246,7 @@ class MoETransformer(_MoEBody):
         ``compile``: run the decode step through torch.compile (True), or not (False);
         ``"auto"`` compiles on accelerators only. Returns (N, L + new)."""
         if self.head != "lm" or not self.causal or not isinstance(self.lm_head, nn.Linear):
-            raise ValueError(f"generate needs a causal model with its lm head; this {self.name} has head {self.head!r}")
+            raise InvalidArgumentError(f"generate needs a causal model with its lm head; this {self.name} has head {self.head!r}")
         options = generation.GenerationOptions(
             max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, eos_token_id=eos_token_id,
             generator=generator, on_token=on_token, compile=compile,
@@ -283,12 +286,12 @@ class MoEViT(PooledLinearClassifier, _MoEBody):
         for width in stem_channels:
             check_int_option("stem_channels", width, what=" (each width)")
         if stem_channels and patch_size != 2 ** len(stem_channels):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"a stem of {len(stem_channels)} stride-2 convolutions makes {2 ** len(stem_channels)}-pixel "
                 f"patches; set patch_size={2 ** len(stem_channels)} (got {patch_size})"
             )
         if img_size % patch_size:
-            raise ValueError(f"img_size ({img_size}) must be a multiple of patch_size ({patch_size})")
+            raise InvalidArgumentError(f"img_size ({img_size}) must be a multiple of patch_size ({patch_size})")
         self.in_chans, self.patch_size, self.grid = in_chans, patch_size, img_size // patch_size
         self.min_input_size = patch_size  # and sides must be multiples of it
         if stem_channels:
@@ -317,9 +320,16 @@ class MoEViT(PooledLinearClassifier, _MoEBody):
     def _embed(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
         """Patch tokens (N, patches, hidden) with their position embeddings (resized for other
         grids), and the patch grid."""
+        if fx_tracing():
+            raise InvalidArgumentError(
+                f"{self.name} cannot be traced by torch.fx (symbolic_trace, create_feature_extractor, feature_cls='fx'): "
+                "its position grid follows the input's size and its experts' token groups follow the routing, "
+                "both decided by the data. Use forward_intermediates (features_only=True) for its feature maps, "
+                "and torch.export or torch.jit.trace to capture it"
+            )
         first_conv = self.get_submodule(self.first_conv)
         check_image_input(x, self.in_chans, self.patch_size, self.name, first_conv.weight.dtype)
-        if x.shape[2] % self.patch_size or x.shape[3] % self.patch_size:
+        if not is_capturing() and (x.shape[2] % self.patch_size or x.shape[3] % self.patch_size):
             raise ValueError(
                 f"{self.name} expects image sides that are multiples of patch_size={self.patch_size}; "
                 f"got {tuple(x.shape)}"

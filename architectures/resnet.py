@@ -15,8 +15,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from ._errors import InvalidArgumentError
 from ._registry import register_model
-
 from .features import FeatureInfo, FeatureLevels, Indices, feature_take_indices
 from .layers import (
     PooledLinearClassifier,
@@ -25,6 +25,7 @@ from .layers import (
     check_image_input,
     check_int_option,
     check_rate_option,
+    is_capturing,
 )
 
 
@@ -70,7 +71,7 @@ class BasicBlock(nn.Module):
     ) -> None:
         super().__init__()
         if groups != 1 or base_width != 64:
-            raise ValueError("BasicBlock supports only groups=1 and width_per_group=64")
+            raise InvalidArgumentError("BasicBlock supports only groups=1 and width_per_group=64")
         self.conv1 = _conv3x3(inplanes, planes, stride)
         self.bn1 = nn.BatchNorm2d(planes)
         self.conv2 = _conv3x3(planes, planes)
@@ -150,16 +151,16 @@ def _check_resnet_options(
     stem: str,
     stage_channels: Sequence[int],
 ) -> None:
-    """Raise ValueError naming the option unless `ResNet` can be built with these."""
+    """Raise an InvalidArgumentError naming the option unless `ResNet` can be built with these."""
     if stem not in ("imagenet", "cifar"):
-        raise ValueError(f"stem must be 'imagenet' or 'cifar', got {stem!r}")
+        raise InvalidArgumentError(f"stem must be 'imagenet' or 'cifar', got {stem!r}")
     check_int_option("in_chans", in_chans, what=" (the image channels: 1 gray, 3 RGB)")
     if (
         not layers
         or len(layers) != len(stage_channels)
         or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in (*layers, *stage_channels))
     ):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"need one positive block count (depth) and one positive width per stage: "
             f"layers={tuple(layers)}, stage_channels={tuple(stage_channels)}"
         )
@@ -283,20 +284,37 @@ class ResNet(FeatureLevels, PooledLinearClassifier, nn.Module):
         once more by the recomputation; gradients are unchanged."""
         self.grad_checkpointing = enable
 
-    def _run(self, x: torch.Tensor, take: Sequence[int], last: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def _run(self, x: torch.Tensor, take: list[int], last: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Run up to feature level ``last`` (then, as timm, past the stem's max-pool), keeping
-        the maps of the levels in ``take``: (the last tensor computed, those maps)."""
-        check_image_input(x, self.in_chans, self.min_input_size, self.name, self.conv1.weight.dtype)
+        the maps of the levels in ``take``: (the last tensor computed, those maps). Written
+        for TorchScript and FX too: the stages are found among the children by name."""
+        if not torch.jit.is_scripting():
+            check_image_input(x, self.in_chans, self.min_input_size, self.name, self.conv1.weight.dtype)
         x = self.relu(self.bn1(self.conv1(x)))
-        intermediates = [x] if 0 in take else []
+        intermediates: list[torch.Tensor] = []
+        if 0 in take:
+            intermediates.append(x)
         x = self.maxpool(x)
-        use_checkpoint = self.grad_checkpointing and self.training and torch.is_grad_enabled()
-        for level, stage in enumerate(self.stage_names[:last], start=1):
-            for block in getattr(self, stage):
-                x = checkpoint(block, x, use_reentrant=False) if use_checkpoint else block(x)
-            if level in take:
-                intermediates.append(x)
+        level = 0
+        for name, stage in self.named_children():
+            if name in self.stage_names:
+                level += 1
+                if level <= last:
+                    if torch.jit.is_scripting():
+                        x = stage(x)
+                    else:
+                        x = self._run_stage(stage, x)
+                    if level in take:
+                        intermediates.append(x)
         return x, intermediates
+
+    def _run_stage(self, stage: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+        """One stage, each block checkpointed when `set_grad_checkpointing` asks (in training)."""
+        if self.grad_checkpointing and self.training and torch.is_grad_enabled() and not is_capturing():
+            for block in stage:
+                x = checkpoint(block, x, use_reentrant=False)
+            return x
+        return stage(x)
 
     def prune_intermediate_layers(
         self, indices: Indices = 1, prune_norm: bool = False, prune_head: bool = True
@@ -318,7 +336,7 @@ class ResNet(FeatureLevels, PooledLinearClassifier, nn.Module):
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Unpooled feature map of shape (N, num_features, ceil(H / s), ceil(W / s)), s the total
         stride ``feature_info[-1]["reduction"]``."""
-        return self._run(x, (), len(self.feature_info) - 1)[0]
+        return self._run(x, [], len(self.stage_names))[0]
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """Global pooling (``global_pool``), then (unless ``pre_logits``) dropout and the classifier."""

@@ -209,9 +209,10 @@ def test_forward_features_and_head(case: Case) -> None:
     assert isinstance(features, torch.Tensor) and features.shape[0] == case.rows[0]
     with torch.no_grad():
         pooled = model.forward_head(features, pre_logits=True)
-        # pre_logits: the (pooled) features the classifier's input is made from, num_features
-        # wide (MobileNetV3: before its hidden layer, as its docstring and test_mobilenet say)
-        assert isinstance(pooled, torch.Tensor) and pooled.shape == (*case.rows, model.num_features)
+        # pre_logits: the (pooled) features the final Linear reads, as timm's: head_hidden_size
+        # wide where there is one (MobileNetV3: after its hidden layer), else num_features
+        width = getattr(model, "head_hidden_size", model.num_features)
+        assert isinstance(pooled, torch.Tensor) and pooled.shape == (*case.rows, width)
         torch.testing.assert_close(model.forward_head(features), case.output())
 
 
@@ -227,10 +228,10 @@ def test_classifier_reset(case: Case) -> None:
         # 0 removes the final Linear: the pooled features, num_features wide; MobileNetV3 keeps
         # its hidden layer (head_hidden_size wide, timm's convention, stated in the README).
         # Token- and node-level heads are not pooled: one feature vector per token or node.
+        # Either way it is what pre_logits=True gave (timm's test_model_default_cfgs checks it).
         width = getattr(model, "head_hidden_size", model.num_features)
         assert isinstance(out, torch.Tensor) and out.shape == (*case.rows, width)
-        if width == model.num_features:
-            torch.testing.assert_close(out, pooled)
+        torch.testing.assert_close(out, pooled)
 
         if case.head == "lm":
             # The LM head predicts the vocabulary: a 7-way lm head has no meaning, and the

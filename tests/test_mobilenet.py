@@ -137,9 +137,12 @@ def test_model_contract(name, size, num_features, hidden):
         features = model.forward_features(x)
         stride = model.feature_info[-1]["reduction"]
         assert features.shape == (2, num_features, size // stride, size // stride)
-        pooled = model.forward_head(features, pre_logits=True)
-        assert pooled.shape == (2, num_features)  # V3: before the hidden layer
+        pooled = model.global_pool(features)
+        assert pooled.shape == (2, num_features)
         torch.testing.assert_close(model(x), model.classifier(pooled))
+        pre_logits = model.forward_head(features, pre_logits=True)  # timm's: V3 after its hidden layer
+        torch.testing.assert_close(pre_logits, model.classifier[:-2](pooled) if hidden else pooled)
+        assert pre_logits.shape == (2, model.head_hidden_size)
         classifier = model.get_classifier()
         assert classifier is model.classifier[-1] and isinstance(classifier, nn.Linear)
         assert classifier.in_features == (hidden or num_features) == model.head_hidden_size
