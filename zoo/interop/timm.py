@@ -9,7 +9,7 @@ from typing import Any
 import torch.nn as nn
 
 from zoo.architectures import ARCHS
-from zoo.errors import WeightsMismatchError
+from zoo.errors import InvalidArgumentError, WeightsMismatchError
 from zoo.loading.build import feature_extractor, load
 from zoo.loading.state_dicts import mismatch_message
 from zoo.store import registry
@@ -40,7 +40,10 @@ def create_model(
     names (`TIMM_NAMES` maps those zoo spells differently), no weights unless ``pretrained``
     (then zoo's default weights of the architecture, or those of ``arch.tag``), ``num_classes``
     (0: no classifier), ``in_chans``, ``features_only`` with ``out_indices`` (an int n: the
-    last n levels), other options (``global_pool``, ``drop_rate``...) to the architecture.
+    last n levels) and ``feature_cls`` ("getter", "hook" or "fx"; also as timm's
+    ``feature_cfg=dict(feature_cls=..., out_indices=...)``), other options (``global_pool``,
+    ``drop_rate``...) to the architecture; ``num_classes=0, global_pool=""`` gives the unpooled
+    maps, as timm's.
     ``checkpoint_path`` loads a local state dict, safetensors file or timm/torchvision
     checkpoint (pickles only with ``weights_only=True``) after the head is set, strictly, as
     timm does; ``pretrained_cfg_overlay`` updates ``pretrained_cfg``. The model is returned in
@@ -48,20 +51,52 @@ def create_model(
     arch, _, tag = model_name.partition(".")
     arch, options = TIMM_NAMES.get(arch, (arch, {}))
     options = {**options, **kwargs}
+    feature_cls, out_indices = _feature_options(options, features_only, out_indices)
     if in_chans is not None:
         options["in_chans"] = in_chans
+    # Without a classifier any pooling goes, "" included: set after loading (the weights' head may need one)
+    spec = ARCHS.get(arch)
+    pool = options.pop("global_pool", None) if num_classes == 0 and spec and spec.inputs == "images" else None
     name = f"{arch}.{tag}" if tag else arch
     model = load(name, pretrained=pretrained, num_classes=num_classes or None, **options)
     if num_classes == 0:
-        model.reset_classifier(0)
-        update_config(model, num_classes=0, categories=None)
+        _remove_classifier(model, pool)
     if checkpoint_path is not None:
         _load_checkpoint(model, Path(checkpoint_path).expanduser(), arch)
     if pretrained_cfg_overlay:
         model.pretrained_cfg = {**model.pretrained_cfg, **pretrained_cfg_overlay}
     if features_only:
-        model = feature_extractor(model, None, out_indices)
+        model = feature_extractor(model, None, out_indices, feature_cls)
     return model.train()
+
+
+def _feature_options(
+    options: dict[str, Any], features_only: bool, out_indices: int | Sequence[int] | None
+) -> tuple[str | None, int | Sequence[int] | None]:
+    """``feature_cls`` and ``out_indices`` from timm's ``feature_cls=`` and ``feature_cfg=``
+    (taken out of ``options``); each refused by name without ``features_only``."""
+    feature_cfg = dict(options.pop("feature_cfg", None) or {})
+    feature_cls = options.pop("feature_cls", None) or feature_cfg.pop("feature_cls", None)
+    out_indices = feature_cfg.pop("out_indices", out_indices) if out_indices is None else out_indices
+    if feature_cfg:
+        raise InvalidArgumentError(
+            f"feature_cfg takes feature_cls and out_indices in zoo, not {', '.join(sorted(feature_cfg))}"
+        )
+    if feature_cls is not None and not features_only:
+        raise InvalidArgumentError(f"feature_cls={feature_cls!r} says how to extract feature maps: pass features_only=True")
+    return feature_cls, out_indices
+
+
+def _remove_classifier(model: nn.Module, pool: str | None) -> None:
+    """timm's ``num_classes=0``: no final Linear, and the pooling ``global_pool`` asked for (""
+    keeps the maps), recorded in the model's options so that `zoo.save` restores it."""
+    if pool is None:
+        model.reset_classifier(0)
+        update_config(model, num_classes=0, categories=None)
+        return
+    model.reset_classifier(0, global_pool=pool)
+    model_kwargs = {**model.pretrained_cfg.get("model_kwargs", {}), "global_pool": pool}
+    update_config(model, num_classes=0, categories=None, model_kwargs=model_kwargs)
 
 
 def _load_checkpoint(model: nn.Module, path: Path, arch: str) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from zoo.architectures.features import FeatureExtractor
+from zoo.architectures import features
 from zoo.devices import checked_device
 from zoo.errors import InvalidArgumentError
 from zoo.interop import hf_hub
@@ -49,6 +49,7 @@ def load(
     dtype: torch.dtype | None = None,
     features_only: bool = False,
     out_indices: int | Sequence[int] | None = None,
+    feature_cls: str | None = None,
     optimize: str | None = None,
     example_input: Any = None,
     calibration: Any = None,
@@ -65,12 +66,15 @@ def load(
     ``in_chans`` different from the weights' adapts the first convolution (summed or repeated
     RGB filters). ``features_only=True`` returns a model whose output is the list of feature
     maps at ``out_indices`` (timm's meaning: None all levels, an int n the last n, a sequence
-    those levels; see its ``feature_info``). The model is returned in eval mode;
+    those levels; see its ``feature_info``), extracted as timm's ``feature_cls`` says ("getter",
+    the default, "hook" or "fx": the same maps). The model is returned in eval mode;
     call ``.train()`` to fine-tune it. ``optimize`` (``"auto"``, ``"fp32"``, ``"bf16"``,
     ``"int8"``) returns it through `zoo.optimize` for inference, timed on ``example_input`` and
     checked (int8: calibrated) on ``calibration``.
     """
     _check_arguments(num_classes, optimize, example_input, calibration, dtype)
+    if feature_cls is not None and not features_only:
+        raise InvalidArgumentError(f"feature_cls={feature_cls!r} says how to extract feature maps: pass features_only=True with it")
     device = None if device is None else checked_device(device)
     source = resolve(name_or_path, weights)
     named = isinstance(source, Registered) and source.named_by_weights
@@ -82,7 +86,7 @@ def load(
     entry = source.entry if isinstance(source, Registered) else None
     model.pretrained_cfg = {**model.pretrained_cfg, **timm_pretrained_cfg(model, entry)}
     if features_only:
-        model = feature_extractor(model, num_classes, out_indices)
+        model = feature_extractor(model, num_classes, out_indices, feature_cls)
     model = model.to(device=device, dtype=dtype).eval()
     if optimize is not None:
         from zoo.deploy import inference  # the optimizer's compiler stack only when asked for
@@ -125,14 +129,16 @@ def _load_hf_checkpoint(source: HFCheckpoint, o: LoadOptions) -> nn.Module:
 
 
 def feature_extractor(
-    model: nn.Module, num_classes: int | None, out_indices: int | Sequence[int] | None
+    model: nn.Module, num_classes: int | None, out_indices: int | Sequence[int] | None, feature_cls: str | None = None
 ) -> nn.Module:
+    """``model``'s feature maps at ``out_indices``, extracted as timm's ``feature_cls`` names
+    ("getter", the default; "hook"; "fx": see `zoo.architectures.features.feature_extractor`)."""
     arch = model.pretrained_cfg["architecture"]
     if num_classes is not None:
         raise InvalidArgumentError("features_only=True returns feature maps and takes no num_classes")
     if not hasattr(model, "forward_intermediates"):
         raise InvalidArgumentError(f"{arch} has no feature levels; features_only works for the vision models")
-    extractor = FeatureExtractor(model, out_indices)
+    extractor = features.feature_extractor(model, out_indices, feature_cls)
     extractor.pretrained_cfg = dict(model.pretrained_cfg)
     return update_config(extractor, features_only=True, out_indices=extractor.out_indices, num_classes=0, categories=None)
 

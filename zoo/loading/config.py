@@ -17,7 +17,7 @@ def timm_pretrained_cfg(model: nn.Module, entry: WeightInfo | None) -> dict[str,
     none), so that ``timm.data.resolve_model_data_config(model)`` and ``create_transform``
     reproduce `transforms`: input_size (C, H, W), interpolation, mean, std, crop_pct (crop /
     resize), crop_mode, num_classes, first_conv, classifier, fixed_input_size, pool_size (the
-    final map at input_size, for conv nets whose total stride divides it), and for registered
+    final map at input_size, for the conv nets), and for registered
     weights their tag and license. They follow zoo's ``preprocess``; a model without weights gets those of
     the ``entry`` its name resolved to (`_default_preprocess`)."""
     if not hasattr(model, "first_conv") or not hasattr(model, "feature_info"):
@@ -50,9 +50,8 @@ def timm_pretrained_cfg(model: nn.Module, entry: WeightInfo | None) -> dict[str,
     }
     if loaded is not None:
         timm_cfg |= {"tag": loaded.tag, "license": loaded.license}
-    reduction = model.feature_info[-1]["reduction"]
-    if getattr(model.global_pool, "dims", None) == (2, 3) and height % reduction == 0 and width % reduction == 0:
-        timm_cfg["pool_size"] = (height // reduction, width // reduction)
+    if getattr(model.global_pool, "dims", None) == (2, 3) and hasattr(model, "final_map_size"):
+        timm_cfg["pool_size"] = model.final_map_size(height, width)
     return timm_cfg
 
 
