@@ -134,3 +134,32 @@ def test_a_model_whose_output_is_not_one_tensor_is_refused_by_name():
 def test_inputs_that_are_not_batched_tensors_are_not_runtime_candidates():
     available, unavailable = runtimes.candidates((torch.randn(2, 4), 3), torch.device("cpu"), include=True)
     assert not available and "tensor inputs with a batch dimension" in unavailable["onnxruntime"]
+
+
+def test_zoo_bench_peers_prints_every_candidate_optimize_measured(monkeypatch, capsys):
+    """``zoo bench --peers``: the candidates of each row's optimize report side by side (here a
+    stand-in report with fixed figures), the chosen one marked and the ones not run with why."""
+    from zoo.cli import main
+    from zoo.deploy import bench
+
+    candidates = [
+        optimize_report.Candidate("eager", 0.004, 1.0, 1.0, 0.0, passed=True),
+        optimize_report.Candidate("openvino-int8", 0.001, 4.0, 0.995, 0.3, passed=True),
+        optimize_report.Candidate("onnxruntime-int8", 0.0008, 5.0, 0.97, 0.9, note="top-1 agreement 97.00% ..."),
+        optimize_report.Candidate("openvino", note="openvino needs openvino: pip install 'zoo[openvino]'"),
+    ]
+
+    def stand_in(model: nn.Module, example_input: torch.Tensor) -> nn.Module:
+        wrapped = inference.OptimizedModel(model, model)
+        wrapped.optimize_report = optimize_report.OptimizeReport("openvino-int8", 4.0, candidates, "AVX2", False, "cpu")
+        return wrapped
+
+    monkeypatch.setattr(bench, "optimize_model", stand_in)
+    assert main(["bench", "dbn.fmnist", "--batch", "2", "--repeats", "1", "--peers"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = lines[lines.index("every candidate zoo.optimize measured") + 1 :]
+    assert table[0].split() == ["model", "batch", "candidate", "ms", "speed-up", "top-1", "agreement", "status"]
+    assert table[2].split() == ["dbn.fmnist", "2", "openvino-int8", "1", "4.00", "99.50%", "chosen"]
+    assert "not used: top-1 agreement 97.00%" in table[3] and "pip install 'zoo[openvino]'" in table[4]
+    assert main(["bench", "dbn.fmnist", "--peers", "--no-optimize"]) == 2
+    assert "leave out --no-optimize" in capsys.readouterr().err

@@ -109,9 +109,15 @@ def run_bench(args: argparse.Namespace) -> int:
     batch_sizes = bench.parse_batch_sizes(args.batch)
     if args.csv:
         check_writable(args.csv)  # before minutes of measuring
-    rows, skipped = bench.bench(bench.select(args.patterns), batch_sizes, args.repeats, optimize=not args.no_optimize)
+    if args.peers and args.no_optimize:
+        raise InvalidArgumentError("--peers shows the candidates zoo.optimize measures: leave out --no-optimize")
+    reports: list = []
+    targets = bench.select(args.patterns)
+    rows, skipped = bench.bench(targets, batch_sizes, args.repeats, optimize=not args.no_optimize, reports=reports)
     print("\n".join(bench.machine_header()))
     print(bench.format_table(rows))
+    if args.peers:
+        print(f"\nevery candidate zoo.optimize measured\n{bench.format_peers(reports)}")
     for name, reason in skipped:
         print(f"skipped {name}: {reason}")
     if args.csv:

@@ -139,6 +139,12 @@ def _bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=positive_int, default=10, help="timed forward passes per measurement (default: 10)")
     p.add_argument("--csv", help="also write the table as CSV (timm's column names) to this file")
     p.add_argument("--no-optimize", action="store_true", help="time fp32 eager only, not zoo.optimize's choice")
+    p.add_argument(
+        "--peers",
+        action="store_true",
+        help="also print every candidate zoo.optimize measured, ONNX Runtime and OpenVINO (fp32, int8) "
+        "among them where installed: ms, speed-up over fp32 eager, top-1 agreement",
+    )
 
 
 def _export_arguments(p: argparse.ArgumentParser) -> None:

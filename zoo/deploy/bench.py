@@ -15,6 +15,7 @@ import csv
 import fnmatch
 import inspect
 import io
+import math
 import os
 import platform
 from collections.abc import Iterator, Sequence
@@ -30,6 +31,7 @@ from tqdm import tqdm
 from zoo.deploy.exporter import example_input_for
 from zoo.deploy.inference import medians
 from zoo.deploy.inference import optimize as optimize_model
+from zoo.deploy.optimize_report import OptimizeReport
 from zoo.errors import InvalidArgumentError, UnknownModelError, WeightsNotFoundError
 from zoo.loading import build
 from zoo.store import registry
@@ -50,11 +52,13 @@ def count_macs(model: nn.Module, example_input: Any) -> int:
 
 
 def gmacs(model: nn.Module, preprocess: dict[str, Any]) -> float | None:
-    """GMACs per sample (4 significant digits) at the weights' input size (``preprocess``), text
-    at `TEXT_TOKENS` tokens; None for graph models."""
+    """GMACs per sample (4 significant digits, and at least 3 decimals: torchvision's ``_ops``
+    is rounded to 3) at the weights' input size (``preprocess``), text at `TEXT_TOKENS` tokens;
+    None for graph models."""
     if registry.input_kind(model.pretrained_cfg["architecture"]) == "graphs":
         return None
-    return float(f"{count_macs(model, _example(model, preprocess, 1)) / 1e9:.4g}")
+    macs = count_macs(model, _example(model, preprocess, 1)) / 1e9
+    return round(macs, max(3, 3 - math.floor(math.log10(macs)))) if macs > 0 else 0.0
 
 
 def _example(model: nn.Module, preprocess: dict[str, Any], batch: int) -> torch.Tensor:
@@ -170,11 +174,14 @@ def bench(
     batch_sizes: Sequence[int],
     repeats: int,
     optimize: bool = False,
+    reports: list[tuple[str, int, OptimizeReport]] | None = None,
 ) -> tuple[list[BenchRow], list[tuple[str, str]]]:
     """Measure every target at every batch size in fp32 eager and, with ``optimize``, as
     `zoo.deploy.inference.optimize` chooses (precision "auto", which compiles and times its candidates
-    on this machine); returns the rows and the (name, reason) of the targets skipped: graph
-    models, and published weights not in the cache."""
+    on this machine, ONNX Runtime and OpenVINO among them where installed); returns the rows and
+    the (name, reason) of the targets skipped: graph models, and published weights not in the
+    cache. With ``optimize``, ``reports`` (a list) receives each row's (model, batch size,
+    `OptimizeReport`): every candidate's time, speed-up and agreement (`format_peers`)."""
     if repeats < 1:
         raise InvalidArgumentError(f"--repeats must be 1 or more, got {repeats}")
     rows: list[BenchRow] = []
@@ -189,7 +196,10 @@ def bench(
         model_gmacs = target.info.gmacs if target.info is not None else gmacs(model, preprocess)
         for batch_size in batch_sizes:
             progress.set_postfix_str(f"{target.name} batch {batch_size}")
-            rows.append(_measure(target, model, preprocess, model_gmacs, batch_size, repeats, optimize))
+            row, report = _measure(target, model, preprocess, model_gmacs, batch_size, repeats, optimize)
+            rows.append(row)
+            if report is not None and reports is not None:
+                reports.append((target.name, batch_size, report))
             progress.update(1)
     progress.close()
     return rows, skipped
@@ -222,19 +232,21 @@ def _measure(
     batch_size: int,
     repeats: int,
     optimize: bool,
-) -> BenchRow:
-    """One row: the model timed at ``batch_size`` in fp32 eager and, with ``optimize``, as optimize chooses."""
+) -> tuple[BenchRow, OptimizeReport | None]:
+    """One row: the model timed at ``batch_size`` in fp32 eager and, with ``optimize``, as
+    optimize chooses; and optimize's report (None without ``optimize``)."""
     info = target.info
     x = _example(model, preprocess, batch_size)
-    optimized_rate = precision = None
+    optimized_rate = precision = report = None
     if optimize:  # timed in turn with fp32 eager, as optimize times its candidates
         optimized = optimize_model(model, x)
         seconds, optimized_seconds = medians([model, optimized], (x,), repeats)
-        optimized_rate, precision = round(len(x) / optimized_seconds, 2), optimized.optimize_report.precision
+        report = optimized.optimize_report
+        optimized_rate, precision = round(len(x) / optimized_seconds, 2), report.precision
     else:
         (seconds,) = medians([model], (x,), repeats)
     rate = len(x) / seconds
-    return BenchRow(
+    row = BenchRow(
         model=target.name,
         weights="random" if info is None else ("bundled" if info.file is not None else "cached"),
         top1=_top1(info),
@@ -249,6 +261,7 @@ def _measure(
         optimized_precision=precision,
         optimized_speedup=None if optimized_rate is None else round(optimized_rate / rate, 2),
     )
+    return row, report
 
 
 def machine_header() -> list[str]:
@@ -288,6 +301,25 @@ def format_table(rows: Sequence[BenchRow]) -> str:
     cells = [[title for title, _ in columns], *([_cell(getattr(row, key)) for _, key in columns] for row in rows)]
     widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in cells)
+
+
+def format_peers(reports: Sequence[tuple[str, int, OptimizeReport]]) -> str:
+    """Every candidate optimize measured for each row, side by side: torch's (eager, channels_last,
+    compiled fp32, bf16, int8) and the runtimes' (ONNX Runtime, OpenVINO, fp32 and int8), with the
+    median ms, the speed-up over fp32 eager (the final round's medians for those that passed) and
+    top-1 agreement with fp32 eager on the example batch (random inputs: zoo bench has no data;
+    ``benchmarks/inference.py`` measures on real images); those that did not run say why."""
+    header = ("model", "batch", "candidate", "ms", "speed-up", "top-1 agreement", "status")
+    lines = [header]
+    for name, batch_size, report in reports:
+        for c in report.candidates:
+            ms = "-" if c.median_s is None else f"{c.median_s * 1e3:.3g}"
+            speedup = "-" if c.speedup is None else f"{c.speedup:.2f}"
+            agreement = "-" if c.top1_agreement is None else f"{c.top1_agreement:.2%}"
+            status = ("chosen" if c.name == report.precision else "ok") if c.passed else f"not used: {c.note}"
+            lines.append((name, str(batch_size), c.name, ms, speedup, agreement, status))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)) + "  " + line[-1] for line in lines)
 
 
 def write_csv(rows: Sequence[BenchRow], path: str | os.PathLike) -> None:
