@@ -25,6 +25,7 @@ _PUBLIC = {
     "export_hf": "zoo.interop.hf_checkpoint",
     "get_model": "zoo.interop.torchvision_models",
     "get_model_weights": "zoo.interop.torchvision_models",
+    "get_weight": "zoo.interop.torchvision_models",
     "info": "zoo.store.registry",
     "list_models": "zoo.store.registry",
     "load": "zoo.loading.build",
@@ -44,6 +45,7 @@ __all__ = [
     "export_hf",
     "get_model",
     "get_model_weights",
+    "get_weight",
     "info",
     "list_models",
     "load",
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
     from zoo.deploy.inference import optimize
     from zoo.interop.hf_checkpoint import export_hf
     from zoo.interop.timm import create_model
-    from zoo.interop.torchvision_models import get_model, get_model_weights
+    from zoo.interop.torchvision_models import get_model, get_model_weights, get_weight
     from zoo.loading.build import load
     from zoo.loading.saved import save
     from zoo.loading.transforms import transforms
