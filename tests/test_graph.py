@@ -13,11 +13,19 @@ import pytest
 import torch
 from torch_geometric.data import Batch, Data
 from torch_geometric.loader import DataLoader
-from torch_geometric.nn import SimpleConv
+from torch_geometric.nn import SimpleConv, SumAggregation
 from torch_geometric.utils import to_undirected
 
 import zoo
-from zoo.architectures.graph import AddTriangles, BatchRenorm, SecondOrderPooling, ThirdOrderPooling, triangles
+from zoo.architectures.graph import (
+    AddTriangles,
+    BatchRenorm,
+    SecondOrderPooling,
+    SumReadout,
+    ThirdOrderPooling,
+    triangles,
+)
+from zoo.errors import InvalidArgumentError
 from zoo.training.data import FASHION_MNIST_DIR, load_fashion_mnist
 from zoo.training.graph_data import (
     FashionMNISTGraphs,
@@ -177,6 +185,56 @@ def test_pooling_works_as_message_passing_aggregation_and_with_ptr():
     torch.testing.assert_close(out[node], pool(data.x[src[dst == node]])[0])
     batch = _batch()
     torch.testing.assert_close(pool(batch.x, ptr=batch.ptr), pool(batch.x, batch.batch))
+
+
+# PyG's own aggregation tests script each aggregation and compare it with eager; zoo's readouts
+# pass the same check, and torch.compile captures them whole when dim_size is given (as PyG's
+# own: without it, PyG's __call__ reads the graph count from the data itself).
+READOUTS = [
+    pytest.param(lambda: _all_parts(3), id="third_order_all_parts"),
+    pytest.param(lambda: ThirdOrderPooling(3, rank=4, triangle=True, reduce="mean", center=False), id="third_order_mean"),
+    pytest.param(lambda: SecondOrderPooling(3, 4), id="second_order"),
+    pytest.param(lambda: SumReadout(3), id="sum"),
+]
+
+
+def _readout_inputs(pool: torch.nn.Module) -> tuple[Batch, dict[str, torch.Tensor]]:
+    batch = _batch()
+    assert batch.triangle_index.size(1) > 0
+    return batch, {"triangle_index": batch.triangle_index} if getattr(pool, "triangle", False) else {}
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning")
+@pytest.mark.parametrize("make", READOUTS)
+def test_readouts_script_as_pyg_aggregations_do(make):
+    torch.manual_seed(0)
+    pool = make()
+    batch, kwargs = _readout_inputs(pool)
+    expected = pool(batch.x, batch.batch, **kwargs)
+    scripted = torch.jit.script(pool)
+    torch.testing.assert_close(scripted(batch.x, batch.batch, **kwargs), expected)
+    torch.testing.assert_close(scripted(batch.x, ptr=batch.ptr, dim_size=batch.num_graphs, **kwargs), expected)
+    torch.testing.assert_close(torch.jit.script(SumAggregation())(batch.x, batch.batch), SumAggregation()(batch.x, batch.batch))
+
+
+@pytest.mark.parametrize("make", READOUTS)
+def test_readouts_compile_without_graph_breaks(make):
+    torch.manual_seed(0)
+    pool = make()
+    batch, kwargs = _readout_inputs(pool)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(pool)(batch.x, batch.batch, dim_size=batch.num_graphs, **kwargs)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    compiled = torch.compile(pool, backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(batch.x, batch.batch, dim_size=batch.num_graphs, **kwargs),
+                               pool(batch.x, batch.batch, **kwargs))
+
+
+def test_readout_options_are_refused_with_zoo_errors():
+    for make in (lambda: ThirdOrderPooling(3, moment=False), lambda: ThirdOrderPooling(3, reduce="max"),
+                 lambda: ThirdOrderPooling(3, rank=0), lambda: SecondOrderPooling(3, reduce="max")):
+        with pytest.raises(InvalidArgumentError):
+            make()
 
 
 # --- AddTriangles --------------------------------------------------------------------------
