@@ -215,7 +215,7 @@ class DenseNet(FeatureLevels, PooledLinearClassifier, nn.Module):
         small = stem == "cifar"
         self.name = name
         self.in_chans = in_chans
-        self.pretrained_cfg: dict[str, Any] = {}
+        self.pretrained_cfg = {}  # no annotation in __init__: TorchScript warns on annotated dicts there
         self.grad_checkpointing = False
 
         self.features, stem_info = _stem(in_chans, num_init_features, small)

@@ -177,7 +177,7 @@ class FeatureExtractor(DefaultCfg, nn.Module):
         self.feature_info = FeatureInfo(model.feature_info.info, self.out_indices)
         self.num_classes = 0
         self.in_chans = model.in_chans  # what the maps are computed from: exporters build example inputs by it
-        self.pretrained_cfg: dict[str, Any] = {}
+        self.pretrained_cfg = {}  # no annotation in __init__: TorchScript warns on annotated dicts there
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         """The wrapped model's activation checkpointing, on or off."""

@@ -107,7 +107,7 @@ class MobileNet(FeatureLevels, DefaultCfg, nn.Module):
             raise InvalidArgumentError("a MobileNet needs at least one block")
         self.name = name
         self.in_chans = in_chans
-        self.pretrained_cfg: dict[str, Any] = {}
+        self.pretrained_cfg = {}  # no annotation in __init__: TorchScript warns on annotated dicts there
         self.grad_checkpointing = False
 
         levels = self._build_features(

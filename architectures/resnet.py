@@ -209,7 +209,7 @@ class ResNet(FeatureLevels, PooledLinearClassifier, nn.Module):
         small = stem == "cifar"
         self.name = name
         self.in_chans = in_chans
-        self.pretrained_cfg: dict[str, Any] = {}
+        self.pretrained_cfg = {}  # no annotation in __init__: TorchScript warns on annotated dicts there
         self.grad_checkpointing = False
         # Every convolution and pooling is padded ((k - 1) // 2), so each halving keeps
         # ceil(side / 2) >= 1 and global pooling takes whatever is left: any side >= 1 runs,
