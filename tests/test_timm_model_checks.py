@@ -3,6 +3,7 @@ and classifier removed through ``reset_classifier`` and through ``create_model``
 ``forward_intermediates``, ``features_only`` with each ``feature_cls``), written for zoo: on zoo's
 small-image models, and on the models timm also builds compared with timm's, on the same weights
 where the state dicts are the same."""
+
 from __future__ import annotations
 
 import math
@@ -11,18 +12,32 @@ import pytest
 import timm
 import torch
 import torchvision
+from published import randomize_batchnorm
 
 import zoo
-from published import randomize_batchnorm
 from zoo.architectures import ARCHS
 from zoo.errors import InvalidArgumentError
 
 # zoo's own vision models: timm's generic checks apply to them as to timm's
-ZOO_CNNS = ["resnet20", "seresnet20", "densenet_bc_40", "mobilenet_v1_cifar", "mobilenet_v2_cifar",
-            "mobilenet_v3_small_cifar"]
+ZOO_CNNS = [
+    "resnet20",
+    "seresnet20",
+    "densenet_bc_40",
+    "mobilenet_v1_cifar",
+    "mobilenet_v2_cifar",
+    "mobilenet_v3_small_cifar",
+]
 # timm's names that zoo builds, one per block kind (ResNeXt and the wide ResNet are ResNet-50's code)
-TIMM_NAMES = ["resnet18", "resnet50", "seresnet50", "densenet121", "mobilenetv1_100", "mobilenetv2_100",
-              "mobilenetv3_large_100", "mobilenetv3_small_100"]
+TIMM_NAMES = [
+    "resnet18",
+    "resnet50",
+    "seresnet50",
+    "densenet121",
+    "mobilenetv1_100",
+    "mobilenetv2_100",
+    "mobilenetv3_large_100",
+    "mobilenetv3_small_100",
+]
 FEATURE_CLASSES = ["getter", "hook", "fx"]
 
 
@@ -151,20 +166,36 @@ def test_feature_classes_agree_and_fx_features_script(name):
 @pytest.mark.parametrize(
     ("call", "match"),
     [
-        (lambda: zoo.create_model("moe_vit", features_only=True, feature_cls="hook"), "moe_vit's levels are transformer blocks"),
-        (lambda: zoo.load("moe_vit", pretrained=False, features_only=True, feature_cls="fx"), "use feature_cls='getter'"),
-        (lambda: zoo.create_model("resnet20", features_only=True, feature_cls="dict"), r"feature_cls='dict' is not one zoo builds"),
+        (
+            lambda: zoo.create_model("moe_vit", features_only=True, feature_cls="hook"),
+            "moe_vit's levels are transformer blocks",
+        ),
+        (
+            lambda: zoo.load("moe_vit", pretrained=False, features_only=True, feature_cls="fx"),
+            "use feature_cls='getter'",
+        ),
+        (
+            lambda: zoo.create_model("resnet20", features_only=True, feature_cls="dict"),
+            r"feature_cls='dict' is not one zoo builds",
+        ),
         (lambda: zoo.create_model("resnet20", feature_cls="hook"), r"pass features_only=True"),
         (lambda: zoo.load("resnet20", pretrained=False, feature_cls="fx"), r"pass features_only=True"),
-        (lambda: zoo.create_model("resnet20", features_only=True, feature_cfg={"flatten_sequential": True}),
-         "feature_cfg takes feature_cls and out_indices in zoo, not flatten_sequential"),
+        (
+            lambda: zoo.create_model("resnet20", features_only=True, feature_cfg={"flatten_sequential": True}),
+            "feature_cfg takes feature_cls and out_indices in zoo, not flatten_sequential",
+        ),
         (lambda: zoo.create_model("resnet20", num_classes=3, global_pool=""), r"global_pool='' .*pass num_classes=0"),
         (lambda: zoo.create_model("resnet20").reset_classifier(3, global_pool=""), r"pass num_classes=0"),
-        (lambda: zoo.create_model("mobilenet_v3_small", global_pool="catavgmax"), "cannot take global_pool='catavgmax'"),
+        (
+            lambda: zoo.create_model("mobilenet_v3_small", global_pool="catavgmax"),
+            "cannot take global_pool='catavgmax'",
+        ),
         (lambda: zoo.create_model("dbn", num_classes=0, global_pool=""), "dbn takes no option 'global_pool'"),
         (lambda: zoo.create_model("resnet20").forward_intermediates(torch.randn(1, 3, 8, 8), indices=9), "the last 9"),
-        (lambda: zoo.create_model("resnet20", features_only=True, feature_cls="fx").set_grad_checkpointing(),
-         "feature_cls='getter' to checkpoint"),
+        (
+            lambda: zoo.create_model("resnet20", features_only=True, feature_cls="fx").set_grad_checkpointing(),
+            "feature_cls='getter' to checkpoint",
+        ),
     ],
 )
 def test_refused_options_are_zoo_errors_naming_them(call, match):
@@ -180,3 +211,15 @@ def test_headless_model_saves_and_restores(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(restored(x), model(x))
     assert restored(x).ndim == 4 and restored.pretrained_cfg["model_kwargs"]["global_pool"] == ""
+
+
+def test_moe_vit_getter_features():
+    """timm's getter (forward_intermediates) is the one feature_cls a ViT has: moe_vit's block maps."""
+    backbone = zoo.create_model("moe_vit", features_only=True, feature_cls="getter", out_indices=2).eval()
+    with torch.no_grad():
+        maps = backbone(torch.randn(2, 1, 28, 28))
+    assert (
+        [tuple(m.shape) for m in maps]
+        == [(2, 128, 7, 7)] * 2
+        == [(2, c, 7, 7) for c in backbone.feature_info.channels()]
+    )

@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from PIL import Image
 
 import zoo
-from zoo.store import registry
 from zoo.errors import InvalidArgumentError, UnknownModelError, WeightsNotFoundError
-from zoo.store.registry import WeightInfo
 from zoo.interop.torchvision_weights import weights_entry
+from zoo.store import registry
+from zoo.store.registry import WeightInfo
 
 TORCHVISION_ARCHS = sorted({zoo.info(n).arch for n in zoo.list_models(pretrained=True) if zoo.info(n).torchvision_weights})
 ARCHS_WITH_WEIGHTS = sorted({zoo.info(n).arch for n in zoo.list_models(pretrained=True)})
