@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin
-from sklearn.exceptions import NotFittedError
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.neural_network import BernoulliRBM as SklearnBernoulliRBM
 from sklearn.utils import Tags, check_random_state, gen_even_slices
 from sklearn.utils.extmath import softmax
@@ -22,6 +24,10 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from zoo.architectures.dbn import DBN, RBM
 from zoo.training.dbn_finetune import FinetuneConfig, finetune_dbn
 from zoo.training.rbm_train import ArrayLike, RBMConfig, batched, pretrain
+
+MIN_UPDATES = 600  # updates each RBM and the fine-tuning get at least, with the default epochs
+MIN_FEATURE_SPREAD = 0.02  # mean std of the top features across rows below which they are dead
+MONITOR_ROWS = 1000  # rows the collapse check looks at
 
 
 class DBNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):
@@ -34,6 +40,13 @@ class DBNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):
     ``hidden_layer_sizes`` follows MLPClassifier: the hidden layers only, the input size comes
     from X. ``random_state`` seeds weight init, sampling, shuffling and dropout without touching
     torch's global random state. Computation is float32.
+
+    The defaults fit the data's size: ``batch_size=None`` is a tenth of the rows (10 to 64), and
+    ``pretrain_epochs=None`` / ``finetune_epochs=None`` are 10 / 30 epochs, or more on small data
+    so that each RBM and the fine-tuning get at least `MIN_UPDATES` updates (a few hundred rows
+    would otherwise leave the features dead and the net predicting one class). A fit whose top
+    features barely vary across the rows, or that predicts one class for its own training rows,
+    warns (``ConvergenceWarning``); so does data outside [0, 1] for Bernoulli visible units.
     """
 
     def __init__(
@@ -41,14 +54,14 @@ class DBNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):
         hidden_layer_sizes: Sequence[int] = (500, 500),
         *,
         visible: str = "bernoulli",
-        pretrain_epochs: int = 10,
+        pretrain_epochs: int | None = None,
         learning_rate: float | None = None,
         k: int = 1,
         persistent: bool = False,
-        batch_size: int = 64,
+        batch_size: int | None = None,
         weight_cost: float = 2e-4,
         sparsity_target: float | None = None,
-        finetune_epochs: int = 30,
+        finetune_epochs: int | None = None,
         finetune_learning_rate: float = 0.3,
         weight_decay: float = 1e-4,
         drop_rate: float = 0.0,
@@ -88,9 +101,17 @@ class DBNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):
             check_classification_targets(y)
             self.classes_, y = np.unique(y, return_inverse=True)
         sizes = (self.n_features_in_, *self.hidden_layer_sizes)
+        batch_size, pretrain_epochs, finetune_epochs = self._budget(X.shape[0])
+        if self.visible == "bernoulli" and X.size and (X.min() < 0 or X.max() > 1):
+            warnings.warn(
+                f"X holds values from {X.min():g} to {X.max():g}, and Bernoulli visible units read probabilities "
+                "in [0, 1]: scale X first (e.g. MinMaxScaler), or pass visible='gaussian' for standardized data",
+                UserWarning,
+                stacklevel=2,
+            )
         rbm_config = RBMConfig(
-            epochs=self.pretrain_epochs,
-            batch_size=self.batch_size,
+            epochs=pretrain_epochs,
+            batch_size=batch_size,
             learning_rate=self.learning_rate,
             k=self.k,
             persistent=self.persistent,
@@ -98,8 +119,8 @@ class DBNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):
             sparsity_target=self.sparsity_target,
         )
         finetune_config = FinetuneConfig(
-            epochs=self.finetune_epochs,
-            batch_size=self.batch_size,
+            epochs=finetune_epochs,
+            batch_size=batch_size,
             learning_rate=self.finetune_learning_rate,
             weight_decay=self.weight_decay,
         )
@@ -116,12 +137,48 @@ class DBNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):
             self.model_ = DBN(sizes, num_classes, visible=self.visible, drop_rate=self.drop_rate).to(device)
             self.pretrain_history_ = pretrain(self.model_, X, rbm_config, generator=generator, progress=self.verbose)
             self.finetune_history_ = []
-            if y is not None and self.finetune_epochs > 0:
+            if y is not None and finetune_epochs > 0:
                 targets = torch.from_numpy(y).to(device)
                 self.finetune_history_ = finetune_dbn(
                     self.model_, X, targets, finetune_config, generator=generator, progress=self.verbose
                 )
+        self._warn_if_collapsed(X[:MONITOR_ROWS], y[:MONITOR_ROWS] if self.finetune_history_ else None)
         return self
+
+    def _budget(self, rows: int) -> tuple[int, int, int]:
+        """The batch size and the pretraining and fine-tuning epochs for ``rows`` rows: the
+        parameters', or the defaults scaled to the data (see the class docstring)."""
+        batch_size = self.batch_size or min(64, max(10, rows // 10))
+        per_epoch = max(math.ceil(rows / batch_size), 1)
+        least = math.ceil(MIN_UPDATES / per_epoch)
+        pretrain_epochs = self.pretrain_epochs if self.pretrain_epochs is not None else max(10, least)
+        finetune_epochs = self.finetune_epochs if self.finetune_epochs is not None else max(30, least)
+        return batch_size, pretrain_epochs, finetune_epochs
+
+    def _warn_if_collapsed(self, X: torch.Tensor, y: np.ndarray | None) -> None:
+        """A ConvergenceWarning when the top features barely vary across ``X`` (dead units: the
+        net cannot tell the rows apart) or the fine-tuned net gives them all one class."""
+        if X.shape[0] < 2:
+            return
+        with torch.no_grad():
+            spread = float(batched(self.model_.forward_features, X).std(0).mean())
+            predicted = batched(self.model_, X).argmax(1).cpu().numpy() if y is not None else None
+        if spread < MIN_FEATURE_SPREAD:
+            warnings.warn(
+                f"the DBN's top features barely vary across the training rows (mean std {spread:.2g}): it learned "
+                "no useful features; train longer (pretrain_epochs, finetune_epochs), use smaller batches, or check "
+                "that X is scaled to [0, 1]",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+        if predicted is not None and len(np.unique(y)) > 1:
+            if len(np.unique(predicted)) == 1:
+                warnings.warn(
+                    f"the fine-tuned DBN predicts one class ({self.classes_[predicted[0]]}) for all its training "
+                    "rows: it did not learn; train longer (finetune_epochs) or lower finetune_learning_rate",
+                    ConvergenceWarning,
+                    stacklevel=3,
+                )
 
     @torch.no_grad()
     def _forward(self, X: ArrayLike, features: bool) -> np.ndarray:
@@ -145,8 +202,11 @@ class DBNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):
         return self.classes_[proba.argmax(1)]
 
 
-def _rows(X: np.ndarray) -> torch.Tensor:
-    """A validated array as a tensor sharing its memory (copied if read-only: torch needs writable)."""
+def _rows(X: Any) -> torch.Tensor:
+    """A validated array as a tensor sharing its memory (copied if read-only: torch needs
+    writable); a scipy sparse matrix made dense."""
+    if sp.issparse(X):
+        return torch.from_numpy(X.toarray())
     return torch.from_numpy(X if X.flags.writeable else X.copy())
 
 
@@ -171,7 +231,8 @@ class BernoulliRBM(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     Methods take arrays or CPU tensors and return NumPy arrays, as scikit-learn's do:
     ``transform`` and ``score_samples`` in the fitted precision (float64, or float32 after
     ``fit`` on float32 data), ``gibbs`` booleans. The attributes are NumPy views of ``rbm_``'s
-    parameters: writing into them changes the module. Sparse input is not accepted.
+    parameters: writing into them changes the module. scipy sparse matrices are accepted where
+    scikit-learn accepts them (each mini-batch, or the rows transformed, made dense on the way).
     """
 
     _parameter_constraints: dict = dict(SklearnBernoulliRBM._parameter_constraints)
@@ -213,6 +274,7 @@ class BernoulliRBM(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     def __sklearn_tags__(self) -> Tags:
         tags = super().__sklearn_tags__()
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        tags.input_tags.sparse = True  # as scikit-learn's BernoulliRBM
         return tags
 
     def _start(self, rng: np.random.RandomState, num_visible: int, dtype: np.dtype) -> None:
@@ -245,16 +307,16 @@ class BernoulliRBM(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         """Train from scratch: ``n_iter`` sweeps over X in order, in ``batch_size`` mini-batches;
         ``verbose`` prints each sweep's pseudo-likelihood as scikit-learn does."""
         self._validate_params()
-        X = validate_data(self, X, dtype=(np.float64, np.float32), order="C")
+        X = validate_data(self, X, accept_sparse="csr", dtype=(np.float64, np.float32), order="C")
         rng = check_random_state(self.random_state)
         self._start(rng, X.shape[1], X.dtype)
-        data = _rows(X)
+        data = X if sp.issparse(X) else _rows(X)
         num_batches = math.ceil(X.shape[0] / self.batch_size)
         batches = list(gen_even_slices(num_batches * self.batch_size, num_batches, n_samples=X.shape[0]))
         begin = time.time()
         for iteration in range(1, self.n_iter + 1):
             for batch in batches:
-                self._step(data[batch], rng)
+                self._step(_rows(data[batch]) if sp.issparse(data) else data[batch], rng)
             if self.verbose:
                 end = time.time()
                 print(
@@ -269,7 +331,7 @@ class BernoulliRBM(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         first call; the random numbers come from ``random_state_``, made once from ``random_state``."""
         self._validate_params()
         first_pass = not hasattr(self, "rbm_")
-        X = validate_data(self, X, dtype=np.float64, reset=first_pass, order="C")
+        X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=first_pass, order="C")
         if not hasattr(self, "random_state_"):
             self.random_state_ = check_random_state(self.random_state)
         if first_pass:
@@ -279,7 +341,7 @@ class BernoulliRBM(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
 
     def _visible(self, X: ArrayLike, dtype: Any = (np.float64, np.float32)) -> torch.Tensor:
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=dtype, reset=False, order="C")
+        X = validate_data(self, X, accept_sparse="csr", dtype=dtype, reset=False, order="C")
         return _rows(X).to(self.rbm_.weight.dtype)
 
     @torch.no_grad()
