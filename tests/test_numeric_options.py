@@ -6,7 +6,9 @@ becomes NaN or infinite stops with one line, not a traceback."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -207,3 +209,36 @@ def test_a_run_that_diverges_is_one_line_and_exit_2(tmp_path, capsys) -> None:
     assert len(errors) == 1 and "training diverged" in errors[0] and "--lr" in errors[0], err
     assert "Traceback" not in err
     assert issubclass(TrainingDivergedError, FloatingPointError)
+
+
+TRAINING_OPTIONS = ["--lr", "--clip-grad", "--momentum", "--weight-decay", "--label-smoothing", "--warmup-epochs",
+                    "--min-lr", "--ema", "--batch-size", "--accum-steps", "--val-fraction", "--crop-padding"]  # fmt: skip
+
+
+@pytest.mark.usefixtures("one_thread")
+@settings(max_examples=15)
+@given(data=st.data())
+def test_fuzz_zoo_finetune_runs_sensibly_or_exits_2(data, tmp_path_factory, capsys) -> None:
+    """Drawn values of the training options on a real (tiny) run: exit 0 with finite metrics,
+    or exit 2 with one error line (refused when parsed, by a rule between options, or diverged)."""
+    root = tmp_path_factory.mktemp("fuzz")
+    pngs = root / "pngs" if (root / "pngs").exists() else write_pngs(root / "pngs")
+    argv = ["finetune", "resnet20", "--data", str(pngs), "--out", str(root / "out"), "--max-steps", "1",
+            "--epochs", "2", "--no-post-training", "--no-progress", "--no-tensorboard", "--optimizer", "sgd"]  # fmt: skip
+    for flag in data.draw(st.lists(st.sampled_from(TRAINING_OPTIONS), min_size=1, max_size=3, unique=True)):
+        argv += [flag, data.draw(st.sampled_from(["-1", "0", "0.5", "1", "3", "inf", "nan", "1e30", "1e-9"]))]
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            code = main(argv)
+        except SystemExit as exit:
+            code = exit.code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    if code == 2:
+        assert len([line for line in err.splitlines() if "error:" in line]) == 1, err
+    else:
+        assert code == 0, err
+        metrics = json.loads((root / "out" / "metrics.json").read_text())["history"][-1]
+        assert all(math.isfinite(v) for v in metrics.values())
