@@ -17,7 +17,11 @@ from torchvision.models.feature_extraction import create_feature_extractor
 import zoo
 from zoo.errors import InvalidArgumentError, ZooError
 
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning")
+# small models on one thread (the conftest's one_thread: spinning thread pools lose on a shared machine)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning"),
+    pytest.mark.usefixtures("one_thread"),
+]
 
 
 @pytest.fixture(autouse=True)

@@ -204,6 +204,7 @@ def _readout_inputs(pool: torch.nn.Module) -> tuple[Batch, dict[str, torch.Tenso
     return batch, {"triangle_index": batch.triangle_index} if getattr(pool, "triangle", False) else {}
 
 
+@pytest.mark.usefixtures("one_thread")
 @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning")
 @pytest.mark.parametrize("make", READOUTS)
 def test_readouts_script_as_pyg_aggregations_do(make):
@@ -217,6 +218,7 @@ def test_readouts_script_as_pyg_aggregations_do(make):
     torch.testing.assert_close(torch.jit.script(SumAggregation())(batch.x, batch.batch), SumAggregation()(batch.x, batch.batch))
 
 
+@pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("make", READOUTS)
 def test_readouts_compile_without_graph_breaks(make):
     torch.manual_seed(0)

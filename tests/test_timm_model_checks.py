@@ -39,6 +39,7 @@ TIMM_NAMES = [
     "mobilenetv3_small_100",
 ]
 FEATURE_CLASSES = ["getter", "hook", "fx"]
+pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread beats spinning pools on a shared machine
 
 
 def _x(model: torch.nn.Module, size: int | None = None) -> torch.Tensor:

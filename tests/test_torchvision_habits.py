@@ -307,11 +307,13 @@ def test_meta_schema_as_torchvision(arch):
         assert meta.keys() <= PERMITTED_META
         assert meta["_ops"] is None or meta["_ops"] == round(member.info.gmacs, 3)
         if zoo.store.registry.input_kind(arch) == "images":
-            model = zoo.load(member.value, pretrained=False)
+            with torch.device("meta"):  # the architecture only
+                model = zoo.load(member.value, pretrained=False)
             assert meta["min_size"] == (model.min_input_size, model.min_input_size)
             assert all("acc@1" in values for values in meta["_metrics"].values())
 
 
+@pytest.mark.usefixtures("one_thread")
 @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning")
 @pytest.mark.parametrize(
     ("ours", "theirs"),
@@ -327,6 +329,7 @@ def test_member_transforms_script_as_torchvision(ours, theirs):
     torch.testing.assert_close(torch.jit.script(preset)(x), expected, rtol=0, atol=0)
 
 
+@pytest.mark.usefixtures("one_thread")
 @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning")
 def test_gray_weights_transforms_convert_channels_and_script():
     preset = zoo.get_model_weights("resnet20").FMNIST.transforms()
