@@ -156,7 +156,7 @@ def test_generate_refuses_bad_sampling_options_before_loading_the_model(monkeypa
             main(["generate", "moe_lm.stdlib", "def f(", *option])
         captured = capsys.readouterr()
         assert exit.value.code == 2 and captured.out == ""
-        assert captured.err.endswith(f"zoo generate: error: argument {problem}\n")
+        assert captured.err == f"zoo generate: error: argument {problem} (see zoo generate --help)\n"  # one line
 
 
 def test_predict_finds_a_truncated_image_before_loading_the_model(tmp_path, monkeypatch, capsys):

@@ -164,13 +164,13 @@ def finetune(
     out = Path(out)
     source = open_data(data, max_length=options.max_length)  # read (and refused) before anything in out changes
     val_source = _open_validation(source, options)
+    torch.manual_seed(config.seed)  # the new head's initialisation
+    model, base = load_for_data(name, source, options.pretrained, options.model_kwargs)  # refused before out changes
     main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun, one process checks and clears
     files = prepare_output(out, resume=bool(config.resume), overwrite=options.overwrite) if main_process else None
     with files.sealing() if files is not None else contextlib.nullcontext():
         if main_process and config.progress:
             print(f"data: {source.description}; {source.describe_classes()}")
-        torch.manual_seed(config.seed)  # the new head's initialisation
-        model, base = load_for_data(name, source, options.pretrained, options.model_kwargs)
         train_set, val_set = _datasets(model, source, val_source, options, config.seed)
         trainable = apply_mode(model, options.mode, options.stages)
         trainer = _trainer(model, source, options, config, step_fn)

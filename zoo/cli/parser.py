@@ -12,10 +12,19 @@ import math
 import shlex
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from zoo.errors import run_command
 
 PREDICT_BATCH_SIZE = 64
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser, saying a refused option in one line (``zoo predict: error: ...``),
+    without the usage block: the house rule for every error of the command line."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _whole_number(text: str) -> int:
@@ -204,7 +213,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], str]] 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser; with ``argv``, only the command it names (if any) gets its options, so that
     ``zoo --help`` imports nothing heavy; without, every command gets them."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="zoo", description="zoo: list models, show weight metadata, classify images, generate text, fine-tune, "
         "evaluate, demo, benchmark, export."
     )
@@ -223,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
 
     def run() -> int:
-        args = build_parser(argv).parse_args(argv)
+        args = build_parser(argv).parse_args(argv)  # a refused option: SystemExit(2), said in one line
         args.command_line = shlex.join(["zoo", *argv])
         handler = getattr(importlib.import_module(COMMANDS[args.command][2]), f"run_{args.command}")
         return handler(args)
