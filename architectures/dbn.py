@@ -13,11 +13,12 @@ difference: the chain's hidden probabilities are reused for the gradient instead
 forward passes, 1.3-1.5x faster on CPU (8.5 against 11.4 ms per CD-1 update, 784 -> 500,
 batch 64, one thread, in one run; benchmarks/dbn_vs_sklearn.py measures it and checks both agree).
 """
+
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn as nn
@@ -26,75 +27,14 @@ from torch.utils.checkpoint import checkpoint
 
 from ._errors import InvalidArgumentError
 from ._registry import register_model
-from .layers import InputDTypeError, LinearClassifier, check_input_dtype, check_rate_option
+from .dbn_units import CDStep, Sparsity, bernoulli, check_visible_input
+from .layers import LinearClassifier, check_rate_option
 
 if TYPE_CHECKING:
     from sklearn.neural_network import BernoulliRBM
 
 _MAX_ENUMERATED_HIDDEN = 20  # log_partition sums over 2**num_hidden states
 _CHUNK_ELEMENTS = 1 << 22  # working-set size of chunked computations (float elements)
-
-
-def check_visible_input(
-    x: torch.Tensor, num_visible: int, name: str, dtype: torch.dtype | None = None
-) -> torch.Tensor:
-    """``x`` as a (N, num_visible) float batch; image batches (N, C, H, W) or (N, H, W) whose
-    pixels number num_visible are flattened. Anything else raises a ValueError with the
-    expected shape, rather than a matrix-size error deep inside a matmul; given the weights'
-    ``dtype``, another floating dtype raises an `InputDTypeError` (a ValueError and a
-    TypeError) that names it (`check_input_dtype`)."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} expects a torch.Tensor of shape (N, {num_visible}); got {type(x).__name__}")
-    expected = f"{name} expects input of shape (N, {num_visible}) or images (N, C, H, W) with C*H*W = {num_visible}"
-    got = tuple(x.shape)
-    if not torch.is_floating_point(x):
-        raise InputDTypeError(
-            f"{name} expects floating-point input (pixel values in [0, 1] for binary visible units); "
-            f"got {x.dtype}: convert it, e.g. x.float() / 255"
-        )
-    if dtype is not None:
-        check_input_dtype(x, dtype, name)
-    if x.ndim == 2 and x.shape[1] == num_visible:
-        return x
-    if x.ndim >= 3 and math.prod(x.shape[1:]) == num_visible:
-        return x.flatten(1)
-    hint = "; add a batch dimension with x.unsqueeze(0)" if x.ndim == 1 and x.shape[0] == num_visible else ""
-    raise ValueError(f"{expected}; got shape {got}{hint}")
-
-
-def bernoulli(p: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Binary samples with probabilities ``p`` (same dtype); 3x faster on CPU than torch.bernoulli."""
-    return torch.rand(p.shape, generator=generator, dtype=p.dtype, device=p.device).lt_(p)
-
-
-class CDStep(NamedTuple):
-    """What one contrastive-divergence step leaves besides the gradients."""
-
-    negative: torch.Tensor  # the chain's final visible states (the next step's chain for PCD)
-    hidden_data: torch.Tensor  # P(h=1|v) on the data batch
-
-
-class Sparsity:
-    """The Practical Guide's sparsity target (section 11): a running estimate q of each hidden
-    unit's mean activation (q <- decay * q + (1 - decay) * batch mean), and a cross-entropy
-    penalty whose gradient ``cost * (q - target)`` is added to the hidden units' total input."""
-
-    def __init__(self, target: float, cost: float = 0.1, decay: float = 0.95) -> None:
-        if not 0.0 < target < 1.0:
-            raise InvalidArgumentError(f"sparsity target must be a probability in (0, 1), got {target!r}")
-        if cost < 0 or not 0.0 <= decay < 1.0:
-            raise InvalidArgumentError(f"need cost >= 0 and decay in [0, 1), got cost={cost!r}, decay={decay!r}")
-        self.target, self.cost, self.decay = target, cost, decay
-        self.estimate: torch.Tensor | None = None
-
-    def penalty(self, hidden_data: torch.Tensor) -> torch.Tensor:
-        """Update q with this batch's hidden probabilities; the gradient on the hidden inputs."""
-        batch_mean = hidden_data.mean(0)
-        if self.estimate is None:
-            self.estimate = batch_mean
-        else:
-            self.estimate = self.decay * self.estimate + (1 - self.decay) * batch_mean
-        return self.cost * (self.estimate - self.target)
 
 
 class RBM(nn.Module):
@@ -109,7 +49,9 @@ class RBM(nn.Module):
     def __init__(self, num_visible: int, num_hidden: int) -> None:
         super().__init__()
         if min(num_visible, num_hidden) < 1:
-            raise InvalidArgumentError(f"an RBM needs at least one visible and one hidden unit, got {num_visible}x{num_hidden}")
+            raise InvalidArgumentError(
+                f"an RBM needs at least one visible and one hidden unit, got {num_visible}x{num_hidden}"
+            )
         self.num_visible, self.num_hidden = num_visible, num_hidden
         self.weight = nn.Parameter(torch.empty(num_hidden, num_visible))
         self.hidden_bias = nn.Parameter(torch.zeros(num_hidden))
@@ -287,9 +229,13 @@ class RBM(nn.Module):
         from sklearn.utils.validation import check_is_fitted
 
         if cls is not RBM:
-            raise InvalidArgumentError(f"BernoulliRBM has binary visible units; build an RBM from it, not a {cls.__name__}")
+            raise InvalidArgumentError(
+                f"BernoulliRBM has binary visible units; build an RBM from it, not a {cls.__name__}"
+            )
         if not isinstance(estimator, BernoulliRBM):
-            raise InvalidArgumentError(f"from_sklearn expects a fitted sklearn BernoulliRBM, got {type(estimator).__name__}")
+            raise InvalidArgumentError(
+                f"from_sklearn expects a fitted sklearn BernoulliRBM, got {type(estimator).__name__}"
+            )
         check_is_fitted(estimator)
         weight = torch.as_tensor(estimator.components_)
         rbm = cls(weight.shape[1], weight.shape[0]).to(weight.dtype)
@@ -390,7 +336,9 @@ class GaussianRBM(RBM):
             self.log_std.grad = mean_grad(v, hidden_data) - mean_grad(negative, hidden_model)
 
     def to_sklearn(self) -> BernoulliRBM:
-        raise InvalidArgumentError("scikit-learn's BernoulliRBM has binary visible units; a GaussianRBM has no counterpart there")
+        raise InvalidArgumentError(
+            "scikit-learn's BernoulliRBM has binary visible units; a GaussianRBM has no counterpart there"
+        )
 
 
 class DBN(LinearClassifier, nn.Module):

@@ -1,6 +1,7 @@
 """The tokenizer files zoo.export_hf writes for byte-level language models: transformers'
 AutoTokenizer loads them and tokenizes and decodes exactly as zoo.ByteTokenizer does, and
 transformers' greedy generation from its ids continues moe_lm.stdlib as zoo's `complete` does."""
+
 from __future__ import annotations
 
 import json
@@ -13,12 +14,20 @@ from hypothesis import strategies as st
 transformers = pytest.importorskip("transformers")
 
 import zoo  # noqa: E402
-from zoo.interop.hf_checkpoint import export_hf  # noqa: E402
+from zoo.interop.hf_export import export_hf  # noqa: E402
 from zoo.tokenizer import ByteTokenizer, complete  # noqa: E402
 
 BYTES = ByteTokenizer()
-TINY = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=32, num_experts=2,
-            top_k=1, max_position_embeddings=64)
+TINY = dict(
+    hidden_size=32,
+    num_layers=1,
+    num_heads=2,
+    num_kv_heads=1,
+    intermediate_size=32,
+    num_experts=2,
+    top_k=1,
+    max_position_embeddings=64,
+)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -77,8 +86,13 @@ def test_transformers_generate_continues_as_zoo_complete(tmp_path) -> None:
     reference = transformers.MixtralForCausalLM.from_pretrained(tmp_path).eval()
     prompt = "# é 😀\nx = "  # multi-byte characters; the model continues with "'\\x11'     #"
     inputs = tokenizer(prompt, return_tensors="pt")
-    out = reference.generate(**inputs, max_new_tokens=12, do_sample=False, eos_token_id=tokenizer.eos_token_id,
-                             pad_token_id=tokenizer.pad_token_id)
+    out = reference.generate(
+        **inputs,
+        max_new_tokens=12,
+        do_sample=False,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     ours = complete(model, prompt, 12, temperature=0)
     assert len(ours) > len(prompt)
     assert tokenizer.decode(out[0], skip_special_tokens=True) == ours

@@ -1,6 +1,7 @@
 """Hugging Face checkpoints for the MoE transformer: logits and aux-loss parity with
 transformers' Mixtral (and Qwen2-MoE, OLMoE), per-expert, packed and sharded layouts, and the
 export round trip zoo -> export_hf -> MixtralForCausalLM.from_pretrained."""
+
 from __future__ import annotations
 
 import json
@@ -13,11 +14,18 @@ transformers = pytest.importorskip("transformers")
 
 import zoo  # noqa: E402
 from zoo.errors import WeightsMismatchError  # noqa: E402
-from zoo.interop.hf_checkpoint import export_hf  # noqa: E402
+from zoo.interop.hf_export import export_hf  # noqa: E402
 
 MIXTRAL = dict(
-    vocab_size=97, hidden_size=64, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
-    num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=64,
+    vocab_size=97,
+    hidden_size=64,
+    intermediate_size=40,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    num_local_experts=4,
+    num_experts_per_tok=2,
+    max_position_embeddings=64,
 )
 
 
@@ -96,9 +104,18 @@ def test_packed_expert_layout(tmp_path):
 
 def test_export_roundtrip_loads_in_transformers(tmp_path):
     torch.manual_seed(0)
-    options = {k: v for k, v in MIXTRAL.items() if k not in ("num_hidden_layers", "num_attention_heads",
-                                                             "num_key_value_heads", "num_local_experts",
-                                                             "num_experts_per_tok")}
+    options = {
+        k: v
+        for k, v in MIXTRAL.items()
+        if k
+        not in (
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "num_local_experts",
+            "num_experts_per_tok",
+        )
+    }
     options |= dict(num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2, rope_theta=5e5)
     for tied in (False, True):
         model = randomize(zoo.load("moe_lm", pretrained=False, tie_word_embeddings=tied, **options))
@@ -127,10 +144,19 @@ def test_classification_head_on_a_pretrained_body(tmp_path):
 
 def test_qwen2_moe_shared_expert_dense_layer_and_qkv_bias(tmp_path):
     config = transformers.Qwen2MoeConfig(
-        vocab_size=97, hidden_size=64, intermediate_size=56, moe_intermediate_size=24,
+        vocab_size=97,
+        hidden_size=64,
+        intermediate_size=56,
+        moe_intermediate_size=24,
         shared_expert_intermediate_size=32,
-        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
-        mlp_only_layers=[1], norm_topk_prob=False, max_position_embeddings=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_experts=4,
+        num_experts_per_tok=2,
+        mlp_only_layers=[1],
+        norm_topk_prob=False,
+        max_position_embeddings=64,
     )
     torch.manual_seed(0)
     reference = randomize(transformers.Qwen2MoeForCausalLM(config))
@@ -142,8 +168,16 @@ def test_qwen2_moe_shared_expert_dense_layer_and_qkv_bias(tmp_path):
 
 def test_olmoe_qk_norm(tmp_path):
     config = transformers.OlmoeConfig(
-        vocab_size=97, hidden_size=64, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=4, num_experts=4, num_experts_per_tok=2, max_position_embeddings=64, clip_qkv=2.0,
+        vocab_size=97,
+        hidden_size=64,
+        intermediate_size=24,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        num_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=64,
+        clip_qkv=2.0,
     )
     torch.manual_seed(0)
     reference = randomize(transformers.OlmoeForCausalLM(config))

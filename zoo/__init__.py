@@ -7,6 +7,7 @@
 The public names are imported when first used (PEP 562), so ``import zoo`` and ``zoo list``
 don't wait for torch's model families, torchvision or torch_geometric.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -22,7 +23,7 @@ _PUBLIC = {
     "WeightInfo": "zoo.store.registry",
     "create_model": "zoo.interop.timm",
     "export": "zoo.deploy.exporter",
-    "export_hf": "zoo.interop.hf_checkpoint",
+    "export_hf": "zoo.interop.hf_export",
     "get_model": "zoo.interop.torchvision_models",
     "get_model_weights": "zoo.interop.torchvision_models",
     "get_weight": "zoo.interop.torchvision_models",
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
     from zoo.architectures import register_model
     from zoo.deploy.exporter import export
     from zoo.deploy.inference import optimize
-    from zoo.interop.hf_checkpoint import export_hf
+    from zoo.interop.hf_export import export_hf
     from zoo.interop.timm import create_model
     from zoo.interop.torchvision_models import get_model, get_model_weights, get_weight
     from zoo.loading.build import load

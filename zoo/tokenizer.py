@@ -2,6 +2,7 @@
 token (ids 0-255), plus padding, beginning- and end-of-sequence tokens. No vocabulary file, no
 unknown tokens, and any text round-trips exactly. `ByteTokenizer.hf_files` describes the same
 tokenizer in Hugging Face's files, which `zoo.export_hf` writes next to the weights."""
+
 from __future__ import annotations
 
 import codecs
@@ -34,7 +35,11 @@ class ByteTokenizer:
     bos_token_id = 257
     eos_token_id = 258
     vocab_size = 259
-    special_tokens = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>"}  # their names in Hugging Face files
+    special_tokens = {
+        "pad_token": "<pad>",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+    }  # their names in Hugging Face files
     hf_file_names = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
     def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
@@ -52,7 +57,9 @@ class ByteTokenizer:
         produce, become U+FFFD."""
         if isinstance(ids, torch.Tensor):
             if ids.ndim != 1:
-                raise InvalidArgumentError(f"decode takes one sequence (1-D ids), got shape {tuple(ids.shape)}; use decode_batch")
+                raise InvalidArgumentError(
+                    f"decode takes one sequence (1-D ids), got shape {tuple(ids.shape)}; use decode_batch"
+                )
             ids = ids.tolist()
         data = bytearray()
         for i in ids:
@@ -77,20 +84,41 @@ class ByteTokenizer:
 
         Each byte is one token of a BPE model without merges, after the ByteLevel pre-tokenizer
         (GPT-2's byte-to-character table; no regex split, no prefix space), so token b is byte b."""
-        specials = [(self.pad_token_id, "pad_token"), (self.bos_token_id, "bos_token"), (self.eos_token_id, "eos_token")]
-        eos = self.special_tokens["eos_token"]
-        added = [
-            {"id": i, "content": self.special_tokens[role], "single_word": False, "lstrip": False, "rstrip": False,
-             "normalized": False, "special": True}
-            for i, role in specials
+        added = self._hf_added_tokens()
+        tokenizer = self._hf_tokenizer_json(added)
+        config = {
+            "tokenizer_class": "PreTrainedTokenizerFast",  # not the Llama tokenizer Mixtral's model type implies
+            **self.special_tokens,
+            "added_tokens_decoder": {str(t["id"]): {k: v for k, v in t.items() if k != "id"} for t in added},
+            "model_max_length": model_max_length,
+            "padding_side": "right",
+            "clean_up_tokenization_spaces": False,
+            "split_special_tokens": True,  # "</s>" typed in a text is four bytes, as in encode
+        }
+        return dict(zip(self.hf_file_names, (tokenizer, config, dict(self.special_tokens))))
+
+    def _hf_added_tokens(self) -> list[dict[str, Any]]:
+        """The special tokens as tokenizer.json's ``added_tokens``."""
+        specials = [
+            (self.pad_token_id, "pad_token"),
+            (self.bos_token_id, "bos_token"),
+            (self.eos_token_id, "eos_token"),
         ]
+        flags = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
+        return [{"id": i, "content": self.special_tokens[role], **flags} for i, role in specials]
+
+    def _hf_tokenizer_json(self, added: list[dict[str, Any]]) -> dict[str, Any]:
+        """tokenizer.json: a BPE model without merges over GPT-2's byte characters, eos prepended."""
+        eos = self.special_tokens["eos_token"]
         byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
 
         def template(*parts: str) -> list[dict[str, Any]]:
-            return [{"SpecialToken": {"id": eos, "type_id": 0}} if p == eos else {"Sequence": {"id": p, "type_id": 0}}
-                    for p in parts]
+            return [
+                {"SpecialToken": {"id": eos, "type_id": 0}} if p == eos else {"Sequence": {"id": p, "type_id": 0}}
+                for p in parts
+            ]
 
-        tokenizer = {
+        return {
             "version": "1.0",
             "truncation": None,
             "padding": None,
@@ -105,22 +133,18 @@ class ByteTokenizer:
             },
             "decoder": byte_level,
             "model": {
-                "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                "type": "BPE",
+                "dropout": None,
+                "unk_token": None,
+                "continuing_subword_prefix": None,
+                "end_of_word_suffix": None,
+                "fuse_unk": False,
+                "byte_fallback": False,
+                "ignore_merges": False,
                 "vocab": {char: byte for byte, char in enumerate(_BYTE_CHARACTERS)},
                 "merges": [],
             },
         }
-        config = {
-            "tokenizer_class": "PreTrainedTokenizerFast",  # not the Llama tokenizer Mixtral's model type implies
-            **self.special_tokens,
-            "added_tokens_decoder": {str(t["id"]): {k: v for k, v in t.items() if k != "id"} for t in added},
-            "model_max_length": model_max_length,
-            "padding_side": "right",
-            "clean_up_tokenization_spaces": False,
-            "split_special_tokens": True,  # "</s>" typed in a text is four bytes, as in encode
-        }
-        return dict(zip(self.hf_file_names, (tokenizer, config, dict(self.special_tokens))))
 
     def __call__(
         self,
@@ -154,8 +178,10 @@ def check_byte_lm(model: nn.Module) -> None:
     """Refuse, before any text is written, a model that is not a byte-level language model."""
     vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
     if not hasattr(model, "generate") or vocab_size != ByteTokenizer.vocab_size:
-        raise InvalidArgumentError(f"{type(model).__name__} is not a byte-level language model (vocabulary "
-                                   f"{vocab_size}, not {ByteTokenizer.vocab_size}); use one such as moe_lm.stdlib")
+        raise InvalidArgumentError(
+            f"{type(model).__name__} is not a byte-level language model (vocabulary "
+            f"{vocab_size}, not {ByteTokenizer.vocab_size}); use one such as moe_lm.stdlib"
+        )
 
 
 def complete(
@@ -185,6 +211,7 @@ def complete(
             if token < 256:
                 stream(decoder.decode(bytes([token])))
 
-    out = model.generate(ids, max_new_tokens, eos_token_id=tokenizer.eos_token_id, generator=generator,
-                         on_token=on_token, **sampling)
+    out = model.generate(
+        ids, max_new_tokens, eos_token_id=tokenizer.eos_token_id, generator=generator, on_token=on_token, **sampling
+    )
     return tokenizer.decode(out[0, 1:])

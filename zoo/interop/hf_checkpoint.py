@@ -9,29 +9,26 @@ for Qwen2-MoE and OLMoE) and transformers 5's packed ``mlp.experts.gate_up_proj/
 Shards are read one tensor at a time (memory-mapped) into the model's preallocated
 parameters, so loading needs no more memory than the model itself.
 """
+
 from __future__ import annotations
 
 import json
 import math
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn as nn
 from safetensors import safe_open
-from safetensors.torch import save_file
 from tqdm import tqdm
 
 from zoo.architectures import ARCHS
 from zoo.architectures.moe_transformer import MoETransformer
 from zoo.errors import ConfigFileError, InvalidArgumentError, WeightsError, WeightsMismatchError
 from zoo.store import registry
-from zoo.store.files import atomic_files
 from zoo.store.model_config import ModelConfig, set_config
-from zoo.tokenizer import ByteTokenizer
 
 CONFIG_FILE = "config.json"
 INDEX_FILE = "model.safetensors.index.json"
@@ -51,14 +48,20 @@ def config_to_kwargs(config: dict[str, Any]) -> dict[str, Any]:
     """zoo model options (MoEConfig fields) from a Hugging Face config.json dict."""
     model_type = config.get("model_type")
     if model_type not in MODEL_TYPES:
-        raise InvalidArgumentError(f"unsupported model_type {model_type!r}; zoo reads {', '.join(MODEL_TYPES)} checkpoints")
+        raise InvalidArgumentError(
+            f"unsupported model_type {model_type!r}; zoo reads {', '.join(MODEL_TYPES)} checkpoints"
+        )
     if config.get("hidden_act", "silu") != "silu":
-        raise InvalidArgumentError(f"zoo's experts are SwiGLU; this checkpoint uses hidden_act={config['hidden_act']!r}")
+        raise InvalidArgumentError(
+            f"zoo's experts are SwiGLU; this checkpoint uses hidden_act={config['hidden_act']!r}"
+        )
     rope = config.get("rope_parameters") or {}
     for scaling in (rope, config.get("rope_scaling") or {}):
         kind = scaling.get("rope_type", scaling.get("type", "default"))
         if kind != "default":
-            raise InvalidArgumentError(f"rope_type {kind!r} (scaled rotary embeddings) is not supported; only 'default'")
+            raise InvalidArgumentError(
+                f"rope_type {kind!r} (scaled rotary embeddings) is not supported; only 'default'"
+            )
     kwargs = _shared_kwargs(config, model_type, rope)
     return kwargs | _TYPE_KWARGS[model_type](config, kwargs)
 
@@ -201,8 +204,18 @@ def _config_kwargs(path: Path) -> dict[str, Any]:
 # what a config may ask for before anything is built (the largest published MoE models fit):
 # sizes up to 2**20, up to 256 layers of up to 512 experts, 20,000 experts in all
 _MAX_SIZE, _MAX_LAYERS, _MAX_EXPERTS, _MAX_ALL_EXPERTS = 2**20, 256, 512, 20_000
-_SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_heads", "num_kv_heads", "head_dim",
-          "max_position_embeddings", "shared_expert_size", "dense_intermediate_size", "top_k")
+_SIZES = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "max_position_embeddings",
+    "shared_expert_size",
+    "dense_intermediate_size",
+    "top_k",
+)
 
 
 def _check_bounds(kwargs: dict[str, Any], path: Path) -> None:
@@ -212,8 +225,10 @@ def _check_bounds(kwargs: dict[str, Any], path: Path) -> None:
             raise ConfigFileError(f"{path}: {name}={value!r} must be a whole number from 1 to {_MAX_SIZE:,}")
     layers, experts = kwargs["num_layers"], kwargs.get("num_experts") or 1
     if layers > _MAX_LAYERS or experts > _MAX_EXPERTS or layers * experts > _MAX_ALL_EXPERTS:
-        raise ConfigFileError(f"{path}: {layers} layers of {experts} experts is beyond what zoo builds "
-                              f"({_MAX_LAYERS} layers, {_MAX_EXPERTS} experts, {_MAX_ALL_EXPERTS:,} experts in all)")
+        raise ConfigFileError(
+            f"{path}: {layers} layers of {experts} experts is beyond what zoo builds "
+            f"({_MAX_LAYERS} layers, {_MAX_EXPERTS} experts, {_MAX_ALL_EXPERTS:,} experts in all)"
+        )
 
 
 def _build(arch: str, head: str, num_classes: int | None, kwargs: dict[str, Any], path: Path) -> nn.Module:
@@ -234,8 +249,10 @@ def _check_size(model: nn.Module, files: list[Path], path: Path) -> None:
                 held += math.prod(f.get_slice(key).get_shape())
     wanted = sum(p.numel() for p in model.parameters())
     if wanted > 2 * held + 10_000_000:
-        raise ConfigFileError(f"{path} describes a model of {wanted:,} parameters, but the checkpoint holds "
-                              f"{held:,} values: the config does not belong to these weights")
+        raise ConfigFileError(
+            f"{path} describes a model of {wanted:,} parameters, but the checkpoint holds "
+            f"{held:,} values: the config does not belong to these weights"
+        )
 
 
 def _shard_files(directory: Path) -> list[Path]:
@@ -260,7 +277,9 @@ def _read_json(path: Path) -> Any:
     """A checkpoint's JSON file, parsed; an error names the file."""
     try:
         if path.stat().st_size > MAX_JSON_BYTES:
-            raise WeightsError(f"{path} is {path.stat().st_size:,} bytes, over the {MAX_JSON_BYTES:,} a checkpoint's JSON has")
+            raise WeightsError(
+                f"{path} is {path.stat().st_size:,} bytes, over the {MAX_JSON_BYTES:,} a checkpoint's JSON has"
+            )
         return json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise WeightsError(f"{path} is not readable JSON ({error})") from None
@@ -276,8 +295,9 @@ def _indexed_shards(index: Path) -> list[str]:
     names = sorted({str(name) for name in weight_map.values()})
     bad = [n for n in names if Path(n).name != n or n in (".", "..") or not n.endswith(".safetensors")]
     if bad:
-        raise WeightsError(f"{index}: field 'weight_map' names {bad[0][:80]!r}, not a .safetensors file in the "
-                           "checkpoint's folder")
+        raise WeightsError(
+            f"{index}: field 'weight_map' names {bad[0][:80]!r}, not a .safetensors file in the checkpoint's folder"
+        )
     return names
 
 
@@ -352,130 +372,3 @@ class _ParameterFiller:
                     lines.append(f"  {label} ({len(keys)}): {', '.join(keys[:10])}{more}")
             lines.append("  Check that config.json belongs to these weights.")
             raise WeightsMismatchError("\n".join(lines))
-
-
-def export_hf(model: nn.Module, directory: str | os.PathLike, max_shard_size: int = 5 * 2**30) -> Path:
-    """Write ``model`` (a causal moe_lm with its lm head, Mixtral options only) as a Mixtral
-    checkpoint: config.json and safetensors in the per-expert layout that transformers'
-    ``save_pretrained`` writes, sharded above ``max_shard_size`` bytes with an index. A
-    byte-level model (`ByteTokenizer`'s vocabulary) gets that tokenizer's files too
-    (`ByteTokenizer.hf_files`), for ``transformers.AutoTokenizer``. Files appear whole or not
-    at all; the config is written last."""
-    _check_exportable(model)
-    directory = Path(directory)
-    tensors = dict(_mixtral_tensors(model))
-    shards = _split_shards(tensors, max_shard_size)
-    names = [SINGLE_FILE] if len(shards) == 1 else [
-        f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))
-    ]
-    with atomic_files(directory, last=(CONFIG_FILE,)) as staging:
-        for name, shard in zip(names, tqdm(shards, desc="writing shards", unit="shard", disable=len(shards) == 1)):
-            standalone = {k: tensors[k].contiguous().clone() for k in shard}  # views of fused experts
-            save_file(standalone, staging / name, metadata={"format": "pt"})
-        if len(shards) > 1:
-            index = {
-                "metadata": {"total_size": sum(t.numel() * t.element_size() for t in tensors.values())},
-                "weight_map": {key: name for name, shard in zip(names, shards) for key in shard},
-            }
-            (staging / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
-            names.append(INDEX_FILE)
-        (staging / CONFIG_FILE).write_text(json.dumps(_mixtral_config(model), indent=2) + "\n")
-        tokenizer = ByteTokenizer()
-        if model.config.vocab_size == tokenizer.vocab_size:
-            for name, content in tokenizer.hf_files(model.config.max_position_embeddings).items():
-                (staging / name).write_text(json.dumps(content, indent=2) + "\n")
-                names.append(name)
-        for stale in (SINGLE_FILE, INDEX_FILE, *tokenizer.hf_file_names):  # a previous export's other files
-            if stale not in names:
-                (directory / stale).unlink(missing_ok=True)
-    return directory
-
-
-def _check_exportable(model: nn.Module) -> None:
-    is_lm = isinstance(model, MoETransformer) and model.causal and model.head == "lm"
-    if not is_lm or not isinstance(model.lm_head, nn.Linear):
-        raise InvalidArgumentError("export_hf writes causal language models: a moe_lm with its 'lm' head")
-    cfg = model.config
-    unsupported = {
-        "shared_expert_size": cfg.shared_expert_size != 0,
-        "dense_layers": bool(cfg.dense_layers),
-        "qkv_bias": cfg.qkv_bias,
-        "qk_norm": cfg.qk_norm,
-        "clip_qkv": cfg.clip_qkv is not None,
-        "norm_topk_prob": not cfg.norm_topk_prob,
-        "rope_theta": cfg.rope_theta is None,
-        "capacity_factor": cfg.capacity_factor is not None,
-    }
-    bad = [name for name, is_bad in unsupported.items() if is_bad]
-    if bad:
-        raise InvalidArgumentError(f"Mixtral has no equivalent of these options of the model: {', '.join(bad)}")
-
-
-def _mixtral_tensors(model: MoETransformer) -> Iterator[tuple[str, torch.Tensor]]:
-    """(Mixtral key, tensor) pairs; expert tensors are views of the fused parameters."""
-    inter = model.config.intermediate_size
-    for name, tensor in model.state_dict().items():
-        fused = re.match(r"^layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$", name)
-        if fused:
-            prefix = f"model.layers.{fused[1]}.block_sparse_moe.experts"
-            for e, weight in enumerate(tensor):
-                if fused[2] == "down_proj":
-                    yield f"{prefix}.{e}.w2.weight", weight
-                else:
-                    yield f"{prefix}.{e}.w1.weight", weight[:inter]
-                    yield f"{prefix}.{e}.w3.weight", weight[inter:]
-        elif name == "lm_head.weight":
-            if not model.config.tie_word_embeddings:
-                yield name, tensor
-        else:
-            yield "model." + name.replace(".mlp.gate.", ".block_sparse_moe.gate."), tensor
-
-
-def _split_shards(tensors: dict[str, torch.Tensor], max_shard_size: int) -> list[list[str]]:
-    """Keys grouped in order into shards of at most ``max_shard_size`` bytes (a bigger tensor
-    gets a shard of its own)."""
-    shards: list[list[str]] = [[]]
-    size = 0
-    for key, tensor in tensors.items():
-        nbytes = tensor.numel() * tensor.element_size()
-        if shards[-1] and size + nbytes > max_shard_size:
-            shards.append([])
-            size = 0
-        shards[-1].append(key)
-        size += nbytes
-    return shards
-
-
-def _mixtral_config(model: MoETransformer) -> dict[str, Any]:
-    cfg = model.config
-    dtype = next(model.parameters()).dtype
-    return {
-        "architectures": ["MixtralForCausalLM"],
-        "model_type": "mixtral",
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.hidden_size,
-        "intermediate_size": cfg.intermediate_size,
-        "num_hidden_layers": cfg.num_layers,
-        "num_attention_heads": cfg.num_heads,
-        "num_key_value_heads": cfg.num_kv_heads,
-        "head_dim": cfg.attention_head_dim,
-        "hidden_act": "silu",
-        "max_position_embeddings": cfg.max_position_embeddings,
-        "initializer_range": cfg.initializer_range,
-        "rms_norm_eps": cfg.rms_norm_eps,
-        "rope_parameters": {"rope_theta": cfg.rope_theta, "rope_type": "default"},
-        "rope_theta": cfg.rope_theta,  # where transformers 4.x reads it
-        "sliding_window": cfg.sliding_window,
-        "attention_dropout": cfg.attention_dropout,
-        "num_local_experts": cfg.num_experts,
-        "num_experts_per_tok": cfg.top_k,
-        "router_aux_loss_coef": cfg.router_aux_loss_coef,
-        "router_jitter_noise": cfg.router_jitter,
-        "output_router_logits": False,
-        "tie_word_embeddings": cfg.tie_word_embeddings,
-        "pad_token_id": cfg.pad_token_id,
-        "bos_token_id": cfg.bos_token_id,
-        "eos_token_id": cfg.eos_token_id,
-        "use_cache": True,
-        "dtype": str(dtype).removeprefix("torch."),
-    }
