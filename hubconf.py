@@ -14,6 +14,7 @@ zoo need not be installed. A checkout keeps zoo's subpackages in folders at the 
 this file tells Python that mapping, then imports zoo from this checkout. A zoo imported
 earlier in the same process is used as it is.
 """
+
 from __future__ import annotations
 
 import importlib.abc as _importlib_abc
@@ -26,7 +27,15 @@ from pathlib import Path as _Path
 
 # Import names (torch.hub checks them with find_spec) of what importing zoo and loading need.
 dependencies = [
-    "torch", "torchvision", "torch_geometric", "safetensors", "filelock", "tqdm", "PIL", "numpy", "huggingface_hub",
+    "torch",
+    "torchvision",
+    "torch_geometric",
+    "safetensors",
+    "filelock",
+    "tqdm",
+    "PIL",
+    "numpy",
+    "huggingface_hub",
 ]
 
 _ROOT = _Path(__file__).resolve().parent
@@ -66,8 +75,8 @@ if "zoo" not in _sys.modules:
 import torch.nn as _nn  # noqa: E402
 
 import zoo  # noqa: E402  (after the checkout's packages are findable)
-from zoo.store import registry as _registry  # noqa: E402
 from zoo.interop import torchvision_weights as _torchvision_names  # noqa: E402
+from zoo.store import registry as _registry  # noqa: E402
 
 
 def _describe(arch: str) -> str:
@@ -79,8 +88,7 @@ def _describe(arch: str) -> str:
     else:
         names = ", ".join(f"{member} ({info.name})" for member, info in _torchvision_names.members(arch).items())
         weights = (
-            f"pretrained=True loads {entries[0].name}; weights= takes {names}, DEFAULT, "
-            f"or a file or URL of your own."
+            f"pretrained=True loads {entries[0].name}; weights= takes {names}, DEFAULT, or a file or URL of your own."
         )
     return (
         f"{summary}\n\n{weights}\nOther keyword arguments go to zoo.load "

@@ -1,6 +1,7 @@
 """The base of zoo's errors, defined here so that the model families (which import nothing of
 the rest of zoo) refuse an option with the same `InvalidArgumentError` as the loaders;
 `zoo.errors` re-exports both with the other error classes."""
+
 from __future__ import annotations
 
 

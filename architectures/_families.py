@@ -6,6 +6,7 @@ without importing the family modules (``zoo list`` and ``import zoo`` stay light
 whether static int8 quantizes it, the head and an example for fine-tuning on its data, and
 its twins in timm and Hugging Face. Code elsewhere reads these fields instead of name lists.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -43,28 +44,58 @@ _TIMM = {"int8": True, "timm_checkpoints": True}
 ARCHS: dict[str, ArchSpec] = {
     spec.name: spec
     for spec in [
-        *_family("resnet", "resnet18 resnet34 resnet50 resnet101 resnet152 resnext50_32x4d wide_resnet50_2 seresnet50",
-                 **_TIMM),
+        *_family(
+            "resnet",
+            "resnet18 resnet34 resnet50 resnet101 resnet152 resnext50_32x4d wide_resnet50_2 seresnet50",
+            **_TIMM,
+        ),
         *_family("resnet", "resnet56 seresnet20", **_CNN),
         *_family("resnet", "resnet20", **_CNN, finetune_example="resnet20.fmnist"),
         *_family("densenet", "densenet121 densenet161 densenet169 densenet201", **_TIMM),
         *_family("densenet", "densenet_bc_100 densenet_bc_40 sedensenet_bc_100", **_CNN),
         ArchSpec("mobilenet_v1", "mobilenet", int8=True, timm_names={"mobilenetv1_100": {}}),
-        ArchSpec("mobilenet_v2", "mobilenet", int8=True, timm_names={
-            "mobilenetv2_050": {"width_mult": 0.5}, "mobilenetv2_100": {}, "mobilenetv2_140": {"width_mult": 1.4}}),
+        ArchSpec(
+            "mobilenet_v2",
+            "mobilenet",
+            int8=True,
+            timm_names={
+                "mobilenetv2_050": {"width_mult": 0.5},
+                "mobilenetv2_100": {},
+                "mobilenetv2_140": {"width_mult": 1.4},
+            },
+        ),
         ArchSpec("mobilenet_v3_large", "mobilenet", int8=True, timm_names={"mobilenetv3_large_100": {}}),
         ArchSpec("mobilenet_v3_small", "mobilenet", int8=True, timm_names={"mobilenetv3_small_100": {}}),
         *_family("mobilenet", "mobilenet_v1_cifar mobilenet_v2_cifar mobilenet_v3_small_cifar", **_CNN),
-        ArchSpec("moe_lm", "moe_transformer", inputs="text", heads=_TEXT_HEADS,
-                 finetune_head="sequence_classification", hf_checkpoints=True),
-        ArchSpec("moe_encoder", "moe_transformer", inputs="text",
-                 heads=("sequence_classification", "token_classification", "lm"),
-                 finetune_head="sequence_classification", finetune_example="moe_encoder", hf_checkpoints=True),
+        ArchSpec(
+            "moe_lm",
+            "moe_transformer",
+            inputs="text",
+            heads=_TEXT_HEADS,
+            finetune_head="sequence_classification",
+            hf_checkpoints=True,
+        ),
+        ArchSpec(
+            "moe_encoder",
+            "moe_transformer",
+            inputs="text",
+            heads=("sequence_classification", "token_classification", "lm"),
+            finetune_head="sequence_classification",
+            finetune_example="moe_encoder",
+            hf_checkpoints=True,
+        ),
         ArchSpec("moe_vit", "moe_transformer"),
         ArchSpec("dbn", "dbn", inputs="vectors", finetune_example="dbn.digits"),
-        *_family("graph", "gin_sum gin_sopool", inputs="graphs", heads=_GRAPH_HEADS,
-                 finetune_head="graph_classification"),
-        ArchSpec("gin3", "graph", inputs="graphs", heads=_GRAPH_HEADS, finetune_head="graph_classification",
-                 finetune_example="gin3"),
+        *_family(
+            "graph", "gin_sum gin_sopool", inputs="graphs", heads=_GRAPH_HEADS, finetune_head="graph_classification"
+        ),
+        ArchSpec(
+            "gin3",
+            "graph",
+            inputs="graphs",
+            heads=_GRAPH_HEADS,
+            finetune_head="graph_classification",
+            finetune_example="gin3",
+        ),
     ]
 }

@@ -6,6 +6,7 @@ anything back. The zoo's own architectures are also declared in `_families.ARCHS
 registry reads without importing the family modules; `register_model` records what a module
 actually registers (for user models it is the only record).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable

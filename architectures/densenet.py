@@ -7,6 +7,7 @@ The state-dict layout is torchvision's current one (features.conv0/norm0, featur
 classifier), so torchvision's ``state_dict()`` loads unchanged; its published checkpoints use
 an older naming that zoo.store.convert's "torchvision_densenet" converter renames.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict

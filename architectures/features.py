@@ -1,5 +1,6 @@
 """Feature extraction for every vision model, through its ``forward_intermediates`` and
 ``feature_info`` (timm's design and meanings, without FX tracing)."""
+
 from __future__ import annotations
 
 import math
@@ -23,7 +24,9 @@ def feature_take_indices(num_levels: int, indices: Indices = None) -> tuple[list
     if indices is None:
         indices = num_levels
     if isinstance(indices, bool) or not isinstance(indices, (int, Sequence)):
-        raise InvalidArgumentError(f"indices must be None, an int (the last n levels) or a list of levels, got {indices!r}")
+        raise InvalidArgumentError(
+            f"indices must be None, an int (the last n levels) or a list of levels, got {indices!r}"
+        )
     if isinstance(indices, int):
         if not 0 < indices <= num_levels:
             raise InvalidArgumentError(
@@ -48,7 +51,9 @@ def feature_take_indices(num_levels: int, indices: Indices = None) -> tuple[list
 def check_output_fmt(output_fmt: str, supported: Sequence[str] = ("NCHW",)) -> None:
     """Refuse a feature-map layout the model does not produce."""
     if output_fmt not in supported:
-        raise InvalidArgumentError(f"output_fmt={output_fmt!r} is not supported here; use one of {', '.join(supported)}")
+        raise InvalidArgumentError(
+            f"output_fmt={output_fmt!r} is not supported here; use one of {', '.join(supported)}"
+        )
 
 
 class FeatureLevels:
@@ -113,6 +118,7 @@ class FeatureInfo:
 
     def get_dicts(self, keys: Sequence[str] | None = None, idx: int | Sequence[int] | None = None) -> Any:
         """The level dicts (only ``keys`` of them, if given) at ``out_indices`` or at ``idx``."""
+
         def pick(i: int) -> dict[str, Any]:
             return self.info[i] if keys is None else {k: self.info[i][k] for k in keys}
 
@@ -148,7 +154,9 @@ class FeatureInfo:
 FEATURE_CLASSES = ("getter", "hook", "fx")  # timm's feature_cls values zoo builds
 
 
-def feature_extractor(model: nn.Module, out_indices: Indices = None, feature_cls: str | None = None) -> FeatureExtractor:
+def feature_extractor(
+    model: nn.Module, out_indices: Indices = None, feature_cls: str | None = None
+) -> FeatureExtractor:
     """The feature extractor timm's ``feature_cls`` names, each returning the same maps:
     "getter" (the default, `FeatureExtractor`: the model's ``forward_intermediates``), "hook"
     (`HookFeatureExtractor`: forward hooks on the modules ``feature_info`` names) or "fx"
@@ -257,8 +265,10 @@ class FxFeatureExtractor(FeatureExtractor):
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         """Refused: the traced graph has no checkpointing (feature_cls='getter' has)."""
         if enable:
-            raise InvalidArgumentError("a feature_cls='fx' extractor is a traced graph without activation "
-                                       "checkpointing; build it with feature_cls='getter' to checkpoint")
+            raise InvalidArgumentError(
+                "a feature_cls='fx' extractor is a traced graph without activation "
+                "checkpointing; build it with feature_cls='getter' to checkpoint"
+            )
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
         return list(self.model(x).values())

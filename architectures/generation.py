@@ -13,6 +13,7 @@ ones to the whole cache under an additive mask, so that every step has the same 
 ``torch.compile`` needs); the MoE layers skip the module's sort-and-split dispatch
 (`_experts_step`). benchmarks/generate.py measures it against transformers.
 """
+
 from __future__ import annotations
 
 import functools
@@ -208,7 +209,8 @@ def check_options(
     problems = [
         f"max_new_tokens must be 0 or more, got {max_new_tokens}" if max_new_tokens < 0 else "",
         f"temperature must be a finite number >= 0 (0: greedy), got {temperature}"
-        if not 0 <= temperature < math.inf else "",
+        if not 0 <= temperature < math.inf
+        else "",
         f"top_k must be 1 or more, got {top_k}" if top_k is not None and top_k < 1 else "",
         f"top_p must be in (0, 1], got {top_p}" if top_p is not None and not 0 < top_p <= 1 else "",
     ]
@@ -223,7 +225,8 @@ def _check_prompt(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
     if input_ids.shape[1] == 0:
         bos = model.config.bos_token_id
         start = (
-            f"start from the bos token id {bos}, e.g. torch.full((N, 1), {bos})" if bos is not None
+            f"start from the bos token id {bos}, e.g. torch.full((N, 1), {bos})"
+            if bos is not None
             else "start from a beginning-of-sequence token, e.g. zoo.tokenizer.ByteTokenizer's "
             "bos_token_id: torch.full((N, 1), tokenizer.bos_token_id)"
         )
@@ -328,7 +331,10 @@ def _decode_step(
         start, end = window
         attention = block.self_attn
         out = F.scaled_dot_product_attention(
-            q, k_cache[:, :, start:end], v_cache[:, :, start:end], attn_mask=bias,
+            q,
+            k_cache[:, :, start:end],
+            v_cache[:, :, start:end],
+            attn_mask=bias,
             enable_gqa=attention.num_kv_heads != attention.num_heads,
         )
         h = torch.addmm(h, out.reshape(h.shape[0], layer.out.shape[0]), layer.out)  # not -1: ambiguous for 0 rows
@@ -358,7 +364,9 @@ def _project(
     if attention.clip_qkv is not None:  # commutes with the rotate-half permutation and negation
         projected = projected.clamp(-attention.clip_qkv, attention.clip_qkv)
     width = (heads + 2 * kv_heads) * head_dim
-    qkv = projected[:, :width].view(x.shape[0], heads + 2 * kv_heads, 1, head_dim)  # one position: (N, L, ...) = (N, ..., L)
+    qkv = projected[:, :width].view(
+        x.shape[0], heads + 2 * kv_heads, 1, head_dim
+    )  # one position: (N, L, ...) = (N, ..., L)
     qk, v = qkv[:, : heads + kv_heads], qkv[:, heads + kv_heads :]
     if rope is not None:
         rotated_half = projected[:, width:].view(x.shape[0], heads + kv_heads, 1, head_dim)

@@ -18,6 +18,7 @@ baseline. The readouts are in graph_pooling.py (imported here too); this module 
 ``gin_sopool`` and ``gin3``, one ``GIN`` class each with its readout, so a comparison changes
 one name and nothing else.
 """
+
 from __future__ import annotations
 
 import copy
@@ -234,8 +235,11 @@ class GIN(LinearClassifier, nn.Module):
         self.norms = nn.ModuleList()
         for i in range(num_layers):
             mlp = MLP([in_channels if i == 0 else hidden_channels, hidden_channels, hidden_channels], norm="batch_norm")
-            conv = GINConv(mlp, train_eps=train_eps) if edge_dim is None else \
-                GINEConv(mlp, train_eps=train_eps, edge_dim=edge_dim)
+            conv = (
+                GINConv(mlp, train_eps=train_eps)
+                if edge_dim is None
+                else GINEConv(mlp, train_eps=train_eps, edge_dim=edge_dim)
+            )
             self.convs.append(conv)
             self.norms.append(nn.BatchNorm1d(hidden_channels))
 
@@ -279,7 +283,9 @@ class GIN(LinearClassifier, nn.Module):
             raise TypeError(f"{expected}; got {type(data).__name__}")
         x = data.x
         if x is None:
-            raise ValueError(f"{expected}; data.x is None: add node features, e.g. torch_geometric.transforms.Constant()")
+            raise ValueError(
+                f"{expected}; data.x is None: add node features, e.g. torch_geometric.transforms.Constant()"
+            )
         if x.dim() != 2:
             raise ValueError(f"{expected}; got x of shape {tuple(x.shape)}")
         if x.size(1) != self.in_channels:
@@ -297,10 +303,18 @@ class GIN(LinearClassifier, nn.Module):
             edge_attr = data.edge_attr
             if edge_attr is None or edge_attr.dim() != 2 or edge_attr.size(1) != self.edge_dim:
                 shape = None if edge_attr is None else tuple(edge_attr.shape)
-                raise ValueError(f"{self.name} was built with edge_dim={self.edge_dim}: data.edge_attr must be "
-                                 f"[E, {self.edge_dim}], got {shape}")
-            check_input_dtype(edge_attr, self.norms[0].weight.dtype, self.name, "edge features data.edge_attr",
-                              "e.g. data.edge_attr.float()", "data.edge_attr")
+                raise ValueError(
+                    f"{self.name} was built with edge_dim={self.edge_dim}: data.edge_attr must be "
+                    f"[E, {self.edge_dim}], got {shape}"
+                )
+            check_input_dtype(
+                edge_attr,
+                self.norms[0].weight.dtype,
+                self.name,
+                "edge features data.edge_attr",
+                "e.g. data.edge_attr.float()",
+                "data.edge_attr",
+            )
         if self.needs_triangles and getattr(data, "triangle_index", None) is None:
             raise ValueError(
                 f"{self.name} uses the triangle readout, which needs data.triangle_index: apply the AddTriangles "

@@ -5,6 +5,7 @@ aggregations, each compiles with ``torch.jit.script`` and runs under ``torch.com
 graph break when ``dim_size`` is given (the input checks step aside while a compiler captures).
 Registers no models; graph.py re-exports these names.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -61,8 +62,12 @@ class SecondOrderPooling(Aggregation):
         self.proj.reset_parameters()
 
     def forward(
-        self, x: Tensor, index: Tensor | None = None, ptr: Tensor | None = None,
-        dim_size: int | None = None, dim: int = -2,
+        self,
+        x: Tensor,
+        index: Tensor | None = None,
+        ptr: Tensor | None = None,
+        dim_size: int | None = None,
+        dim: int = -2,
     ) -> Tensor:
         self.assert_two_dimensional_input(x, dim)
         index = _graph_index(x, index, ptr)
@@ -126,9 +131,7 @@ class ThirdOrderPooling(Aggregation):
         self.factors = nn.Linear(in_channels, rank * self.factor_sets, bias=False) if self.factor_sets else None
         self.triangle_channels = (triangle_channels or rank) if triangle else 0
         self.phi = nn.Linear(in_channels, self.triangle_channels) if triangle else None
-        self.out_channels = (
-            in_channels * first_order + rank * (second_order + moment) + self.triangle_channels
-        )
+        self.out_channels = in_channels * first_order + rank * (second_order + moment) + self.triangle_channels
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -140,8 +143,13 @@ class ThirdOrderPooling(Aggregation):
             self.phi.reset_parameters()
 
     def forward(
-        self, x: Tensor, index: Tensor | None = None, ptr: Tensor | None = None,
-        dim_size: int | None = None, dim: int = -2, triangle_index: Tensor | None = None,
+        self,
+        x: Tensor,
+        index: Tensor | None = None,
+        ptr: Tensor | None = None,
+        dim_size: int | None = None,
+        dim: int = -2,
+        triangle_index: Tensor | None = None,
     ) -> Tensor:
         self.assert_two_dimensional_input(x, dim)
         index = _graph_index(x, index, ptr)
@@ -193,7 +201,9 @@ class ThirdOrderPooling(Aggregation):
 
     def __repr__(self) -> str:
         parts = [p for p in ("first_order", "second_order", "moment", "triangle") if getattr(self, p)]
-        return f"{self.__class__.__name__}({self.in_channels}, rank={self.rank}, parts={parts}, reduce={self.reduce_op!r})"
+        return (
+            f"{self.__class__.__name__}({self.in_channels}, rank={self.rank}, parts={parts}, reduce={self.reduce_op!r})"
+        )
 
 
 def _check_triangles(x: Tensor, triangle_index: Tensor) -> None:
@@ -223,7 +233,11 @@ class SumReadout(Aggregation):
         self.out_channels = in_channels
 
     def forward(
-        self, x: Tensor, index: Tensor | None = None, ptr: Tensor | None = None,
-        dim_size: int | None = None, dim: int = -2,
+        self,
+        x: Tensor,
+        index: Tensor | None = None,
+        ptr: Tensor | None = None,
+        dim_size: int | None = None,
+        dim: int = -2,
     ) -> Tensor:
         return self.reduce(x, index, ptr, dim_size, dim, reduce="sum")

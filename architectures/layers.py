@@ -1,4 +1,5 @@
 """Building blocks shared by several architecture families."""
+
 from __future__ import annotations
 
 import math
@@ -15,9 +16,7 @@ from ._errors import InvalidArgumentError
 NormLayer = Callable[[int], nn.Module]
 
 
-def make_divisible(
-    v: float, divisor: int = 8, min_value: int | None = None, round_limit: float = 0.9
-) -> int:
+def make_divisible(v: float, divisor: int = 8, min_value: int | None = None, round_limit: float = 0.9) -> int:
     """Round a channel count to the nearest multiple of ``divisor`` (at least ``min_value``),
     going up a step when rounding would lose more than ``1 - round_limit`` of ``v``; the
     rule timm and torchvision use, so channel counts match their checkpoints."""
@@ -109,9 +108,7 @@ def is_capturing() -> bool:
     ``torch.compile`` or ``torch.export``. Input checks step aside then: their tensors are proxies
     or symbolic, and their cost would otherwise be part of the captured graph. (Under
     ``torch.jit.script`` the callers skip them with ``torch.jit.is_scripting()``.)"""
-    return (
-        torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing() or fx_tracing()
-    )
+    return torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing() or fx_tracing()
 
 
 def fx_tracing() -> bool:

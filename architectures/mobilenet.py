@@ -7,6 +7,7 @@ The state-dict layout is torchvision's (features.0 the stem, then the blocks wit
 (V3)), so torchvision checkpoints load without renaming keys. MobileNetV1 has no torchvision
 model; it uses the same layout with ``dw``/``se``/``pw`` blocks, no last conv, classifier.1.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -59,8 +60,14 @@ def _block(
     if spec.mid_chs is None:
         return DepthwiseSeparable(in_chs, spec.out_chs, stride, **options)
     return InvertedResidual(
-        in_chs, spec.out_chs, spec.mid_chs, spec.kernel_size, stride,
-        drop_path_rate=drop_path, layout=layout, **options,
+        in_chs,
+        spec.out_chs,
+        spec.mid_chs,
+        spec.kernel_size,
+        stride,
+        drop_path_rate=drop_path,
+        layout=layout,
+        **options,
     )
 
 
@@ -111,7 +118,15 @@ class MobileNet(FeatureLevels, DefaultCfg, nn.Module):
         self.grad_checkpointing = False
 
         levels = self._build_features(
-            blocks, stem_chs, head_chs, head_hidden, act_layer, norm_layer, layout, in_chans, small_input,
+            blocks,
+            stem_chs,
+            head_chs,
+            head_hidden,
+            act_layer,
+            norm_layer,
+            layout,
+            in_chans,
+            small_input,
             drop_path_rate,
         )
         self.feature_info = FeatureInfo(
@@ -346,9 +361,7 @@ _V3_SMALL_BLOCKS = [
 ]
 
 
-def _mobilenet_v1(
-    name: str, width_mult: float = 1.0, se_ratio: float | None = None, **kwargs: Any
-) -> MobileNet:
+def _mobilenet_v1(name: str, width_mult: float = 1.0, se_ratio: float | None = None, **kwargs: Any) -> MobileNet:
     """MobileNetV1 at ``width_mult``: depthwise-separable blocks, optionally squeeze-excite."""
     _check_width_mult(width_mult)
     se_layer = _se(se_ratio)
@@ -356,9 +369,7 @@ def _mobilenet_v1(
     return MobileNet(blocks, stem_chs=_channels(32 * width_mult), name=name, **kwargs)
 
 
-def _mobilenet_v2(
-    name: str, width_mult: float = 1.0, se_ratio: float | None = None, **kwargs: Any
-) -> MobileNet:
+def _mobilenet_v2(name: str, width_mult: float = 1.0, se_ratio: float | None = None, **kwargs: Any) -> MobileNet:
     """MobileNetV2 at ``width_mult``: torchvision's inverted-residual table and 1280-channel last conv."""
     _check_width_mult(width_mult)
     se_layer = _se(se_ratio)

@@ -12,6 +12,7 @@ Parameter names are Hugging Face's Mixtral ones without the ``model.`` prefix
 (``layers.0.self_attn.q_proj``, ``layers.0.mlp.gate``, ``layers.0.mlp.experts.gate_up_proj``),
 so Mixtral, Qwen2-MoE and OLMoE checkpoints load by renaming keys (zoo/hf.py).
 """
+
 from __future__ import annotations
 
 import math
@@ -72,8 +73,16 @@ class MoEConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "dense_layers", tuple(sorted(set(self.dense_layers))))
         sizes = dict(
-            vocab_size=1, hidden_size=1, num_layers=1, num_heads=1, num_kv_heads=1, intermediate_size=1,
-            num_experts=1, top_k=1, shared_expert_size=0, max_position_embeddings=1,
+            vocab_size=1,
+            hidden_size=1,
+            num_layers=1,
+            num_heads=1,
+            num_kv_heads=1,
+            intermediate_size=1,
+            num_experts=1,
+            top_k=1,
+            shared_expert_size=0,
+            max_position_embeddings=1,
         )
         optional_sizes = ("head_dim", "dense_intermediate_size", "sliding_window")
         try:
@@ -89,18 +98,28 @@ class MoEConfig:
         except ValueError as error:
             raise InvalidArgumentError(f"invalid MoE config: {error}") from None
         checks = [
-            (self.num_kv_heads > 0 and self.num_heads % self.num_kv_heads == 0,
-             f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"),
-            (self.head_dim is not None or self.hidden_size % self.num_heads == 0,
-             f"hidden_size ({self.hidden_size}) must be a multiple of num_heads ({self.num_heads}), or give head_dim"),
+            (
+                self.num_kv_heads > 0 and self.num_heads % self.num_kv_heads == 0,
+                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})",
+            ),
+            (
+                self.head_dim is not None or self.hidden_size % self.num_heads == 0,
+                f"hidden_size ({self.hidden_size}) must be a multiple of num_heads ({self.num_heads}), or give head_dim",
+            ),
             (self.rope_theta is None or self.attention_head_dim % 2 == 0, "rotary embeddings need an even head_dim"),
-            (self.num_experts > 0 and 1 <= self.top_k <= self.num_experts,
-             f"top_k must be in 1..num_experts, got top_k={self.top_k}, num_experts={self.num_experts}"),
-            (all(0 <= i < self.num_layers for i in self.dense_layers),
-             f"dense_layers {self.dense_layers} must be layer indices in 0..{self.num_layers - 1}"),
+            (
+                self.num_experts > 0 and 1 <= self.top_k <= self.num_experts,
+                f"top_k must be in 1..num_experts, got top_k={self.top_k}, num_experts={self.num_experts}",
+            ),
+            (
+                all(0 <= i < self.num_layers for i in self.dense_layers),
+                f"dense_layers {self.dense_layers} must be layer indices in 0..{self.num_layers - 1}",
+            ),
             (self.capacity_factor is None or self.capacity_factor > 0, "capacity_factor must be positive or None"),
-            (self.dispatch in get_args(Dispatch),
-             f"dispatch must be one of {', '.join(map(repr, get_args(Dispatch)))}, got {self.dispatch!r}"),
+            (
+                self.dispatch in get_args(Dispatch),
+                f"dispatch must be one of {', '.join(map(repr, get_args(Dispatch)))}, got {self.dispatch!r}",
+            ),
             (0.0 <= self.router_jitter < 1.0, f"router_jitter must be in [0, 1), got {self.router_jitter}"),
         ]
         for ok, message in checks:
@@ -118,7 +137,9 @@ class MoEConfig:
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(kwargs) - names)
         if unknown:
-            raise InvalidArgumentError(f"unknown MoE option(s) {', '.join(unknown)}; valid options: {', '.join(sorted(names))}")
+            raise InvalidArgumentError(
+                f"unknown MoE option(s) {', '.join(unknown)}; valid options: {', '.join(sorted(names))}"
+            )
         return cls(**kwargs)
 
 
@@ -200,8 +221,13 @@ class Attention(nn.Module):
         """The output projection of the queries' attention over the keys and values."""
         batch, _, length, _ = q.shape
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
-            is_causal=is_causal, enable_gqa=self.num_kv_heads != self.num_heads,
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            dropout_p=self.dropout if self.training else 0.0,
+            is_causal=is_causal,
+            enable_gqa=self.num_kv_heads != self.num_heads,
         )
         # the width spelled out: -1 is ambiguous for an empty batch or sequence
         return self.o_proj(out.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim))
@@ -220,9 +246,15 @@ class Block(nn.Module):
         self.is_moe = index not in config.dense_layers
         if self.is_moe:
             self.mlp = SparseMoeBlock(
-                config.hidden_size, config.intermediate_size, config.num_experts, config.top_k,
-                norm_topk_prob=config.norm_topk_prob, shared_expert_size=config.shared_expert_size,
-                router_jitter=config.router_jitter, capacity_factor=config.capacity_factor, dispatch=config.dispatch,
+                config.hidden_size,
+                config.intermediate_size,
+                config.num_experts,
+                config.top_k,
+                norm_topk_prob=config.norm_topk_prob,
+                shared_expert_size=config.shared_expert_size,
+                router_jitter=config.router_jitter,
+                capacity_factor=config.capacity_factor,
+                dispatch=config.dispatch,
             )
         else:
             size = config.dense_intermediate_size or config.intermediate_size * config.top_k

@@ -13,6 +13,7 @@ layers' router logits (`load_balancing_loss` and `router_z_loss` give one each).
 The layer takes its sizes and options as arguments rather than the transformer's config, so
 this module imports nothing from moe_transformer.py.
 """
+
 from __future__ import annotations
 
 import math
@@ -244,7 +245,9 @@ class MoEExperts(nn.Module):
         """Whether to dispatch through ``F.grouped_mm``: as asked, or on "auto" where its kernels run."""
         if self.dispatch == "auto":  # where PyTorch's grouped GEMM kernels run: bf16 on CUDA SM >= 80, torch >= 2.10
             return (
-                hasattr(F, "grouped_mm") and xs.is_cuda and xs.dtype == torch.bfloat16
+                hasattr(F, "grouped_mm")
+                and xs.is_cuda
+                and xs.dtype == torch.bfloat16
                 and torch.cuda.get_device_capability(xs.device) >= (8, 0)
             )
         return self.dispatch == "grouped_mm"

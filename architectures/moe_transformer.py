@@ -20,6 +20,7 @@ training loop adds to its task loss) and the share of token slots each expert re
 routing losses come out of ``forward`` itself, because a side channel (losses left on the
 module) would be lost under DistributedDataParallel, torch.compile and activation checkpointing.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -246,10 +247,18 @@ class MoETransformer(_MoEBody):
         ``compile``: run the decode step through torch.compile (True), or not (False);
         ``"auto"`` compiles on accelerators only. Returns (N, L + new)."""
         if self.head != "lm" or not self.causal or not isinstance(self.lm_head, nn.Linear):
-            raise InvalidArgumentError(f"generate needs a causal model with its lm head; this {self.name} has head {self.head!r}")
+            raise InvalidArgumentError(
+                f"generate needs a causal model with its lm head; this {self.name} has head {self.head!r}"
+            )
         options = generation.GenerationOptions(
-            max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, eos_token_id=eos_token_id,
-            generator=generator, on_token=on_token, compile=compile,
+            max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            eos_token_id=eos_token_id,
+            generator=generator,
+            on_token=on_token,
+            compile=compile,
         )
         return generation.generate(self, input_ids, options, attention_mask)
 
@@ -307,7 +316,10 @@ class MoEViT(PooledLinearClassifier, _MoEBody):
         self.pos_embed = nn.Parameter(torch.empty(1, self.grid * self.grid, config.hidden_size))
         self.drop = nn.Dropout(drop_rate)
         self.feature_info = FeatureInfo(
-            [dict(num_chs=config.hidden_size, reduction=patch_size, module=f"layers.{i}") for i in range(config.num_layers)]
+            [
+                dict(num_chs=config.hidden_size, reduction=patch_size, module=f"layers.{i}")
+                for i in range(config.num_layers)
+            ]
         )
         self._init_weights()
         for module in self.patch_embed.modules():  # PyTorch's conv and BatchNorm defaults, not the projections'
@@ -448,6 +460,13 @@ def moe_vit(
     defaults = dict(hidden_size=128, num_layers=6, num_heads=4, num_kv_heads=4, intermediate_size=256, rope_theta=None)
     options = {**defaults, **kwargs}
     options.setdefault("dense_layers", tuple(range(0, options["num_layers"], 2)))
-    return MoEViT(MoEConfig.from_kwargs(options), img_size, patch_size, in_chans, num_classes, drop_rate,
-                  stem_channels=tuple(stem_channels), global_pool=global_pool)
-
+    return MoEViT(
+        MoEConfig.from_kwargs(options),
+        img_size,
+        patch_size,
+        in_chans,
+        num_classes,
+        drop_rate,
+        stem_channels=tuple(stem_channels),
+        global_pool=global_pool,
+    )

@@ -5,6 +5,7 @@ The state-dict layout is torchvision's (conv1, bn1, layer1..layerN, fc; blocks w
 conv1/bn1/conv2/bn2[/conv3/bn3], downsample.0/.1 and timm's ``se``), so torchvision and timm
 checkpoints load without renaming keys.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

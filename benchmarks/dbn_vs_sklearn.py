@@ -21,6 +21,7 @@ other jobs use --threads 1: spinning thread pools without free cores distort the
 
     .venv/bin/python benchmarks/dbn_vs_sklearn.py [--seeds 3] [--repeats 5] [--threads N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,8 @@ from threadpoolctl import threadpool_limits
 import zoo
 from zoo.architectures.dbn import RBM, bernoulli
 from zoo.training.data import load_fashion_mnist
-from zoo.training.rbm import FinetuneConfig, RBMConfig, finetune_dbn, pretrain, train_rbm
 from zoo.training.digits import load_nudged_digits
+from zoo.training.rbm import FinetuneConfig, RBMConfig, finetune_dbn, pretrain, train_rbm
 
 DBN_SIZES = (64, 500, 500)
 
@@ -82,9 +83,9 @@ def classification(seeds: int) -> None:
     sizes = "-".join(map(str, DBN_SIZES))
     sklearn = "sklearn BernoulliRBM(100) + LogisticRegression"
     for seed in range(seeds):
-        record(sklearn, lambda: _sklearn_pipeline(seed).fit(X_train, y_train).predict)
-        record(f"zoo dbn {sizes} pretrained + fine-tuned", lambda: _zoo_dbn(seed, X_train, y_train, True))
-        record("zoo dbn, same net and init, no pretraining", lambda: _zoo_dbn(seed, X_train, y_train, False))
+        record(sklearn, lambda seed=seed: _sklearn_pipeline(seed).fit(X_train, y_train).predict)
+        record(f"zoo dbn {sizes} pretrained + fine-tuned", lambda seed=seed: _zoo_dbn(seed, X_train, y_train, True))
+        record("zoo dbn, same net and init, no pretraining", lambda seed=seed: _zoo_dbn(seed, X_train, y_train, False))
     raw = LogisticRegression(solver="newton-cg", C=100.0).fit(X_train, y_train)  # the example's raw-pixel model
     predicted = raw.predict(X_test)
     scores["sklearn LogisticRegression on raw pixels"] = [
@@ -121,8 +122,9 @@ def throughput(rows: int, repeats: int) -> None:
             times["zoo loop"].append(stats[-1].samples_per_second)
     median = {name: statistics.median(samples) for name, samples in times.items()}
     sklearn = median["sklearn"]
-    print(f"\nRBM training throughput, CD-1 784->500, batch 64, float32, {rows} Fashion-MNIST rows, "
-          f"median of {repeats}")
+    print(
+        f"\nRBM training throughput, CD-1 784->500, batch 64, float32, {rows} Fashion-MNIST rows, median of {repeats}"
+    )
     print(f"  sklearn BernoulliRBM.fit (n_iter=1)                     {sklearn:9,.0f} samples/s")
     for name, label in (
         ("zoo", "zoo train_rbm (1 epoch, init + monitoring)"),

@@ -10,6 +10,7 @@ The CIFAR comparison gives torchvision's class zoo's small-image stem (3x3 conv,
 
     .venv/bin/python benchmarks/densenet_memory.py [--steps 3] [--size 224]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -105,7 +106,9 @@ def main() -> None:
                 config = dict(impl=impl, arch=arch, efficient=efficient, batch=batch, size=size, steps=args.steps)
                 out = subprocess.run(
                     [sys.executable, __file__, "--one", json.dumps(config)],
-                    check=True, capture_output=True, text=True,
+                    check=True,
+                    capture_output=True,
+                    text=True,
                 )
                 result[efficient] = json.loads(out.stdout.strip().splitlines()[-1])
             plain, efficient = result[False], result[True]

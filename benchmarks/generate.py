@@ -17,6 +17,7 @@ repeats and the ratio zoo / transformers' default.
 On a machine shared with other jobs use ``--threads 1`` (more OpenMP threads than free cores
 make every operation wait at barriers).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,14 @@ import zoo
 from zoo.tokenizer import ByteTokenizer
 
 PROMPTS = [
-    "import os\n\ndef main(", "class Cache:\n    def __init__(self", "    return self.", "# Copyright",
-    "for i in range(", "from collections import", "    if not isinstance(", "def __repr__(self):\n",
+    "import os\n\ndef main(",
+    "class Cache:\n    def __init__(self",
+    "    return self.",
+    "# Copyright",
+    "for i in range(",
+    "from collections import",
+    "    if not isinstance(",
+    "def __repr__(self):\n",
 ]
 
 
@@ -51,21 +58,30 @@ def prompt_batch(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
 def hardware() -> str:
     cpuinfo = Path("/proc/cpuinfo")
     amx = cpuinfo.is_file() and " amx" in cpuinfo.read_text()
-    return (f"torch {torch.__version__}, transformers {transformers.__version__}, cpu capability "
-            f"{torch.backends.cpu.get_cpu_capability()}, AMX {'yes' if amx else 'no'}, threads {torch.get_num_threads()}")
+    return (
+        f"torch {torch.__version__}, transformers {transformers.__version__}, cpu capability "
+        f"{torch.backends.cpu.get_cpu_capability()}, AMX {'yes' if amx else 'no'}, threads {torch.get_num_threads()}"
+    )
 
 
-def runners(model: torch.nn.Module, reference: torch.nn.Module, new_tokens: int, args: argparse.Namespace
-            ) -> dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
+def runners(
+    model: torch.nn.Module, reference: torch.nn.Module, new_tokens: int, args: argparse.Namespace
+) -> dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
     """Every implementation as (ids, mask) -> generated ids (N, L + new_tokens)."""
+
     def zoo_generate(compile: bool) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         return lambda ids, mask: model.generate(ids, new_tokens, temperature=0, attention_mask=mask, compile=compile)
 
     def hf_generate(**options: object) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         # min_new_tokens and no eos: exactly new_tokens tokens, as zoo without eos_token_id
         return lambda ids, mask: reference.generate(
-            ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, eos_token_id=None,
-            pad_token_id=ByteTokenizer.pad_token_id, **options,
+            ids,
+            attention_mask=mask,
+            max_new_tokens=new_tokens,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=ByteTokenizer.pad_token_id,
+            **options,
         )
 
     impls = {"zoo": zoo_generate(False), "transformers": hf_generate()}
@@ -93,8 +109,10 @@ def main() -> None:
         zoo.export_hf(model, directory)
         reference = transformers.MixtralForCausalLM.from_pretrained(directory).eval()
     impls = runners(model, reference, args.new_tokens, args)
-    print(f"moe_lm.stdlib, greedy, {args.new_tokens} new tokens, median of {args.repeats} runs; "
-          "transformers: its default generate (DynamicCache)")
+    print(
+        f"moe_lm.stdlib, greedy, {args.new_tokens} new tokens, median of {args.repeats} runs; "
+        "transformers: its default generate (DynamicCache)"
+    )
     print(f"{'batch':>5}  " + "".join(f"{name + ' tok/s':>26}" for name in impls) + f"{'zoo / transformers':>20}")
     for batch in args.batches:
         ids, mask = prompt_batch(batch)
@@ -108,8 +126,11 @@ def main() -> None:
                 run(ids, mask)
                 times[name].append(time.perf_counter() - start)
         rates = {name: batch * args.new_tokens / statistics.median(t) for name, t in times.items()}
-        print(f"{batch:>5}  " + "".join(f"{rate:>26.1f}" for rate in rates.values())
-              + f"{rates['zoo'] / rates['transformers']:>19.2f}x")
+        print(
+            f"{batch:>5}  "
+            + "".join(f"{rate:>26.1f}" for rate in rates.values())
+            + f"{rates['zoo'] / rates['transformers']:>19.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ classification, accuracy. The third-order rows are ``gin3`` with its parts alone
     .venv/bin/python benchmarks/graph_pooling.py --quick     # ~15 min on 2 shared cores
     .venv/bin/python benchmarks/graph_pooling.py             # longer training, more images
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,7 +80,9 @@ def make_tasks(budget: dict, seed: int, names: list[str]) -> list[Task]:
     if "fashion" in names:
         train = FashionMNISTGraphs("train", num_graphs=budget["fashion_train"], seed=seed, pre_transform=AddTriangles())
         test = FashionMNISTGraphs("test", num_graphs=budget["fashion_test"], seed=seed, pre_transform=AddTriangles())
-        tasks.append(Task("Fashion-MNIST 14x14 pixel graphs", train, test, False, budget["fashion"], 64, _listing_ms(train)))
+        tasks.append(
+            Task("Fashion-MNIST 14x14 pixel graphs", train, test, False, budget["fashion"], 64, _listing_ms(train))
+        )
     return tasks
 
 
@@ -90,8 +93,9 @@ class Run:
         torch.manual_seed(seed)
         num_outputs = 1 if task.regression else task.train.num_classes
         head = "graph_regression" if task.regression else "graph_classification"
-        self.model = zoo.load(name, pretrained=False, head=head, in_channels=task.train.num_features,
-                              num_classes=num_outputs, **kwargs)
+        self.model = zoo.load(
+            name, pretrained=False, head=head, in_channels=task.train.num_features, num_classes=num_outputs, **kwargs
+        )
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-2)
         steps = task.epochs * -(-len(task.train) // task.batch_size)
         self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, steps)
@@ -104,8 +108,12 @@ class Run:
         return F.cross_entropy(out, y)
 
     def train_epoch(self, epoch: int) -> None:
-        loader = DataLoader(self.task.train, batch_size=self.task.batch_size, shuffle=True,
-                            generator=torch.Generator().manual_seed(epoch))  # same batches for every readout
+        loader = DataLoader(
+            self.task.train,
+            batch_size=self.task.batch_size,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(epoch),
+        )  # same batches for every readout
         self.model.train()
         start = time.perf_counter()
         for batch in loader:
@@ -154,17 +162,23 @@ def main() -> None:
                 runs[label].train_epoch(epoch)
         base = runs["GIN + sum"].throughput()
         for label, run in runs.items():
-            rows.append((task, label, run.evaluate(), run.throughput(), run.throughput() / base, run.model.num_features))
+            rows.append(
+                (task, label, run.evaluate(), run.throughput(), run.throughput() / base, run.model.num_features)
+            )
 
-    print(f"\nGIN readouts, budget {'quick' if args.quick else 'full'}, seed {args.seed} "
-          f"(torch {torch.__version__}, {torch.get_num_threads()} thread(s), {time.perf_counter() - started:.0f} s training)")
+    print(
+        f"\nGIN readouts, budget {'quick' if args.quick else 'full'}, seed {args.seed} "
+        f"(torch {torch.__version__}, {torch.get_num_threads()} thread(s), {time.perf_counter() - started:.0f} s training)"
+    )
     current = None
     for task, label, metric, speed, ratio, features in rows:
         if task is not current:
             current = task
             metric_name = "test MSE / var" if task.regression else "test accuracy"
-            print(f"\n{task.name}: {len(task.train)} train / {len(task.test)} test graphs, {task.epochs} epochs, "
-                  f"AddTriangles {task.prep_ms_per_graph:.2f} ms/graph once")
+            print(
+                f"\n{task.name}: {len(task.train)} train / {len(task.test)} test graphs, {task.epochs} epochs, "
+                f"AddTriangles {task.prep_ms_per_graph:.2f} ms/graph once"
+            )
             print(f"  {'readout':<30} {metric_name:>15} {'graphs/s':>10} {'vs sum':>7} {'features':>9}")
         shown = f"{metric:.2e}" if task.regression else f"{metric:.4f}"
         print(f"  {label:<30} {shown:>15} {speed:>10.0f} {ratio:>6.2f}x {features:>9}")

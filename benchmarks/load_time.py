@@ -8,6 +8,7 @@ Each timed call is a fresh load from a warm cache (zoo re-verifies its file ever
 
     .venv/bin/python benchmarks/load_time.py [--repeats 9]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,8 +80,12 @@ def main() -> None:
             load()
             times[name].append(time.perf_counter() - start)
     zoo_s, tv_s = statistics.median(times["zoo"]), statistics.median(times["torchvision"])
-    print(f"resnet50 warm-cache load, median of {args.repeats} (torch {torch.__version__}, {torch.get_num_threads()} threads)")
-    print(f"  zoo.load('resnet50.tv_in1k')                  {zoo_s * 1000:7.1f} ms  (verifies sha256 record, safetensors)")
+    print(
+        f"resnet50 warm-cache load, median of {args.repeats} (torch {torch.__version__}, {torch.get_num_threads()} threads)"
+    )
+    print(
+        f"  zoo.load('resnet50.tv_in1k')                  {zoo_s * 1000:7.1f} ms  (verifies sha256 record, safetensors)"
+    )
     print(f"  torchvision.models.resnet50(weights=V1)       {tv_s * 1000:7.1f} ms  (random init, then pickle load)")
     print(f"  ratio torchvision / zoo                       {tv_s / zoo_s:7.2f}x")
 

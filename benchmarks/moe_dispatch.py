@@ -21,6 +21,7 @@ their gradients written once) next to a plain copy of a 256 MB tensor (read + wr
 On a machine shared with other jobs use ``--threads 1``: with more OpenMP threads than free
 cores, every matmul waits at barriers for a descheduled thread and times grow 10-20x.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,11 @@ def build_layers(dtype: torch.dtype, tokens: int) -> dict[str, torch.nn.Module]:
         if impl == "batched_mm" and tokens > BATCHED_MM_MAX_TOKENS:
             continue
         config = MixtralConfig(
-            hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_local_experts=EXPERTS,
-            num_experts_per_tok=TOP_K, experts_implementation=impl,
+            hidden_size=HIDDEN,
+            intermediate_size=INTERMEDIATE,
+            num_local_experts=EXPERTS,
+            num_experts_per_tok=TOP_K,
+            experts_implementation=impl,
         )
         layers[f"hf {impl}"] = MixtralSparseMoeBlock(config)
     reference = layers["hf eager"]

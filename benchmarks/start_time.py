@@ -9,6 +9,7 @@ target it has (issue: `zoo list` at most 1.5x import torch, `zoo --help` under 0
 
 ``--python`` names another interpreter (another checkout's venv) to measure, e.g. before a change.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,13 @@ COMMANDS = {  # label -> (python arguments, target: ("ratio", x) to import torch
 def _run(python: str, arguments: list[str]) -> float:
     """Seconds of one fresh process, run outside any checkout (``-c`` puts the working folder first on sys.path)."""
     start = time.perf_counter()
-    subprocess.run([python, *arguments], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   cwd=tempfile.gettempdir())
+    subprocess.run(
+        [python, *arguments],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=tempfile.gettempdir(),
+    )
     return time.perf_counter() - start
 
 
@@ -65,8 +71,10 @@ def main() -> None:
     args = parser.parse_args()
     medians = measure(args.python, args.repeats)
     torch_seconds = medians["python -c 'import torch'"]
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; python: {args.python}; "
-          f"medians of {args.repeats} interleaved rounds")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; python: {args.python}; "
+        f"medians of {args.repeats} interleaved rounds"
+    )
     print(f"{'command':<28}{'median s':>10}{'x torch':>10}  target")
     for label, (_, target) in COMMANDS.items():
         ratio = medians[label] / torch_seconds

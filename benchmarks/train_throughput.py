@@ -12,6 +12,7 @@ does, not in the luck of the shuffle (a few epochs from scratch vary by several 
 
     .venv/bin/python benchmarks/train_throughput.py [--steps 20] [--repeats 3] [--epochs 2] [--subset 10000] [--no-bf16]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,7 +29,7 @@ from tqdm import tqdm
 
 import zoo
 from zoo.training.data import EpochSampler, load_fashion_mnist
-from zoo.training.engine import Trainer, TrainConfig
+from zoo.training.engine import TrainConfig, Trainer
 
 MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST training-set statistics
 
@@ -83,9 +84,19 @@ def engine_run(precision: str, channels_last: bool) -> Callable[..., None]:
         epochs: int,
     ) -> None:
         config = TrainConfig(
-            epochs=epochs, max_steps=steps, batch_size=batch_size, optimizer="sgd", lr=lr, momentum=momentum,
-            weight_decay=0.0, scheduler="none", precision=precision, channels_last=channels_last,
-            progress=False, tensorboard=False, plot=False,
+            epochs=epochs,
+            max_steps=steps,
+            batch_size=batch_size,
+            optimizer="sgd",
+            lr=lr,
+            momentum=momentum,
+            weight_decay=0.0,
+            scheduler="none",
+            precision=precision,
+            channels_last=channels_last,
+            progress=False,
+            tensorboard=False,
+            plot=False,
         )
         Trainer(model, config).fit(data)
 
@@ -131,7 +142,9 @@ def main() -> None:
     parser.add_argument("--subset", type=int, default=10000, help="training images for the accuracy comparison")
     parser.add_argument("--test-subset", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--no-bf16", action="store_true", help="skip the bf16 variant (slow on CPUs without bf16 kernels)")
+    parser.add_argument(
+        "--no-bf16", action="store_true", help="skip the bf16 variant (slow on CPUs without bf16 kernels)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -145,15 +158,18 @@ def main() -> None:
     }
     if args.no_bf16:
         del variants["Trainer, bf16 + channels_last"]
-    print(f"resnet20 on Fashion-MNIST 28x28 gray, batch {args.batch_size} (torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, CPU capability {torch.backends.cpu.get_cpu_capability()})")
+    print(
+        f"resnet20 on Fashion-MNIST 28x28 gray, batch {args.batch_size} (torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, CPU capability {torch.backends.cpu.get_cpu_capability()})"
+    )
     if args.steps:
         throughput(variants, initial, args)
 
     if args.epochs:
         train, test = fashion_mnist("train", args.subset), fashion_mnist("test", args.test_subset)
-        print(f"accuracy after {args.epochs} epoch(s) on {len(train)} training images, "
-              f"scored on {len(test)} test images")
+        print(
+            f"accuracy after {args.epochs} epoch(s) on {len(train)} training images, scored on {len(test)} test images"
+        )
         reference = None
         for name, run in tqdm(variants.items(), desc="accuracy"):
             model = copy.deepcopy(initial)

@@ -9,6 +9,7 @@ and the ratio torchvision / zoo (above 1: zoo is faster).
 
     .venv/bin/python benchmarks/vision_inference.py [--repeats 16] [--batch-sizes 1 16] [--models ...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,15 +61,19 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(MODELS))
     args = parser.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
-    print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, {torch.get_num_threads()} threads, "
-          f"224 px, fp32, eval, median of {args.repeats}")
+    print(
+        f"torch {torch.__version__}, torchvision {torchvision.__version__}, {torch.get_num_threads()} threads, "
+        f"224 px, fp32, eval, median of {args.repeats}"
+    )
     print("| model | batch | torchvision ms | zoo ms | ratio (tv / zoo) | max abs diff |")
     print("|---|---|---|---|---|---|")
     for name in args.models:
         for batch_size in args.batch_sizes:
             tv, ours, diff = compare(name, batch_size, args.repeats)
-            print(f"| {name} | {batch_size} | {tv * 1e3:.1f} | {ours * 1e3:.1f} | {tv / ours:.2f} | {diff:.1e} |",
-                  flush=True)
+            print(
+                f"| {name} | {batch_size} | {tv * 1e3:.1f} | {ours * 1e3:.1f} | {tv / ours:.2f} | {diff:.1e} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

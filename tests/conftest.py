@@ -1,5 +1,6 @@
 """Shared fixtures: every test gets its own empty ZOO_HOME (so no test touches the user's
 cache or inherits ZOO_OFFLINE), and `http_server` serves test bytes from 127.0.0.1."""
+
 from __future__ import annotations
 
 import http.server
@@ -90,9 +91,7 @@ class LocalHTTPServer:
         self._httpd = _Server(("127.0.0.1", 0), _Handler)
         self._httpd.owner = self
         self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
-        )
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
         self._thread.start()
 
     def add(
@@ -186,4 +185,3 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
-

@@ -1,5 +1,6 @@
 """Serve a state dict in its publisher's file format from the local HTTP server and point a
 registered weight entry at it, so tests go through the real entry machinery."""
+
 from __future__ import annotations
 
 import dataclasses

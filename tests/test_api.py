@@ -1,4 +1,5 @@
 """zoo.load / save / list_models / info: fine-tuning heads, overrides and clear errors."""
+
 from __future__ import annotations
 
 import io
@@ -8,9 +9,9 @@ import pytest
 import safetensors.torch
 import torch
 import torchvision
+from published import publish, randomize_batchnorm
 
 import zoo
-from published import publish, randomize_batchnorm
 from zoo.store import download
 
 
@@ -150,7 +151,11 @@ def test_save_and_load_roundtrip(resnet18_published, tmp_path):
     with torch.no_grad():
         model.fc.weight.normal_()
     zoo.save(model, tmp_path / "finetuned")
-    assert sorted(p.name for p in (tmp_path / "finetuned").iterdir()) == ["README.md", "config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "finetuned").iterdir()) == [
+        "README.md",
+        "config.json",
+        "model.safetensors",
+    ]
     restored = zoo.load(tmp_path / "finetuned")
     x = torch.randn(2, 3, 64, 64)
     assert torch.equal(restored(x), model(x))

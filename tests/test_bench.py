@@ -1,5 +1,6 @@
 """`zoo.deploy.bench`: MACs counted against hand computation and torchvision's published figures, every
 weight entry's recorded ``gmacs`` against a fresh count, and the `zoo bench` command."""
+
 from __future__ import annotations
 
 import csv
@@ -21,32 +22,55 @@ from zoo.store import registry
 from zoo.training.publish import Provenance
 from zoo.training.publish import publish as publish_entry
 
-CSV_COLUMNS = {"model", "top1", "param_count", "gmacs", "input_shape", "file_size_mb", "batch_size",
-               "infer_samples_per_sec", "infer_step_time_ms", "optimized_samples_per_sec", "optimized_precision"}
+CSV_COLUMNS = {
+    "model",
+    "top1",
+    "param_count",
+    "gmacs",
+    "input_shape",
+    "file_size_mb",
+    "batch_size",
+    "infer_samples_per_sec",
+    "infer_step_time_ms",
+    "optimized_samples_per_sec",
+    "optimized_precision",
+}
 
 
 @settings(max_examples=25, deadline=None)
 @given(
-    batch=st.integers(1, 3), groups=st.sampled_from([1, 2]), in_per_group=st.integers(1, 3),
-    out_per_group=st.integers(1, 3), kernel=st.integers(1, 3), stride=st.integers(1, 2),
-    size=st.integers(3, 9), features=st.integers(1, 5),
+    batch=st.integers(1, 3),
+    groups=st.sampled_from([1, 2]),
+    in_per_group=st.integers(1, 3),
+    out_per_group=st.integers(1, 3),
+    kernel=st.integers(1, 3),
+    stride=st.integers(1, 2),
+    size=st.integers(3, 9),
+    features=st.integers(1, 5),
 )
-def test_count_macs_of_a_conv_and_a_linear_by_hand(batch, groups, in_per_group, out_per_group, kernel, stride, size,
-                                                    features):
+def test_count_macs_of_a_conv_and_a_linear_by_hand(
+    batch, groups, in_per_group, out_per_group, kernel, stride, size, features
+):
     conv = nn.Conv2d(groups * in_per_group, groups * out_per_group, kernel, stride=stride, groups=groups)
     out_size = (size - kernel) // stride + 1
     flat = groups * out_per_group * out_size**2
     model = nn.Sequential(conv, nn.ReLU(), nn.Flatten(), nn.Linear(flat, features))
     # each output of the conv: a dot product over its group's in-channels times the kernel area
     conv_macs = batch * flat * in_per_group * kernel**2
-    assert bench.count_macs(model, torch.randn(batch, groups * in_per_group, size, size)) == conv_macs + batch * flat * features
+    assert (
+        bench.count_macs(model, torch.randn(batch, groups * in_per_group, size, size))
+        == conv_macs + batch * flat * features
+    )
 
 
-@pytest.mark.parametrize("builder,weights", [
-    (torchvision.models.resnet50, torchvision.models.ResNet50_Weights.IMAGENET1K_V2),
-    (torchvision.models.densenet121, torchvision.models.DenseNet121_Weights.IMAGENET1K_V1),
-    (torchvision.models.mobilenet_v2, torchvision.models.MobileNet_V2_Weights.IMAGENET1K_V2),
-])
+@pytest.mark.parametrize(
+    "builder,weights",
+    [
+        (torchvision.models.resnet50, torchvision.models.ResNet50_Weights.IMAGENET1K_V2),
+        (torchvision.models.densenet121, torchvision.models.DenseNet121_Weights.IMAGENET1K_V1),
+        (torchvision.models.mobilenet_v2, torchvision.models.MobileNet_V2_Weights.IMAGENET1K_V2),
+    ],
+)
 def test_count_macs_matches_torchvisions_published_figure(builder, weights):
     """torchvision's "GFLOPS" (``_ops``: 4.09 for ResNet-50) are multiply-accumulates."""
     with torch.device("meta"):
@@ -65,17 +89,20 @@ def _measured(arch: str, model_kwargs: str, num_classes: int, crop: int | None) 
 @pytest.mark.parametrize("name", zoo.list_models(pretrained=True))
 def test_recorded_gmacs_equal_a_fresh_count(name):
     info = zoo.info(name)
-    measured = _measured(info.arch, json.dumps(info.model_kwargs, sort_keys=True), info.num_classes,
-                         info.preprocess.get("crop"))
+    measured = _measured(
+        info.arch, json.dumps(info.model_kwargs, sort_keys=True), info.num_classes, info.preprocess.get("crop")
+    )
     if registry.input_kind(info.arch) == "graphs":
         assert info.gmacs is None and measured is None
     else:
-        assert info.gmacs == pytest.approx(measured, rel=0.01), f"{name}: set \"gmacs\": {measured}"
+        assert info.gmacs == pytest.approx(measured, rel=0.01), f'{name}: set "gmacs": {measured}'
 
 
 def test_bench_command_writes_a_timm_style_csv(tmp_path, capsys):
     path = tmp_path / "results.csv"
-    assert main(["bench", "resnet20.fmnist", "--batch", "2", "--repeats", "1", "--csv", str(path), "--no-optimize"]) == 0
+    assert (
+        main(["bench", "resnet20.fmnist", "--batch", "2", "--repeats", "1", "--csv", str(path), "--no-optimize"]) == 0
+    )
     out = capsys.readouterr().out
     assert f"capability {torch.backends.cpu.get_cpu_capability()}" in out and "AMX" in out
     rows = list(csv.DictReader(path.open()))
@@ -98,7 +125,9 @@ def test_bench_skips_graph_models_and_uncached_downloads_and_says_why(capsys):
 
 def test_bench_times_cached_published_weights(http_server, monkeypatch):
     torch.manual_seed(0)
-    publish(http_server, monkeypatch, "mobilenet_v3_small.tv_in1k", torchvision.models.mobilenet_v3_small().state_dict())
+    publish(
+        http_server, monkeypatch, "mobilenet_v3_small.tv_in1k", torchvision.models.mobilenet_v3_small().state_dict()
+    )
     zoo.load("mobilenet_v3_small.tv_in1k")  # downloads it into the test's cache
     (row,), skipped = bench.bench(bench.select(["mobilenet_v3_small.tv_in1k"]), [1], repeats=1)
     assert not skipped and row.weights == "cached" and row.top1 == 67.668 and row.infer_samples_per_sec > 0
@@ -110,11 +139,14 @@ def test_an_architecture_name_is_timed_with_random_weights_at_its_default_entrys
     assert row.gmacs == zoo.info("resnet20").gmacs and row.input_shape == "1x28x28"
 
 
-@pytest.mark.parametrize("argv,problem", [
-    (["bench", "resnet99*"], "'resnet99*' matches no weight entry or architecture"),
-    (["bench", "resnet20.fmnist", "--batch", "0,x"], "--batch takes positive batch sizes"),
-    (["bench", "resnet20.fmnist", "--repeats", "0"], "argument --repeats: must be 1 or more, got 0"),
-])
+@pytest.mark.parametrize(
+    "argv,problem",
+    [
+        (["bench", "resnet99*"], "'resnet99*' matches no weight entry or architecture"),
+        (["bench", "resnet20.fmnist", "--batch", "0,x"], "--batch takes positive batch sizes"),
+        (["bench", "resnet20.fmnist", "--repeats", "0"], "argument --repeats: must be 1 or more, got 0"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(argv, problem, capsys):
     try:
         code = main([*argv, "--no-optimize"])
@@ -128,8 +160,17 @@ def test_bad_input_is_one_line_and_exit_2(argv, problem, capsys):
 def test_publish_records_the_gmacs_of_new_weights(tmp_path):
     model = zoo.load("resnet20", pretrained=False, in_chans=1, num_classes=10)
     provenance = Provenance(data="none", command="test", seed=0, epochs=0, wall_time_s=0)
-    entry = publish_entry(model, "resnet20.test", title="test", task="fashion-mnist", metrics={}, provenance=provenance,
-                          model_kwargs={"in_chans": 1}, preprocess={"crop": 28}, root=tmp_path)
+    entry = publish_entry(
+        model,
+        "resnet20.test",
+        title="test",
+        task="fashion-mnist",
+        metrics={},
+        provenance=provenance,
+        model_kwargs={"in_chans": 1},
+        preprocess={"crop": 28},
+        root=tmp_path,
+    )
     assert entry["gmacs"] == zoo.info("resnet20.fmnist").gmacs
     assert json.loads((tmp_path / "resnet20.test.json").read_text())[0]["gmacs"] == entry["gmacs"]
 
@@ -151,9 +192,13 @@ def test_optimized_speed_is_timed_and_its_precision_reported(monkeypatch):
             return self.model(x)
 
     built: list[Counting] = []
-    monkeypatch.setattr(bench, "optimize_model", lambda model, example_input: built.append(Counting(model)) or built[-1])
+    monkeypatch.setattr(
+        bench, "optimize_model", lambda model, example_input: built.append(Counting(model)) or built[-1]
+    )
     rows, _ = bench.bench(bench.select(["dbn.fmnist"]), [1, 8], repeats=3, optimize=True)
     assert [counting.calls for counting in built] == [5, 5]
     for row in rows:
         assert row.optimized_precision == "int8" and row.optimized_samples_per_sec > 0
-        assert row.optimized_speedup == pytest.approx(row.optimized_samples_per_sec / row.infer_samples_per_sec, abs=0.01)
+        assert row.optimized_speedup == pytest.approx(
+            row.optimized_samples_per_sec / row.infer_samples_per_sec, abs=0.01
+        )

@@ -1,6 +1,7 @@
 """The weights the project trains itself: every bundled entry loads offline, matches its sha256,
 size and card, and re-measures its card's metrics on a slice of the test set; `zoo eval`;
 each recipe runs end to end on a tiny budget; the demo runs on a reduced one."""
+
 from __future__ import annotations
 
 import hashlib
@@ -14,14 +15,14 @@ import safetensors.torch
 import torch
 
 import zoo
+from zoo import cli
+from zoo.store import registry
+from zoo.tokenizer import ByteTokenizer
 from zoo.training import data, evaluate, publish
 from zoo.training.recipes import dbn as dbn_recipe
 from zoo.training.recipes import fmnist as fmnist_recipe
 from zoo.training.recipes import graph as graph_recipe
 from zoo.training.recipes import moe_lm as moe_lm_recipe
-from zoo import cli
-from zoo.store import registry
-from zoo.tokenizer import ByteTokenizer
 
 WEIGHTS = Path(str(resources.files("zoo.weights")))
 BUNDLED = [name for name in zoo.list_models(pretrained=True) if registry.weight_info(name).file]
@@ -37,8 +38,18 @@ def test_bundled_weights_include_each_recipe_family() -> None:
     """The CNNs, the MoE image classifier, both DBNs, the graph model and the MoE language model (with its dense baseline) ship
     trained weights (the list grows with the recipes)."""
     expected = {
-        "resnet20.fmnist", "resnet56.fmnist", "seresnet20.fmnist", "densenet_bc_40.fmnist", "mobilenet_v2_cifar.fmnist",
-        "moe_vit.fmnist", "dbn.digits", "dbn.fmnist", "gin3.triangles_er", "gin3.fmnist", "moe_lm.stdlib", "moe_lm.stdlib_dense",
+        "resnet20.fmnist",
+        "resnet56.fmnist",
+        "seresnet20.fmnist",
+        "densenet_bc_40.fmnist",
+        "mobilenet_v2_cifar.fmnist",
+        "moe_vit.fmnist",
+        "dbn.digits",
+        "dbn.fmnist",
+        "gin3.triangles_er",
+        "gin3.fmnist",
+        "moe_lm.stdlib",
+        "moe_lm.stdlib_dense",
     }
     assert expected <= set(BUNDLED), BUNDLED
     assert registry.weight_info("moe_lm").name == "moe_lm.stdlib"
@@ -53,7 +64,9 @@ def test_entry_file_card_and_recipe_agree(name: str) -> None:
     blob = path.read_bytes()
     assert hashlib.sha256(blob).hexdigest() == info.sha256 and len(blob) == info.file_size
     tensors = safetensors.torch.load(blob)
-    assert sum(t.numel() for k, t in tensors.items() if "running" not in k and "num_batches" not in k) == info.num_params
+    assert (
+        sum(t.numel() for k, t in tensors.items() if "running" not in k and "num_batches" not in k) == info.num_params
+    )
     card = info.card_text()
     for fact in (info.sha256, info.recipe, "## Data", "hardware", "wall time", "date"):
         assert fact in card, f"the card of {name} lacks {fact!r}"
@@ -106,16 +119,33 @@ def test_recipe_command_line(capsys: pytest.CaptureFixture) -> None:
         return [{"name": "a.x", "metrics": {"t": {"m": 1.0}}}, {"name": "a.y", "metrics": {}}]
 
     doc = "Trains a, over\ntwo lines.\n\nDetails."
-    assert publish.recipe_main("m", doc, ["x"], run, ["x", "--steps", "3", "--out", "o"], budget="steps",
-                               limit=False) == 0
+    assert (
+        publish.recipe_main("m", doc, ["x"], run, ["x", "--steps", "3", "--out", "o"], budget="steps", limit=False) == 0
+    )
     assert calls == [("x", {"steps": 3, "out": "o", "command": "python -m m x --steps 3 --out o"})]
     assert capsys.readouterr().out.splitlines() == ["a.x: test {'t': {'m': 1.0}}", "a.y: test {}"]
     publish.recipe_main("m", doc, ["x"], run, ["x", "--run-dir", "r", "--epochs=2"], resumable=True)
-    assert calls[-1] == ("x", {"epochs": 2, "limit": None, "run_dir": "r", "out": str(publish.WEIGHTS_DIR),
-                               "command": "python -m m x --epochs=2"})  # where checkpoints went is not the recipe
+    assert calls[-1] == (
+        "x",
+        {
+            "epochs": 2,
+            "limit": None,
+            "run_dir": "r",
+            "out": str(publish.WEIGHTS_DIR),
+            "command": "python -m m x --epochs=2",
+        },
+    )  # where checkpoints went is not the recipe
     publish.recipe_main("m", doc, ["x"], run, ["x", "--num-workers", "4"], workers=True)
-    assert calls[-1] == ("x", {"epochs": None, "limit": None, "num_workers": 4, "out": str(publish.WEIGHTS_DIR),
-                               "command": "python -m m x --num-workers 4"})  # workers draw their own augmentations
+    assert calls[-1] == (
+        "x",
+        {
+            "epochs": None,
+            "limit": None,
+            "num_workers": 4,
+            "out": str(publish.WEIGHTS_DIR),
+            "command": "python -m m x --num-workers 4",
+        },
+    )  # workers draw their own augmentations
     with pytest.raises(SystemExit):
         publish.recipe_main("m", doc, ["x"], run, ["--help"])
     assert "Trains a, over two lines." in capsys.readouterr().out
@@ -185,8 +215,16 @@ def test_fmnist_recipe_distils_the_vit(tmp_path: Path, monkeypatch: pytest.Monke
 def test_moe_lm_recipe_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Both language models (MoE and dense baseline) are trained, measured and published; tiny
     models on the first 20 kB of each split keep it to seconds."""
-    small = {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 32,
-             "num_experts": 4, "top_k": 2, "max_position_embeddings": evaluate.CONTEXT}
+    small = {
+        "hidden_size": 32,
+        "num_layers": 2,
+        "num_heads": 2,
+        "num_kv_heads": 1,
+        "intermediate_size": 32,
+        "num_experts": 4,
+        "top_k": 2,
+        "max_position_embeddings": evaluate.CONTEXT,
+    }
     monkeypatch.setattr(moe_lm_recipe, "MOE", small)
     monkeypatch.setattr(moe_lm_recipe, "DENSE", {**small, "dense_layers": [0, 1]})
     for module in (moe_lm_recipe, evaluate):
@@ -226,8 +264,7 @@ def test_stdlib_corpus_splits_files_by_index() -> None:
 
 def test_demo_runs_on_a_reduced_budget(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "demo"  # the default weights: the bundled resnet20.fmnist
-    code = cli.main(["demo", "--out", str(out), "--per-class", "2", "--eval-per-class", "3",
-                     "--epochs", "1"])
+    code = cli.main(["demo", "--out", str(out), "--per-class", "2", "--eval-per-class", "3", "--epochs", "1"])
     assert code == 0
     printed = capsys.readouterr().out
     assert "fine-tuned from" in printed and "from scratch" in printed

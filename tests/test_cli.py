@@ -1,4 +1,5 @@
 """`zoo list`, `zoo info`, `zoo predict` and `python -m zoo`."""
+
 from __future__ import annotations
 
 import subprocess
@@ -8,10 +9,10 @@ import pytest
 import torch
 import torchvision
 from PIL import Image
-
 from published import publish, randomize_batchnorm
-from zoo.store import registry
+
 from zoo.cli import main
+from zoo.store import registry
 
 
 def test_list(capsys):
@@ -60,8 +61,11 @@ def _image(path, size, mode="RGB"):
 
 
 def test_predict_takes_any_size_and_mode_and_names_a_corrupt_file(tmp_path, capsys):
-    images = [_image(tmp_path / "a.png", (28, 28), "L"), _image(tmp_path / "b.png", (224, 300), "RGBA"),
-              _image(tmp_path / "c.jpg", (17, 9))]
+    images = [
+        _image(tmp_path / "a.png", (28, 28), "L"),
+        _image(tmp_path / "b.png", (224, 300), "RGBA"),
+        _image(tmp_path / "c.jpg", (17, 9)),
+    ]
     assert main(["predict", "resnet20.fmnist", *images, "--topk", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line for line in lines if not line.startswith(" ")] == images and len(lines) == 9
@@ -85,8 +89,11 @@ def test_predict_of_a_finetuned_folder_prints_its_class_names(tmp_path, capsys):
 
 def test_bad_arguments_are_one_line_and_exit_2(tmp_path, capsys):
     image = _image(tmp_path / "x.png", (28, 28))
-    for argv in (["predict", "resnet20.fmnist", image, "--topk", "0"], ["predict", "resnet20.fmnist", image, "--topk", "-1"],
-                 ["generate", "moe_lm.stdlib", "x", "--max-new-tokens", "-5"]):
+    for argv in (
+        ["predict", "resnet20.fmnist", image, "--topk", "0"],
+        ["predict", "resnet20.fmnist", image, "--topk", "-1"],
+        ["generate", "moe_lm.stdlib", "x", "--max-new-tokens", "-5"],
+    ):
         try:
             code = main(argv)
         except SystemExit as exit:  # argparse
@@ -107,8 +114,9 @@ def test_generate_streams_its_tokens(capsys):
 
 
 def test_list_into_a_closed_pipe_is_quiet():
-    listing = subprocess.run(f"{sys.executable} -m zoo list --pretrained | head -1", shell=True,
-                             capture_output=True, text=True)
+    listing = subprocess.run(
+        f"{sys.executable} -m zoo list --pretrained | head -1", shell=True, capture_output=True, text=True
+    )
     assert listing.stdout.count("\n") == 1 and listing.stderr == ""
 
 
@@ -142,16 +150,21 @@ def test_generate_takes_a_prompt_that_is_not_utf8(capsys):
 
 def test_predict_on_a_folder_says_to_pass_its_files(tmp_path, capsys):
     assert main(["predict", "resnet20.fmnist", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.strip() == f"zoo: error: {tmp_path} is a folder; pass the image files in it, e.g. {tmp_path}/*"
+    assert (
+        capsys.readouterr().err.strip()
+        == f"zoo: error: {tmp_path} is a folder; pass the image files in it, e.g. {tmp_path}/*"
+    )
 
 
 def test_generate_refuses_bad_sampling_options_before_loading_the_model(monkeypatch, capsys):
     import zoo
 
     monkeypatch.setattr(zoo, "load", lambda *a, **k: pytest.fail("loaded the model before checking the options"))
-    for option, problem in ((["--temperature", "nan"], "--temperature: must be a finite number >= 0, got 'nan'"),
-                            (["--top-p", "0"], "--top-p: must be a number in (0, 1], got '0'"),
-                            (["--top-k", "0"], "--top-k: must be 1 or more, got 0")):
+    for option, problem in (
+        (["--temperature", "nan"], "--temperature: must be a finite number >= 0, got 'nan'"),
+        (["--top-p", "0"], "--top-p: must be a number in (0, 1], got '0'"),
+        (["--top-k", "0"], "--top-k: must be 1 or more, got 0"),
+    ):
         with pytest.raises(SystemExit) as exit:  # refused as the options are parsed
             main(["generate", "moe_lm.stdlib", "def f(", *option])
         captured = capsys.readouterr()
@@ -168,11 +181,15 @@ def test_predict_finds_a_truncated_image_before_loading_the_model(tmp_path, monk
     monkeypatch.setattr(zoo, "load", lambda *a, **k: pytest.fail("loaded the model before checking the images"))
     assert main(["predict", "resnet20.fmnist", *good, str(tmp_path / "cut.png"), "--batch-size", "2"]) == 2
     captured = capsys.readouterr()
-    assert captured.out == "" and captured.err.startswith(f"zoo: error: {tmp_path / 'cut.png'} is not a readable image (")
+    assert captured.out == "" and captured.err.startswith(
+        f"zoo: error: {tmp_path / 'cut.png'} is not a readable image ("
+    )
     assert len(captured.err.splitlines()) == 1
 
 
 def test_a_count_that_is_not_a_number_is_named_as_such(capsys):
     with pytest.raises(SystemExit) as exit:
         main(["predict", "resnet20.fmnist", "x.png", "--batch-size", "abc"])
-    assert exit.value.code == 2 and "argument --batch-size: must be a whole number, got 'abc'" in capsys.readouterr().err
+    assert (
+        exit.value.code == 2 and "argument --batch-size: must be a whole number, got 'abc'" in capsys.readouterr().err
+    )

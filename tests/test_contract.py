@@ -9,6 +9,7 @@ and strides, vocabulary, graph features, visible units). The classifier resets r
 copy; the training steps run on the model itself, whose buffers and modes are put back. The
 file runs on one thread.
 """
+
 from __future__ import annotations
 
 import copy
@@ -85,8 +86,9 @@ def _small_kwargs(arch: str) -> dict[str, Any]:
     CNNs are built as they are, densenet201 included."""
     cls = _model_class(arch)
     if cls is not None and "return_aux" in inspect.signature(cls.forward).parameters:
-        return dict(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=24,
-                    num_experts=4, top_k=2)
+        return dict(
+            hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=24, num_experts=4, top_k=2
+        )
     kind = zoo.store.registry.input_kind(arch)
     if kind == "vectors" and "sizes" in inspect.signature(zoo.store.registry.get_builder(arch)).parameters:
         return dict(sizes=(36, 24, 16))
@@ -337,7 +339,9 @@ def test_feature_levels(case: Case) -> None:
         # timm's pruning: a copy that keeps only the layers up to level 1 gives the same maps
         pruned = copy.deepcopy(model)
         assert pruned.prune_intermediate_layers([0, 1]) == [0, 1]
-        for fmap, level in zip(pruned.forward_intermediates(case.x, [0, 1], intermediates_only=True), (0, 1), strict=True):
+        for fmap, level in zip(
+            pruned.forward_intermediates(case.x, [0, 1], intermediates_only=True), (0, 1), strict=True
+        ):
             torch.testing.assert_close(fmap, maps[level])
     first = model.get_submodule(model.first_conv)  # what in_chans= adapts
     assert isinstance(first, nn.Conv2d) and first.in_channels == model.in_chans

@@ -2,6 +2,7 @@
 on a GPU (fp16 / bf16 autocast + compile) agrees with fp32 eager on real Fashion-MNIST images
 and reports what it measured, int8 is refused by name, `zoo predict --device cuda --optimize`
 runs, and the compiled decode step of `generate` gives eager's tokens."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -62,8 +63,9 @@ def test_explicit_fp16_on_cuda_and_int8_refused(fmnist_images: torch.Tensor) -> 
         zoo.optimize(model, x, "int8")
 
 
-def test_predict_on_cuda_with_optimize(tmp_path: Path, fmnist_images: torch.Tensor,
-                                       capsys: pytest.CaptureFixture) -> None:
+def test_predict_on_cuda_with_optimize(
+    tmp_path: Path, fmnist_images: torch.Tensor, capsys: pytest.CaptureFixture
+) -> None:
     paths = []
     for index, image in enumerate(fmnist_images[:10, 0]):
         paths.append(tmp_path / f"{index}.png")
@@ -71,13 +73,30 @@ def test_predict_on_cuda_with_optimize(tmp_path: Path, fmnist_images: torch.Tens
     files = [str(p) for p in paths]
     assert main(["predict", "resnet20.fmnist", *files, "--device", "cuda", "--topk", "1"]) == 0
     eager = capsys.readouterr().out
-    assert main(["predict", "resnet20.fmnist", *files, "--device", "cuda", "--topk", "1", "--optimize", "fp16",
-                 "--batch-size", "4"]) == 0  # batches 4, 4, 2: the last one padded onto the first's graph
+    assert (
+        main(
+            [
+                "predict",
+                "resnet20.fmnist",
+                *files,
+                "--device",
+                "cuda",
+                "--topk",
+                "1",
+                "--optimize",
+                "fp16",
+                "--batch-size",
+                "4",
+            ]
+        )
+        == 0
+    )  # batches 4, 4, 2: the last one padded onto the first's graph
     captured = capsys.readouterr()
     assert "chose fp16" in captured.err and "on cuda" in captured.err
 
     def classes(out: str) -> list[str]:
         return [line.split(None, 1)[1] for line in out.splitlines() if line.startswith("  ")]
+
     assert len(classes(eager)) == 10 and classes(captured.out) == classes(eager)
 
 

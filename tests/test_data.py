@@ -2,6 +2,7 @@
 with the wrong keys or values, image folders with stray, corrupt or missing files, a single
 class, classes too small for the validation hold-out. Each case loads what it should, or
 raises `DataError` naming the file (and the line of a text file) and the fix."""
+
 from __future__ import annotations
 
 import argparse
@@ -114,8 +115,10 @@ def test_a_malformed_csv_exits_2_with_one_line(tmp_path: Path, capsys: pytest.Ca
         ('{"text": "b", "label": "neg"', "not valid JSON"),
         ('["b", "neg"]', "a JSON array, not an object"),
         ('{"text": "b"}', "missing ['label']"),
-        ('{"text": "b", "label": null}',
-         '"label" must be a class name (string) or class index (integer), got a JSON null'),
+        (
+            '{"text": "b", "label": null}',
+            '"label" must be a class name (string) or class index (integer), got a JSON null',
+        ),
         ('{"text": "b", "label": true}', "got a JSON boolean"),
         ('{"text": "b", "label": 1.5}', "got a JSON number"),
         ('{"text": 3, "label": "neg"}', '"text" must be a string'),
@@ -165,8 +168,11 @@ def test_tensor_files_with_wrong_keys(tmp_path: Path) -> None:
         (np.random.rand(4, 3), np.array(["a", "b", "a", "b"]), "'y' holds <U1 values; expected numbers"),
         (np.random.rand(4, 3), np.eye(4, 2, dtype=np.int64), "expected a 1-D tensor of class indices"),
         (np.random.rand(4, 3), np.array([0, 1, -1, 1]), "'y' must be class indices >= 0; sample 2 has -1"),
-        (np.array([[0.0, 1], [np.nan, 1], [1, np.inf], [1, 2]]), np.arange(4) % 2,
-         "NaN or infinite values in 2 samples"),
+        (
+            np.array([[0.0, 1], [np.nan, 1], [1, np.inf], [1, 2]]),
+            np.arange(4) % 2,
+            "NaN or infinite values in 2 samples",
+        ),
         (np.zeros((0, 3)), np.zeros(0, dtype=np.int64), "'x' holds no samples"),
         (np.zeros((4, 0)), np.arange(4) % 2, "'x' holds no samples (shape (4, 0))"),
         (np.zeros((4, 8, 8, 3), np.uint8), np.arange(4) % 2, "channels last"),
@@ -186,8 +192,9 @@ def test_unreadable_tensor_files(tmp_path: Path) -> None:
 
 
 def test_tensor_class_names_and_counts(tmp_path: Path) -> None:
-    np.savez(tmp_path / "n.npz", x=np.random.rand(6, 3), y=np.array([0, 1, 1, 2, 2, 2]),
-             classes=np.array(["a", "b", "c"]))
+    np.savez(
+        tmp_path / "n.npz", x=np.random.rand(6, 3), y=np.array([0, 1, 1, 2, 2, 2]), classes=np.array(["a", "b", "c"])
+    )
     source = open_data(tmp_path / "n.npz")
     assert source.class_names == ["a", "b", "c"] and source.class_counts == {"a": 1, "b": 2, "c": 3}
     assert source.describe_classes() == "3 classes: a (1), b (2), c (3)"
@@ -237,8 +244,11 @@ def test_a_class_the_hold_out_takes_entirely_is_refused(tmp_path: Path) -> None:
     labels = [i % 2 for i in range(n)]
     labels[order[0]] = 2  # class 2's only sample is the first one held out
     source = open_data(labelled(tmp_path, labels))
-    with pytest.raises(DataError, match=r"takes every sample of class '2' \(1 sample\), leaving none to train on; "
-                                        r"at val_fraction 0.1 each class needs at least 10 samples"):
+    with pytest.raises(
+        DataError,
+        match=r"takes every sample of class '2' \(1 sample\), leaving none to train on; "
+        r"at val_fraction 0.1 each class needs at least 10 samples",
+    ):
         source.split(0.1, seed=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

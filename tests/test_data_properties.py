@@ -6,6 +6,7 @@ The property: the data loads with the number of samples and classes that the tes
 on its own from what it generated, or `DataError` is raised whose message names the file
 (with the line of the first bad row) or the folder; and nothing is written outside tmp_path.
 The number of examples comes from the hypothesis profile (tests/conftest.py)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -31,8 +32,22 @@ from zoo.training.sources import open_data
 # --- nothing written outside tmp_path -----------------------------------------------------------
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-_WRITE_EVENTS = {"os.mkdir", "os.rename", "os.replace", "os.remove", "os.rmdir", "os.symlink", "os.link",
-                 "os.truncate", "os.chmod", "os.chown", "os.utime", "shutil.rmtree", "shutil.copyfile", "shutil.move"}
+_WRITE_EVENTS = {
+    "os.mkdir",
+    "os.rename",
+    "os.replace",
+    "os.remove",
+    "os.rmdir",
+    "os.symlink",
+    "os.link",
+    "os.truncate",
+    "os.chmod",
+    "os.chown",
+    "os.utime",
+    "shutil.rmtree",
+    "shutil.copyfile",
+    "shutil.move",
+}
 _recorded: list[str] | None = None
 
 
@@ -275,8 +290,9 @@ JSONL_DEFECTS = {
     "badjson": st.builds(Row, st.just("badjson"), JSON_TEXTS, JSON_LABELS),
     "notobject": st.builds(Row, st.just("notobject"), JSON_TEXTS, JSON_LABELS),
     "nolabel": st.builds(Row, st.just("nolabel"), JSON_TEXTS),
-    "badlabel": st.builds(Row, st.just("badlabel"), JSON_TEXTS,
-                          st.sampled_from([None, True, 1.5, ["cat"], {"name": "cat"}])),
+    "badlabel": st.builds(
+        Row, st.just("badlabel"), JSON_TEXTS, st.sampled_from([None, True, 1.5, ["cat"], {"name": "cat"}])
+    ),
     "badtext": st.builds(Row, st.just("badtext"), st.sampled_from([None, 3, ["a"]]), JSON_LABELS),
     "emptytext": st.builds(Row, st.just("emptytext"), st.sampled_from(["", " ", "\n"]), JSON_LABELS),
 }
@@ -344,14 +360,24 @@ class File:
 
 SIZES = st.tuples(st.integers(1, 16), st.integers(1, 16))
 IMAGES = st.one_of(
-    st.builds(File, st.just("image"), st.sampled_from(["L", "RGB", "RGBA", "P"]), SIZES,
-              st.sampled_from([".png", ".PNG", ".bmp"])),
+    st.builds(
+        File,
+        st.just("image"),
+        st.sampled_from(["L", "RGB", "RGBA", "P"]),
+        SIZES,
+        st.sampled_from([".png", ".PNG", ".bmp"]),
+    ),
     st.builds(File, st.just("image"), st.sampled_from(["L", "RGB"]), SIZES, st.sampled_from([".jpg", ".jpeg"])),
 )
 FILES = st.one_of(
     IMAGES,
-    st.builds(File, st.sampled_from(["garbage", "truncated", "empty"]), st.just("RGB"), st.just((8, 8)),
-              st.sampled_from([".png", ".jpg"])),
+    st.builds(
+        File,
+        st.sampled_from(["garbage", "truncated", "empty"]),
+        st.just("RGB"),
+        st.just((8, 8)),
+        st.sampled_from([".png", ".jpg"]),
+    ),
     st.builds(File, st.sampled_from(["text", "hidden"])),
 )
 CLASS_NAMES = st.sampled_from(["ant", "bee", "cow", "Dog", "élan"])
@@ -427,8 +453,11 @@ def test_image_folders_load_as_written_or_name_the_file(tmp_path: Path, classes,
             return
     event("images: loaded")
     assert images and not empty and len(images) >= 2 and not corrupt, "loaded data it should refuse"
-    expected = [(str(p), index) for index, name in enumerate(names_in_order)
-                for p, _ in sorted(images[name], key=lambda pf: pf[0].name)]
+    expected = [
+        (str(p), index)
+        for index, name in enumerate(names_in_order)
+        for p, _ in sorted(images[name], key=lambda pf: pf[0].name)
+    ]
     assert source.class_names == names_in_order and source.num_classes == len(images)
     assert source.num_samples == len(expected) == len(samples)
     assert source.class_counts == {name: len(images[name]) for name in names_in_order}

@@ -2,6 +2,7 @@
 sampling against the exact distribution, CD/PCD gradients against autograd, scikit-learn
 interop, the Gaussian RBM, greedy pretraining + fine-tuning on the nudged digits, the model
 contract and the scikit-learn estimator (scikit-learn's own estimator checks)."""
+
 from __future__ import annotations
 
 import itertools
@@ -25,6 +26,7 @@ from torch import nn
 
 import zoo
 from zoo.architectures.dbn import DBN, RBM, GaussianRBM, Sparsity
+from zoo.training.digits import load_nudged_digits
 from zoo.training.rbm import (
     DBNClassifier,
     FinetuneConfig,
@@ -34,8 +36,6 @@ from zoo.training.rbm import (
     pretrain,
     train_rbm,
 )
-from zoo.training.digits import load_nudged_digits
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -280,7 +280,10 @@ def test_monitoring_off_leaves_only_training(digits) -> None:
     for s in history:
         assert s.samples_per_second > 0
         assert (s.reconstruction_error, s.valid_reconstruction_error, s.free_energy_gap, s.pseudo_likelihood) == (
-            None, None, None, None
+            None,
+            None,
+            None,
+            None,
         )
     assert not torch.equal(rbm.weight.detach(), before)
     with pytest.raises(ValueError, match="monitor_size must be >= 0"):
@@ -337,7 +340,12 @@ def test_finetuning_is_a_trainer_run(tmp_path) -> None:
     config = FinetuneConfig(epochs=3, batch_size=16, learning_rate=0.2, momentum=0.8, weight_decay=1e-3)
     train = config.train_config("cpu", seed=5, progress=False)
     assert (train.optimizer, train.lr, train.momentum, train.weight_decay, train.scheduler, train.min_lr) == (
-        "sgd", 0.2, 0.8, 1e-3, "cosine", 0.0
+        "sgd",
+        0.2,
+        0.8,
+        1e-3,
+        "cosine",
+        0.0,
     )
     assert (train.epochs, train.batch_size, train.seed, train.device) == (3, 16, 5, "cpu")
     assert train.early_stopping_patience is None and train.out_dir is None and not train.progress
@@ -351,8 +359,14 @@ def test_finetuning_is_a_trainer_run(tmp_path) -> None:
         states = torch.random.get_rng_state(), np.random.get_state()[1].copy(), random.getstate()
         histories.append(
             finetune_dbn(
-                model, X, y, config, valid=(X[:20], y[:20]), generator=torch.Generator().manual_seed(1),
-                progress=False, out_dir=out_dir,
+                model,
+                X,
+                y,
+                config,
+                valid=(X[:20], y[:20]),
+                generator=torch.Generator().manual_seed(1),
+                progress=False,
+                out_dir=out_dir,
             )
         )
         assert torch.equal(torch.random.get_rng_state(), states[0]) and random.getstate() == states[2]

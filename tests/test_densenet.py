@@ -1,5 +1,6 @@
 """DenseNet family (entries: tests/test_entries.py, test_parity.py): the CIFAR DenseNet-BC,
 the memory-efficient mode, the model and feature-extraction contracts, the key converter."""
+
 from __future__ import annotations
 
 import copy
@@ -13,6 +14,7 @@ import zoo
 from zoo.architectures import densenet
 from zoo.architectures.layers import SqueezeExcite
 from zoo.store.convert import convert_state_dict
+
 
 def _num_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())

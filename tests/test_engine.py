@@ -1,6 +1,7 @@
 """Trainer: every option on a real zoo model for a step or two, gradient accumulation,
 bf16 on CPU, exact resume after SIGKILL, 2-process Gloo DDP (and FSDP2) against one process,
 the pluggable step (MoE aux loss, DBN-style custom steps), checkpoints and logs."""
+
 from __future__ import annotations
 
 import copy
@@ -22,8 +23,8 @@ from torch.utils.data import TensorDataset
 
 import zoo
 from zoo.training.data import EpochSampler, ShardSampler
+from zoo.training.engine import TrainConfig, Trainer, param_groups
 from zoo.training.sources import TextBatches
-from zoo.training.engine import Trainer, TrainConfig, param_groups
 from zoo.training.steps import ClassificationStep, DistillationStep, StepOutput
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,7 +120,9 @@ def family_case(name: str, tmp_path: Path) -> tuple[nn.Module, object, object, o
         model = zoo.load("moe_vit", pretrained=False, num_classes=3, img_size=16, patch_size=4, in_chans=1, **TINY_MOE)
         return model, tiny_data(16, size=16), tiny_data(4, size=16, seed=2), None
     if name == "moe_encoder":
-        rows = [(text, label) for text, label in (("a good one", 0), ("so bad", 1), ("meh, fine", 2), ("great!", 0))] * 5
+        rows = [
+            (text, label) for text, label in (("a good one", 0), ("so bad", 1), ("meh, fine", 2), ("great!", 0))
+        ] * 5
         model = zoo.load("moe_encoder", pretrained=False, num_classes=3, **TINY_MOE)
         return model, rows[:16], rows[16:], TextBatches(max_length=12)
     if name == "gin_sum":
@@ -132,7 +135,12 @@ def family_case(name: str, tmp_path: Path) -> tuple[nn.Module, object, object, o
     if name == "dbn":
         g = torch.Generator().manual_seed(1)
         data = TensorDataset(torch.rand(20, 64, generator=g), torch.randint(0, 3, (20,), generator=g))
-        return zoo.load("dbn", pretrained=False, sizes=(64, 16, 8), num_classes=3), data, TensorDataset(*data[16:]), None
+        return (
+            zoo.load("dbn", pretrained=False, sizes=(64, 16, 8), num_classes=3),
+            data,
+            TensorDataset(*data[16:]),
+            None,
+        )
     raise ValueError(name)
 
 
@@ -145,16 +153,34 @@ def test_every_family_trains_with_all_speed_options(name: str, tmp_path: Path) -
     accumulation + clipping + one-cycle, with checkpoints, logs, plots and a profiler trace."""
     model, train, val, collate = family_case(name, tmp_path)
     config = TrainConfig(
-        epochs=1, max_steps=2, batch_size=4, accum_steps=2, precision="bf16", channels_last=name in FAMILIES,
-        grad_checkpointing=hasattr(model, "set_grad_checkpointing"), ema_decay=0.9, clip_grad_norm=1.0,
-        scheduler="onecycle", checkpoint_every=1, out_dir=str(tmp_path), profile=True, progress=False,
+        epochs=1,
+        max_steps=2,
+        batch_size=4,
+        accum_steps=2,
+        precision="bf16",
+        channels_last=name in FAMILIES,
+        grad_checkpointing=hasattr(model, "set_grad_checkpointing"),
+        ema_decay=0.9,
+        clip_grad_norm=1.0,
+        scheduler="onecycle",
+        checkpoint_every=1,
+        out_dir=str(tmp_path),
+        profile=True,
+        progress=False,
     )
     history = Trainer(model, config, collate_fn=collate).fit(train, val)
     assert history[-1]["step"] == 2 and 0.0 <= history[-1]["val_acc"] <= 1.0
     if name.startswith("moe"):
         loads = [v for k, v in history[-1].items() if k.startswith("train_expert_load/")]
         assert len(loads) == 4 and sum(loads) == pytest.approx(1.0) and history[-1]["train_aux_loss"] > 0
-    for produced in ("metrics.csv", "metrics.json", "curves.png", "train.log", "checkpoints/last.pt", "checkpoints/best.pt"):
+    for produced in (
+        "metrics.csv",
+        "metrics.json",
+        "curves.png",
+        "train.log",
+        "checkpoints/last.pt",
+        "checkpoints/best.pt",
+    ):
         assert (tmp_path / produced).is_file(), produced
     assert list((tmp_path / "tensorboard").iterdir())
     assert list((tmp_path / "profile").iterdir()), "no profiler trace"
@@ -179,12 +205,18 @@ def test_dbn_pretraining_with_a_contrastive_divergence_step() -> None:
     digits = torch.tensor(load_digits().data[:400] / 16.0, dtype=torch.float32)
     initial_error = (rbm.reconstruct(digits) - digits).pow(2).mean().item()
     before = {k: v.clone() for k, v in model.rbms[1].state_dict().items()}
-    config = TrainConfig(epochs=3, batch_size=20, optimizer="sgd", lr=0.1, momentum=0.5, weight_decay=0.0, scheduler="none", **QUIET)
+    config = TrainConfig(
+        epochs=3, batch_size=20, optimizer="sgd", lr=0.1, momentum=0.5, weight_decay=0.0, scheduler="none", **QUIET
+    )
     history = Trainer(model, config, step_fn=contrastive_divergence).fit(DigitsOnly(digits))
-    assert history[-1]["train_loss"] < history[0]["train_loss"] < 0.7 * initial_error, "reconstruction error should fall"
+    assert history[-1]["train_loss"] < history[0]["train_loss"] < 0.7 * initial_error, (
+        "reconstruction error should fall"
+    )
     assert all(torch.equal(v, before[k]) for k, v in model.rbms[1].state_dict().items()), "only the first RBM trains"
     with pytest.raises(ValueError, match="cannot accumulate"):
-        Trainer(model, dataclasses.replace(config, accum_steps=2), step_fn=contrastive_divergence).fit(DigitsOnly(digits))
+        Trainer(model, dataclasses.replace(config, accum_steps=2), step_fn=contrastive_divergence).fit(
+            DigitsOnly(digits)
+        )
 
 
 class DigitsOnly(torch.utils.data.Dataset):
@@ -205,7 +237,9 @@ def test_plain_settings_equal_the_tutorial_loop() -> None:
     model = tiny_model()
     reference = copy.deepcopy(model)
     data = tiny_data(24)
-    config = TrainConfig(max_steps=5, batch_size=4, optimizer="sgd", lr=0.05, momentum=0.9, weight_decay=0.0, scheduler="none", **QUIET)
+    config = TrainConfig(
+        max_steps=5, batch_size=4, optimizer="sgd", lr=0.05, momentum=0.9, weight_decay=0.0, scheduler="none", **QUIET
+    )
     Trainer(model, config).fit(data)
 
     sampler = EpochSampler(data, seed=config.seed)
@@ -372,8 +406,12 @@ def test_custom_step_for_unlabelled_pretraining() -> None:
 
     data = torch.utils.data.TensorDataset(torch.randn(32, 6))
     unwrap = torch.utils.data.default_collate
-    trainer = Trainer(model, TrainConfig(epochs=3, batch_size=8, lr=0.05, **QUIET), step_fn=reconstruction,
-                      collate_fn=lambda rows: unwrap([r[0] for r in rows]))
+    trainer = Trainer(
+        model,
+        TrainConfig(epochs=3, batch_size=8, lr=0.05, **QUIET),
+        step_fn=reconstruction,
+        collate_fn=lambda rows: unwrap([r[0] for r in rows]),
+    )
     history = trainer.fit(data)
     assert trainer.monitor == "train_loss"
     assert "train_acc" not in history[-1] and "train_energy" in history[-1]
@@ -477,7 +515,9 @@ def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
 
     def run(out: Path, kill_at: int) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(script), str(out), str(kill_at)], env=env, capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, str(script), str(out), str(kill_at)], env=env, capture_output=True, text=True, timeout=300
+        )
 
     # 6 steps per epoch, a checkpoint every 4 steps and at each epoch end; the process kills
     # itself with SIGKILL during step 11 (epoch 2), so the resume starts mid-epoch from step 8.
@@ -549,8 +589,13 @@ def test_two_process_gloo_equals_one_process(kind: str, tmp_path: Path) -> None:
     one, _ = module.main(kind, 4)  # one process, batch 4 x 2 micro-batches
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    double = subprocess.run([*torchrun, str(script), kind, "2", str(tmp_path / "two.pt")],
-                            env=env, capture_output=True, text=True, timeout=300)
+    double = subprocess.run(
+        [*torchrun, str(script), kind, "2", str(tmp_path / "two.pt")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert double.returncode == 0, double.stderr[-3000:]
     two = torch.load(tmp_path / "two.pt", weights_only=True)
     assert one["world"] == 1 and two["world"] == 2

@@ -1,4 +1,5 @@
 """The weight entries are data copied from their publishers: check them against the source."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,9 +12,20 @@ import zoo
 
 TAGS = {"IMAGENET1K_V1": "tv_in1k", "IMAGENET1K_V2": "tv2_in1k"}
 ARCHS = [
-    "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d", "wide_resnet50_2",
-    "densenet121", "densenet161", "densenet169", "densenet201",
-    "mobilenet_v2", "mobilenet_v3_large", "mobilenet_v3_small",
+    "resnet18",
+    "resnet34",
+    "resnet50",
+    "resnet101",
+    "resnet152",
+    "resnext50_32x4d",
+    "wide_resnet50_2",
+    "densenet121",
+    "densenet161",
+    "densenet169",
+    "densenet201",
+    "mobilenet_v2",
+    "mobilenet_v3_large",
+    "mobilenet_v3_small",
 ]
 PUBLISHED = [(f"{arch}.{TAGS[w.name]}", w) for arch in ARCHS for w in tvm.get_model_weights(arch)]
 
@@ -47,7 +59,9 @@ def test_entry_matches_torchvision_metadata(name, weights):
 
 def test_every_torchvision_entry_is_checked():
     torchvision_entries = {
-        name for name in zoo.list_models(pretrained=True) if (zoo.info(name).url or "").startswith("https://download.pytorch.org/")
+        name
+        for name in zoo.list_models(pretrained=True)
+        if (zoo.info(name).url or "").startswith("https://download.pytorch.org/")
     }
     assert torchvision_entries == {name for name, _ in PUBLISHED}
 

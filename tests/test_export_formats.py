@@ -2,6 +2,7 @@
 sizes the export never saw and compared with PyTorch fp32, for one model of every family;
 TorchScript and ExportedProgram through the same entry point; every bad input refused early
 with one clear line."""
+
 from __future__ import annotations
 
 import sys
@@ -63,8 +64,17 @@ def _resized(x: torch.Tensor, batch: int) -> torch.Tensor:
 
 
 def _tiny_moe_lm() -> nn.Module:
-    return zoo.load("moe_lm", pretrained=False, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                    intermediate_size=24, num_experts=4, top_k=2)
+    return zoo.load(
+        "moe_lm",
+        pretrained=False,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=24,
+        num_experts=4,
+        top_k=2,
+    )
 
 
 MODELS = {  # one per family; the bundled weights where they exist
@@ -111,11 +121,14 @@ def _unsized_resnet() -> nn.Module:
     return model
 
 
-@pytest.mark.parametrize(("model", "match"), [
-    (_unsized_resnet, r"no preprocessing or input_size.*; pass example_input=torch\.randn\(2, 3, HEIGHT"),
-    (lambda: zoo.load("gin3", pretrained=False), r"gin3 reads graphs.*cannot be exported"),
-    (lambda: nn.Linear(3, 2), r"not a zoo model .* pass example_input="),
-])
+@pytest.mark.parametrize(
+    ("model", "match"),
+    [
+        (_unsized_resnet, r"no preprocessing or input_size.*; pass example_input=torch\.randn\(2, 3, HEIGHT"),
+        (lambda: zoo.load("gin3", pretrained=False), r"gin3 reads graphs.*cannot be exported"),
+        (lambda: nn.Linear(3, 2), r"not a zoo model .* pass example_input="),
+    ],
+)
 def test_unknown_inputs_are_refused_with_the_fix(model: Any, match: str, out: Path) -> None:
     with pytest.raises(InvalidArgumentError, match=match):
         zoo.export(model(), out / "m.onnx")
@@ -164,10 +177,13 @@ def test_fixed_batch_onnx_refuses_other_batches(out: Path) -> None:
         session.run(None, {"x": np.zeros((5, 6), np.float32)})
 
 
-@pytest.mark.parametrize(("format", "file", "load"), [
-    ("torchscript", "m.pt", lambda path: torch.jit.load(path)),
-    ("exported-program", "m.pt2", lambda path: torch.export.load(path).module()),
-])
+@pytest.mark.parametrize(
+    ("format", "file", "load"),
+    [
+        ("torchscript", "m.pt", lambda path: torch.jit.load(path)),
+        ("exported-program", "m.pt2", lambda path: torch.export.load(path).module()),
+    ],
+)
 def test_other_formats_through_zoo_export(format: str, file: str, load: Any, out: Path) -> None:
     model = _MLP().eval()
     result = zoo.export(model, out / file, format, example_input=torch.randn(2, 6))
@@ -217,7 +233,9 @@ def test_a_batch_baked_into_the_graph_is_caught(out: Path) -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return x * 2 if x.shape[0] == 2 else x  # the exporter specializes the batch to the example's
 
-    with pytest.raises(ExportMismatchError, match="could not keep the batch dimension of x dynamic.*dynamic_batch=False"):
+    with pytest.raises(
+        ExportMismatchError, match="could not keep the batch dimension of x dynamic.*dynamic_batch=False"
+    ):
         zoo.export(FixedBatch(), out / "m.onnx", example_input=torch.randn(2, 3))
     assert not list(out.iterdir())
     result = zoo.export(FixedBatch(), out / "m.onnx", example_input=torch.randn(2, 3), dynamic_batch=False)
@@ -241,12 +259,20 @@ def test_cli_exports_resnet20_to_onnx(out: Path, capsys: pytest.CaptureFixture[s
     assert path.read_bytes() == before
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["resnet20.fmnist", "--format", "tflite"], "zoo: error: unknown export format 'tflite'; choose one of onnx, "
-                                                "torchscript, exported-program"),
-    (["resnet2.fmnist", "--format", "onnx"], "zoo: error: unknown model 'resnet2.fmnist'. Did you mean: resnet20.fmnist"),
-    (["gin3.fmnist", "--format", "onnx"], "zoo: error: gin3 reads graphs, passed as a torch_geometric Data object"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["resnet20.fmnist", "--format", "tflite"],
+            "zoo: error: unknown export format 'tflite'; choose one of onnx, torchscript, exported-program",
+        ),
+        (
+            ["resnet2.fmnist", "--format", "onnx"],
+            "zoo: error: unknown model 'resnet2.fmnist'. Did you mean: resnet20.fmnist",
+        ),
+        (["gin3.fmnist", "--format", "onnx"], "zoo: error: gin3 reads graphs, passed as a torch_geometric Data object"),
+    ],
+)
 def test_cli_bad_input_is_one_line(
     argv: list[str], message: str, out: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -268,12 +294,26 @@ def test_cli_fixed_batch(out: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.parametrize("format,file", [("exported-program", "m.pt2"), ("torchscript", "m.pt")])
 def test_capacity_factor_models_get_the_fixed_batch_hint(format: str, file: str, out: Path) -> None:
-    model = zoo.load("moe_encoder", pretrained=False, hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2,
-                     intermediate_size=24, num_experts=4, top_k=1, capacity_factor=1.0, num_classes=3)
+    model = zoo.load(
+        "moe_encoder",
+        pretrained=False,
+        hidden_size=32,
+        num_layers=1,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=24,
+        num_experts=4,
+        top_k=1,
+        capacity_factor=1.0,
+        num_classes=3,
+    )
     example = torch.randint(0, 200, (2, 16))
-    with pytest.raises(ExportMismatchError, match=r"depends on the batch size .*dynamic_batch=False \(--batch N\)") as error:
+    with pytest.raises(
+        ExportMismatchError, match=r"depends on the batch size .*dynamic_batch=False \(--batch N\)"
+    ) as error:
         zoo.export(model, out / file, format, example_input=example)
     assert "\n" not in str(error.value) and not (out / file).exists()
-    result = zoo.export(model, out / f"fixed-{file}", format, example_input=example, dynamic_batch=False,
-                        overwrite=True)
+    result = zoo.export(
+        model, out / f"fixed-{file}", format, example_input=example, dynamic_batch=False, overwrite=True
+    )
     assert result.max_abs_diff <= 1e-4

@@ -1,5 +1,6 @@
 """Fine-tuning: data sources (image folders, text, tensors, PyG), the transfer modes on every
 vision family (frozen weights bit-identical), `zoo finetune` end to end, the transfer script."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,9 +15,10 @@ import torch.nn as nn
 from PIL import Image
 
 import zoo
+from zoo import cli
+from zoo.errors import CheckpointError, DataError, InvalidArgumentError
 from zoo.training.data import Augment, image_transforms
-from zoo.training.sources import open_data
-from zoo.training.engine import Trainer, TrainConfig
+from zoo.training.engine import TrainConfig, Trainer
 from zoo.training.finetune import (
     Distillation,
     FinetuneOptions,
@@ -26,8 +28,7 @@ from zoo.training.finetune import (
     layer_decay_scale,
     parameter_levels,
 )
-from zoo import cli
-from zoo.errors import CheckpointError, DataError, InvalidArgumentError
+from zoo.training.sources import open_data
 
 FAMILIES = ("resnet20", "densenet_bc_40", "mobilenet_v2_cifar")
 QUIET = dict(progress=False, tensorboard=False, plot=False)
@@ -51,9 +52,13 @@ def write_image_folder(root: Path, mode: str = "RGB", per_class: int = 6, size: 
 
 TINY_MOE = dict(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=32, num_experts=4)
 FAMILY_OPTIONS = {
-    "resnet20": dict(in_chans=1), "densenet_bc_40": dict(in_chans=1), "mobilenet_v2_cifar": dict(in_chans=1),
-    "moe_vit": dict(in_chans=1, img_size=12, patch_size=4, **TINY_MOE), "moe_encoder": TINY_MOE,
-    "gin_sum": dict(in_channels=4, hidden_channels=16, num_layers=3), "dbn": dict(sizes=(64, 24, 16, 8)),
+    "resnet20": dict(in_chans=1),
+    "densenet_bc_40": dict(in_chans=1),
+    "mobilenet_v2_cifar": dict(in_chans=1),
+    "moe_vit": dict(in_chans=1, img_size=12, patch_size=4, **TINY_MOE),
+    "moe_encoder": TINY_MOE,
+    "gin_sum": dict(in_channels=4, hidden_channels=16, num_layers=3),
+    "dbn": dict(sizes=(64, 24, 16, 8)),
 }
 
 
@@ -90,22 +95,58 @@ def write_text_file(path: Path) -> Path:
 
 def write_tensor_file(path: Path, n: int = 24, size: int = 12) -> Path:
     g = torch.Generator().manual_seed(0)
-    torch.save({"x": torch.randint(0, 256, (n, size, size), dtype=torch.uint8, generator=g),
-                "y": torch.arange(n) % 3, "classes": ["a", "b", "c"]}, path)
+    torch.save(
+        {
+            "x": torch.randint(0, 256, (n, size, size), dtype=torch.uint8, generator=g),
+            "y": torch.arange(n) % 3,
+            "classes": ["a", "b", "c"],
+        },
+        path,
+    )
     return path
 
 
-def test_zoo_finetune_image_folder_saves_a_model_zoo_load_restores(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_zoo_finetune_image_folder_saves_a_model_zoo_load_restores(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     data = write_image_folder(tmp_path / "images")
     out = tmp_path / "out"
-    argv = ["finetune", "resnet20", "--data", str(data), "--out", str(out), "--epochs", "2", "--batch-size", "4",
-            "--hflip", "--crop-padding", "2", "--no-progress", "--val-fraction", "0.25"]
+    argv = [
+        "finetune",
+        "resnet20",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "4",
+        "--hflip",
+        "--crop-padding",
+        "2",
+        "--no-progress",
+        "--val-fraction",
+        "0.25",
+    ]
     with pytest.warns(UserWarning, match="bare architecture: training it from scratch"):
         assert cli.main(argv) == 0
     assert "saved" in capsys.readouterr().out
-    for produced in ("config.json", "model.safetensors", "README.md", "metrics.csv", "metrics.json", "curves.png", "train.log",
-                     "eval_report.json", "confusion_matrix.png", "model.torchscript.pt", "model.pt2", "model.onnx",
-                     "post_training.json"):
+    for produced in (
+        "config.json",
+        "model.safetensors",
+        "README.md",
+        "metrics.csv",
+        "metrics.json",
+        "curves.png",
+        "train.log",
+        "eval_report.json",
+        "confusion_matrix.png",
+        "model.torchscript.pt",
+        "model.pt2",
+        "model.onnx",
+        "post_training.json",
+    ):
         assert (out / produced).is_file(), produced
     assert list((out / "tensorboard").iterdir())
 
@@ -147,25 +188,55 @@ def test_distillation_renormalises_images_for_the_teacher(tmp_path: Path) -> Non
 def test_distillation_needs_a_teacher_of_the_datas_classes_and_channels(tmp_path: Path) -> None:
     data = write_image_folder(tmp_path / "images")
     config = TrainConfig(max_steps=1, batch_size=4, **QUIET)
-    for teacher, problem in ((saved_teacher(tmp_path, num_classes=4), "predicts 4 classes"),
-                             (saved_teacher(tmp_path, in_chans=1), "takes 1-channel images")):
+    for teacher, problem in (
+        (saved_teacher(tmp_path, num_classes=4), "predicts 4 classes"),
+        (saved_teacher(tmp_path, in_chans=1), "takes 1-channel images"),
+    ):
         with pytest.raises(ValueError, match=problem), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            finetune("resnet20", data, tmp_path / "out", config=config,
-                     options=FinetuneOptions(distill=Distillation(str(teacher)), post_training=False))
+            finetune(
+                "resnet20",
+                data,
+                tmp_path / "out",
+                config=config,
+                options=FinetuneOptions(distill=Distillation(str(teacher)), post_training=False),
+            )
 
 
 def test_zoo_finetune_with_a_teacher(tmp_path: Path) -> None:
     """``--teacher`` and its options reach the step; the card and the metrics record it."""
     data, out = write_image_folder(tmp_path / "images"), tmp_path / "out"
-    argv = ["finetune", "resnet20", "--data", str(data), "--out", str(out), "--epochs", "1", "--batch-size", "4",
-            "--no-progress", "--no-post-training", "--no-tensorboard", "--teacher", str(saved_teacher(tmp_path)),
-            "--distill-kind", "soft", "--distill-temperature", "2", "--distill-alpha", "0.7", "--teacher-bf16"]
+    argv = [
+        "finetune",
+        "resnet20",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "4",
+        "--no-progress",
+        "--no-post-training",
+        "--no-tensorboard",
+        "--teacher",
+        str(saved_teacher(tmp_path)),
+        "--distill-kind",
+        "soft",
+        "--distill-temperature",
+        "2",
+        "--distill-alpha",
+        "0.7",
+        "--teacher-bf16",
+    ]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert cli.main(argv) == 0
     card = (out / "README.md").read_text()
-    assert f"- distillation: soft labels at temperature 2 of {tmp_path / 'teacher-3-3'} (run in bf16), weight 0.7" in card
+    assert (
+        f"- distillation: soft labels at temperature 2 of {tmp_path / 'teacher-3-3'} (run in bf16), weight 0.7" in card
+    )
     history = json.loads((out / "metrics.json").read_text())["history"]
     assert history[0]["train_distill_loss"] > 0 and "val_distill_loss" not in history[0]
 
@@ -175,8 +246,13 @@ def test_grayscale_folder_gives_a_one_channel_model(tmp_path: Path) -> None:
     assert open_data(data).in_chans == 1
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = finetune("mobilenet_v2_cifar", data, tmp_path / "out", config=TrainConfig(max_steps=1, batch_size=4, **QUIET),
-                          options=NO_POST_TRAINING)
+        result = finetune(
+            "mobilenet_v2_cifar",
+            data,
+            tmp_path / "out",
+            config=TrainConfig(max_steps=1, batch_size=4, **QUIET),
+            options=NO_POST_TRAINING,
+        )
     restored = zoo.load(tmp_path / "out")
     assert restored.in_chans == 1 and restored.pretrained_cfg["preprocess"]["channels"] == 1
     x = zoo.transforms(restored)(Image.open(next((data / "ant").iterdir())).convert("RGB")).unsqueeze(0)
@@ -193,7 +269,9 @@ def test_modes_on_every_family(name: str, mode: str, tmp_path: Path) -> None:
     result = finetune(str(start), data, tmp_path / "out", options, config=config)
     after = result.model.state_dict()
     levels, num_levels = parameter_levels(result.model)
-    classifier = {n for n, p in result.model.named_parameters() if any(p is q for q in result.model.get_classifier().parameters())}
+    classifier = {
+        n for n, p in result.model.named_parameters() if any(p is q for q in result.model.get_classifier().parameters())
+    }
     module_level = {n.rpartition(".")[0]: level for n, level in levels.items()}
     for key, value in after.items():
         owner = key.rpartition(".")[0]
@@ -203,7 +281,13 @@ def test_modes_on_every_family(name: str, mode: str, tmp_path: Path) -> None:
         elif mode == "linear-probe" or (mode == "partial" and level is not None and level < num_levels - 1):
             assert torch.equal(value, before[key]), f"{key} (frozen, buffers included) changed"
     trained_levels = {levels[n] for n, p in result.model.named_parameters() if not torch.equal(after[n], before[n])}
-    expected = {num_levels} if mode == "linear-probe" else {num_levels - 1, num_levels} if mode == "partial" else set(range(num_levels + 1))
+    expected = (
+        {num_levels}
+        if mode == "linear-probe"
+        else {num_levels - 1, num_levels}
+        if mode == "partial"
+        else set(range(num_levels + 1))
+    )
     assert trained_levels == expected
     assert zoo.load(tmp_path / "out").pretrained_cfg["finetuned_from"] == str(start)
 
@@ -216,7 +300,9 @@ def test_parameter_levels_follow_feature_info(name: str) -> None:
     order = list(levels.values())
     assert order == sorted(order) and order[0] == 0, "levels must grow with depth"
     head = {n for n, level in levels.items() if level == num_levels}
-    assert {f"{n}" for n, p in model.named_parameters() if any(p is q for q in model.get_classifier().parameters())} <= head
+    assert {
+        f"{n}" for n, p in model.named_parameters() if any(p is q for q in model.get_classifier().parameters())
+    } <= head
     scale = layer_decay_scale(model, 0.5)
     first, last = next(iter(levels)), next(n for n in levels if levels[n] == num_levels)
     assert scale(last) == 1.0 and scale(first) == 0.5**num_levels
@@ -257,8 +343,11 @@ def test_augmentations_keep_the_eval_geometry() -> None:
     image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (24, 30, 3), dtype=np.uint8))
     evaluation = image_transforms(preprocess, (24, 30), in_chans=1)(image)
     assert evaluation.shape == (1, 16, 16)
-    for augment in (Augment(hflip=True, crop_padding=3), Augment(random_resized_crop=0.5, color_jitter=0.3),
-                    Augment(trivial_augment=True, random_erasing=1.0)):
+    for augment in (
+        Augment(hflip=True, crop_padding=3),
+        Augment(random_resized_crop=0.5, color_jitter=0.3),
+        Augment(trivial_augment=True, random_erasing=1.0),
+    ):
         assert image_transforms(preprocess, (24, 30), augment, in_chans=1)(image).shape == evaluation.shape
     tensor = torch.randint(0, 255, (1, 12, 12), dtype=torch.uint8)
     rgb = image_transforms({"mean": [0.5] * 3, "std": [0.5] * 3}, (12, 12), Augment(hflip=True), in_chans=3)(tensor)
@@ -279,7 +368,10 @@ def test_text_rows_become_byte_tokens(suffix: str, tmp_path: Path) -> None:
     assert source.kind == "text" and source.class_names == ["neg", "pos"]
     train, val = source.split(0.25, seed=0)
     batch = source.collate_fn([train[i] for i in range(len(train))])
-    assert batch["input_ids"].shape == batch["attention_mask"].shape == (9, 6) and set(batch["labels"].tolist()) <= {0, 1}
+    assert batch["input_ids"].shape == batch["attention_mask"].shape == (9, 6) and set(batch["labels"].tolist()) <= {
+        0,
+        1,
+    }
     ids = source.collate_fn([("fine é", 1), ("bad", 0)])
     assert ids["input_ids"].tolist() == [list("fine é".encode())[:6], [*b"bad", 256, 256, 256]]  # bytes, then padding
     assert ids["attention_mask"].tolist() == [[1] * 6, [1, 1, 1, 0, 0, 0]] and ids["labels"].tolist() == [1, 0]
@@ -293,21 +385,29 @@ def test_text_rows_become_byte_tokens(suffix: str, tmp_path: Path) -> None:
         def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
             return self.fc(self.embed(input_ids, per_sample_weights=None) * attention_mask.any(1, keepdim=True))
 
-    history = Trainer(Bag(), TrainConfig(max_steps=2, batch_size=4, **QUIET), collate_fn=source.collate_fn).fit(train, val)
+    history = Trainer(Bag(), TrainConfig(max_steps=2, batch_size=4, **QUIET), collate_fn=source.collate_fn).fit(
+        train, val
+    )
     assert "val_acc" in history[-1]
 
 
 def test_finetune_a_text_classifier_from_a_csv(tmp_path: Path) -> None:
     out = tmp_path / "out"
     config = TrainConfig(max_steps=2, batch_size=4, **QUIET)
-    result = finetune("moe_encoder", write_text_file(tmp_path / "t.csv"), out,
-                      FinetuneOptions(model_kwargs=TINY_MOE, pretrained=False, val_fraction=0.25), config=config)
+    result = finetune(
+        "moe_encoder",
+        write_text_file(tmp_path / "t.csv"),
+        out,
+        FinetuneOptions(model_kwargs=TINY_MOE, pretrained=False, val_fraction=0.25),
+        config=config,
+    )
     assert result.model.head == "sequence_classification" and result.model.num_classes == 3
     assert (out / "eval_report.json").is_file() and (out / "confusion_matrix.png").is_file()
     restored = zoo.load(out)
     batch = open_data(tmp_path / "t.csv").collate_fn([("so bad", 1), ("great!", 2)])
-    torch.testing.assert_close(restored(batch["input_ids"], batch["attention_mask"]),
-                               result.model(batch["input_ids"], batch["attention_mask"]))
+    torch.testing.assert_close(
+        restored(batch["input_ids"], batch["attention_mask"]), result.model(batch["input_ids"], batch["attention_mask"])
+    )
 
 
 def test_text_file_errors(tmp_path: Path) -> None:
@@ -319,7 +419,12 @@ def test_text_file_errors(tmp_path: Path) -> None:
 
 def test_tensor_files(tmp_path: Path) -> None:
     images = open_data(write_tensor_file(tmp_path / "d.pt"))
-    assert (images.kind, images.in_chans, images.image_size, images.class_names) == ("images", 1, (12, 12), ["a", "b", "c"])
+    assert (images.kind, images.in_chans, images.image_size, images.class_names) == (
+        "images",
+        1,
+        (12, 12),
+        ["a", "b", "c"],
+    )
     np.savez(tmp_path / "f.npz", x=np.random.rand(10, 5).astype(np.float32), y=np.arange(10) % 2)
     features = open_data(tmp_path / "f.npz")
     assert features.kind == "tensors" and features.num_classes == 2
@@ -353,7 +458,9 @@ def test_pyg_dataset_passes_through(tmp_path: Path) -> None:
         def forward(self, batch) -> torch.Tensor:
             return self.fc(global_mean_pool(self.conv(batch.x, batch.edge_index).relu(), batch.batch))
 
-    history = Trainer(GraphNet(), TrainConfig(max_steps=2, batch_size=4, **QUIET), collate_fn=source.collate_fn).fit(train, val)
+    history = Trainer(GraphNet(), TrainConfig(max_steps=2, batch_size=4, **QUIET), collate_fn=source.collate_fn).fit(
+        train, val
+    )
     assert 0.0 <= history[-1]["val_acc"] <= 1.0
 
 
@@ -363,8 +470,22 @@ def test_transfer_compares_pretrained_with_scratch(tmp_path: Path, capsys: pytes
     start, _ = saved_start(tmp_path, "resnet20", in_chans=3)
     data = write_image_folder(tmp_path / "images")
     out = tmp_path / "transfer"
-    argv = [str(start), "--data", str(data), "--out", str(out), "--max-steps", "2", "--batch-size", "4", "--no-progress",
-            "--no-tensorboard", "--no-post-training", "--mode", "linear-probe"]
+    argv = [
+        str(start),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "4",
+        "--no-progress",
+        "--no-tensorboard",
+        "--no-post-training",
+        "--mode",
+        "linear-probe",
+    ]
     assert transfer.main(argv) == 0
     summary = json.loads((out / "transfer.json").read_text())
     assert summary["runs"]["pretrained"]["mode"] == "linear-probe" and summary["runs"]["scratch"]["mode"] == "full"
@@ -389,7 +510,13 @@ def test_out_must_be_empty_unless_resuming_or_overwriting(tmp_path: Path) -> Non
         finetune("resnet20", data, out, config=config, options=FinetuneOptions(post_training=False, overwrite=True))
     assert (out / "model.torchscript.pt").exists()
     with pytest.raises(InvalidArgumentError, match=r"--resume: .*typo holds no run to resume"):
-        finetune("resnet20", data, tmp_path / "typo", config=dataclasses.replace(config, resume=True, out_dir=str(tmp_path)), options=NO_POST_TRAINING)
+        finetune(
+            "resnet20",
+            data,
+            tmp_path / "typo",
+            config=dataclasses.replace(config, resume=True, out_dir=str(tmp_path)),
+            options=NO_POST_TRAINING,
+        )
 
 
 def test_a_truncated_checkpoint_names_its_file(tmp_path: Path) -> None:
@@ -399,22 +526,40 @@ def test_a_truncated_checkpoint_names_its_file(tmp_path: Path) -> None:
     last = out / "checkpoints" / "last.pt"
     last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
     with pytest.raises(CheckpointError, match=f"{last} is not a readable checkpoint"):
-        finetune("resnet20", data, out, config=dataclasses.replace(config, resume=True, out_dir=str(tmp_path)), options=NO_POST_TRAINING)
+        finetune(
+            "resnet20",
+            data,
+            out,
+            config=dataclasses.replace(config, resume=True, out_dir=str(tmp_path)),
+            options=NO_POST_TRAINING,
+        )
 
 
 def test_a_saved_gray_model_adapts_to_colour_data(tmp_path: Path) -> None:
     gray = write_image_folder(tmp_path / "gray", mode="L")
-    first = finetune("resnet20.fmnist", gray, tmp_path / "a", config=TrainConfig(max_steps=1, batch_size=4, **QUIET),
-                     options=NO_POST_TRAINING)
+    first = finetune(
+        "resnet20.fmnist",
+        gray,
+        tmp_path / "a",
+        config=TrainConfig(max_steps=1, batch_size=4, **QUIET),
+        options=NO_POST_TRAINING,
+    )
     assert first.model.in_chans == 1
     colour = write_image_folder(tmp_path / "rgb", mode="RGB")
-    second = finetune(str(tmp_path / "a"), colour, tmp_path / "b", config=TrainConfig(max_steps=1, batch_size=4, **QUIET),
-                      options=NO_POST_TRAINING)
+    second = finetune(
+        str(tmp_path / "a"),
+        colour,
+        tmp_path / "b",
+        config=TrainConfig(max_steps=1, batch_size=4, **QUIET),
+        options=NO_POST_TRAINING,
+    )
     assert second.model.in_chans == 3 and len(second.model.pretrained_cfg["preprocess"]["mean"]) == 3
 
 
-@pytest.mark.parametrize("name,data", [("dbn.digits", "images"), ("gin3.fmnist", "images"), ("moe_lm.stdlib", "images"),
-                                       ("resnet20.fmnist", "text")])
+@pytest.mark.parametrize(
+    "name,data",
+    [("dbn.digits", "images"), ("gin3.fmnist", "images"), ("moe_lm.stdlib", "images"), ("resnet20.fmnist", "text")],
+)
 def test_data_a_model_cannot_read_is_refused_before_training(tmp_path: Path, name: str, data: str) -> None:
     path = write_image_folder(tmp_path / "images") if data == "images" else write_text_file(tmp_path / "t.csv")
     with pytest.raises(DataError, match=f"{name} reads .* but .* holds {data}: fine-tune a model that reads {data}"):
@@ -422,10 +567,15 @@ def test_data_a_model_cannot_read_is_refused_before_training(tmp_path: Path, nam
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("name,head,num_classes", [("moe_lm.stdlib", "sequence_classification", 3),
-                                                   ("moe_lm.stdlib", "token_classification", 5),
-                                                   ("gin3.fmnist", "node_classification", 4),
-                                                   ("gin3.triangles_er", "graph_classification", 2)])
+@pytest.mark.parametrize(
+    "name,head,num_classes",
+    [
+        ("moe_lm.stdlib", "sequence_classification", 3),
+        ("moe_lm.stdlib", "token_classification", 5),
+        ("gin3.fmnist", "node_classification", 4),
+        ("gin3.triangles_er", "graph_classification", 2),
+    ],
+)
 def test_weights_load_under_another_head(name: str, head: str, num_classes: int) -> None:
     own = zoo.load(name)
     model = zoo.load(name, head=head, num_classes=num_classes)
@@ -443,8 +593,13 @@ def test_a_folder_of_mixed_sizes_and_modes_trains_from_scratch(tmp_path: Path) -
         (root / name).mkdir(parents=True)
         for i, (size, mode) in enumerate([((12, 10), "RGB"), ((20, 9), "L"), ((7, 16), "RGBA"), ((12, 12), "P")]):
             Image.new("RGB", size, (250 * c, 40 * i, 90)).convert(mode).save(root / name / f"{i}.png")
-    result = finetune("resnet20", root, tmp_path / "out", config=TrainConfig(max_steps=1, batch_size=4, **QUIET),
-                      options=NO_POST_TRAINING)
+    result = finetune(
+        "resnet20",
+        root,
+        tmp_path / "out",
+        config=TrainConfig(max_steps=1, batch_size=4, **QUIET),
+        options=NO_POST_TRAINING,
+    )
     assert result.model.in_chans == 3 and result.model.pretrained_cfg["preprocess"]["resize"] == [10, 12]
 
 
@@ -472,18 +627,33 @@ sys.exit(cli.main(sys.argv[3:]))
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], Path]:
     """The `zoo finetune` arguments of the kill test and the folder of their uninterrupted run."""
     root = tmp_path_factory.mktemp("uninterrupted")
-    args = ["finetune", "resnet20", "--data", str(write_image_folder(root / "images", per_class=8)), "--epochs", "2",
-            "--batch-size", "8", "--no-progress", "--no-tensorboard", "--image-size", "8"]
+    args = [
+        "finetune",
+        "resnet20",
+        "--data",
+        str(write_image_folder(root / "images", per_class=8)),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "8",
+        "--no-progress",
+        "--no-tensorboard",
+        "--image-size",
+        "8",
+    ]
     assert cli.main([*args, "--out", str(root / "reference")]) == 0
     return args, root / "reference"
 
 
-@pytest.mark.parametrize("point,calls", [
-    ("zoo.training.resume.write_checkpoint", 2),  # training, after the first epoch's checkpoint
-    ("safetensors.torch.save_model", 1),  # writing the final model
-    ("zoo.training.card.write_card", 1),  # the model saved, its card not written
-    ("zoo.training.post_training.post_training", 1),  # the card written, the exports not
-])
+@pytest.mark.parametrize(
+    "point,calls",
+    [
+        ("zoo.training.resume.write_checkpoint", 2),  # training, after the first epoch's checkpoint
+        ("safetensors.torch.save_model", 1),  # writing the final model
+        ("zoo.training.card.write_card", 1),  # the model saved, its card not written
+        ("zoo.training.post_training.post_training", 1),  # the card written, the exports not
+    ],
+)
 def test_a_killed_finetune_leaves_a_folder_that_resumes_to_the_same_model(
     uninterrupted: tuple[list[str], Path], tmp_path: Path, point: str, calls: int
 ) -> None:
@@ -495,8 +665,11 @@ def test_a_killed_finetune_leaves_a_folder_that_resumes_to_the_same_model(
     args, reference = uninterrupted
     (tmp_path / "killer.py").write_text(KILLER)
     out = str(tmp_path / "killed")
-    killed = subprocess.run([sys.executable, str(tmp_path / "killer.py"), point, str(calls), *args, "--out", out],
-                            capture_output=True, text=True)
+    killed = subprocess.run(
+        [sys.executable, str(tmp_path / "killer.py"), point, str(calls), *args, "--out", out],
+        capture_output=True,
+        text=True,
+    )
     assert killed.returncode == -9, killed.stderr[-2000:]
     if (tmp_path / "killed" / "config.json").is_file():  # whatever was saved is whole
         zoo.load(tmp_path / "killed")

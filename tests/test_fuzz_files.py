@@ -2,6 +2,7 @@
 checkpoint's config.json and index, auto's remembered choices (optimize.json) and Hub download
 records. Each must end in a model or a `ZooError` naming the file, never another exception,
 never a build beyond the stated bounds."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,17 @@ FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthChe
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    model = zoo.load("moe_lm", pretrained=False, hidden_size=16, num_layers=2, num_heads=2, num_kv_heads=1,
-                     intermediate_size=8, num_experts=2, top_k=1)
+    model = zoo.load(
+        "moe_lm",
+        pretrained=False,
+        hidden_size=16,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=8,
+        num_experts=2,
+        top_k=1,
+    )
     return zoo.export_hf(model, tmp_path_factory.mktemp("hf") / "checkpoint", max_shard_size=4000)
 
 
@@ -36,9 +46,23 @@ def _copy(checkpoint: Path, folder: Path) -> Path:
     return folder
 
 
-CONFIG_FIELDS = ["model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                 "num_key_value_heads", "intermediate_size", "num_local_experts", "num_experts_per_tok",
-                 "rope_theta", "hidden_act", "head_dim", "sliding_window", "tie_word_embeddings", "rms_norm_eps"]
+CONFIG_FIELDS = [
+    "model_type",
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "rope_theta",
+    "hidden_act",
+    "head_dim",
+    "sliding_window",
+    "tie_word_embeddings",
+    "rms_norm_eps",
+]
 
 
 @FUZZ
@@ -65,10 +89,12 @@ def test_a_generated_checkpoint_index(checkpoint: Path, tmp_path_factory, docume
 def test_a_config_asking_for_a_huge_model_is_refused_before_it_is_built(checkpoint: Path, tmp_path: Path) -> None:
     folder = _copy(checkpoint, tmp_path / "m")
     config = json.loads((folder / "config.json").read_text())
-    for changes, match in (({"num_hidden_layers": 100000}, "100000 layers of 2 experts is beyond"),
-                           ({"vocab_size": 2**31}, "vocab_size=2147483648 must be a whole number"),
-                           ({"hidden_size": 65536, "intermediate_size": 65536}, "describes a model of"),
-                           ({"num_hidden_layers": 200, "num_local_experts": 200}, "beyond what zoo builds")):
+    for changes, match in (
+        ({"num_hidden_layers": 100000}, "100000 layers of 2 experts is beyond"),
+        ({"vocab_size": 2**31}, "vocab_size=2147483648 must be a whole number"),
+        ({"hidden_size": 65536, "intermediate_size": 65536}, "describes a model of"),
+        ({"num_hidden_layers": 200, "num_local_experts": 200}, "beyond what zoo builds"),
+    ):
         (folder / "config.json").write_text(json.dumps(config | changes))
         with pytest.raises(ZooError, match=match):
             zoo.load("moe_lm", weights=folder)

@@ -2,6 +2,7 @@
 the static cache equals the argmax of full forward passes and transformers' greedy generate,
 left-padded batches continue each prompt as it would continue alone, streaming sees every
 token in order, and bad arguments are refused with the fix."""
+
 from __future__ import annotations
 
 import pytest
@@ -85,7 +86,7 @@ def alone_and_padded(model: torch.nn.Module, prompts: list[list[int]], new_token
     assert torch.equal(out[:, :length], ids)
     for row, prompt in zip(out, prompts):
         alone = model.generate(torch.tensor([prompt]), new_tokens, temperature=0)
-        assert torch.equal(row[length:], alone[0, len(prompt):]), prompts
+        assert torch.equal(row[length:], alone[0, len(prompt) :]), prompts
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -106,8 +107,9 @@ def test_greedy_equals_transformers_with_left_padding(tmp_path):
     ids = torch.randint(0, 97, (3, 6), generator=torch.Generator().manual_seed(2))
     mask = torch.ones_like(ids)
     mask[1, :2] = mask[2, :5] = 0
-    expected = reference.generate(ids, attention_mask=mask, max_new_tokens=10, do_sample=False, eos_token_id=None,
-                                  pad_token_id=0)
+    expected = reference.generate(
+        ids, attention_mask=mask, max_new_tokens=10, do_sample=False, eos_token_id=None, pad_token_id=0
+    )
     assert torch.equal(model.generate(ids, 10, temperature=0, attention_mask=mask), expected)
 
 
@@ -115,14 +117,15 @@ def test_streaming_sees_every_token_in_order():
     model = tiny_lm()
     prompt = torch.randint(0, 256, (2, 3), generator=torch.Generator().manual_seed(3))
     steps: list[torch.Tensor] = []
-    out = model.generate(prompt, 7, temperature=0.9, top_k=20, generator=torch.Generator().manual_seed(0),
-                         on_token=steps.append)
+    out = model.generate(
+        prompt, 7, temperature=0.9, top_k=20, generator=torch.Generator().manual_seed(0), on_token=steps.append
+    )
     assert len(steps) == 7 and all(s.shape == (2, 1) for s in steps)
     assert torch.equal(torch.cat(steps, dim=1), out[:, 3:])
     steps[0][0, 0] = out[0, 0] = 1  # normal tensors (decoding runs in inference mode): the caller may modify them
     pieces: list[str] = []
     text = complete(zoo.load("moe_lm.stdlib"), "def ", 12, stream=pieces.append, temperature=0)
-    assert "".join(pieces) == text[len("def "):] and text.startswith("def ")
+    assert "".join(pieces) == text[len("def ") :] and text.startswith("def ")
 
 
 def test_eos_stops_early_and_pads_finished_rows():
@@ -142,8 +145,9 @@ def test_eos_stops_early_and_pads_finished_rows():
 def test_compiled_decode_step_gives_the_same_tokens():
     model = tiny_lm(num_layers=1, num_experts=2, top_k=1)
     prompt = torch.randint(0, 256, (2, 3), generator=torch.Generator().manual_seed(5))
-    assert torch.equal(model.generate(prompt, 4, temperature=0, compile=True),
-                       model.generate(prompt, 4, temperature=0, compile=False))
+    assert torch.equal(
+        model.generate(prompt, 4, temperature=0, compile=True), model.generate(prompt, 4, temperature=0, compile=False)
+    )
 
 
 def test_bad_arguments_name_the_fix():

@@ -2,6 +2,7 @@
 gradients, AddTriangles against networkx (single graphs and batches), the datasets, the
 TUDataset path on files written here, a short triangle-counting run where the triangle
 readout beats sum pooling, heads, the model contract and errors on bad input."""
+
 from __future__ import annotations
 
 import itertools
@@ -56,8 +57,11 @@ def _networkx_triangles(data: Data) -> list[tuple[int, ...]]:
     graph = nx.Graph()
     graph.add_nodes_from(range(data.num_nodes))
     graph.add_edges_from((u, v) for u, v in data.edge_index.t().tolist() if u != v)
-    found = [t for t in itertools.combinations(range(data.num_nodes), 3)
-             if all(graph.has_edge(a, b) for a, b in itertools.combinations(t, 2))]
+    found = [
+        t
+        for t in itertools.combinations(range(data.num_nodes), 3)
+        if all(graph.has_edge(a, b) for a, b in itertools.combinations(t, 2))
+    ]
     assert len(found) == sum(nx.triangles(graph).values()) // 3
     return found
 
@@ -77,7 +81,9 @@ def _permute(batch: Batch, seed: int) -> Batch:
 
 
 def _all_parts(channels: int, **kwargs) -> ThirdOrderPooling:
-    return ThirdOrderPooling(channels, rank=5, moment=True, triangle=True, first_order=True, second_order=True, **kwargs)
+    return ThirdOrderPooling(
+        channels, rank=5, moment=True, triangle=True, first_order=True, second_order=True, **kwargs
+    )
 
 
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
@@ -192,7 +198,9 @@ def test_pooling_works_as_message_passing_aggregation_and_with_ptr():
 # own: without it, PyG's __call__ reads the graph count from the data itself).
 READOUTS = [
     pytest.param(lambda: _all_parts(3), id="third_order_all_parts"),
-    pytest.param(lambda: ThirdOrderPooling(3, rank=4, triangle=True, reduce="mean", center=False), id="third_order_mean"),
+    pytest.param(
+        lambda: ThirdOrderPooling(3, rank=4, triangle=True, reduce="mean", center=False), id="third_order_mean"
+    ),
     pytest.param(lambda: SecondOrderPooling(3, 4), id="second_order"),
     pytest.param(lambda: SumReadout(3), id="sum"),
 ]
@@ -215,7 +223,9 @@ def test_readouts_script_as_pyg_aggregations_do(make):
     scripted = torch.jit.script(pool)
     torch.testing.assert_close(scripted(batch.x, batch.batch, **kwargs), expected)
     torch.testing.assert_close(scripted(batch.x, ptr=batch.ptr, dim_size=batch.num_graphs, **kwargs), expected)
-    torch.testing.assert_close(torch.jit.script(SumAggregation())(batch.x, batch.batch), SumAggregation()(batch.x, batch.batch))
+    torch.testing.assert_close(
+        torch.jit.script(SumAggregation())(batch.x, batch.batch), SumAggregation()(batch.x, batch.batch)
+    )
 
 
 @pytest.mark.usefixtures("one_thread")
@@ -228,13 +238,18 @@ def test_readouts_compile_without_graph_breaks(make):
     explained = torch._dynamo.explain(pool)(batch.x, batch.batch, dim_size=batch.num_graphs, **kwargs)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
     compiled = torch.compile(pool, backend="eager", fullgraph=True)
-    torch.testing.assert_close(compiled(batch.x, batch.batch, dim_size=batch.num_graphs, **kwargs),
-                               pool(batch.x, batch.batch, **kwargs))
+    torch.testing.assert_close(
+        compiled(batch.x, batch.batch, dim_size=batch.num_graphs, **kwargs), pool(batch.x, batch.batch, **kwargs)
+    )
 
 
 def test_readout_options_are_refused_with_zoo_errors():
-    for make in (lambda: ThirdOrderPooling(3, moment=False), lambda: ThirdOrderPooling(3, reduce="max"),
-                 lambda: ThirdOrderPooling(3, rank=0), lambda: SecondOrderPooling(3, reduce="max")):
+    for make in (
+        lambda: ThirdOrderPooling(3, moment=False),
+        lambda: ThirdOrderPooling(3, reduce="max"),
+        lambda: ThirdOrderPooling(3, rank=0),
+        lambda: SecondOrderPooling(3, reduce="max"),
+    ):
         with pytest.raises(InvalidArgumentError):
             make()
 
@@ -269,7 +284,9 @@ def test_add_triangles_many_equals_one_graph_at_a_time():
     """`AddTriangles.many` lists triangles on chunks of graphs joined into one: same result as
     the transform on each graph, across chunk boundaries and for graphs without edges; the
     inputs are left as they were."""
-    graphs = [_random_graph(n, p, seed) for seed, (n, p) in enumerate([(6, 0.6), (1, 0.5), (9, 0.0), (12, 0.4), (7, 0.9)])]
+    graphs = [
+        _random_graph(n, p, seed) for seed, (n, p) in enumerate([(6, 0.6), (1, 0.5), (9, 0.0), (12, 0.4), (7, 0.9)])
+    ]
     for data in graphs:
         del data.triangle_index
     done = AddTriangles().many(graphs, chunk=2)
@@ -327,7 +344,11 @@ def test_fashion_mnist_pixel_graphs():
 
 def _write_tu_dataset(raw: Path, name: str, node_labels: bool) -> list[tuple[int, list[tuple[int, int]]]]:
     """Three small graphs in TU format (1-based ids, both directions of each edge)."""
-    graphs = [(0, [(0, 1), (1, 2), (2, 0)]), (1, [(0, 1), (1, 2), (2, 3)]), (0, [(0, 1), (1, 2), (2, 0), (2, 3), (3, 0)])]
+    graphs = [
+        (0, [(0, 1), (1, 2), (2, 0)]),
+        (1, [(0, 1), (1, 2), (2, 3)]),
+        (0, [(0, 1), (1, 2), (2, 0), (2, 3), (3, 0)]),
+    ]
     sizes = [3, 4, 4]
     raw.mkdir(parents=True)
     edges, indicator, offset = [], [], 0
@@ -398,8 +419,10 @@ def test_triangle_readout_counts_triangles_far_better_than_sum():
     test = TriangleCounting("er", "test", num_graphs=2000, seed=0, pre_transform=AddTriangles())
     sum_error = _train_counting("gin_sum", train, test)
     triangle_error = _train_counting("gin3", train, test, moment=False, rank=16)
-    print(f"normalised test MSE: gin_sum {sum_error:.3g}, gin3 triangle {triangle_error:.3g} "
-          f"({time.perf_counter() - start:.0f} s)")
+    print(
+        f"normalised test MSE: gin_sum {sum_error:.3g}, gin3 triangle {triangle_error:.3g} "
+        f"({time.perf_counter() - start:.0f} s)"
+    )
     assert sum_error > 0.03  # 1-WL message passing cannot count triangles
     assert triangle_error < 0.2 * sum_error and triangle_error < 0.02
 
@@ -500,7 +523,9 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="AddTriangles"):
         model(without)
     with pytest.raises(ValueError, match=r"x \[num_nodes, 3\].*in_channels=2"):
-        zoo.load("gin_sum", pretrained=False, in_channels=3)(Data(x=torch.ones(4, 2), edge_index=torch.empty(2, 0, dtype=torch.long)))
+        zoo.load("gin_sum", pretrained=False, in_channels=3)(
+            Data(x=torch.ones(4, 2), edge_index=torch.empty(2, 0, dtype=torch.long))
+        )
     with pytest.raises(ValueError, match="Constant"):
         model(Data(edge_index=torch.tensor([[0], [1]]), num_nodes=2))
     with pytest.raises(TypeError, match="Data/Batch"):

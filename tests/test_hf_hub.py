@@ -1,5 +1,6 @@
 """The Hugging Face Hub as a weight source (zoo.interop.hf_hub): repositories laid out in a Hub cache on
 disk and read offline, and a Hub-compatible server on 127.0.0.1 as HF_ENDPOINT for downloads."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,9 +22,9 @@ from timm.models._hub import save_for_hf
 
 import zoo
 from tests.published import randomize_batchnorm
+from zoo.errors import ChecksumError, InvalidArgumentError, WeightsNotFoundError
 from zoo.interop import hf_hub
 from zoo.store import registry
-from zoo.errors import ChecksumError, InvalidArgumentError, WeightsNotFoundError
 
 COMMIT = "a" * 40
 NEW_COMMIT = "b" * 40
@@ -70,7 +71,9 @@ def timm_folder(tmp_path: Path) -> tuple[torch.nn.Module, Path]:
     torch.manual_seed(0)
     model = randomize_batchnorm(timm.create_model("resnet18", num_classes=7)).eval()
     folder = tmp_path / "timm_repo"
-    save_for_hf(model, str(folder), model_config={"label_names": [f"class{i}" for i in range(7)]}, safe_serialization=True)
+    save_for_hf(
+        model, str(folder), model_config={"label_names": [f"class{i}" for i in range(7)]}, safe_serialization=True
+    )
     return model, folder
 
 
@@ -84,8 +87,13 @@ def test_timm_repository_loads_offline_and_matches_timm(hf_cache, timm_folder, m
         torch.testing.assert_close(model(x), reference(x), rtol=1e-5, atol=1e-5)
     cfg = model.pretrained_cfg
     assert cfg["weights"] == f"hf-hub:acme/tiny-resnet@{COMMIT}" and cfg["class_names"][6] == "class6"
-    assert cfg["preprocess"] == {"resize": 235, "crop": 224, "interpolation": "bicubic",
-                                 "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+    assert cfg["preprocess"] == {
+        "resize": 235,
+        "crop": 224,
+        "interpolation": "bicubic",
+        "mean": [0.485, 0.456, 0.406],
+        "std": [0.229, 0.224, 0.225],
+    }
     assert zoo.load(f"hf-hub:acme/tiny-resnet@{COMMIT}", num_classes=3).num_classes == 3
     backbone = zoo.load("hf-hub:acme/tiny-resnet", features_only=True, out_indices=(4,))
     with torch.no_grad():
@@ -97,7 +105,7 @@ def test_zoo_save_folder_round_trips_through_the_hub_cache(hf_cache, tmp_path, m
     model = randomize_batchnorm(zoo.load("resnet18", pretrained=False, in_chans=1, num_classes=5))
     zoo.save(model, tmp_path / "saved")
     card = (tmp_path / "saved" / "README.md").read_text()
-    assert card.startswith("---\nlibrary_name: \"zoo\"\n") and 'pipeline_tag: "image-classification"' in card
+    assert card.startswith('---\nlibrary_name: "zoo"\n') and 'pipeline_tag: "image-classification"' in card
     config = json.loads((tmp_path / "saved" / "config.json").read_text())
     assert config["model_args"] == {"in_chans": 1} and config["pretrained_cfg"]["num_classes"] == 5
     lay_out_snapshot(hf_cache, "acme/saved", COMMIT, tmp_path / "saved")
@@ -115,13 +123,20 @@ def test_zoo_save_folder_round_trips_through_the_hub_cache(hf_cache, tmp_path, m
 
 def test_offline_without_the_files_names_the_repo_and_how_to_fetch_it(hf_cache, monkeypatch):
     monkeypatch.setenv("ZOO_OFFLINE", "1")
-    with pytest.raises(WeightsNotFoundError, match=r"config.json of acme/missing@v2 is not in the Hugging Face cache.*hf download acme/missing config.json --revision v2"):
+    with pytest.raises(
+        WeightsNotFoundError,
+        match=r"config.json of acme/missing@v2 is not in the Hugging Face cache.*hf download acme/missing config.json --revision v2",
+    ):
         zoo.load("hf-hub:acme/missing@v2")
 
 
 def test_architecture_zoo_lacks_is_refused_with_what_zoo_has(hf_cache, tmp_path, monkeypatch):
     (tmp_path / "repo").mkdir()
-    config = {"architecture": "mobilenetv3_large_100", "num_classes": 1000, "pretrained_cfg": {"input_size": [3, 224, 224]}}
+    config = {
+        "architecture": "mobilenetv3_large_100",
+        "num_classes": 1000,
+        "pretrained_cfg": {"input_size": [3, 224, 224]},
+    }
     (tmp_path / "repo" / "config.json").write_text(json.dumps(config))
     lay_out_snapshot(hf_cache, "acme/mnv3", COMMIT, tmp_path / "repo")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -129,9 +144,11 @@ def test_architecture_zoo_lacks_is_refused_with_what_zoo_has(hf_cache, tmp_path,
         zoo.load("hf-hub:acme/mnv3")
 
 
-@given(org=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,12}", fullmatch=True),
-       repo=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,12}", fullmatch=True),
-       revision=st.one_of(st.none(), st.from_regex(r"[A-Za-z0-9_.-]{1,12}", fullmatch=True)))
+@given(
+    org=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,12}", fullmatch=True),
+    repo=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,12}", fullmatch=True),
+    revision=st.one_of(st.none(), st.from_regex(r"[A-Za-z0-9_.-]{1,12}", fullmatch=True)),
+)
 def test_hub_names_parse_into_repo_and_revision(org, repo, revision):
     name = f"hf-hub:{org}/{repo}" + (f"@{revision}" if revision else "")
     assert hf_hub.parse_hub_name(name) == hf_hub.HubRepo(f"{org}/{repo}", revision or "main")
@@ -174,9 +191,21 @@ class _HubHandler(http.server.BaseHTTPRequestHandler):
             if kind == "revision":
                 info = {"id": f"{org}/{name}", "sha": commit, "siblings": [{"rfilename": f} for f in files]}
             else:
-                info = [{"type": "file", "path": f, "size": len(d.declared), "oid": git_blob_id(d.declared)}
-                        | ({"lfs": {"oid": hashlib.sha256(d.declared).hexdigest(), "size": len(d.declared), "pointerSize": 134}}
-                           if is_lfs(f) else {}) for f, d in files.items()]
+                info = [
+                    {"type": "file", "path": f, "size": len(d.declared), "oid": git_blob_id(d.declared)}
+                    | (
+                        {
+                            "lfs": {
+                                "oid": hashlib.sha256(d.declared).hexdigest(),
+                                "size": len(d.declared),
+                                "pointerSize": 134,
+                            }
+                        }
+                        if is_lfs(f)
+                        else {}
+                    )
+                    for f, d in files.items()
+                ]
             return self._send(200, json.dumps(info).encode(), {"Content-Type": "application/json"}, body)
         org, name, _, revision, filename = path.lstrip("/").split("/", 4)
         repo = f"{org}/{name}"
@@ -228,7 +257,11 @@ class FakeHub:
 
     def publish(self, repo_id: str, folder: Path, commit: str = COMMIT, served: dict[str, bytes] | None = None) -> None:
         """Serve ``folder``'s files as ``repo_id`` at ``commit``, which becomes its main branch."""
-        files = {p.name: HubFile(p.read_bytes(), (served or {}).get(p.name, p.read_bytes())) for p in folder.iterdir() if p.is_file()}
+        files = {
+            p.name: HubFile(p.read_bytes(), (served or {}).get(p.name, p.read_bytes()))
+            for p in folder.iterdir()
+            if p.is_file()
+        }
         self.repos.setdefault(repo_id, {})[commit] = files
         self.refs[(repo_id, "main")] = commit
 
@@ -275,8 +308,17 @@ def test_hub_errors_name_the_repo_revision_and_fix(fake_hub, timm_folder):
 
 def test_moe_lm_weights_from_a_hub_repository_online_then_offline(fake_hub, tmp_path, monkeypatch):
     torch.manual_seed(0)
-    options = dict(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                   intermediate_size=48, max_position_embeddings=64)
+    options = dict(
+        vocab_size=64,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        num_experts=4,
+        top_k=2,
+        intermediate_size=48,
+        max_position_embeddings=64,
+    )
     original = zoo.load("moe_lm", pretrained=False, **options)
     zoo.export_hf(original, tmp_path / "mixtral")
     fake_hub.publish("acme/tiny-mixtral", tmp_path / "mixtral")
@@ -293,11 +335,18 @@ def test_moe_lm_weights_from_a_hub_repository_online_then_offline(fake_hub, tmp_
         torch.testing.assert_close(again(ids), model(ids), rtol=0, atol=0)
 
 
-def test_entry_records_its_first_download_and_refuses_another_file(fake_hub, timm_folder, hf_cache, monkeypatch, zoo_home):
+def test_entry_records_its_first_download_and_refuses_another_file(
+    fake_hub, timm_folder, hf_cache, monkeypatch, zoo_home
+):
     _, folder = timm_folder
     fake_hub.publish("acme/pinned", folder)
-    entry = registry.WeightInfo(name="resnet18.hub_test", hf_hub="acme/pinned", revision="main", num_classes=7,
-                                sha256_policy=hf_hub.RECORDED_AT_FIRST_DOWNLOAD)
+    entry = registry.WeightInfo(
+        name="resnet18.hub_test",
+        hf_hub="acme/pinned",
+        revision="main",
+        num_classes=7,
+        sha256_policy=hf_hub.RECORDED_AT_FIRST_DOWNLOAD,
+    )
     monkeypatch.setitem(registry._weights, entry.name, entry)
     first = zoo.load("resnet18.hub_test")
     record = json.loads((zoo_home / "hf-pins" / "resnet18.hub_test.json").read_text())

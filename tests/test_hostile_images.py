@@ -1,5 +1,6 @@
 """Images a user hands zoo, read one way by every command (issue: hardening 1, 2, 5): symlink
 loops in an image folder, 16-bit images, decompression bombs."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Tests of the verified weight store (zoo.store.download) against a local HTTP server."""
+
 from __future__ import annotations
 
 import hashlib
@@ -90,13 +91,20 @@ def read_only_cache(zoo_home, monkeypatch):
     """The cache folder made read-only. Root ignores permission bits, so for root the check zoo
     makes (os.access) is answered as a read-only mount would answer it; either way the test
     asserts that nothing in the cache changed."""
+
     def make() -> dict[str, int]:
         for path in [zoo_home, *zoo_home.rglob("*")]:
             if path.is_dir():
                 path.chmod(0o555)
         if os.geteuid() == 0:
             real = os.access
-            monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if mode & os.W_OK and str(p).startswith(str(zoo_home)) else real(p, mode, **kw))
+            monkeypatch.setattr(
+                os,
+                "access",
+                lambda p, mode, **kw: (
+                    False if mode & os.W_OK and str(p).startswith(str(zoo_home)) else real(p, mode, **kw)
+                ),
+            )
         return snapshot(zoo_home)
 
     yield make

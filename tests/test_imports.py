@@ -3,6 +3,7 @@
 <- what loads by name: timm's and torchvision's entry points, zoo.deploy.bench, zoo.serve) <-
 zoo.training <- the command line (zoo.cli), and nothing imports a bare `architectures` / `training` / `weights`. Read from the source with ast,
 so an in-function import counts as much as one at the top of a file."""
+
 from __future__ import annotations
 
 import ast
@@ -92,7 +93,13 @@ def project_imports() -> list[tuple[str, int, str]]:
 
 
 def test_the_package_is_found() -> None:
-    assert {"zoo.loading.build", "zoo.cli.parser", "zoo.architectures.resnet", "zoo.training.engine", "zoo.training.recipes.fmnist"} <= MODULES
+    assert {
+        "zoo.loading.build",
+        "zoo.cli.parser",
+        "zoo.architectures.resnet",
+        "zoo.training.engine",
+        "zoo.training.recipes.fmnist",
+    } <= MODULES
 
 
 def test_nothing_imports_the_folders_by_their_bare_names() -> None:
@@ -125,8 +132,11 @@ def test_imports_run_one_way() -> None:
 
 
 def test_only_the_entry_point_imports_the_command_line() -> None:
-    users = [f"{source}:{line}" for source, line, target in project_imports()
-             if layer(target) == COMMAND_LINE and layer(source) != COMMAND_LINE]
+    users = [
+        f"{source}:{line}"
+        for source, line, target in project_imports()
+        if layer(target) == COMMAND_LINE and layer(source) != COMMAND_LINE
+    ]
     assert not users, f"zoo.cli sits on top; nothing imports it: {users}"
 
 
@@ -154,7 +164,7 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt)):
                 return found
         state[node] = 2
@@ -167,18 +177,21 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-@pytest.mark.parametrize("source,target,expected", [
-    ("zoo.architectures.resnet", "zoo.store.registry", True),
-    ("zoo.loading.build", "zoo.training.engine", True),
-    ("zoo.training.finetune", "zoo.cli", True),
-    ("zoo.training.finetune", "zoo.loading.build", False),
-    ("zoo.cli", "zoo.training.finetune", False),
-    ("zoo.store.registry", "zoo.loading.build", True),
-    ("zoo.loading.build", "zoo.interop.hf_hub", False),
-    ("zoo.interop.hf_hub", "zoo.loading.transforms", True),
-    ("zoo.loading.build", "zoo.deploy.inference", False),
-    ("zoo.deploy.bench", "zoo.loading.build", False),
-    ("zoo.serve.app", "zoo.training.finetune", True),
-])
+@pytest.mark.parametrize(
+    "source,target,expected",
+    [
+        ("zoo.architectures.resnet", "zoo.store.registry", True),
+        ("zoo.loading.build", "zoo.training.engine", True),
+        ("zoo.training.finetune", "zoo.cli", True),
+        ("zoo.training.finetune", "zoo.loading.build", False),
+        ("zoo.cli", "zoo.training.finetune", False),
+        ("zoo.store.registry", "zoo.loading.build", True),
+        ("zoo.loading.build", "zoo.interop.hf_hub", False),
+        ("zoo.interop.hf_hub", "zoo.loading.transforms", True),
+        ("zoo.loading.build", "zoo.deploy.inference", False),
+        ("zoo.deploy.bench", "zoo.loading.build", False),
+        ("zoo.serve.app", "zoo.training.finetune", True),
+    ],
+)
 def test_the_rule_flags_what_runs_the_wrong_way(source: str, target: str, expected: bool) -> None:
     assert (layer(target) > layer(source)) is expected

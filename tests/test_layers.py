@@ -1,5 +1,6 @@
 """Shared blocks: ConvNormAct, DropPath, DepthwiseSeparable, InvertedResidual (torchvision's
 key layouts and numerics), SqueezeExcite's gates."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -8,6 +9,7 @@ import pytest
 import torch
 import torchvision.models.mobilenetv2 as tv_v2
 import torchvision.models.mobilenetv3 as tv_v3
+from published import randomize_batchnorm
 from torch import nn
 from torchvision.ops import Conv2dNormActivation, SqueezeExcitation
 
@@ -19,7 +21,6 @@ from zoo.architectures.layers import (
     SqueezeExcite,
     make_divisible,
 )
-from published import randomize_batchnorm
 
 
 def _same_state_and_output(ours: nn.Module, reference: nn.Module, x: torch.Tensor) -> None:
@@ -121,8 +122,15 @@ def test_inverted_residual_v3_layout_equals_torchvision(row):
     rd_channels = make_divisible(cnf.expanded_channels // 4, 8)  # torchvision's squeeze width
     se = partial(SqueezeExcite, rd_channels=rd_channels, gate="hard_sigmoid") if cnf.use_se else None
     ours = InvertedResidual(
-        cnf.input_channels, cnf.out_channels, cnf.expanded_channels, cnf.kernel, cnf.stride,
-        act_layer=nn.Hardswish if cnf.use_hs else nn.ReLU, se_layer=se, norm_layer=norm, layout="v3",
+        cnf.input_channels,
+        cnf.out_channels,
+        cnf.expanded_channels,
+        cnf.kernel,
+        cnf.stride,
+        act_layer=nn.Hardswish if cnf.use_hs else nn.ReLU,
+        se_layer=se,
+        norm_layer=norm,
+        layout="v3",
     )
     assert any(".fc1." in k for k in ours.state_dict()) == cnf.use_se  # block.2.fc1.weight
     _same_state_and_output(ours, reference, torch.randn(2, cnf.input_channels, 8, 8))

@@ -1,6 +1,7 @@
 """API and command-line misuses found by trying zoo as a new user (issue: hardening, "also
 found"): each is a `ZooError` naming the problem and the fix, and the CLI says it in one line
 before any long work."""
+
 from __future__ import annotations
 
 import http.server
@@ -17,13 +18,16 @@ from zoo.cli import main
 from zoo.errors import ZooError
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda: zoo.info(None), "a model name is a string"),
-    (lambda: zoo.load("resnet20.fmnist", dtype="float16"), "dtype must be a torch.dtype"),
-    (lambda: zoo.load("resnet20", weights="ftp://host/w.pth"), "not ftp://"),
-    (lambda: zoo.load("resnet20.fmnist", head="lm"), "has no head 'lm'"),
-    (lambda: zoo.load("resnet20.fmnist", num_classes=0), "num_classes must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda: zoo.info(None), "a model name is a string"),
+        (lambda: zoo.load("resnet20.fmnist", dtype="float16"), "dtype must be a torch.dtype"),
+        (lambda: zoo.load("resnet20", weights="ftp://host/w.pth"), "not ftp://"),
+        (lambda: zoo.load("resnet20.fmnist", head="lm"), "has no head 'lm'"),
+        (lambda: zoo.load("resnet20.fmnist", num_classes=0), "num_classes must be a positive integer"),
+    ],
+)
 def test_api_misuse_is_a_zoo_error(call, match: str) -> None:
     with pytest.raises(ZooError, match=match):
         call()
@@ -65,11 +69,14 @@ def test_a_refused_pickle_is_not_kept_and_its_message_gives_no_unsafe_advice(tmp
     assert not [p for p in (tmp_path / "home").rglob("*evil*") if p.suffix != ".lock"]
 
 
-@pytest.mark.parametrize("argv,match", [
-    (["export", "resnet20.fmnist", "--format", "torchscript", "--out", "{tmp}/x.onnx"], "named like a onnx file"),
-    (["bench", "resnet20.fmnist", "--csv", "{tmp}"], "is a folder; give the file to write"),
-    (["generate", "resnet20.fmnist", "hello"], "not a byte-level language model"),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["export", "resnet20.fmnist", "--format", "torchscript", "--out", "{tmp}/x.onnx"], "named like a onnx file"),
+        (["bench", "resnet20.fmnist", "--csv", "{tmp}"], "is a folder; give the file to write"),
+        (["generate", "resnet20.fmnist", "hello"], "not a byte-level language model"),
+    ],
+)
 def test_cli_refuses_before_work(argv: list[str], match: str, tmp_path: Path, capsys) -> None:
     assert main([a.format(tmp=tmp_path) for a in argv]) == 2
     out, err = capsys.readouterr()

@@ -1,6 +1,7 @@
 """MobileNet family (entries: tests/test_entries.py, test_parity.py): train-mode gradients,
 MobileNetV1, width multipliers, small-image variants, squeeze-excite options, the model and
 feature-extraction contracts, gradient checkpointing."""
+
 from __future__ import annotations
 
 import copy
@@ -9,12 +10,13 @@ import pytest
 import timm
 import torch
 import torchvision
+from published import publish, randomize_batchnorm, randomize_linear
 from torch import nn
 
 import zoo
 from zoo.architectures import mobilenet
 from zoo.architectures.layers import DepthwiseSeparable, InvertedResidual, SqueezeExcite
-from published import publish, randomize_batchnorm, randomize_linear
+
 
 def _num_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
@@ -93,9 +95,7 @@ def test_small_input_variants(name, base):
         assert imagenet.forward_features(torch.randn(1, 1, 32, 32)).shape[2:] == (1, 1)
 
 
-@pytest.mark.parametrize(
-    ("name", "gated"), [("mobilenet_v1", DepthwiseSeparable), ("mobilenet_v2", InvertedResidual)]
-)
+@pytest.mark.parametrize(("name", "gated"), [("mobilenet_v1", DepthwiseSeparable), ("mobilenet_v2", InvertedResidual)])
 def test_se_ratio_adds_a_gate_after_each_depthwise_conv(name, gated):
     plain = getattr(mobilenet, name)()
     model = getattr(mobilenet, name)(se_ratio=0.25).eval()

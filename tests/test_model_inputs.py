@@ -7,6 +7,7 @@ TypeError that names the argument or the shape expected, never an error from dee
 layer. The property tests draw batch sizes, lengths, image sides, layouts and dtypes with
 hypothesis; the models they use are built once (module-level cache), small and in eval mode.
 """
+
 from __future__ import annotations
 
 import re
@@ -19,10 +20,10 @@ import torch.nn as nn
 import torchvision
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from published import randomize_batchnorm, randomize_linear
 from torch_geometric.data import Data
 
 import zoo
-from published import randomize_batchnorm, randomize_linear
 from zoo.architectures.layers import InputDTypeError
 from zoo.architectures.mobilenet import MobileNet
 from zoo.architectures.moe_transformer import MoEOutput
@@ -32,7 +33,9 @@ PROPERTY = settings(max_examples=30, deadline=None, suppress_health_check=[Healt
 TINY_MOE = dict(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=24, num_experts=4, top_k=2)
 IMAGE_ARCHS = [arch for arch in zoo.list_models() if zoo.store.registry.input_kind(arch) == "images"]
 TEXT_CASES = [
-    (arch, head) for arch in zoo.list_models() if zoo.store.registry.input_kind(arch) == "text"
+    (arch, head)
+    for arch in zoo.list_models()
+    if zoo.store.registry.input_kind(arch) == "text"
     for head in zoo.store.registry.supported_heads(arch)
 ]
 TOKEN_HEADS = ("lm", "token_classification")
@@ -86,7 +89,7 @@ def _run(model: nn.Module, x: torch.Tensor) -> torch.Tensor | Exception:
     try:
         with torch.no_grad():
             return model(x)
-    except Exception as error:  # noqa: BLE001: the test compares which inputs fail
+    except Exception as error:  # noqa: BLE001 - the test compares which inputs fail
         return error
 
 
@@ -129,7 +132,9 @@ def test_resnet18_gray_28px_and_1px() -> None:
 
 def test_a_wrong_shape_gets_the_hint_that_fixes_it() -> None:
     model = _model("resnet18", in_chans=1)
-    with pytest.raises(ValueError, match=r"got a 3-D tensor of shape \(1, 28, 28\); add a batch dimension with x\.unsqueeze\(0\)$"):
+    with pytest.raises(
+        ValueError, match=r"got a 3-D tensor of shape \(1, 28, 28\); add a batch dimension with x\.unsqueeze\(0\)$"
+    ):
         model(torch.randn(1, 28, 28))  # one image
     with pytest.raises(ValueError, match=r"got a 3-D tensor of shape \(8, 1, 28\)$"):
         model(torch.randn(8, 1, 28))  # a batch missing a side: unsqueeze(0) would not fix it
@@ -338,7 +343,7 @@ def test_image_models_on_any_batch_layout_and_dtype(case, batch, dtype, data) ->
     inputs = {"contiguous": x, **_layouts(x)}
     if dtype != torch.float32:
         event(f"refused: {dtype}")
-        for layout, tensor in inputs.items():
+        for tensor in inputs.values():
             with pytest.raises(InputDTypeError, match=re.escape(str(dtype))) as info:
                 model(tensor)
             _names_the_problem(info.value, "expects torch.float32 input", "floating-point input (torch.float32")

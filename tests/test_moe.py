@@ -1,5 +1,6 @@
 """MoE transformer: expert dispatch against a plain loop, routing losses, heads, generation,
 checkpointing, the image model, the byte tokenizer and input errors."""
+
 from __future__ import annotations
 
 import math
@@ -11,7 +12,10 @@ import torch.nn.functional as F
 
 import zoo
 from zoo.architectures.moe_experts import MoEExperts, load_balancing_loss, router_z_loss
-from zoo.architectures.moe_transformer import MoEConfig, MoEOutput  # importing it registers moe_lm, moe_encoder, moe_vit
+from zoo.architectures.moe_transformer import (  # importing it registers moe_lm, moe_encoder, moe_vit
+    MoEConfig,
+    MoEOutput,
+)
 from zoo.tokenizer import ByteTokenizer
 
 TINY = dict(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=24, num_experts=4, top_k=2)
@@ -21,7 +25,7 @@ def tiny_lm(**kwargs) -> torch.nn.Module:
     torch.manual_seed(0)
     model = zoo.load("moe_lm", pretrained=False, **{**TINY, **kwargs})
     with torch.no_grad():  # larger weights than the 0.02 init, so that outputs differ visibly
-        for name, param in model.named_parameters():
+        for param in model.parameters():
             if param.ndim > 1:
                 param.normal_(std=0.15)
     return model
@@ -92,7 +96,7 @@ def test_dispatch_matches_reference_loop(dispatch, num_experts, top_k, allowed):
     ref_out, ref_grads = run_experts(reference_experts, x, index, weight, gate_up, down)
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5)
     for name, grad, ref in zip(("x", "routing weights", "gate_up_proj", "down_proj"), grads, ref_grads):
-        torch.testing.assert_close(grad, ref, atol=1e-5, rtol=1e-5, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(grad, ref, atol=1e-5, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
     if allowed is not None:  # experts without tokens get exact zero gradients, not stale memory
         unused = sorted(set(range(num_experts)) - set(allowed))
         assert grads[2][unused].eq(0).all() and grads[3][unused].eq(0).all()
@@ -106,7 +110,9 @@ def test_capacity_drops_the_lowest_priority_slots(capacity, dispatch):
     x = torch.randn(tokens, hidden)
     gate_up, down = torch.randn(num_experts, 2 * inter, hidden), torch.randn(num_experts, hidden, inter)
     index, weight = random_routing(tokens, num_experts, 2)
-    out, grads = run_experts(MoEExperts(num_experts, hidden, inter, dispatch), x, index, weight, gate_up, down, capacity)
+    out, grads = run_experts(
+        MoEExperts(num_experts, hidden, inter, dispatch), x, index, weight, gate_up, down, capacity
+    )
     ref_out, ref_grads = run_experts(reference_experts, x, index, weight, gate_up, down, capacity)
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5)
     for grad, ref in zip(grads, ref_grads):
@@ -285,7 +291,9 @@ def test_grad_checkpointing_gives_the_same_gradients():
 
     plain, checkpointed = grads(False), grads(True)
     for name in plain:
-        torch.testing.assert_close(checkpointed[name], plain[name], atol=1e-6, rtol=1e-5, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(
+            checkpointed[name], plain[name], atol=1e-6, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}"
+        )
 
 
 def test_dense_layers_and_shared_expert():

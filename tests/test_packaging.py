@@ -1,6 +1,7 @@
 """The built wheel is one import package, `zoo`, and works away from the repository: installed
 into a folder of its own (the project's venv provides torch and the rest), run from a directory
 outside the repository, offline."""
+
 from __future__ import annotations
 
 import os
@@ -31,7 +32,21 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(ROOT / name, source / name)
-    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(out), str(source)], cwd=source)
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(source),
+        ],
+        cwd=source,
+    )
     (built,) = out.glob("zoo-*.whl")
     return built
 
@@ -40,18 +55,31 @@ def test_the_wheel_holds_one_import_package_with_recipes_and_weights(wheel: Path
     names = zipfile.ZipFile(wheel).namelist()
     top = {name.split("/")[0] for name in names}
     assert top == {"zoo", wheel.name.split("-py")[0] + ".dist-info"}, top
-    for needed in ("zoo/training/recipes/fmnist.py", "zoo/architectures/resnet.py", "zoo/weights/resnet20.fmnist.safetensors",
-                   "zoo/weights/resnet20.fmnist.md", "zoo/weights/published/torchvision_resnet.json",
-                   "zoo/weights/categories/imagenet.txt"):
+    for needed in (
+        "zoo/training/recipes/fmnist.py",
+        "zoo/architectures/resnet.py",
+        "zoo/weights/resnet20.fmnist.safetensors",
+        "zoo/weights/resnet20.fmnist.md",
+        "zoo/weights/published/torchvision_resnet.json",
+        "zoo/weights/categories/imagenet.txt",
+    ):
         assert needed in names, needed
 
 
 def test_the_installed_wheel_runs_outside_the_repository(wheel: Path, tmp_path: Path) -> None:
     target, elsewhere = tmp_path / "site", tmp_path / "elsewhere"
     elsewhere.mkdir()
-    run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(wheel)], cwd=elsewhere)
-    env = {**os.environ, "PYTHONPATH": str(target), "ZOO_OFFLINE": "1", "ZOO_HOME": str(tmp_path / "home"),
-           "PYTHONNOUSERSITE": "1"}
+    run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(wheel)],
+        cwd=elsewhere,
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(target),
+        "ZOO_OFFLINE": "1",
+        "ZOO_HOME": str(tmp_path / "home"),
+        "PYTHONNOUSERSITE": "1",
+    }
     # A user's own `training.py` and `weights/` next to their code must not shadow zoo's modules.
     (elsewhere / "training.py").write_text("raise ImportError('the user training.py was imported')\n")
     (elsewhere / "weights").mkdir()

@@ -1,18 +1,21 @@
 """Published weights through the whole entry machinery: the publisher's file is served over
 HTTP, `zoo.load` downloads, verifies, converts and loads it, and the outputs equal the
 reference implementation's on the same input."""
+
 from __future__ import annotations
 
 import pytest
 import timm
 import torch
 import torchvision
-
-import zoo
 from published import legacy_densenet_keys, publish, randomize_batchnorm, randomize_linear
 
+import zoo
+
 TORCHVISION_ENTRIES = [
-    name for name in zoo.list_models(pretrained=True) if (zoo.info(name).url or "").startswith("https://download.pytorch.org/")
+    name
+    for name in zoo.list_models(pretrained=True)
+    if (zoo.info(name).url or "").startswith("https://download.pytorch.org/")
 ]
 
 

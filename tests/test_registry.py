@@ -1,6 +1,7 @@
 """The registry knows every architecture without importing its family: the declarations in
 `zoo.architectures._families.ARCHS` must say what the family modules register, and the light
 commands must not import what they don't need."""
+
 from __future__ import annotations
 
 import importlib
@@ -13,8 +14,20 @@ import pytest
 from zoo.architectures import ARCHS, model_builders, registered_specs
 from zoo.store import registry
 
-HEAVY = ("torch", "torchvision", "torch_geometric", "transformers", "huggingface_hub", "onnx", "onnxruntime",
-         "torchao", "matplotlib", "tensorboard", "zoo.architectures.resnet", "zoo.training")
+HEAVY = (
+    "torch",
+    "torchvision",
+    "torch_geometric",
+    "transformers",
+    "huggingface_hub",
+    "onnx",
+    "onnxruntime",
+    "torchao",
+    "matplotlib",
+    "tensorboard",
+    "zoo.architectures.resnet",
+    "zoo.training",
+)
 FAMILY_MODULES = sorted({spec.module for spec in ARCHS.values()})
 
 
@@ -45,12 +58,15 @@ def _imported_after(code: str) -> set[str]:
     return set(json.loads(out.splitlines()[-1]))
 
 
-@pytest.mark.parametrize("code", [
-    "import zoo",
-    "import zoo; zoo.list_models(); zoo.info('resnet20')",
-    "from zoo.cli import main; import contextlib, io; f = io.StringIO(); "
-    "c = contextlib.redirect_stdout(f); c.__enter__(); main(['list']); main(['info', 'gin3'])",
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import zoo",
+        "import zoo; zoo.list_models(); zoo.info('resnet20')",
+        "from zoo.cli import main; import contextlib, io; f = io.StringIO(); "
+        "c = contextlib.redirect_stdout(f); c.__enter__(); main(['list']); main(['info', 'gin3'])",
+    ],
+)
 def test_light_entry_points_import_nothing_heavy(code: str) -> None:
     modules = _imported_after(code)
     heavy = sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
@@ -58,8 +74,10 @@ def test_light_entry_points_import_nothing_heavy(code: str) -> None:
 
 
 def test_help_imports_no_torch() -> None:
-    code = ("from zoo.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "import sys; print('torch' in sys.modules)")
+    code = (
+        "from zoo.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "import sys; print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines()[-1] == "False"
 

@@ -1,6 +1,7 @@
 """training.report (metrics against scikit-learn, plots, JSON), zoo.deploy.exporter's TorchScript /
 torch.export round trips, and training.post_training (int8 dynamic quantization, magnitude pruning,
 post_training) on small generated data."""
+
 from __future__ import annotations
 
 import copy
@@ -16,6 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import zoo
 from zoo.deploy.exporter import NOT_TENSORS_REASON, ExportMismatchError, export_program, export_torchscript
+from zoo.store.files import write_json
 from zoo.training.post_training import (
     global_magnitude_prune,
     linear_fraction,
@@ -24,7 +26,6 @@ from zoo.training.post_training import (
     state_dict_bytes,
     weight_sparsity,
 )
-from zoo.store.files import write_json
 from zoo.training.report import (
     classification_report,
     evaluate_classifier,
@@ -128,8 +129,13 @@ def test_plots_and_json_are_written(tmp_path: Path) -> None:
     predictions, targets = torch.tensor([0, 1, 2, 2, 1]), torch.tensor([0, 1, 2, 1, 1])
     report = classification_report(predictions, targets, 3, ["cat", "dog", "emu"])
     rows = [
-        {"epoch": e, "train_loss": 1.0 / e, "train_acc": 0.5 + 0.1 * e, "lr": 0.1 * 0.5**e,
-         **({"val_loss": 1.2 / e} if e % 2 else {})}  # validation every other epoch
+        {
+            "epoch": e,
+            "train_loss": 1.0 / e,
+            "train_acc": 0.5 + 0.1 * e,
+            "lr": 0.1 * 0.5**e,
+            **({"val_loss": 1.2 / e} if e % 2 else {}),
+        }  # validation every other epoch
         for e in range(1, 5)
     ]
     for path in (plot_confusion_matrix(report, tmp_path / "cm.png"), plot_curves(rows, tmp_path / "curves.png")):
@@ -172,8 +178,17 @@ def test_exports_round_trip_mlp(export, tmp_path: Path) -> None:
 def test_moe_models_export_their_logits(export, name: str, tmp_path: Path) -> None:
     # traced, the experts run densely (no data-dependent shapes); eager keeps the sparse dispatch
     torch.manual_seed(0)
-    model = zoo.load(name, pretrained=False, num_classes=3, num_layers=2, hidden_size=32, intermediate_size=48,
-                     num_heads=2, num_kv_heads=2, **({"vocab_size": 64} if name == "moe_encoder" else {})).eval()
+    model = zoo.load(
+        name,
+        pretrained=False,
+        num_classes=3,
+        num_layers=2,
+        hidden_size=32,
+        intermediate_size=48,
+        num_heads=2,
+        num_kv_heads=2,
+        **({"vocab_size": 64} if name == "moe_encoder" else {}),
+    ).eval()
     make = (lambda n: torch.randn(n, 1, 28, 28)) if name == "moe_vit" else (lambda n: torch.randint(0, 64, (n, 12)))
     result = export(model, make(2), tmp_path / ("m.pt2" if export is export_program else "m.pt"))
     assert result.max_abs_diff <= 1e-5
@@ -242,7 +257,11 @@ def test_post_training_writes_every_artifact(tmp_path: Path) -> None:
     )
 
     assert {p.name for p in tmp_path.iterdir()} == {
-        "eval_report.json", "confusion_matrix.png", "model.torchscript.pt", "model.pt2", "model.onnx",
+        "eval_report.json",
+        "confusion_matrix.png",
+        "model.torchscript.pt",
+        "model.pt2",
+        "model.onnx",
         "post_training.json",
     }
     assert json.loads((tmp_path / "post_training.json").read_text()) == summary
@@ -269,7 +288,8 @@ def test_post_training_records_a_failed_export(tmp_path: Path) -> None:
     with pytest.warns(UserWarning) as warned:
         summary = post_training(NoTrace(), [(x, y)], tmp_path, x[:2], prune_amounts=(), progress=False)
     assert sorted(str(w.message).split(" failed")[0] for w in warned) == [
-        "post-training step 'torch_export'", "post-training step 'torchscript'",
+        "post-training step 'torch_export'",
+        "post-training step 'torchscript'",
     ]
     assert summary["onnx"]["max_abs_diff"] <= 1e-4  # the dynamo ONNX exporter keeps the data-dependent slice
     assert summary["torchscript"]["error"].startswith("ExportMismatchError")
@@ -282,13 +302,22 @@ def test_post_training_quantizes_a_cnn_statically_and_skips_onnx_without_its_ext
     """A CNN family gets static int8 (zoo.optimize's PT2E path) calibrated on the given batches,
     with its accuracy against fp32 and its measured speed; a missing ONNX extra is a skip."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(1, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 3)).eval()
+    model = nn.Sequential(
+        nn.Conv2d(1, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 3)
+    ).eval()
     model.pretrained_cfg = {"architecture": "resnet20"}  # optimize's int8 covers the CNN families
     x = torch.randn(40, 1, 8, 8)
     y = model(x).argmax(1).detach()  # labels the fp32 model gets right: accuracy 1.0
     monkeypatch.setitem(sys.modules, "onnxscript", None)
-    summary = post_training(model, DataLoader(TensorDataset(x, y), batch_size=16), tmp_path, x[:16],
-                            calibration=[x[:16], x[16:32]], prune_amounts=(), progress=False)
+    summary = post_training(
+        model,
+        DataLoader(TensorDataset(x, y), batch_size=16),
+        tmp_path,
+        x[:16],
+        calibration=[x[:16], x[16:32]],
+        prune_amounts=(),
+        progress=False,
+    )
     assert "pip install 'zoo[onnx]'" in summary["onnx"]["skipped"] and not (tmp_path / "model.onnx").exists()
     quant = summary["quantization"]
     assert quant["method"] == "static (PT2E, x86 inductor)" and quant["calibration_samples"] == 32

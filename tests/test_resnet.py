@@ -1,4 +1,5 @@
 """ResNet family: parity with torchvision and timm, the small-image ResNets, the model contract."""
+
 from __future__ import annotations
 
 import copy

@@ -1,5 +1,6 @@
 """One resolution: a name is resolved once per load and once per fine-tune, into a typed source
 that `zoo.load` takes as it is."""
+
 from __future__ import annotations
 
 import collections
@@ -28,6 +29,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
             if not isinstance(args[0], Registered | SavedFolder | HubRepository):  # a source passes through
                 counter[name] += 1
             return fn(*args, **kwargs)
+
         return wrapper
 
     monkeypatch.setattr(registry, "resolve", counted("registry.resolve", registry.resolve))

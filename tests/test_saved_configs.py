@@ -1,6 +1,7 @@
 """A saved folder's config.json is checked against its schema before anything is built: a
 crafted field is one `ZooError` naming the file and the field, never a traceback, a read
 outside the folder, or an allocation beyond the stated limits (issue: hardening 4, 10, 11)."""
+
 from __future__ import annotations
 
 import json
@@ -28,21 +29,24 @@ def _tampered(saved: Path, tmp_path: Path, **fields) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("fields,field", [
-    ({"categories": "../../../../etc/passwd"}, "categories"),
-    ({"categories": "fashion-mnist/../../x"}, "categories"),
-    ({"class_names": ["only"]}, "class_names"),
-    ({"class_names": {"a": 1}}, "class_names"),
-    ({"class_names": "xyz"}, "class_names"),
-    ({"preprocess": "abc"}, "preprocess"),
-    ({"preprocess": {"resize": 60000, "crop": 28, "mean": [0.5], "std": [0.5]}}, "preprocess.resize"),
-    ({"preprocess": {"crop": 28, "mean": [0.5], "std": [0.5, 0.5]}}, "preprocess.std"),
-    ({"model_kwargs": {"in_chans": 200000000}}, "model_kwargs.in_chans"),
-    ({"model_kwargs": "x"}, "model_kwargs"),
-    ({"num_classes": -1}, "num_classes"),
-    ({"architecture": "../resnet20"}, "architecture"),
-    ({"head": "lm"}, "head"),
-])
+@pytest.mark.parametrize(
+    "fields,field",
+    [
+        ({"categories": "../../../../etc/passwd"}, "categories"),
+        ({"categories": "fashion-mnist/../../x"}, "categories"),
+        ({"class_names": ["only"]}, "class_names"),
+        ({"class_names": {"a": 1}}, "class_names"),
+        ({"class_names": "xyz"}, "class_names"),
+        ({"preprocess": "abc"}, "preprocess"),
+        ({"preprocess": {"resize": 60000, "crop": 28, "mean": [0.5], "std": [0.5]}}, "preprocess.resize"),
+        ({"preprocess": {"crop": 28, "mean": [0.5], "std": [0.5, 0.5]}}, "preprocess.std"),
+        ({"model_kwargs": {"in_chans": 200000000}}, "model_kwargs.in_chans"),
+        ({"model_kwargs": "x"}, "model_kwargs"),
+        ({"num_classes": -1}, "num_classes"),
+        ({"architecture": "../resnet20"}, "architecture"),
+        ({"head": "lm"}, "head"),
+    ],
+)
 def test_a_crafted_field_is_named(saved: Path, tmp_path: Path, fields: dict, field: str) -> None:
     folder = _tampered(saved, tmp_path, **fields)
     with pytest.raises(WeightsError, match=rf"config\.json: field '{field}'"):
@@ -73,12 +77,22 @@ def test_save_refuses_a_users_files_unless_overwrite(tmp_path: Path) -> None:
 
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**12, 10**12) | st.floats(allow_nan=True) | st.text(max_size=20),
+    st.none() | st.booleans() | st.integers(-(10**12), 10**12) | st.floats(allow_nan=True) | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
-FIELDS = ["architecture", "head", "model_kwargs", "num_classes", "preprocess", "categories", "class_names",
-          "weights", "features_only", "out_indices"]
+FIELDS = [
+    "architecture",
+    "head",
+    "model_kwargs",
+    "num_classes",
+    "preprocess",
+    "categories",
+    "class_names",
+    "weights",
+    "features_only",
+    "out_indices",
+]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -1,6 +1,7 @@
 """timm's names with timm's meaning (issue 23): ``pretrained_cfg`` that timm's data config reads,
 ``forward_intermediates``/``feature_info``/``reset_classifier`` as timm's models have them, and
 ``zoo.create_model`` as ``timm.create_model``; each compared with timm itself, on shared weights."""
+
 from __future__ import annotations
 
 import copy
@@ -14,12 +15,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
+from published import randomize_batchnorm
 from sklearn.datasets import load_sample_image
 from timm.models._features import FeatureInfo as TimmFeatureInfo
 from timm.models._features import feature_take_indices as timm_feature_take_indices
 
 import zoo
-from published import randomize_batchnorm
 from zoo.architectures.features import FeatureInfo, feature_take_indices
 from zoo.errors import WeightsMismatchError
 
@@ -65,7 +66,10 @@ def test_pretrained_cfg_keys_of_a_gray_small_image_model():
     rgb = zoo.load("resnet20.fmnist", in_chans=3)  # the first conv adapted: three channels in
     assert timm.data.resolve_model_data_config(rgb)["input_size"] == (3, 28, 28)
     untrained = zoo.load("mobilenet_v3_small_cifar", pretrained=False, in_chans=1)  # no weights anywhere
-    assert untrained.pretrained_cfg["input_size"] == (1, 32, 32) and untrained.pretrained_cfg["classifier"] == "classifier.3"
+    assert (
+        untrained.pretrained_cfg["input_size"] == (1, 32, 32)
+        and untrained.pretrained_cfg["classifier"] == "classifier.3"
+    )
     overlaid = zoo.create_model("resnet20", pretrained_cfg_overlay={"crop_pct": 0.5})
     assert timm.data.resolve_model_data_config(overlaid)["crop_pct"] == 0.5
 
@@ -221,7 +225,9 @@ def test_create_model_as_timm(name, kwargs):
 def test_checkpoint_of_another_head_names_the_mismatch(tmp_path):
     path = tmp_path / "resnet18.pth"
     torch.save(timm.create_model("resnet18").state_dict(), path)
-    with pytest.raises(WeightsMismatchError, match=r"(?s)fc\.weight \(1000, 512\) vs model \(7, 512\).*checkpoint_path"):
+    with pytest.raises(
+        WeightsMismatchError, match=r"(?s)fc\.weight \(1000, 512\) vs model \(7, 512\).*checkpoint_path"
+    ):
         zoo.create_model("resnet18", num_classes=7, checkpoint_path=path)
 
 

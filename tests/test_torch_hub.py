@@ -1,5 +1,6 @@
 """hubconf.py: torch.hub lists, documents and loads every zoo architecture, from a checkout
 whether or not zoo is installed, offline (the bundled weights)."""
+
 from __future__ import annotations
 
 import json
@@ -80,7 +81,11 @@ print(json.dumps({
 def test_a_checkout_works_without_installing_zoo(github_cache, tmp_path):
     child = subprocess.run(
         [sys.executable, "-c", _WITHOUT_ZOO_INSTALLED, str(ROOT), github_cache],
-        cwd=tmp_path, env=os.environ.copy(), capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        env=os.environ.copy(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert child.returncode == 0, child.stderr
     found = json.loads(child.stdout.splitlines()[-1])

@@ -1,6 +1,7 @@
 """Code written for torchvision runs on zoo: ``weights=`` in torchvision's names (checked against
 torchvision's own enums), `zoo.get_model` / `zoo.get_model_weights`, and checkpoints that
 torch.hub already downloaded are reused rather than downloaded again."""
+
 from __future__ import annotations
 
 import copy
@@ -26,11 +27,26 @@ from zoo.interop.torchvision_weights import weights_entry
 from zoo.store import registry
 from zoo.store.registry import WeightInfo
 
-TORCHVISION_ARCHS = sorted({zoo.info(n).arch for n in zoo.list_models(pretrained=True) if zoo.info(n).torchvision_weights})
+TORCHVISION_ARCHS = sorted(
+    {zoo.info(n).arch for n in zoo.list_models(pretrained=True) if zoo.info(n).torchvision_weights}
+)
 ARCHS_WITH_WEIGHTS = sorted({zoo.info(n).arch for n in zoo.list_models(pretrained=True)})
 # torchvision's test_schema_meta_validation: the meta keys a weight may have
-PERMITTED_META = {"backend", "categories", "keypoint_names", "license", "_metrics", "min_size", "min_temporal_size",
-                  "num_params", "recipe", "unquantized", "_docs", "_ops", "_file_size"}
+PERMITTED_META = {
+    "backend",
+    "categories",
+    "keypoint_names",
+    "license",
+    "_metrics",
+    "min_size",
+    "min_temporal_size",
+    "num_params",
+    "recipe",
+    "unquantized",
+    "_docs",
+    "_ops",
+    "_file_size",
+}
 
 
 def _assert_same_state(model: torch.nn.Module, reference: torch.nn.Module) -> None:
@@ -57,7 +73,9 @@ def _assert_same_state(model: torch.nn.Module, reference: torch.nn.Module) -> No
 def test_torchvision_names_pick_the_entry_with_torchvision_url(weights, entry):
     info = weights_entry("resnet50", "resnet50", weights)
     assert info.name == entry
-    published = weights if isinstance(weights, tvm.ResNet50_Weights) else tvm.ResNet50_Weights[str(weights).split(".")[-1]]
+    published = (
+        weights if isinstance(weights, tvm.ResNet50_Weights) else tvm.ResNet50_Weights[str(weights).split(".")[-1]]
+    )
     assert info.url == published.url
 
 
@@ -118,20 +136,27 @@ def test_get_model_builds_like_torchvision():
 
 
 def test_weights_of_another_architecture_are_refused_by_name():
-    with pytest.raises(InvalidArgumentError, match=r"weights=ResNet18_Weights.IMAGENET1K_V1 are resnet18's weights, not resnet50's: load 'resnet18'"):
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"weights=ResNet18_Weights.IMAGENET1K_V1 are resnet18's weights, not resnet50's: load 'resnet18'",
+    ):
         zoo.load("resnet50", weights=tvm.ResNet18_Weights.IMAGENET1K_V1)
     with pytest.raises(InvalidArgumentError, match=r"are resnet20's weights, not resnet56's.*resnet56.fmnist"):
         zoo.load("resnet56", weights=zoo.get_model_weights("resnet20").FMNIST)
     with pytest.raises(InvalidArgumentError, match=r"torchvision's weights of a model that zoo has no entries for"):
         zoo.load("resnet50", weights="ViT_B_16_Weights.IMAGENET1K_V1")
-    with pytest.raises(InvalidArgumentError, match=r"'resnet50.tv2_in1k' and weights='IMAGENET1K_V1' \(resnet50.tv_in1k\)"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"'resnet50.tv2_in1k' and weights='IMAGENET1K_V1' \(resnet50.tv_in1k\)"
+    ):
         zoo.load("resnet50.tv2_in1k", weights="IMAGENET1K_V1")
 
 
 def test_a_torchvision_name_zoo_lacks_says_so_and_lists_what_zoo_has(monkeypatch):
     registry._ensure_loaded()
     monkeypatch.delitem(registry._weights, "resnet50.tv_in1k")
-    with pytest.raises(UnknownModelError, match=r"torchvision has it but zoo has no entry.*IMAGENET1K_V2 \(resnet50.tv2_in1k\)"):
+    with pytest.raises(
+        UnknownModelError, match=r"torchvision has it but zoo has no entry.*IMAGENET1K_V2 \(resnet50.tv2_in1k\)"
+    ):
         zoo.load("resnet50", weights="ResNet50_Weights.IMAGENET1K_V1")
     monkeypatch.delitem(registry._weights, "resnet50.tv2_in1k")
     with pytest.raises(UnknownModelError, match=r"'resnet50' has no pretrained weights"):
@@ -141,7 +166,9 @@ def test_a_torchvision_name_zoo_lacks_says_so_and_lists_what_zoo_has(monkeypatch
 def test_torchvision_default_is_followed_when_zoo_lacks_it(monkeypatch):
     registry._ensure_loaded()
     monkeypatch.delitem(registry._weights, "resnet50.tv2_in1k")
-    with pytest.raises(UnknownModelError, match=r"torchvision's ResNet50_Weights.DEFAULT is IMAGENET1K_V2, which zoo has no entry for"):
+    with pytest.raises(
+        UnknownModelError, match=r"torchvision's ResNet50_Weights.DEFAULT is IMAGENET1K_V2, which zoo has no entry for"
+    ):
         zoo.load("resnet50", weights="DEFAULT")
 
 
@@ -175,7 +202,9 @@ def test_unknown_member_names_list_the_known_ones(member):
 
 def test_two_entries_answering_to_one_name_are_refused(monkeypatch):
     registry._ensure_loaded()
-    twin = WeightInfo(name="resnet20.copy", file="resnet20.fmnist.safetensors", torchvision_weights="Resnet20_Weights.FMNIST")
+    twin = WeightInfo(
+        name="resnet20.copy", file="resnet20.fmnist.safetensors", torchvision_weights="Resnet20_Weights.FMNIST"
+    )
     monkeypatch.setitem(registry._weights, twin.name, twin)
     with pytest.raises(ValueError, match=r"weights resnet20.\w+ and resnet20.\w+ both answer to FMNIST"):
         zoo.get_model_weights("resnet20")
@@ -195,8 +224,12 @@ def published(http_server, monkeypatch):
     prefix = hashlib.sha256(blob).hexdigest()[:8]
     filename = f"resnet20-{prefix}.pth"
     info = WeightInfo(
-        name="resnet20.hubcache", url=http_server.add(filename, blob), sha256=prefix, num_classes=10,
-        model_kwargs={"in_chans": 1}, torchvision_weights="Resnet20_Weights.HUBCACHE",
+        name="resnet20.hubcache",
+        url=http_server.add(filename, blob),
+        sha256=prefix,
+        num_classes=10,
+        model_kwargs={"in_chans": 1},
+        torchvision_weights="Resnet20_Weights.HUBCACHE",
     )
     registry._ensure_loaded()
     monkeypatch.setitem(registry._weights, info.name, info)
@@ -235,7 +268,10 @@ def test_corrupt_torch_hub_checkpoint_is_not_used(published, http_server):
     info, model, blob, filename = published
     cached = _torch_hub_checkpoints() / filename
     cached.write_bytes(b"x" + blob[1:])
-    with pytest.warns(UserWarning, match=rf"{re.escape(str(cached))} in torch.hub's cache has sha256 .* not the expected prefix {info.sha256}, so zoo leaves it alone"):
+    with pytest.warns(
+        UserWarning,
+        match=rf"{re.escape(str(cached))} in torch.hub's cache has sha256 .* not the expected prefix {info.sha256}, so zoo leaves it alone",
+    ):
         loaded = zoo.load("resnet20.hubcache")
     _assert_same_state(loaded, model)
     assert http_server.requests == [f"/{filename}"]
@@ -252,7 +288,6 @@ def test_torch_hub_file_without_a_known_hash_is_not_used(http_server, zoo_home):
     assert http_server.requests == ["/plain.bin"]
 
 
-
 # ------------------------------------------------------------- the enums as torchvision's own tests use them
 
 
@@ -263,14 +298,22 @@ def test_members_pickle_copy_and_unpickle_in_a_fresh_process():
     for member in members:
         assert copy.copy(member) is member and copy.deepcopy(member) is member
         assert pickle.loads(pickle.dumps(member)) is member
-    code = "import pickle, sys; print([(type(w).__name__, w.name, w.url) for w in pickle.loads(sys.stdin.buffer.read())])"
+    code = (
+        "import pickle, sys; print([(type(w).__name__, w.name, w.url) for w in pickle.loads(sys.stdin.buffer.read())])"
+    )
     result = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(members), capture_output=True, check=True)
     assert result.stdout.decode().strip() == str([(type(m).__name__, m.name, m.url) for m in members])
 
 
 @pytest.mark.parametrize(
-    "name", ["ResNet50_Weights.IMAGENET1K_V1", "ResNet50_Weights.DEFAULT", "DenseNet121_Weights.DEFAULT",
-             "MobileNet_V3_Small_Weights.IMAGENET1K_V1", "Wide_ResNet50_2_Weights.IMAGENET1K_V2"],
+    "name",
+    [
+        "ResNet50_Weights.IMAGENET1K_V1",
+        "ResNet50_Weights.DEFAULT",
+        "DenseNet121_Weights.DEFAULT",
+        "MobileNet_V3_Small_Weights.IMAGENET1K_V1",
+        "Wide_ResNet50_2_Weights.IMAGENET1K_V2",
+    ],
 )
 def test_get_weight_as_torchvision(name):
     ours, theirs = zoo.get_weight(name), tvm.get_weight(name)
@@ -280,7 +323,9 @@ def test_get_weight_as_torchvision(name):
 
 def test_get_weight_of_zoo_weights_and_bad_names():
     assert zoo.get_weight("Resnet20_Weights.FMNIST") is zoo.get_model_weights("resnet20").DEFAULT
-    with pytest.raises(UnknownModelError, match=r"ResNet50_Weights has no member 'IMAGENET1K_V9'; its members: IMAGENET1K_V1"):
+    with pytest.raises(
+        UnknownModelError, match=r"ResNet50_Weights has no member 'IMAGENET1K_V9'; its members: IMAGENET1K_V1"
+    ):
         zoo.get_weight("ResNet50_Weights.IMAGENET1K_V9")
     with pytest.raises(UnknownModelError, match="no architecture of zoo's has weights called ViT_B_16_Weights"):
         zoo.get_weight("ViT_B_16_Weights.DEFAULT")
@@ -317,7 +362,10 @@ def test_meta_schema_as_torchvision(arch):
 @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning")
 @pytest.mark.parametrize(
     ("ours", "theirs"),
-    [("resnet50.tv_in1k", tvm.ResNet50_Weights.IMAGENET1K_V1), ("mobilenet_v2.tv2_in1k", tvm.MobileNet_V2_Weights.IMAGENET1K_V2)],
+    [
+        ("resnet50.tv_in1k", tvm.ResNet50_Weights.IMAGENET1K_V1),
+        ("mobilenet_v2.tv2_in1k", tvm.MobileNet_V2_Weights.IMAGENET1K_V2),
+    ],
 )
 def test_member_transforms_script_as_torchvision(ours, theirs):
     """torchvision's test_transforms_jit: ``transforms()`` scripts, with torchvision's outputs."""

@@ -1,6 +1,7 @@
 """What users bring to `zoo.load` and `zoo.transforms`: checkpoints in other dtypes, saved
 folders with extra arguments, colour or RGBA images for gray weights, odd image modes, a
 read-only cache. Each case either works or raises one of zoo's errors naming the argument or file."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,8 @@ from PIL import Image
 from safetensors.torch import save_file
 
 import zoo
-from zoo.loading.transforms import ConvertChannels
 from zoo.errors import InvalidArgumentError, WeightsNotFoundError, ZooError
+from zoo.loading.transforms import ConvertChannels
 from zoo.store.files import write_json
 
 
@@ -86,13 +87,22 @@ MODES = ["1", "L", "LA", "P", "RGB", "RGBA", "CMYK", "I;16", "I", "F"]
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(mode=st.sampled_from(MODES), channels=st.sampled_from([1, 3, 4]),
-       width=st.integers(1, 40), height=st.integers(1, 40))
-def test_convert_channels_brings_any_image_mode_to_the_models_channels(mode: str, channels: int, width: int, height: int) -> None:
+@given(
+    mode=st.sampled_from(MODES),
+    channels=st.sampled_from([1, 3, 4]),
+    width=st.integers(1, 40),
+    height=st.integers(1, 40),
+)
+def test_convert_channels_brings_any_image_mode_to_the_models_channels(
+    mode: str, channels: int, width: int, height: int
+) -> None:
     pixels = np.random.default_rng(width * 41 + height).integers(0, 255, (height, width, 3), dtype=np.uint8)
     image = Image.fromarray(pixels, "RGB").convert(mode if mode not in ("I;16", "I", "F") else "L")
     if mode in ("I;16", "I", "F"):
-        image = Image.fromarray(np.asarray(image).astype({"I;16": np.uint16, "I": np.int32, "F": np.float32}[mode]) * 200, mode if mode != "I;16" else None)
+        image = Image.fromarray(
+            np.asarray(image).astype({"I;16": np.uint16, "I": np.int32, "F": np.float32}[mode]) * 200,
+            mode if mode != "I;16" else None,
+        )
     out = ConvertChannels(channels)(image)
     assert len(out.getbands()) == channels and out.size == (width, height)
     gray = torch.randint(0, 255, (1, height, width), dtype=torch.uint8)
@@ -107,7 +117,9 @@ def test_a_read_only_zoo_home_loads_bundled_weights(tmp_path: Path, monkeypatch:
     monkeypatch.setenv("ZOO_HOME", str(home))
     if os.geteuid() == 0:  # root ignores permission bits: answer zoo's writability check as a read-only mount would
         real = os.access
-        monkeypatch.setattr(os, "access", lambda p, m, **kw: False if m & os.W_OK and str(p).startswith(str(home)) else real(p, m, **kw))
+        monkeypatch.setattr(
+            os, "access", lambda p, m, **kw: False if m & os.W_OK and str(p).startswith(str(home)) else real(p, m, **kw)
+        )
     try:
         model = zoo.load("resnet20.fmnist")
         assert model(torch.zeros(1, 1, 28, 28)).shape == (1, 10)
@@ -124,8 +136,9 @@ def test_zoo_home_pointing_at_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyP
         zoo.load("resnet20", weights="http://127.0.0.1:9/w.safetensors")
 
 
-def test_a_folder_named_like_registered_weights_does_not_shadow_them(resnet20, tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_a_folder_named_like_registered_weights_does_not_shadow_them(
+    resnet20, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
     from zoo.cli import main
 
     monkeypatch.chdir(tmp_path)
@@ -147,11 +160,14 @@ def test_a_folder_named_like_registered_weights_does_not_shadow_them(resnet20, t
     assert not any(n in folder_run for n in names) and any(n in registered_run for n in names)
 
 
-@pytest.mark.parametrize("damage,message", [
-    ("truncate weights", r"model\.safetensors is not a readable safetensors file"),
-    ("malformed config", r"config\.json is not readable JSON"),
-    ("config without architecture", r"config\.json: field .architecture. must be a non-empty string"),
-])
+@pytest.mark.parametrize(
+    "damage,message",
+    [
+        ("truncate weights", r"model\.safetensors is not a readable safetensors file"),
+        ("malformed config", r"config\.json is not readable JSON"),
+        ("config without architecture", r"config\.json: field .architecture. must be a non-empty string"),
+    ],
+)
 def test_a_damaged_saved_folder_names_its_file(resnet20, tmp_path: Path, damage: str, message: str) -> None:
     folder = zoo.save(resnet20, tmp_path / "saved")
     if damage == "truncate weights":
@@ -167,10 +183,17 @@ def test_a_damaged_saved_folder_names_its_file(resnet20, tmp_path: Path, damage:
         zoo.load(folder)
 
 
-@given(num_classes=st.sampled_from([None, 1, 3, 10, 0, -2, 2.5]), in_chans=st.sampled_from([None, 1, 3, 4]),
-       pretrained=st.booleans(), dtype=st.sampled_from([None, torch.float32, torch.float64, torch.bfloat16]),
-       features_only=st.booleans(), extra=st.sampled_from([{}, {"drop_rate": 0.1}, {"foo": 1}]))
-def test_load_keyword_combinations_work_or_name_the_argument(num_classes, in_chans, pretrained, dtype, features_only, extra) -> None:
+@given(
+    num_classes=st.sampled_from([None, 1, 3, 10, 0, -2, 2.5]),
+    in_chans=st.sampled_from([None, 1, 3, 4]),
+    pretrained=st.booleans(),
+    dtype=st.sampled_from([None, torch.float32, torch.float64, torch.bfloat16]),
+    features_only=st.booleans(),
+    extra=st.sampled_from([{}, {"drop_rate": 0.1}, {"foo": 1}]),
+)
+def test_load_keyword_combinations_work_or_name_the_argument(
+    num_classes, in_chans, pretrained, dtype, features_only, extra
+) -> None:
     kwargs = {k: v for k, v in dict(num_classes=num_classes, in_chans=in_chans, dtype=dtype).items() if v is not None}
     try:
         model = zoo.load("resnet20.fmnist", pretrained=pretrained, features_only=features_only, **kwargs, **extra)
@@ -192,7 +215,9 @@ def test_load_keyword_combinations_work_or_name_the_argument(num_classes, in_cha
 def test_saving_over_another_model_leaves_no_stale_card(resnet20, tmp_path: Path) -> None:
     zoo.save(resnet20, tmp_path / "m")
     assert "resnet20" in (tmp_path / "m" / "README.md").read_text()
-    with pytest.raises(InvalidArgumentError, match="already holds config.json, model.safetensors, README.md; pass overwrite=True"):
+    with pytest.raises(
+        InvalidArgumentError, match="already holds config.json, model.safetensors, README.md; pass overwrite=True"
+    ):
         zoo.save(resnet20, tmp_path / "m")
     zoo.save(zoo.load("resnet20", pretrained=False, in_chans=1, num_classes=3), tmp_path / "m", overwrite=True)
     card = (tmp_path / "m" / "README.md").read_text()  # the new model's own card, not the old weights'

@@ -1,4 +1,5 @@
 """Devices: where a model is, and a requested device checked before any work."""
+
 from __future__ import annotations
 
 import torch

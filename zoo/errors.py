@@ -1,5 +1,6 @@
 """zoo's errors, under one base class `ZooError`: each message names the problem, the argument
 or file, and the fix. The command line turns every ZooError into one line and exit code 2."""
+
 from __future__ import annotations
 
 import os

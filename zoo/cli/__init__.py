@@ -1,4 +1,5 @@
 """The command line (``zoo ...``, ``python -m zoo``): `main` parses, then runs one command."""
+
 from zoo.cli.parser import main
 
 __all__ = ["main"]

@@ -1,4 +1,5 @@
 """``zoo list`` and ``zoo info``: read the registry only (no model family, no torch)."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,8 +16,11 @@ def run_list(args: argparse.Namespace) -> int:
         print(name)
     if not names:
         kind = "weights" if args.pretrained else "architecture"
-        print(f"zoo: no {kind} matches {args.pattern!r}; `zoo list{'' if args.pretrained else ' --pretrained'}` "
-              "shows every name", file=sys.stderr)
+        print(
+            f"zoo: no {kind} matches {args.pattern!r}; `zoo list{'' if args.pretrained else ' --pretrained'}` "
+            "shows every name",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -35,8 +39,7 @@ def run_info(args: argparse.Namespace) -> int:
         ("source", info.source),
         ("sha256", info.sha256 or "none published (verified against the server's hash header)"),
         ("parameters", f"{info.num_params:,}" if info.num_params else "unknown"),
-        ("GMACs", info.gmacs if info.gmacs is not None else
-         _uncounted(info.arch)),
+        ("GMACs", info.gmacs if info.gmacs is not None else _uncounted(info.arch)),
         ("file size", format_size(info.file_size)),
         ("classes", info.num_classes),
         ("preprocess", json.dumps(info.preprocess)),

@@ -1,5 +1,6 @@
 """The commands that load models: ``zoo predict``, ``generate``, ``finetune``, ``eval``,
 ``demo``, ``bench``, ``export`` (`zoo.cli.parser` builds their options and calls ``run_<command>``)."""
+
 from __future__ import annotations
 
 import argparse
@@ -25,20 +26,26 @@ def run_predict(args: argparse.Namespace) -> int:
         open_image(path, decode=False)
     model = zoo.load(args.name, device=args.device)
     if model.pretrained_cfg.get("features_only") or not model.num_classes:
-        raise InvalidArgumentError(f"{args.name} outputs feature maps, not class scores (a features-only model or one "
-                                   "without a classifier): zoo predict needs a classifier's weights")
+        raise InvalidArgumentError(
+            f"{args.name} outputs feature maps, not class scores (a features-only model or one "
+            "without a classifier): zoo predict needs a classifier's weights"
+        )
     preprocess = zoo.transforms(model)
     cfg = model.pretrained_cfg
     names = cfg.get("class_names") or (registry.load_categories(cfg["categories"]) if cfg.get("categories") else None)
-    progress = tqdm(total=len(args.images), desc="zoo predict", unit="img", leave=False,
-                    disable=len(args.images) <= args.batch_size)
+    progress = tqdm(
+        total=len(args.images), desc="zoo predict", unit="img", leave=False, disable=len(args.images) <= args.batch_size
+    )
     try:
         for start in range(0, len(args.images), args.batch_size):
-            paths = args.images[start:start + args.batch_size]
+            paths = args.images[start : start + args.batch_size]
             batch = torch.stack([preprocess(open_image(path)) for path in paths]).to(args.device)
             if args.optimize and start == 0:
-                progress.write(f"zoo: optimizing {args.name} ({args.optimize}) on the first {len(paths)} images; "
-                               "compiling takes a while", file=sys.stderr)
+                progress.write(
+                    f"zoo: optimizing {args.name} ({args.optimize}) on the first {len(paths)} images; "
+                    "compiling takes a while",
+                    file=sys.stderr,
+                )
                 # timed on this batch's size; a last, smaller batch is padded onto its graph
                 model = zoo.optimize(model, batch, args.optimize, max_batch_graphs=1)
                 progress.write(f"zoo: {str(model.optimize_report).splitlines()[0]}", file=sys.stderr)
@@ -48,8 +55,9 @@ def run_predict(args: argparse.Namespace) -> int:
             lines = []
             for path, values, indices in zip(paths, top.values, top.indices):
                 lines.append(path)
-                lines += [f"  {p:7.2%}  {names[i] if names else i} ({i})"
-                          for p, i in zip(values.tolist(), indices.tolist())]
+                lines += [
+                    f"  {p:7.2%}  {names[i] if names else i} ({i})" for p, i in zip(values.tolist(), indices.tolist())
+                ]
             progress.write("\n".join(lines), file=sys.stdout)
             progress.update(len(paths))
     finally:
@@ -63,8 +71,16 @@ def run_generate(args: argparse.Namespace) -> int:
     check_byte_lm(model)  # before the prompt is echoed
     sys.stdout.write(args.prompt.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))  # bytes as given
     try:
-        complete(model, args.prompt, args.max_new_tokens, args.seed, stream=_write_now,
-                 temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+        complete(
+            model,
+            args.prompt,
+            args.max_new_tokens,
+            args.seed,
+            stream=_write_now,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+        )
     finally:
         print()  # ends the streamed line, also before an error message
     return 0
@@ -73,12 +89,6 @@ def run_generate(args: argparse.Namespace) -> int:
 def _write_now(text: str) -> None:
     sys.stdout.write(text)
     sys.stdout.flush()
-
-
-
-
-
-
 
 
 def run_finetune(args: argparse.Namespace) -> int:
@@ -95,8 +105,11 @@ def run_eval(args: argparse.Namespace) -> int:
     if all(row["ok"] for row in rows):
         print(f"{args.name}: every metric matches its card")
         return 0
-    print(f"zoo: error: {args.name} does not reproduce its card (tolerance: {evaluate.ACCURACY_TOLERANCE} points "
-          f"for accuracies, {evaluate.RELATIVE_TOLERANCE:.0%} for other metrics)", file=sys.stderr)
+    print(
+        f"zoo: error: {args.name} does not reproduce its card (tolerance: {evaluate.ACCURACY_TOLERANCE} points "
+        f"for accuracies, {evaluate.RELATIVE_TOLERANCE:.0%} for other metrics)",
+        file=sys.stderr,
+    )
     return 1
 
 
@@ -130,10 +143,19 @@ def run_export(args: argparse.Namespace) -> int:
     out = exporter.check_destination(args.out, args.format, args.overwrite)  # before the model loads
     model = zoo.load(args.name)
     example = exporter.example_input_for(model, batch=args.batch or exporter.EXAMPLE_BATCH)
-    result = zoo.export(model, out, args.format, example_input=example, dynamic_batch=args.batch is None,
-                        opset=args.opset, overwrite=args.overwrite)
+    result = zoo.export(
+        model,
+        out,
+        args.format,
+        example_input=example,
+        dynamic_batch=args.batch is None,
+        opset=args.opset,
+        overwrite=args.overwrite,
+    )
     checked_in = "onnxruntime" if args.format == "onnx" else "the re-loaded file"
     batch = f"fixed batch of {args.batch}" if args.batch else "any batch size"
-    print(f"wrote {result.path} ({args.format}, {format_size(result.size_bytes)}, {batch}); {checked_in} matches "
-          f"PyTorch within {result.max_abs_diff:.2g} (max abs diff), {result.seconds:.1f} s")
+    print(
+        f"wrote {result.path} ({args.format}, {format_size(result.size_bytes)}, {batch}); {checked_in} matches "
+        f"PyTorch within {result.max_abs_diff:.2g} (max abs diff), {result.seconds:.1f} s"
+    )
     return 0

@@ -4,6 +4,7 @@ Light on purpose: ``zoo --help`` answers without importing torch. Only the chose
 options are built (some come from modules that import torch), and its handler in
 `zoo.cli.commands` (or `zoo.cli.catalog` for ``list``/``info``) is imported to run it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,9 @@ def _finite_float(text: str, low: float, high: float = math.inf, *, low_open: bo
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number {wanted}, got {text!r}") from None
     if not math.isfinite(value) or value < low or (low_open and value == low) or value > high:
-        raise argparse.ArgumentTypeError(f"must be a{' finite' * (not math.isfinite(value))} number {wanted}, "
-                                         f"got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"must be a{' finite' * (not math.isfinite(value))} number {wanted}, got {text!r}"
+        )
     return value
 
 
@@ -104,18 +106,29 @@ def _predict_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="arch.tag, or an architecture for its default weights")
     p.add_argument("images", nargs="+", help="image files")
     p.add_argument("--topk", type=positive_int, default=5, help="classes to show per image")
-    p.add_argument("--batch-size", type=positive_int, default=PREDICT_BATCH_SIZE,
-                   help=f"images per forward pass (default: {PREDICT_BATCH_SIZE})")
+    p.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=PREDICT_BATCH_SIZE,
+        help=f"images per forward pass (default: {PREDICT_BATCH_SIZE})",
+    )
     p.add_argument("--device", default="cpu")
-    p.add_argument("--optimize", choices=PRECISIONS,
-                   help="run through zoo.optimize at this precision (auto: the fastest measured here)")
+    p.add_argument(
+        "--optimize",
+        choices=PRECISIONS,
+        help="run through zoo.optimize at this precision (auto: the fastest measured here)",
+    )
 
 
 def _generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="weight name, e.g. moe_lm.stdlib")
     p.add_argument("prompt", help="the text to continue, e.g. 'def fib('")
-    p.add_argument("--max-new-tokens", type=non_negative_int, default=200,
-                   help="bytes to generate at most (stops at end of file); printed as they come")
+    p.add_argument(
+        "--max-new-tokens",
+        type=non_negative_int,
+        default=200,
+        help="bytes to generate at most (stops at end of file); printed as they come",
+    )
     p.add_argument("--temperature", type=non_negative_float, default=0.8, help="0 for greedy decoding")
     p.add_argument("--top-k", type=positive_int, help="sample from the k most likely bytes only")
     p.add_argument("--top-p", type=fraction, default=0.95, help="nucleus sampling threshold")
@@ -141,11 +154,17 @@ def _demo_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _bench_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("patterns", nargs="*", metavar="PATTERN",
-                   help="weight names or fnmatch patterns ('resnet*'), or architectures (random weights); "
-                   "default: every entry whose weights are on this machine")
+    p.add_argument(
+        "patterns",
+        nargs="*",
+        metavar="PATTERN",
+        help="weight names or fnmatch patterns ('resnet*'), or architectures (random weights); "
+        "default: every entry whose weights are on this machine",
+    )
     p.add_argument("--batch", default="1", help="batch sizes separated by commas, e.g. 1,16 (default: 1)")
-    p.add_argument("--repeats", type=positive_int, default=10, help="timed forward passes per measurement (default: 10)")
+    p.add_argument(
+        "--repeats", type=positive_int, default=10, help="timed forward passes per measurement (default: 10)"
+    )
     p.add_argument("--csv", help="also write the table as CSV (timm's column names) to this file")
     p.add_argument("--no-optimize", action="store_true", help="time fp32 eager only, not zoo.optimize's choice")
     p.add_argument(
@@ -160,8 +179,12 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
     from zoo.deploy.exporter import FORMATS
 
     p.add_argument("name", metavar="NAME_OR_DIR", help="weight name (resnet20.fmnist) or a folder zoo.save wrote")
-    p.add_argument("--format", required=True, metavar="|".join(FORMATS),
-                   help="onnx (checked in onnxruntime), torchscript, or exported-program (a .pt2 file)")
+    p.add_argument(
+        "--format",
+        required=True,
+        metavar="|".join(FORMATS),
+        help="onnx (checked in onnxruntime), torchscript, or exported-program (a .pt2 file)",
+    )
     p.add_argument("--out", required=True, metavar="FILE", help="the file to write")
     batch = p.add_mutually_exclusive_group()
     batch.add_argument("--dynamic-batch", action="store_true", help="the file takes any batch size (the default)")
@@ -171,19 +194,36 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _serve_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("models", nargs="+", metavar="NAME_OR_DIR",
-                   help="weight names (resnet20.fmnist, moe_lm.stdlib) or folders zoo.save / zoo finetune wrote")
+    p.add_argument(
+        "models",
+        nargs="+",
+        metavar="NAME_OR_DIR",
+        help="weight names (resnet20.fmnist, moe_lm.stdlib) or folders zoo.save / zoo finetune wrote",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=port, default=8000, help="port to listen on (default: 8000)")
-    p.add_argument("--optimize", choices=("auto", "fp32", "bf16", "int8"),
-                   help="run classifiers through zoo.optimize at this precision (compiles at start; default: eager)")
-    p.add_argument("--max-batch", type=positive_int, default=32,
-                   help="rows per forward at most (default: 32; 1 serves one request at a time)")
-    p.add_argument("--max-wait-ms", type=non_negative_float, default=5.0,
-                   help="how long a request waits for others to share its forward (default: 5)")
+    p.add_argument(
+        "--optimize",
+        choices=("auto", "fp32", "bf16", "int8"),
+        help="run classifiers through zoo.optimize at this precision (compiles at start; default: eager)",
+    )
+    p.add_argument(
+        "--max-batch",
+        type=positive_int,
+        default=32,
+        help="rows per forward at most (default: 32; 1 serves one request at a time)",
+    )
+    p.add_argument(
+        "--max-wait-ms",
+        type=non_negative_float,
+        default=5.0,
+        help="how long a request waits for others to share its forward (default: 5)",
+    )
     p.add_argument("--device", default="cpu")
-    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on every route but health "
-                   "(default: $ZOO_API_KEY, else none)")
+    p.add_argument(
+        "--api-key",
+        help="require 'Authorization: Bearer KEY' on every route but health (default: $ZOO_API_KEY, else none)",
+    )
     p.add_argument("--max-body-mb", type=positive_float, default=8.0, help="largest request body in MiB (default: 8)")
     p.add_argument("--threads", type=positive_int, help="torch threads for the forwards (default: one per core)")
     p.add_argument("--ray", action="store_true", help="run as Ray Serve replicas on a local Ray cluster (ray[serve])")
@@ -196,17 +236,28 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], str]] 
     "info": ("metadata of a weight entry", _info_arguments, "zoo.cli.catalog"),
     "predict": ("top-k classes of images with pretrained weights", _predict_arguments, "zoo.cli.commands"),
     "generate": ("continue a text prompt with a byte-level language model", _generate_arguments, "zoo.cli.commands"),
-    "finetune": ("fine-tune a model on an image folder, text,label file or tensors", _finetune_arguments,
-                 "zoo.cli.commands"),
+    "finetune": (
+        "fine-tune a model on an image folder, text,label file or tensors",
+        _finetune_arguments,
+        "zoo.cli.commands",
+    ),
     "eval": ("re-measure a bundled weight file's card metrics", _eval_arguments, "zoo.cli.commands"),
-    "demo": ("fine-tune a bundled model on handwritten digits against training from scratch", _demo_arguments,
-             "zoo.cli.commands"),
-    "bench": ("results table: params, GMACs, top-1 and measured inference speed", _bench_arguments,
-              "zoo.cli.commands"),
-    "export": ("export a model to ONNX, TorchScript or a torch.export program, checked", _export_arguments,
-               "zoo.cli.commands"),
-    "serve": ("serve models over HTTP: Open Inference Protocol v2, OpenAI completions, a page", _serve_arguments,
-              "zoo.cli.serving"),
+    "demo": (
+        "fine-tune a bundled model on handwritten digits against training from scratch",
+        _demo_arguments,
+        "zoo.cli.commands",
+    ),
+    "bench": ("results table: params, GMACs, top-1 and measured inference speed", _bench_arguments, "zoo.cli.commands"),
+    "export": (
+        "export a model to ONNX, TorchScript or a torch.export program, checked",
+        _export_arguments,
+        "zoo.cli.commands",
+    ),
+    "serve": (
+        "serve models over HTTP: Open Inference Protocol v2, OpenAI completions, a page",
+        _serve_arguments,
+        "zoo.cli.serving",
+    ),
 }
 
 
@@ -214,8 +265,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser; with ``argv``, only the command it names (if any) gets its options, so that
     ``zoo --help`` imports nothing heavy; without, every command gets them."""
     parser = OneLineParser(
-        prog="zoo", description="zoo: list models, show weight metadata, classify images, generate text, fine-tune, "
-        "evaluate, demo, benchmark, export."
+        prog="zoo",
+        description="zoo: list models, show weight metadata, classify images, generate text, fine-tune, "
+        "evaluate, demo, benchmark, export.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     chosen = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
@@ -241,6 +293,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 __all__ = [
-    "COMMANDS", "build_parser", "fraction", "main", "non_negative_float", "non_negative_int", "port", "positive_float",
-    "positive_int", "seed",
+    "COMMANDS",
+    "build_parser",
+    "fraction",
+    "main",
+    "non_negative_float",
+    "non_negative_int",
+    "port",
+    "positive_float",
+    "positive_int",
+    "seed",
 ]

@@ -11,6 +11,7 @@ caches them under that name, and the Hub sends it as ``X-Linked-Etag``). Registe
 a commit and a sha256, or record the digest of their first verified download and refuse any other
 file afterwards (``sha256_policy: recorded-at-first-download``).
 """
+
 from __future__ import annotations
 
 import json
@@ -115,10 +116,16 @@ def download_file(repo: HubRepo, filename: str, *, sha256: str | None = None) ->
     checked against ``sha256`` or else the Hub's LFS sha256 of the file."""
     offline = download.is_hf_offline()
     with _hub_errors(repo, filename, offline):
-        path = Path(huggingface_hub.hf_hub_download(
-            repo.repo_id, filename, revision=repo.revision, cache_dir=cache_dir(), endpoint=endpoint(),
-            local_files_only=offline,
-        ))
+        path = Path(
+            huggingface_hub.hf_hub_download(
+                repo.repo_id,
+                filename,
+                revision=repo.revision,
+                cache_dir=cache_dir(),
+                endpoint=endpoint(),
+                local_files_only=offline,
+            )
+        )
     _verify(path, repo, filename, sha256)
     return path
 
@@ -140,10 +147,16 @@ def download_snapshot(repo: HubRepo, allow_patterns: Sequence[str]) -> Path:
     against the Hub's LFS sha256."""
     offline = download.is_hf_offline()
     with _hub_errors(repo, None, offline):
-        folder = Path(huggingface_hub.snapshot_download(
-            repo.repo_id, revision=repo.revision, cache_dir=cache_dir(), endpoint=endpoint(),
-            allow_patterns=list(allow_patterns), local_files_only=offline,
-        ))
+        folder = Path(
+            huggingface_hub.snapshot_download(
+                repo.repo_id,
+                revision=repo.revision,
+                cache_dir=cache_dir(),
+                endpoint=endpoint(),
+                allow_patterns=list(allow_patterns),
+                local_files_only=offline,
+            )
+        )
     for path in sorted(folder.rglob("*")):
         if path.suffix in _WEIGHT_SUFFIXES:
             _verify(path, HubRepo(repo.repo_id, folder.name), path.relative_to(folder).as_posix(), None)
@@ -165,8 +178,8 @@ def fetch_entry_file(entry: WeightInfo) -> Path:
     file with another digest."""
     if entry.sha256 is None and entry.sha256_policy != RECORDED_AT_FIRST_DOWNLOAD:
         raise WeightsError(
-            f"weight entry {entry.name} names no sha256 for {entry.hf_hub}: add its \"sha256\", or "
-            f"\"sha256_policy\": \"{RECORDED_AT_FIRST_DOWNLOAD}\" to record the first verified download"
+            f'weight entry {entry.name} names no sha256 for {entry.hf_hub}: add its "sha256", or '
+            f'"sha256_policy": "{RECORDED_AT_FIRST_DOWNLOAD}" to record the first verified download'
         )
     record_path = download.zoo_home() / "hf-pins" / f"{entry.name}.json"
     record = _read_pin(record_path, entry)
@@ -175,8 +188,16 @@ def fetch_entry_file(entry: WeightInfo) -> Path:
     path = download_file(repo, entry.hf_file, sha256=expected)
     if entry.sha256 is None and record is None:
         digest = download.verify_file(path, None)
-        write_json({"repo": entry.hf_hub, "revision": entry.revision, "commit": commit_of(path),
-                    "file": entry.hf_file, "sha256": digest}, record_path)
+        write_json(
+            {
+                "repo": entry.hf_hub,
+                "revision": entry.revision,
+                "commit": commit_of(path),
+                "file": entry.hf_file,
+                "sha256": digest,
+            },
+            record_path,
+        )
     return path
 
 
@@ -191,7 +212,11 @@ def _read_pin(path: Path, entry: WeightInfo) -> dict[str, str] | None:
         raise WeightsError(f"{path} is not readable JSON ({error}); delete it to record the download again") from None
     if not isinstance(record, dict):
         raise WeightsError(f"{path} is not a download record (a JSON object); delete it to record the download again")
-    same_source = (record.get("repo"), record.get("revision"), record.get("file")) == (entry.hf_hub, entry.revision, entry.hf_file)
+    same_source = (record.get("repo"), record.get("revision"), record.get("file")) == (
+        entry.hf_hub,
+        entry.revision,
+        entry.hf_file,
+    )
     valid = isinstance(record.get("commit"), str) and _SHA256.fullmatch(str(record.get("sha256")))
     return record if same_source and valid else None
 
@@ -246,7 +271,9 @@ def _hub_errors(repo: HubRepo, filename: str | None, offline: bool) -> Iterator[
         ) from error
     except LocalEntryNotFoundError as error:
         if offline:
-            fetch = f"hf download {repo.repo_id}" + (f" {filename}" if filename else "") + f" --revision {repo.revision}"
+            fetch = (
+                f"hf download {repo.repo_id}" + (f" {filename}" if filename else "") + f" --revision {repo.revision}"
+            )
             raise WeightsNotFoundError(
                 f"{what} is not in the Hugging Face cache ({cache_dir()}) and downloads are off "
                 f"(HF_HUB_OFFLINE or ZOO_OFFLINE is set): fetch it once online (`{fetch}`, or the same "
@@ -325,9 +352,19 @@ def timm_preprocess(cfg: dict[str, Any]) -> dict[str, Any]:
     channels, height, width = cfg["input_size"]
     crop_pct = cfg.get("crop_pct", 0.875)
     size = height if height == width else [height, width]
-    resize = math.floor(height / crop_pct) if height == width else [math.floor(height / crop_pct), math.floor(width / crop_pct)]
+    resize = (
+        math.floor(height / crop_pct)
+        if height == width
+        else [math.floor(height / crop_pct), math.floor(width / crop_pct)]
+    )
     mean, std = list(cfg.get("mean", IMAGENET_MEAN)), list(cfg.get("std", IMAGENET_STD))
-    preprocess = {"resize": resize, "crop": size, "interpolation": cfg.get("interpolation", "bilinear"), "mean": mean, "std": std}
+    preprocess = {
+        "resize": resize,
+        "crop": size,
+        "interpolation": cfg.get("interpolation", "bilinear"),
+        "mean": mean,
+        "std": std,
+    }
     return preprocess | ({"channels": channels} if channels != 3 else {})
 
 
@@ -376,8 +413,11 @@ def model_card(pretrained_cfg: dict[str, Any], entry: WeightInfo | None) -> str:
         meta["tags"].append("timm")
     if entry is not None and entry.license:
         meta["license"] = entry.license.split(" (")[0].lower()
-    task = "text-generation" if (arch, pretrained_cfg.get("head")) == ("moe_lm", "lm") \
+    task = (
+        "text-generation"
+        if (arch, pretrained_cfg.get("head")) == ("moe_lm", "lm")
         else _PIPELINE_TAGS.get((registry.input_kind(arch), pretrained_cfg.get("head")))
+    )
     if task and not pretrained_cfg.get("features_only"):
         meta["pipeline_tag"] = task
     if entry is not None and entry.metrics:
@@ -387,6 +427,8 @@ def model_card(pretrained_cfg: dict[str, Any], entry: WeightInfo | None) -> str:
     body = entry.card_text() if entry is not None else None
     if body is None:
         weights = pretrained_cfg.get("weights") or "none (random initialisation)"
-        body = (f"# {arch}\n\nA `{arch}` model saved by zoo: {pretrained_cfg['num_classes']} outputs, "
-                f"weights {weights}.\n\n```python\nimport zoo\nmodel = zoo.load(\"hf-hub:ORG/REPO\")  # this repository\n```\n")
+        body = (
+            f"# {arch}\n\nA `{arch}` model saved by zoo: {pretrained_cfg['num_classes']} outputs, "
+            f'weights {weights}.\n\n```python\nimport zoo\nmodel = zoo.load("hf-hub:ORG/REPO")  # this repository\n```\n'
+        )
     return f"---\n{front}\n---\n{body}"

@@ -1,4 +1,5 @@
 """timm's `create_model` for zoo's models, and timm's names for those zoo spells differently."""
+
 from __future__ import annotations
 
 import os
@@ -83,7 +84,9 @@ def _feature_options(
             f"feature_cfg takes feature_cls and out_indices in zoo, not {', '.join(sorted(feature_cfg))}"
         )
     if feature_cls is not None and not features_only:
-        raise InvalidArgumentError(f"feature_cls={feature_cls!r} says how to extract feature maps: pass features_only=True")
+        raise InvalidArgumentError(
+            f"feature_cls={feature_cls!r} says how to extract feature maps: pass features_only=True"
+        )
     return feature_cls, out_indices
 
 

@@ -4,6 +4,7 @@ against torchvision's model registry runs on zoo's, with zoo's verified entries 
 Each weights enum class is bound in this module under its name as it is made, and a name not made
 yet is made on first lookup (the module's ``__getattr__``), so a member pickles, deep-copies and
 unpickles in a fresh process as torchvision's do (``pickle.loads(pickle.dumps(w)) is w``)."""
+
 from __future__ import annotations
 
 import functools
@@ -178,7 +179,9 @@ def get_weight(name: str) -> ModelWeights:
     ``zoo.get_weight("ResNet50_Weights.IMAGENET1K_V2")`` (``DEFAULT`` included)."""
     class_name, dot, member = name.partition(".") if isinstance(name, str) else ("", "", "")
     if not dot or not class_name.endswith("_Weights"):
-        raise InvalidArgumentError(f"get_weight takes 'EnumName_Weights.MEMBER' (e.g. 'ResNet50_Weights.DEFAULT'), got {name!r}")
+        raise InvalidArgumentError(
+            f"get_weight takes 'EnumName_Weights.MEMBER' (e.g. 'ResNet50_Weights.DEFAULT'), got {name!r}"
+        )
     enum = _enum_named(class_name)
     if member not in enum.__members__:
         known = ", ".join(enum.__members__) or "none"

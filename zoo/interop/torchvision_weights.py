@@ -5,6 +5,7 @@ the enum member ``ResNet50_Weights.IMAGENET1K_V2`` itself) loads the same file t
 The mapping is data: an entry that republishes torchvision's weights names them in its
 ``torchvision_weights`` field. Every entry also gets a member name of its own (torchvision's, else
 its tag in capitals: ``resnet20.fmnist`` -> ``FMNIST``), so `zoo.get_model_weights` covers all."""
+
 from __future__ import annotations
 
 import os
@@ -39,8 +40,10 @@ def members(arch: str) -> dict[str, WeightInfo]:
     for info in registry.weights_for(arch):
         other = named.setdefault(member_name(info), info)
         if other is not info:
-            raise InvalidArgumentError(f"weights {other.name} and {info.name} both answer to {member_name(info)}: "
-                             "give one of them another tag or torchvision_weights")
+            raise InvalidArgumentError(
+                f"weights {other.name} and {info.name} both answer to {member_name(info)}: "
+                "give one of them another tag or torchvision_weights"
+            )
     return dict(sorted(named.items()))
 
 
@@ -81,12 +84,17 @@ def weights_entry(name: str, arch: str, weights: Any) -> WeightInfo | None:
             problem = "are torchvision's weights of a model that zoo has no entries for"
         else:
             problem = "is not a file, a URL, or weights that zoo or torchvision knows"
-        raise InvalidArgumentError(f"weights={_shown(weights)} {problem}; {arch}'s weights are {_listing(arch) or 'none'}")
+        raise InvalidArgumentError(
+            f"weights={_shown(weights)} {problem}; {arch}'s weights are {_listing(arch) or 'none'}"
+        )
     entry = default_entry(arch) if member == DEFAULT else members(arch).get(member)
     if entry is None:
         published = _torchvision_enum(own_class)
-        where = "torchvision has it but zoo has no entry for it" if published is not None \
-            and member in published.__members__ else "it is not a file, a URL or a weights name of this architecture"
+        where = (
+            "torchvision has it but zoo has no entry for it"
+            if published is not None and member in published.__members__
+            else "it is not a file, a URL or a weights name of this architecture"
+        )
         options = _listing(arch)
         raise UnknownModelError(
             f"weights={_shown(weights)} for {arch!r}: {where}. "

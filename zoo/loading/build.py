@@ -1,5 +1,6 @@
 """`zoo.load`: a name or path resolved once to its source (`zoo.loading.resolve`), then built
 here with its weights, a new head on request, and feature maps or optimization on top."""
+
 from __future__ import annotations
 
 import os
@@ -74,7 +75,9 @@ def load(
     """
     _check_arguments(num_classes, optimize, example_input, calibration, dtype)
     if feature_cls is not None and not features_only:
-        raise InvalidArgumentError(f"feature_cls={feature_cls!r} says how to extract feature maps: pass features_only=True with it")
+        raise InvalidArgumentError(
+            f"feature_cls={feature_cls!r} says how to extract feature maps: pass features_only=True with it"
+        )
     device = None if device is None else checked_device(device)
     source = resolve(name_or_path, weights)
     named = isinstance(source, Registered) and source.named_by_weights
@@ -97,9 +100,13 @@ def load(
 
 def _check_arguments(num_classes: Any, optimize: str | None, example_input: Any, calibration: Any, dtype: Any) -> None:
     if optimize is None and (example_input is not None or calibration is not None):
-        raise InvalidArgumentError("example_input= and calibration= are for optimize=...: pass optimize='auto' "
-                                   "(or 'fp32', 'bf16', 'int8'), or leave them out")
-    if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes <= 0):
+        raise InvalidArgumentError(
+            "example_input= and calibration= are for optimize=...: pass optimize='auto' "
+            "(or 'fp32', 'bf16', 'int8'), or leave them out"
+        )
+    if num_classes is not None and (
+        isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes <= 0
+    ):
         raise InvalidArgumentError(f"num_classes must be a positive integer, got {num_classes!r}")
     if dtype is not None and not isinstance(dtype, torch.dtype):
         raise InvalidArgumentError(f"dtype must be a torch.dtype such as torch.float16, got {dtype!r}")
@@ -121,8 +128,9 @@ def _load_hf_checkpoint(source: HFCheckpoint, o: LoadOptions) -> nn.Module:
     folder = source.folder
     if folder is None:
         folder = hf_hub.download_snapshot(source.repo, CHECKPOINT_FILES)
-    model = load_pretrained(source.arch, folder, head=o.head, num_classes=o.num_classes, dtype=o.dtype,
-                            **o.model_kwargs)
+    model = load_pretrained(
+        source.arch, folder, head=o.head, num_classes=o.num_classes, dtype=o.dtype, **o.model_kwargs
+    )
     if source.repo is not None:
         update_config(model, weights=f"{source.repo.repo_id}@{folder.name}")
     return model
@@ -140,7 +148,9 @@ def feature_extractor(
         raise InvalidArgumentError(f"{arch} has no feature levels; features_only works for the vision models")
     extractor = features.feature_extractor(model, out_indices, feature_cls)
     extractor.pretrained_cfg = dict(model.pretrained_cfg)
-    return update_config(extractor, features_only=True, out_indices=extractor.out_indices, num_classes=0, categories=None)
+    return update_config(
+        extractor, features_only=True, out_indices=extractor.out_indices, num_classes=0, categories=None
+    )
 
 
 def _registered_head(source: Registered, o: LoadOptions) -> tuple[str, str | None]:
@@ -184,7 +194,11 @@ def _load_registered(source: Registered, o: LoadOptions) -> nn.Module:
 
 
 def _weights_for_head(
-    source: Registered, kwargs: dict[str, Any], head: str, entry_head: str | None, num_classes: int | None,
+    source: Registered,
+    kwargs: dict[str, Any],
+    head: str,
+    entry_head: str | None,
+    num_classes: int | None,
     new_head: bool,
 ) -> dict[str, torch.Tensor]:
     """The weights' state dict; under another head than theirs, without what only their head uses."""
@@ -196,8 +210,9 @@ def _weights_for_head(
     kwargs["num_classes"] = num_classes
     builder = registry.get_builder(source.arch)
     with torch.device("meta"):  # what only the weights' own head uses (its classifier, a pooling)
-        own = build_architecture(builder, {**kwargs, "head": entry_head, "num_classes": source.entry.num_classes},
-                                 source.arch)
+        own = build_architecture(
+            builder, {**kwargs, "head": entry_head, "num_classes": source.entry.num_classes}, source.arch
+        )
         target = build_architecture(builder, kwargs, source.arch)
     dropped = classifier_keys(own) | (own.state_dict().keys() - target.state_dict().keys())
     return {k: v for k, v in state_dict.items() if k not in dropped}

@@ -1,5 +1,6 @@
 """timm's ``pretrained_cfg`` keys, derived from a model's `ModelConfig` (zoo.store.model_config)
 and its architecture, so that timm's data tools reproduce `zoo.transforms`."""
+
 from __future__ import annotations
 
 import math
@@ -64,7 +65,12 @@ def _default_preprocess(model: nn.Module, entry: WeightInfo | None) -> dict[str,
     if entry is None or not entry.preprocess:
         size = 224 if model.feature_info[-1]["reduction"] >= 32 else 32
         resize = 256 if size == 224 else size
-        imagenet = {"resize": resize, "crop": size, "interpolation": "bilinear", "mean": list(IMAGENET_MEAN),
-                    "std": list(IMAGENET_STD)}
+        imagenet = {
+            "resize": resize,
+            "crop": size,
+            "interpolation": "bilinear",
+            "mean": list(IMAGENET_MEAN),
+            "std": list(IMAGENET_STD),
+        }
         return adapt_preprocess(imagenet, model.in_chans)
     return adapt_preprocess(entry.preprocess, model.in_chans)

@@ -1,5 +1,6 @@
 """Models in a Hugging Face Hub repository (``hf-hub:ORG/REPO[@REVISION]``): a folder `zoo.save`
 wrote, or a timm model."""
+
 from __future__ import annotations
 
 import json
@@ -32,13 +33,17 @@ def load_hub(
     ``pretrained=False`` fetches the config only."""
     name = f"hf-hub:{repo}"
     if weights is not None:
-        raise InvalidArgumentError(f"weights={str(weights)!r} does not apply to {name}: the repository holds its weights")
+        raise InvalidArgumentError(
+            f"weights={str(weights)!r} does not apply to {name}: the repository holds its weights"
+        )
     config_path = hf_hub.download_file(repo, CONFIG_FILE)
     pinned = hf_hub.HubRepo(repo.repo_id, hf_hub.commit_of(config_path))
     try:
         config = json.loads(config_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise WeightsError(f"{CONFIG_FILE} of {pinned} is not readable JSON ({error}): it is not a model zoo can load") from None
+        raise WeightsError(
+            f"{CONFIG_FILE} of {pinned} is not readable JSON ({error}): it is not a model zoo can load"
+        ) from None
     if isinstance(config, dict) and str(config.get("format", "")).startswith("zoo/"):
         if pretrained:
             hf_hub.download_file(pinned, WEIGHTS_FILE)  # next to the config, in the commit's snapshot folder
@@ -50,7 +55,9 @@ def load_hub(
         )
     spec = hf_hub.timm_model(config, name)
     if head not in (None, "classification"):
-        raise InvalidArgumentError(f"head={head!r} does not apply to {name}, an image classifier (head 'classification')")
+        raise InvalidArgumentError(
+            f"head={head!r} does not apply to {name}, an image classifier (head 'classification')"
+        )
     kwargs = {**spec.model_kwargs, **model_kwargs, "num_classes": spec.num_classes}
     builder = registry.get_builder(spec.arch)
     if not pretrained:
@@ -63,8 +70,11 @@ def load_hub(
             raise WeightsMismatchError(f"{error}\n  (in {path.name} of {pinned})") from None
     keeps_head = num_classes in (None, spec.num_classes)
     config = ModelConfig(
-        spec.arch, "classification", {k: v for k, v in kwargs.items() if k != "num_classes"},
-        weights=f"hf-hub:{pinned}" if pretrained else None, num_classes=model.num_classes,
+        spec.arch,
+        "classification",
+        {k: v for k, v in kwargs.items() if k != "num_classes"},
+        weights=f"hf-hub:{pinned}" if pretrained else None,
+        num_classes=model.num_classes,
         preprocess=adapt_preprocess(spec.preprocess, getattr(model, "in_chans", None)),
         class_names=spec.class_names if spec.class_names and keeps_head else None,
     )

@@ -2,6 +2,7 @@
 server): a file that is missing, not an image, truncated, or a decompression bomb is one
 `DataError` naming it, and images come out through the one channel conversion
 (`ConvertChannels`: 16-bit gray scaled, not clipped)."""
+
 from __future__ import annotations
 
 import os
@@ -45,8 +46,10 @@ def open_image(path: str | os.PathLike, channels: int | None = None, decode: boo
 def _check_size(path: Any, image: Image.Image) -> None:
     pixels = image.width * image.height
     if pixels > MAX_IMAGE_PIXELS:
-        raise DataError(f"{path} is {image.width} x {image.height} pixels, over the limit of {MAX_IMAGE_PIXELS:,} "
-                        "(a decompression bomb, or an image to shrink first)")
+        raise DataError(
+            f"{path} is {image.width} x {image.height} pixels, over the limit of {MAX_IMAGE_PIXELS:,} "
+            "(a decompression bomb, or an image to shrink first)"
+        )
 
 
 def _first_line(error: BaseException) -> str:

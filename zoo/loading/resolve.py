@@ -6,6 +6,7 @@ a Hub repository for the MoE architectures), and the registry (an architecture o
 with torchvision's names for weights and a file or URL as ``weights=``). `zoo.load` and the
 commands take the source it returns, so nothing resolves the same name twice.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """Folders written by `zoo.save` (``config.json`` + ``model.safetensors`` + a model card):
 writing them, telling them from registry names, reading their config back."""
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,10 @@ def save(model: nn.Module, directory: str | os.PathLike, overwrite: bool = False
     directory = Path(directory)
     existing = [name for name in (CONFIG_FILE, WEIGHTS_FILE, CARD_FILE) if (directory / name).exists()]
     if existing and not overwrite:
-        raise InvalidArgumentError(f"{directory} already holds {', '.join(existing)}; pass overwrite=True to replace "
-                                   "them, or save to a new folder")
+        raise InvalidArgumentError(
+            f"{directory} already holds {', '.join(existing)}; pass overwrite=True to replace "
+            "them, or save to a new folder"
+        )
     config = {**cfg, "num_classes": model.num_classes, "format": "zoo/1"}
     config |= hf_hub.timm_config(config, getattr(model, "num_features", 0))
     entry = registry.find_weights(cfg.get("weights"))
@@ -61,8 +64,12 @@ def saved_folder(name_or_path: str | os.PathLike) -> Path | None:
     when no architecture or weight entry has that name; a registered name that is also a
     folder here means the registry, with a warning saying how to name the folder."""
     path = Path(name_or_path).expanduser()
-    written_as_path = not isinstance(name_or_path, str) or os.sep in name_or_path or "/" in name_or_path \
+    written_as_path = (
+        not isinstance(name_or_path, str)
+        or os.sep in name_or_path
+        or "/" in name_or_path
         or name_or_path.startswith(("~", "."))
+    )
     is_folder = (path / CONFIG_FILE).is_file()
     if written_as_path:
         if path.is_dir() and not is_folder:
@@ -73,8 +80,11 @@ def saved_folder(name_or_path: str | os.PathLike) -> Path | None:
     if not registry.is_registered(name_or_path):
         return path if is_folder else None
     if is_folder:
-        warnings.warn(f"{name_or_path!r} names registered weights and also a folder here; using the registered "
-                      f"weights. Write ./{name_or_path} for the folder.", stacklevel=3)
+        warnings.warn(
+            f"{name_or_path!r} names registered weights and also a folder here; using the registered "
+            f"weights. Write ./{name_or_path} for the folder.",
+            stacklevel=3,
+        )
     return None
 
 

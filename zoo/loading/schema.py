@@ -6,6 +6,7 @@ The limits bound what a crafted file can make zoo allocate: a model from a confi
 on the meta device and must match the weights file, but a model built without weights is
 real, so its options are bounded here too.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,9 @@ def validate_saved_config(config: Any, path: Path) -> dict[str, Any]:
     try:
         _check(config)
     except _Refusal as refusal:
-        raise WeightsError(f"{path}: {refusal}; save the model again with zoo.save (the file was edited or "
-                           "was not written by zoo)") from None
+        raise WeightsError(
+            f"{path}: {refusal}; save the model again with zoo.save (the file was edited or was not written by zoo)"
+        ) from None
     return config
 
 
@@ -118,8 +120,10 @@ def _check_preprocess(preprocess: Any) -> None:
         raise _Refusal("preprocess", "must be an object (mean, std, resize, crop, interpolation)")
     for stat in ("mean", "std"):
         values = preprocess.get(stat)
-        if not isinstance(values, list) or not 1 <= len(values) <= 4 or not all(
-            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values
+        if (
+            not isinstance(values, list)
+            or not 1 <= len(values) <= 4
+            or not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values)
         ):
             raise _Refusal(f"preprocess.{stat}", "must be a list of 1 to 4 finite numbers, one per channel")
     if len(preprocess["mean"]) != len(preprocess["std"]):
@@ -142,10 +146,12 @@ def _check_preprocess(preprocess: Any) -> None:
 
 def _check_classes(config: dict[str, Any], num_classes: int) -> None:
     categories = config.get("categories")
-    if categories is not None and (not isinstance(categories, str) or not CATEGORY_NAME.fullmatch(categories)
-                                   or ".." in categories):
-        raise _Refusal("categories", "must name a class list shipped with zoo (letters, digits, '_', '.', '-'; "
-                       "no path)")
+    if categories is not None and (
+        not isinstance(categories, str) or not CATEGORY_NAME.fullmatch(categories) or ".." in categories
+    ):
+        raise _Refusal(
+            "categories", "must name a class list shipped with zoo (letters, digits, '_', '.', '-'; no path)"
+        )
     names = config.get("class_names")
     if names is None:
         return

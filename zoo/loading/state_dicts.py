@@ -1,5 +1,6 @@
 """Building an architecture and filling it from a state dict: on the meta device, with the
 first convolution adapted to ``in_chans``, a head replaced on request, and a mismatch named key by key."""
+
 from __future__ import annotations
 
 import hashlib
@@ -49,8 +50,10 @@ def _local_weights_path(source: str) -> Path:
     """The file named by ``weights=``: a path or a ``file://`` URL."""
     scheme = urllib.parse.urlsplit(source).scheme
     if len(scheme) > 1 and scheme != "file":  # one letter is a Windows drive
-        raise InvalidArgumentError(f"weights={source!r}: zoo fetches http://, https:// and file:// URLs, not {scheme}://; "
-                                   "download the file and pass its path")
+        raise InvalidArgumentError(
+            f"weights={source!r}: zoo fetches http://, https:// and file:// URLs, not {scheme}://; "
+            "download the file and pass its path"
+        )
     if source.startswith("file://"):
         source = urllib.request.url2pathname(urllib.parse.urlsplit(source).path)
     path = Path(source).expanduser()
@@ -106,9 +109,7 @@ def build_with_state_dict(
             state_dict = {**state_dict, key: torch.tensor(0)}
     missing = sorted(expected.keys() - state_dict.keys())
     unexpected = sorted(state_dict.keys() - expected.keys())
-    mismatched = sorted(
-        k for k in expected.keys() & state_dict.keys() if expected[k].shape != state_dict[k].shape
-    )
+    mismatched = sorted(k for k in expected.keys() & state_dict.keys() if expected[k].shape != state_dict[k].shape)
     head_keys = classifier_keys(model)
     if fresh_head or (num_classes is not None and mismatched and set(mismatched) <= head_keys):
         model.reset_classifier(num_classes)
@@ -135,12 +136,17 @@ def build_with_state_dict(
 def _check_finite(model: nn.Module, state_dict: StateDict) -> None:
     """Refuse weights whose parameters hold NaN or infinity: such a model would answer NaN."""
     parameters = {name for name, _ in model.named_parameters(remove_duplicate=False)}
-    bad = sorted(k for k in parameters & state_dict.keys()
-                 if state_dict[k].is_floating_point() and not torch.isfinite(state_dict[k]).all())
+    bad = sorted(
+        k
+        for k in parameters & state_dict.keys()
+        if state_dict[k].is_floating_point() and not torch.isfinite(state_dict[k]).all()
+    )
     if bad:
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
-        raise WeightsMismatchError(f"the weights hold NaN or infinite values in {', '.join(bad[:5])}{more}: the "
-                                   "file is corrupt or training diverged; use another checkpoint")
+        raise WeightsMismatchError(
+            f"the weights hold NaN or infinite values in {', '.join(bad[:5])}{more}: the "
+            "file is corrupt or training diverged; use another checkpoint"
+        )
 
 
 def _tied_parameters(model: nn.Module) -> dict[str, str]:

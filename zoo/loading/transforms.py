@@ -1,6 +1,7 @@
 """The preprocessing the weights were evaluated with, as torchvision transforms v2, and
 `ConvertChannels`, the one conversion of any image to a model's channel count (used by
 `zoo.transforms`, `zoo predict` and the training data sources alike)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -26,7 +27,10 @@ def adapt_preprocess(preprocess: dict[str, Any], in_chans: int | None) -> dict[s
     if not preprocess or in_chans is None or in_chans == len(preprocess["mean"]):
         return dict(preprocess)
     if in_chans == 1:
-        mean, std = [sum(preprocess["mean"]) / len(preprocess["mean"])], [sum(preprocess["std"]) / len(preprocess["std"])]
+        mean, std = (
+            [sum(preprocess["mean"]) / len(preprocess["mean"])],
+            [sum(preprocess["std"]) / len(preprocess["std"])],
+        )
         return {**preprocess, "channels": 1, "mean": mean, "std": std}
     repeat = -(-in_chans // len(preprocess["mean"]))
     mean, std = (preprocess["mean"] * repeat)[:in_chans], (preprocess["std"] * repeat)[:in_chans]
@@ -84,7 +88,13 @@ class ConvertChannels(nn.Module):
         have = image.shape[-3]
         if have == self.channels:
             return image
-        rgb = image[..., :3, :, :] if have == 4 else image.expand(*image.shape[:-3], 3, *image.shape[-2:]) if have == 1 else image
+        rgb = (
+            image[..., :3, :, :]
+            if have == 4
+            else image.expand(*image.shape[:-3], 3, *image.shape[-2:])
+            if have == 1
+            else image
+        )
         if self.channels == 1:
             return v2.functional.rgb_to_grayscale(rgb)
         if self.channels == 3:

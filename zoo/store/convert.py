@@ -1,5 +1,6 @@
 """Key converters: each turns a publisher's state dict into zoo's layout for one family.
 Weight entries name their converter; families with a foreign layout register one here."""
+
 from __future__ import annotations
 
 import re

@@ -12,6 +12,7 @@ Layout of ``$ZOO_HOME`` (default ``~/.cache/zoo``)::
 One download attempt is `zoo.store.transfer`'s; reading a state dict from a file (safetensors or
 a pickle, unwrapped) is `zoo.store.state_dict_files`'.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -104,11 +105,7 @@ def verify_file(path: Path, sha256: str | None) -> str:
     except FileNotFoundError:
         raise WeightsNotFoundError(f"Cannot verify {path}: the file does not exist.") from None
     record = _read_record(path)
-    unchanged = (
-        record is not None
-        and record["size"] == stat.st_size
-        and record["mtime_ns"] == stat.st_mtime_ns
-    )
+    unchanged = record is not None and record["size"] == stat.st_size and record["mtime_ns"] == stat.st_mtime_ns
     digest = record["sha256"] if unchanged else _hash_file(path)
     if unchanged and expected is not None and not digest.startswith(expected):
         unchanged, digest = False, _hash_file(path)  # the record is only a cache: the file's bytes decide
@@ -143,8 +140,7 @@ def fetch(
     """
     if urlsplit(url).scheme not in ("http", "https"):
         raise InvalidArgumentError(
-            f"fetch() downloads http(s) URLs only, got {url!r}; "
-            "read local files with load_state_dict_file() instead."
+            f"fetch() downloads http(s) URLs only, got {url!r}; read local files with load_state_dict_file() instead."
         )
     if retries < 1:
         raise InvalidArgumentError(f"retries is the total number of attempts, must be >= 1, got {retries}.")
@@ -234,7 +230,9 @@ def fetch_state_dict(
     if converted.exists() and not _writable(converted.parent):
         problem = _converted_problem(converted, expected)
         if problem is not None:
-            raise ChecksumError(f"{problem} The cache is read-only: replace the file, or set ZOO_HOME to a writable folder.")
+            raise ChecksumError(
+                f"{problem} The cache is read-only: replace the file, or set ZOO_HOME to a writable folder."
+            )
         return converted
     with FileLock(_subdir("locks", "converted") / f"{converted.name}.lock"):
         if converted.exists():

@@ -1,5 +1,6 @@
 """Atomic writes: a file (or a set of files) appears whole or not at all, so a reader, a crash or
 a killed run never leaves half of one. The one implementation every writer in zoo uses."""
+
 from __future__ import annotations
 
 import json
@@ -58,7 +59,9 @@ def atomic_files(directory: str | os.PathLike, last: Sequence[str] = ()) -> Iter
         mode = _new_file_mode(probe)
         probe.unlink()
         yield Path(staging)
-        staged = sorted(Path(staging).iterdir(), key=lambda p: (p.name in last, last.index(p.name) if p.name in last else 0))
+        staged = sorted(
+            Path(staging).iterdir(), key=lambda p: (p.name in last, last.index(p.name) if p.name in last else 0)
+        )
         for path in staged:
             os.chmod(path, mode)
             _fsync(path)

@@ -1,6 +1,7 @@
 """One registry for every architecture (registered by a decorator next to its builder)
 and every weight entry (data files in `zoo.weights`, named ``arch.tag``); the builders themselves are in the
 leaf `zoo.architectures._registry`."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,7 +19,16 @@ from zoo.architectures import ARCHS, ArchSpec, model_builders, register_model, r
 from zoo.architectures._registry import ModelBuilder
 from zoo.errors import InvalidArgumentError, UnknownModelError, WeightsError
 
-__all__ = ["ArchSpec", "ModelBuilder", "UnknownModelError", "WeightInfo", "list_models", "register_model", "resolve", "weight_info"]
+__all__ = [
+    "ArchSpec",
+    "ModelBuilder",
+    "UnknownModelError",
+    "WeightInfo",
+    "list_models",
+    "register_model",
+    "resolve",
+    "weight_info",
+]
 
 # ImageNet's channel statistics: the preprocessing of published ImageNet weights and of models without weights
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -93,8 +103,10 @@ def load_categories(name: str) -> list[str]:
     folder = resources.files("zoo.weights").joinpath("categories")
     shipped = {entry.name.removesuffix(".txt") for entry in folder.iterdir() if entry.name.endswith(".txt")}
     if name not in shipped:
-        raise WeightsError(f"categories={str(name)[:80]!r} names no class list shipped with zoo "
-                           f"(there are: {', '.join(sorted(shipped))})")
+        raise WeightsError(
+            f"categories={str(name)[:80]!r} names no class list shipped with zoo "
+            f"(there are: {', '.join(sorted(shipped))})"
+        )
     return folder.joinpath(f"{name}.txt").read_text().splitlines()
 
 
@@ -123,8 +135,10 @@ def _ensure_loaded() -> None:
             defaults.setdefault(info.arch, []).append(info.name)
     for arch, names in defaults.items():
         if len(names) > 1:
-            raise ValueError(f"{arch} has {len(names)} default weight entries ({', '.join(sorted(names))}); "
-                             "set \"default\": false in all but one")
+            raise ValueError(
+                f"{arch} has {len(names)} default weight entries ({', '.join(sorted(names))}); "
+                'set "default": false in all but one'
+            )
 
 
 def _as_patterns(pattern: str | Iterable[str] | None) -> list[str]:
@@ -145,9 +159,9 @@ def list_models(
     names = sorted(_weights) if pretrained else _architectures()
     include, skip = _as_patterns(pattern), _as_patterns(exclude)
     return [
-        n for n in names
-        if any(fnmatch.fnmatchcase(n, p) for p in include)
-        and not any(fnmatch.fnmatchcase(n, p) for p in skip)
+        n
+        for n in names
+        if any(fnmatch.fnmatchcase(n, p) for p in include) and not any(fnmatch.fnmatchcase(n, p) for p in skip)
     ]
 
 
@@ -208,9 +222,7 @@ def weights_for(arch: str) -> list[WeightInfo]:
 
 def no_pretrained_weights(arch: str) -> UnknownModelError:
     """The error for an architecture that has no weight entry yet."""
-    return UnknownModelError(
-        f"{arch!r} has no pretrained weights yet; use zoo.load({arch!r}, pretrained=False)."
-    )
+    return UnknownModelError(f"{arch!r} has no pretrained weights yet; use zoo.load({arch!r}, pretrained=False).")
 
 
 def resolve(name: str) -> tuple[str, WeightInfo | None]:

@@ -2,6 +2,7 @@
 ``torch.load(weights_only=True)``, never executing code), unwrapped from the checkpoint formats
 that wrap one (``state_dict``, ``model``...; DDP's ``module.`` prefix); and tensors made fit for
 saving as safetensors."""
+
 from __future__ import annotations
 
 import pickle
@@ -84,7 +85,7 @@ def unwrap_state_dict(obj: Any) -> dict[str, torch.Tensor]:
         stripped = False
         for prefix in _WRAPPER_PREFIXES:
             if all(k.startswith(prefix) for k in tensors):
-                tensors = {k[len(prefix):]: v for k, v in tensors.items()}
+                tensors = {k[len(prefix) :]: v for k, v in tensors.items()}
                 stripped = True
     return tensors
 
@@ -109,4 +110,8 @@ def _refusal_reason(error: Exception) -> str:
     if found:
         return f"it would import {found.group(1)}, which a plain checkpoint never needs"
     reason = text.split("WeightsUnpickler error:", 1)[-1].strip()
-    return re.split(r"(?<=[.!?]) ", reason)[0].rstrip(".") if "weights_only" not in reason else "it holds more than tensors"
+    return (
+        re.split(r"(?<=[.!?]) ", reason)[0].rstrip(".")
+        if "weights_only" not in reason
+        else "it holds more than tensors"
+    )

@@ -1,6 +1,7 @@
 """One download over http(s) into a file, hashed as it streams: the attempt `download.fetch`
 retries. The file appears at its place only complete and with the expected sha256 (the one
 given, else one the server sends as ``X-Linked-Etag``/``ETag``)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -45,13 +46,14 @@ def download_once(url: str, target: Path, expected: str | None, progress: bool) 
         length = response.headers.get("Content-Length")
         total = int(length) if length and length.isdigit() else None
         with atomic_path(target) as tmp:
-            bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=target.name, disable=not progress)
+            bar = tqdm(
+                total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=target.name, disable=not progress
+            )
             with tmp.open("wb") as out, bar:
                 got, received = _stream(response, out, bar, url)
             if total is not None and received != total:
                 raise TransientError(
-                    f"Could not download {url}: truncated transfer, received {received} of "
-                    f"{total} bytes."
+                    f"Could not download {url}: truncated transfer, received {received} of {total} bytes."
                 )
             if expected is not None and not got.startswith(expected):
                 raise ChecksumError(
@@ -89,8 +91,7 @@ def _stream(response: Any, out: BinaryIO, bar: tqdm, url: str) -> tuple[str, int
             chunk = response.read(CHUNK_SIZE)
         except (OSError, http.client.HTTPException) as err:
             raise TransientError(
-                f"Could not download {url}: the connection failed after "
-                f"{received} bytes ({err})."
+                f"Could not download {url}: the connection failed after {received} bytes ({err})."
             ) from err
         if not chunk:
             return digest.hexdigest(), received
