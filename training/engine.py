@@ -225,6 +225,20 @@ class Trainer(Checkpointing):
             self.logs.close()
         return self.state.history
 
+    def _loader(self, dataset: Dataset, sampler: Any, generator: torch.Generator, **options: Any) -> Any:
+        """A loader over ``dataset`` in this run's batch size, collation, workers and memory pinning."""
+        cfg = self.config
+        return build_loader(
+            dataset,
+            cfg.batch_size,
+            sampler=sampler,
+            collate_fn=self.collate_fn,
+            num_workers=cfg.num_workers,
+            pin_memory=self._pin_memory(),
+            generator=generator,
+            **options,
+        )
+
     def _epochs(self, train_set: Dataset) -> _Epochs:
         """The loader every epoch of a `fit` reads (this process's shard, reshuffled each epoch)
         and the run's budget of optimizer steps."""
@@ -232,16 +246,8 @@ class Trainer(Checkpointing):
         sampler = EpochSampler(train_set, num_replicas=self.world_size, rank=self.rank, seed=cfg.seed)
         drop_last = len(sampler) >= cfg.batch_size  # avoid tiny last batches (BatchNorm needs >1 sample)
         generator = torch.Generator()
-        loader = build_loader(
-            train_set,
-            cfg.batch_size,
-            sampler=sampler,
-            collate_fn=self.collate_fn,
-            num_workers=cfg.num_workers,
-            pin_memory=self._pin_memory(),
-            persistent_workers=cfg.persistent_workers,
-            generator=generator,
-            drop_last=drop_last,
+        loader = self._loader(
+            train_set, sampler, generator, persistent_workers=cfg.persistent_workers, drop_last=drop_last
         )
         steps_per_epoch = math.ceil(len(loader) / cfg.accum_steps)
         total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
@@ -356,15 +362,7 @@ class Trainer(Checkpointing):
         cfg = self.config
         model = model or self._eval_model()
         sampler = ShardSampler(dataset, self.world_size, self.rank)
-        loader = build_loader(
-            dataset,
-            cfg.batch_size,
-            sampler=sampler,
-            collate_fn=self.collate_fn,
-            num_workers=cfg.num_workers,
-            pin_memory=self._pin_memory(),
-            generator=torch.Generator().manual_seed(cfg.seed),
-        )
+        loader = self._loader(dataset, sampler, torch.Generator().manual_seed(cfg.seed))
         was_training = model.training
         model.eval()
         meter, seen = EpochMeter(), 0
