@@ -185,16 +185,19 @@ def _quantize_onnx(model_bytes: bytes, batches: list[tuple[Any, ...]]) -> bytes:
         source, prepared, quantized = (Path(folder) / f"{n}.onnx" for n in ("model", "prepared", "int8"))
         source.write_bytes(model_bytes)
         quant_pre_process(str(source), str(prepared))  # shape inference and graph optimizations first, as advised
-        quantize_static(
-            str(prepared),
-            str(quantized),
-            Reader(),
-            quant_format=QuantFormat.QDQ,
-            per_channel=True,
-            activation_type=QuantType.QUInt8,
-            weight_type=QuantType.QInt8,
-            reduce_range=not has_vnni(),
-        )
+        # the root logger: a warning per BatchNorm before a convolution (DenseNet's), whose 1-D
+        # weight gets no per-channel axis; ONNX Runtime quantizes it per tensor
+        with quiet_logger(""):
+            quantize_static(
+                str(prepared),
+                str(quantized),
+                Reader(),
+                quant_format=QuantFormat.QDQ,
+                per_channel=True,
+                activation_type=QuantType.QUInt8,
+                weight_type=QuantType.QInt8,
+                reduce_range=not has_vnni(),
+            )
         return quantized.read_bytes()
 
 
@@ -202,8 +205,9 @@ def _to_openvino(model: nn.Module, args: tuple[Any, ...]) -> Any:
     """The model converted by OpenVINO, batch dynamic and the other dimensions the example's."""
     import openvino
 
-    with torch.no_grad(), warnings.catch_warnings():
-        # convert_model traces with torch.jit, which torch 2.14 deprecates on every call
+    with torch.no_grad(), warnings.catch_warnings(), quiet_logger("torch.utils.cpp_extension"):
+        # convert_model traces with torch.jit, which torch 2.14 deprecates on every call, and imports
+        # torch's C++ extension helper, which logs a CPU-only machine's CUDA_HOME
         warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=FutureWarning)
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
         converted = openvino.convert_model(model, example_input=args[0] if len(args) == 1 else args)
@@ -224,11 +228,12 @@ def _compile_openvino(converted: Any) -> Any:
 
 def _quantize_nncf(converted: Any, batches: list[tuple[Any, ...]]) -> Any:
     """NNCF's post-training int8 quantization of the OpenVINO model, calibrated on ``batches``."""
-    with quiet_logger("torch.utils.cpp_extension"):  # NNCF imports it: a CPU machine's CUDA_HOME notice
+    # NNCF loads torch's C++ extension helper, which logs a CPU-only machine's CUDA_HOME, and
+    # draws progress bars on stdout
+    with quiet_logger("torch.utils.cpp_extension"), quiet_logger("nncf"), contextlib.redirect_stdout(io.StringIO()):
         import nncf
 
-    data = nncf.Dataset([[a.numpy() for a in batch] for batch in batches])
-    with quiet_logger("nncf"), contextlib.redirect_stdout(io.StringIO()):  # its progress bars go to stdout
+        data = nncf.Dataset([[a.numpy() for a in batch] for batch in batches])
         return nncf.quantize(converted, data, subset_size=len(batches), fast_bias_correction=False)
 
 
