@@ -10,7 +10,7 @@ expert (Qwen2-MoE) or a dense SwiGLU MLP instead in the layers listed in ``dense
 
 Parameter names are Hugging Face's Mixtral ones without the ``model.`` prefix
 (``layers.0.self_attn.q_proj``, ``layers.0.mlp.gate``, ``layers.0.mlp.experts.gate_up_proj``),
-so Mixtral, Qwen2-MoE and OLMoE checkpoints load by renaming keys (zoo/hf.py).
+so Mixtral, Qwen2-MoE and OLMoE checkpoints load by renaming keys (zoo.interop.hf_checkpoint).
 """
 
 from __future__ import annotations

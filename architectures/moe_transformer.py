@@ -4,14 +4,8 @@ the models and their builders. Their config (`MoEConfig`), output (`MoEOutput`),
 blocks and shared body are in moe_blocks.py and importable from here as before; the sparse MoE
 layer (router, experts, routing losses) and the dense SwiGLU MLP are in moe_experts.py.
 
-Each block is pre-norm (RMSNorm) attention with rotary embeddings and grouped-query heads, then
-a sparse MoE layer: a router picks ``top_k`` of ``num_experts`` SwiGLU experts per token
-(softmax in fp32, top-k, optional renormalisation), optionally with a sigmoid-gated shared
-expert (Qwen2-MoE) or a dense SwiGLU MLP instead in the layers listed in ``dense_layers``.
-
-Parameter names are Hugging Face's Mixtral ones without the ``model.`` prefix
-(``layers.0.self_attn.q_proj``, ``layers.0.mlp.gate``, ``layers.0.mlp.experts.gate_up_proj``),
-so Mixtral, Qwen2-MoE and OLMoE checkpoints load by renaming keys (zoo/hf.py).
+The blocks and parameter names (Hugging Face's Mixtral names, so Mixtral, Qwen2-MoE and OLMoE
+checkpoints load by renaming keys) are described in moe_blocks.py.
 
 Output: ``model(x)`` returns the logits, a Tensor, as every zoo model does. ``model(x,
 return_aux=True)`` returns an `MoEOutput` instead: the logits plus the routing losses of that

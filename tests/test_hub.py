@@ -523,7 +523,7 @@ def test_corrupted_cached_file_offline_raises(http_server, zoo_home, monkeypatch
     assert http_server.requests == ["/w.bin"]
 
 
-# Loads zoo/hub.py by itself: importing the `zoo` package would also import every model
+# Loads zoo/store/download.py by itself: importing the `zoo` package would also import every model
 # (and torchvision), tripling the start-up time of each child for nothing.
 _CHILD = """
 import importlib.util, sys, time
