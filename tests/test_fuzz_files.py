@@ -122,3 +122,22 @@ def test_a_damaged_hub_pin_names_its_file(tmp_path: Path, record: str) -> None:
     entry = WeightInfo("resnet50.x", hf_hub="acme/r", revision="main")
     with pytest.raises(ZooError, match="pin.json"):
         hf_hub._read_pin(path, entry)
+
+
+def test_every_json_a_user_hands_zoo_is_read_bounded(tmp_path: Path) -> None:
+    """One reader (store.files.read_json) for saved configs, checkpoint configs and indexes, and
+    a Hub repository's config.json: too large or not JSON is one error naming the file."""
+    from zoo.store.files import read_json
+
+    big = tmp_path / "config.json"
+    big.write_text("[" + "0," * 600_000 + "0]")
+    with pytest.raises(ZooError, match=r"config\.json is 1,200,002 bytes, over the 1,048,576"):
+        read_json(big, 1 << 20)
+    with pytest.raises(ZooError, match=r"config\.json of acme/x@abc is not readable JSON .*; no model"):
+        (tmp_path / "bad.json").write_text("{")
+        read_json(tmp_path / "bad.json", 100, name="config.json of acme/x@abc", fix="no model")
+    folder = tmp_path / "saved"
+    folder.mkdir()
+    (folder / "config.json").write_text(" " * (2 << 20))
+    with pytest.raises(ZooError, match="over the 1,048,576 such a file has; save the model again"):
+        zoo.load(folder)

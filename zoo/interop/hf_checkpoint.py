@@ -12,7 +12,6 @@ parameters, so loading needs no more memory than the model itself.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -28,6 +27,7 @@ from zoo.architectures import ARCHS
 from zoo.architectures.moe_transformer import MoETransformer
 from zoo.errors import ConfigFileError, InvalidArgumentError, WeightsError, WeightsMismatchError
 from zoo.store import registry
+from zoo.store.files import read_json
 from zoo.store.model_config import ModelConfig, set_config
 
 CONFIG_FILE = "config.json"
@@ -275,14 +275,7 @@ MAX_JSON_BYTES = 64 << 20  # an index of 100k tensors is a few MB
 
 def _read_json(path: Path) -> Any:
     """A checkpoint's JSON file, parsed; an error names the file."""
-    try:
-        if path.stat().st_size > MAX_JSON_BYTES:
-            raise WeightsError(
-                f"{path} is {path.stat().st_size:,} bytes, over the {MAX_JSON_BYTES:,} a checkpoint's JSON has"
-            )
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
-        raise WeightsError(f"{path} is not readable JSON ({error})") from None
+    return read_json(path, MAX_JSON_BYTES)
 
 
 def _indexed_shards(index: Path) -> list[str]:

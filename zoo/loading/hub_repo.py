@@ -3,7 +3,6 @@ wrote, or a timm model."""
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -11,10 +10,11 @@ import torch.nn as nn
 
 from zoo.errors import InvalidArgumentError, WeightsError, WeightsMismatchError
 from zoo.interop import hf_hub
-from zoo.loading.saved import CONFIG_FILE, WEIGHTS_FILE, load_saved
+from zoo.loading.saved import CONFIG_FILE, MAX_CONFIG_BYTES, WEIGHTS_FILE, load_saved
 from zoo.loading.state_dicts import build_architecture, build_with_state_dict
 from zoo.loading.transforms import adapt_preprocess
 from zoo.store import registry
+from zoo.store.files import read_json
 from zoo.store.model_config import ModelConfig, set_config
 from zoo.store.state_dict_files import load_state_dict_file
 
@@ -38,12 +38,9 @@ def load_hub(
         )
     config_path = hf_hub.download_file(repo, CONFIG_FILE)
     pinned = hf_hub.HubRepo(repo.repo_id, hf_hub.commit_of(config_path))
-    try:
-        config = json.loads(config_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise WeightsError(
-            f"{CONFIG_FILE} of {pinned} is not readable JSON ({error}): it is not a model zoo can load"
-        ) from None
+    config = read_json(
+        config_path, MAX_CONFIG_BYTES, name=f"{CONFIG_FILE} of {pinned}", fix="it is not a model zoo can load"
+    )
     if isinstance(config, dict) and str(config.get("format", "")).startswith("zoo/"):
         if pretrained:
             hf_hub.download_file(pinned, WEIGHTS_FILE)  # next to the config, in the commit's snapshot folder

@@ -13,13 +13,13 @@ import safetensors.torch
 import torch.nn as nn
 
 from zoo.architectures.features import FeatureExtractor
-from zoo.errors import InvalidArgumentError, WeightsError, WeightsMismatchError, WeightsNotFoundError
+from zoo.errors import InvalidArgumentError, WeightsMismatchError, WeightsNotFoundError
 from zoo.interop import hf_hub
 from zoo.loading.schema import validate_saved_config
 from zoo.loading.state_dicts import CONFIG_FILE, build_architecture, build_with_state_dict
 from zoo.loading.transforms import adapt_preprocess
 from zoo.store import registry
-from zoo.store.files import atomic_files
+from zoo.store.files import atomic_files, read_json
 from zoo.store.model_config import ModelConfig, set_config
 from zoo.store.state_dict_files import load_state_dict_file
 
@@ -135,10 +135,5 @@ def read_saved_config(directory: Path) -> dict[str, Any]:
     """The ``config.json`` of a folder `save` wrote, checked against its schema
     (`zoo.loading.schema`): an error names the file and the field."""
     path = directory / CONFIG_FILE
-    try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise WeightsError(f"{path} is {path.stat().st_size:,} bytes; a saved config is under {MAX_CONFIG_BYTES:,}")
-        config = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
-        raise WeightsError(f"{path} is not readable JSON ({error}); save the model again with zoo.save") from None
+    config = read_json(path, MAX_CONFIG_BYTES, fix="save the model again with zoo.save")
     return validate_saved_config(config, path)

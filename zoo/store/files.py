@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from zoo.errors import InvalidArgumentError
+from zoo.errors import InvalidArgumentError, WeightsError
 
 
 @contextmanager
@@ -107,3 +107,17 @@ def check_writable(path: str | os.PathLike) -> Path:
             f"cannot write {path}: {folder} does not take new files ({error.strerror}); choose another folder"
         ) from None
     return path
+
+
+def read_json(path: Path, max_bytes: int, *, name: str | None = None, fix: str = "") -> Any:
+    """A JSON file a user handed zoo (a config, an index, a record), parsed; one over
+    ``max_bytes``, unreadable or not JSON is a `WeightsError` naming it (as ``name``, when the
+    path is a cache's) and saying ``fix``. Its content is the caller's to check."""
+    shown, advice = name or str(path), f"; {fix}" if fix else ""
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise WeightsError(f"{shown} is {size:,} bytes, over the {max_bytes:,} such a file has{advice}")
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        raise WeightsError(f"{shown} is not readable JSON ({error}){advice}") from None
