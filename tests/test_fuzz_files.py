@@ -131,7 +131,7 @@ def test_every_json_a_user_hands_zoo_is_read_bounded(tmp_path: Path) -> None:
 
     big = tmp_path / "config.json"
     big.write_text("[" + "0," * 600_000 + "0]")
-    with pytest.raises(ZooError, match=r"config\.json is 1,200,002 bytes, over the 1,048,576"):
+    with pytest.raises(ZooError, match=r"config\.json is 1,200,003 bytes, over the 1,048,576"):
         read_json(big, 1 << 20)
     with pytest.raises(ZooError, match=r"config\.json of acme/x@abc is not readable JSON .*; no model"):
         (tmp_path / "bad.json").write_text("{")
