@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any
+from typing import IO
 
 from PIL import Image
 
@@ -17,37 +17,51 @@ from zoo.loading.transforms import ConvertChannels
 MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS or 89_478_485  # PIL's bound (about 9,459 x 9,459): over it is refused
 
 
-def open_image(path: str | os.PathLike, channels: int | None = None, decode: bool = True) -> Image.Image:
-    """The image at ``path``, decoded and converted to ``channels`` (1, 3 or 4; None keeps its
-    mode); with ``decode=False`` only checked whole (PIL's ``verify``: a truncated PNG fails, a
-    JPEG's data is read only when decoded) and returned undecoded."""
+class ImageTooLargeError(DataError):
+    """An image over the pixel limit, or a decompression bomb: too large to decode, not broken."""
+
+
+def open_image(
+    source: str | os.PathLike | IO[bytes],
+    channels: int | None = None,
+    decode: bool = True,
+    *,
+    max_pixels: int = MAX_IMAGE_PIXELS,
+    name: str | None = None,
+) -> Image.Image:
+    """The image at ``source`` (a path, or an open binary file such as a request's bytes, named
+    ``name`` in errors), decoded and converted to ``channels`` (1, 3 or 4; None keeps its mode);
+    with ``decode=False`` only checked whole (PIL's ``verify``: a truncated PNG fails, a JPEG's
+    data is read only when decoded) and returned undecoded. Over ``max_pixels`` it is refused
+    before it is decoded (`ImageTooLargeError`)."""
+    shown = name or str(source)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as image:
-                _check_size(path, image)
+            with Image.open(source) as image:
+                _check_size(shown, image, max_pixels)
                 if decode:
                     image.load()
                 else:
                     image.verify()
     except FileNotFoundError:
-        raise DataError(f"{path}: no such image file") from None
+        raise DataError(f"{shown}: no such image file") from None
     except IsADirectoryError:
-        raise DataError(f"{path} is a folder; pass the image files in it, e.g. {str(path).rstrip('/')}/*") from None
+        raise DataError(f"{shown} is a folder; pass the image files in it, e.g. {shown.rstrip('/')}/*") from None
     except DataError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
-        raise DataError(f"{path} is refused as a decompression bomb ({error})") from None
+        raise ImageTooLargeError(f"{shown} is refused as a decompression bomb ({error})") from None
     except Exception as error:  # PIL raises OSError, SyntaxError, ValueError, EOFError... for bad bytes
-        raise DataError(f"{path} is not a readable image ({_first_line(error)}); remove it or replace it") from None
+        raise DataError(f"{shown} is not a readable image ({_first_line(error)}); remove it or replace it") from None
     return image if channels is None or not decode else ConvertChannels(channels)(image)
 
 
-def _check_size(path: Any, image: Image.Image) -> None:
+def _check_size(name: str, image: Image.Image, max_pixels: int) -> None:
     pixels = image.width * image.height
-    if pixels > MAX_IMAGE_PIXELS:
-        raise DataError(
-            f"{path} is {image.width} x {image.height} pixels, over the limit of {MAX_IMAGE_PIXELS:,} "
+    if pixels > max_pixels:
+        raise ImageTooLargeError(
+            f"{name} is {image.width}x{image.height} = {pixels:,} pixels, over the limit of {max_pixels:,} "
             "(a decompression bomb, or an image to shrink first)"
         )
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-import warnings
 from typing import Any
 
 import numpy as np
 import torch
 from PIL import Image
 
+from zoo.errors import DataError
+from zoo.loading.images import ImageTooLargeError, open_image
 from zoo.serve.errors import bad_request, too_large
 from zoo.serve.models import ServedModel, TensorSpec
 from zoo.serve.protocol import ImageRow
@@ -31,27 +32,15 @@ def image_rows(served: ServedModel, images: list[tuple[str, bytes]], max_pixels:
 
 
 def _decode(name: str, data: bytes, max_pixels: int) -> Image.Image:
+    """A request's image through zoo's one image reader (`zoo.loading.images.open_image`)."""
     if not data:
         raise bad_request(f"{name} is empty; send the image file's bytes", param=name)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data))
-            width, height = image.size
-            if width * height > max_pixels:
-                raise too_large(
-                    f"{name} is {width}x{height} = {width * height:,} pixels; this server decodes "
-                    f"images of up to {max_pixels:,} pixels: resize it first",
-                    param=name,
-                )
-            image.load()
-            return image
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise too_large(f"{name} would decode to more pixels than this server takes ({max_pixels:,})", name) from None
-    except (OSError, SyntaxError, ValueError, EOFError) as error:  # PIL's errors for unreadable or truncated data
-        raise bad_request(
-            f"{name} is not a readable image ({error}); send a PNG, JPEG, GIF, BMP or WebP file", param=name
-        ) from None
+        return open_image(io.BytesIO(data), max_pixels=max_pixels, name=name)
+    except ImageTooLargeError as error:
+        raise too_large(f"{error}; this server decodes images of up to {max_pixels:,} pixels", name) from None
+    except DataError as error:
+        raise bad_request(f"{error}: send a PNG, JPEG, GIF, BMP or WebP file", param=name) from None
 
 
 def json_rows(served: ServedModel, instances: list[list[Any] | ImageRow], max_pixels: int) -> torch.Tensor:
