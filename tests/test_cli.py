@@ -193,3 +193,15 @@ def test_a_count_that_is_not_a_number_is_named_as_such(capsys):
     assert (
         exit.value.code == 2 and "argument --batch-size: must be a whole number, got 'abc'" in capsys.readouterr().err
     )
+
+
+def test_info_of_a_saved_folder_shows_its_checked_config(tmp_path, capsys):
+    import zoo
+
+    folder = zoo.save(zoo.load("resnet20.fmnist", num_classes=3), tmp_path / "mine")
+    assert main(["info", str(folder)]) == 0
+    rows = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines() if " " in line.strip())
+    assert rows["architecture"].strip() == "resnet20" and rows["classes"].strip() == "3"
+    (folder / "config.json").write_text('{"architecture": "../x"}')
+    assert main(["info", str(folder)]) == 2
+    assert "config.json: field 'architecture'" in capsys.readouterr().err

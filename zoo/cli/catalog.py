@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import zoo
 from zoo.store import registry
@@ -29,6 +30,8 @@ def format_size(num_bytes: int | None) -> str:
 
 
 def run_info(args: argparse.Namespace) -> int:
+    if not registry.is_registered(args.name) and (Path(args.name).expanduser() / "config.json").is_file():
+        return _saved_info(Path(args.name).expanduser(), args.json)
     info = zoo.info(args.name)
     if args.json:
         print(json.dumps(info.to_dict(), indent=2))
@@ -49,9 +52,37 @@ def run_info(args: argparse.Namespace) -> int:
     ]
     for dataset, values in info.metrics.items():
         rows.append((f"metrics [{dataset}]", ", ".join(f"{k}={v}" for k, v in values.items())))
+    _print_rows(rows)
+    return 0
+
+
+def _print_rows(rows: list[tuple[str, object]]) -> None:
     width = max(len(key) for key, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
+
+
+def _saved_info(folder: Path, as_json: bool) -> int:
+    """``zoo info DIR`` for a folder `zoo.save` or `zoo finetune` wrote: its checked config."""
+    from zoo.loading.saved import WEIGHTS_FILE, read_saved_config  # loads torch: only for a folder
+
+    config = read_saved_config(folder)
+    if as_json:
+        print(json.dumps(config, indent=2))
+        return 0
+    weights = folder / WEIGHTS_FILE
+    rows = [
+        ("folder", str(folder)),
+        ("architecture", config["architecture"]),
+        ("head", config["head"]),
+        ("classes", config["num_classes"]),
+        ("class names", ", ".join(config.get("class_names") or []) or config.get("categories") or "-"),
+        ("weights from", config.get("finetuned_from") or config.get("weights") or "-"),
+        ("options", json.dumps(config["model_kwargs"])),
+        ("preprocess", json.dumps(config.get("preprocess") or {})),
+        ("file size", format_size(weights.stat().st_size if weights.is_file() else None)),
+    ]
+    _print_rows(rows)
     return 0
 
 
