@@ -205,3 +205,12 @@ def test_info_of_a_saved_folder_shows_its_checked_config(tmp_path, capsys):
     (folder / "config.json").write_text('{"architecture": "../x"}')
     assert main(["info", str(folder)]) == 2
     assert "config.json: field 'architecture'" in capsys.readouterr().err
+
+
+def test_eval_of_a_saved_folder_says_what_eval_is_for(tmp_path, capsys):
+    import zoo
+
+    folder = zoo.save(zoo.load("resnet20.fmnist"), tmp_path / "mine")
+    assert main(["eval", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a saved folder: zoo eval re-measures a registered entry's card" in err

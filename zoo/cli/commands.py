@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -97,6 +98,11 @@ def run_finetune(args: argparse.Namespace) -> int:
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    if not registry.is_registered(args.name) and (Path(args.name).expanduser() / "config.json").is_file():
+        raise InvalidArgumentError(
+            f"{args.name} is a saved folder: zoo eval re-measures a registered entry's card (zoo list --pretrained); "
+            f"a fine-tuning run's own validation figures are in {Path(args.name) / 'metrics.json'}"
+        )
     rows = evaluate.compare(args.name, args.limit)
     print(f"{'evaluation':<24}{'metric':<8}{'claimed':>10}{'measured':>10}")
     for row in rows:
