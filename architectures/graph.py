@@ -131,7 +131,7 @@ class BatchRenorm(nn.BatchNorm1d):
     sets the running statistics. A BatchNorm subclass, so frozen copies stay in eval mode
     during fine-tuning like every frozen BatchNorm."""
 
-    def __init__(self, num_features: int, momentum: float = 0.1, eps: float = 1e-5) -> None:
+    def __init__(self, num_features: int, momentum: float | None = 0.1, eps: float = 1e-5) -> None:
         super().__init__(num_features, eps=eps, momentum=momentum)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -146,8 +146,10 @@ class BatchRenorm(nn.BatchNorm1d):
                     self.running_var.copy_(var)
                 std, running_std = (var + self.eps).sqrt(), (self.running_var + self.eps).sqrt()
                 r, d = std / running_std, (mean - self.running_mean) / running_std
-                self.running_mean.lerp_(mean, self.momentum)
-                self.running_var.lerp_(var, self.momentum)
+                # momentum None: a cumulative average, as in BatchNorm (torch.optim.swa_utils.update_bn)
+                weight = 1 / float(self.num_batches_tracked + 1) if self.momentum is None else self.momentum
+                self.running_mean.lerp_(mean, weight)
+                self.running_var.lerp_(var, weight)
                 self.num_batches_tracked += 1
             standardised = (x - mean) / (var + self.eps).sqrt() * r + d
         return standardised * self.weight + self.bias

@@ -180,12 +180,32 @@ def test_dbn_recipe_tiny(tmp_path: Path) -> None:
 def test_graph_recipes_tiny(tmp_path: Path) -> None:
     entry = graph_recipe.run("triangles-er", epochs=1, out=str(tmp_path))
     assert entry["model_kwargs"]["head"] == "graph_regression" and entry["num_classes"] == 1
+    card = (tmp_path / entry["card"]).read_text()
+    assert "every normalisation layer frozen" in card and "epoch 1 on the curves" not in card  # 1 + 1 epochs
     _published(entry, tmp_path)
     entry = graph_recipe.run("fashion-mnist-graphs", epochs=1, limit=240, out=str(tmp_path))
     assert entry["name"] == "gin3.fmnist" and entry["num_classes"] == 10
     assert set(entry["metrics"]) == {"fashion-mnist-graphs", "fashion-mnist-graphs[:1000]"}
     assert "240 images of the official training split, 20 of them held out" in (tmp_path / entry["card"]).read_text()
     _published(entry, tmp_path)
+
+
+def test_graph_refinement_keeps_normalisation_fixed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refinement stage trains with every norm layer in eval mode (running statistics and
+    affine parameters fixed) and hands the layers back trainable."""
+    from torch.nn.modules.batchnorm import _NormBase
+
+    train = graph_recipe.TriangleCounting("er", "train", num_graphs=400, pre_transform=graph_recipe.AddTriangles())
+    model = zoo.load("gin3", pretrained=False, num_classes=1, **graph_recipe.RECIPES["triangles-er"].model_kwargs)
+    config = graph_recipe.RECIPES["triangles-er"].refine.for_epochs(1)
+    graph_recipe._fit(model, config.for_epochs(1), train, train, {"step_fn": graph_recipe.StandardisedMSE(3.0, 2.7)})
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    graph_recipe._refine(model, config, train, train, {"step_fn": graph_recipe.StandardisedMSE(3.0, 2.7)})
+    after = model.state_dict()
+    norms = {f"{name}.{key}" for name, m in model.named_modules() if isinstance(m, _NormBase) for key in m.state_dict()}
+    assert norms and all(torch.equal(before[k], after[k]) for k in norms)
+    assert not torch.equal(before["fc.weight"], after["fc.weight"])  # the rest trained
+    assert all(p.requires_grad for p in model.parameters())
 
 
 def test_fmnist_recipe_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

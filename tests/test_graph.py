@@ -515,6 +515,22 @@ def test_batch_renorm_is_batch_independent_and_standardises():
     torch.testing.assert_close(norm(x), (x - norm.running_mean) / (norm.running_var + norm.eps).sqrt())
 
 
+def test_batch_renorm_cumulative_average_for_update_bn():
+    """momentum=None is BatchNorm's cumulative average, so torch.optim.swa_utils.update_bn
+    (which resets every BatchNorm and sets momentum None) recomputes a GIN's statistics."""
+    torch.manual_seed(0)
+    norm = BatchRenorm(2, momentum=None)
+    batches = [torch.randn(16, 2) * 3 + i for i in range(4)]
+    for x in batches:
+        norm(x)
+    torch.testing.assert_close(norm.running_mean, torch.stack([x.mean(0) for x in batches]).mean(0))
+    torch.testing.assert_close(norm.running_var, torch.stack([x.var(0, unbiased=False) for x in batches]).mean(0))
+    model = zoo.load("gin3", pretrained=False, in_channels=3)
+    graphs = [_batch(channels=3) for _ in range(2)]
+    torch.optim.swa_utils.update_bn(graphs, model)
+    assert int(model.norm.num_batches_tracked) == 2 and model.norm.momentum == 0.1  # update_bn restores momentum
+
+
 def test_bad_inputs_raise_clear_errors():
     batch = _batch(channels=3)
     model = zoo.load("gin3", pretrained=False, in_channels=3)

@@ -150,6 +150,23 @@ def test_plots_and_json_are_written(tmp_path: Path) -> None:
         plot_curves([{"epoch": 1, "seconds": 3.0}], tmp_path / "x.png")
 
 
+def test_curves_on_a_log_scale_when_they_span_decades(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loss falling over decades (a regression to 1e-9) is drawn on a log scale, a loss
+    within one decade or one that reaches 0 on a linear one."""
+    from matplotlib.axes import Axes
+
+    scaled: list[Axes] = []
+    real = Axes.set_yscale
+    monkeypatch.setattr(Axes, "set_yscale", lambda ax, value, **kw: (scaled.append(ax), real(ax, value, **kw)))
+    regression = [{"epoch": e, "train_loss": 10.0**-e, "lr": 1e-3} for e in range(1, 10)]
+    plot_curves(regression, tmp_path / "regression.png")
+    assert [ax.get_title() for ax in scaled] == ["loss"]
+    scaled.clear()
+    classifier = [{"epoch": e, "train_loss": 1.0 / e, "lr": 0.1 * (4 - e) / 3} for e in range(1, 5)]  # lr ends at 0
+    plot_curves(classifier, tmp_path / "classifier.png")
+    assert scaled == []
+
+
 @pytest.mark.parametrize("export", [export_torchscript, export_program], ids=["torchscript", "torch_export"])
 def test_exports_round_trip_resnet20(export, resnet20: nn.Module, tmp_path: Path) -> None:
     x = torch.randn(2, 3, 32, 32)

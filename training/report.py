@@ -218,10 +218,17 @@ def plot_confusion_matrix(report: ClassificationReport, path: str | os.PathLike)
 _PANELS = (("loss", ("loss",)), ("accuracy / F1", ("acc", "f1")), ("learning rate", ("lr",)))
 
 
+def _spans_decades(values: list[float], decades: float = 2.0) -> bool:
+    """Whether ``values`` are all positive and their largest is at least 10**decades times their smallest."""
+    return bool(values) and min(values) > 0 and max(values) >= 10**decades * min(values)
+
+
 def plot_curves(rows: list[dict[str, float]], path: str | os.PathLike, x: str = "epoch") -> Path:
     """PNG of training curves from per-epoch (or per-step) rows such as ``{"epoch": 1,
     "train_loss": ..., "val_loss": ..., "val_acc": ..., "lr": ...}``: one panel for the keys
-    containing "loss", one for "acc"/"f1", one for "lr" (log scale); other keys are ignored.
+    containing "loss", one for "acc"/"f1", one for "lr"; the loss and learning-rate panels are
+    on a log scale when their values are positive and span two decades or more (a regression's
+    loss falling from 1 to 1e-6 is flat otherwise); other keys are ignored.
     A key missing from some rows (validation every few epochs) is drawn where present."""
     if not rows:
         raise ValueError("plot_curves needs at least one row of metrics")
@@ -238,7 +245,7 @@ def plot_curves(rows: list[dict[str, float]], path: str | os.PathLike, x: str = 
         for name in names:
             points = [(row[x], row[name]) for row in rows if name in row]
             ax.plot(*zip(*points), marker="o" if len(points) <= 50 else None, markersize=3, label=name)
-        if title == "learning rate" and all(row.get(name, 1) > 0 for row in rows for name in names):
+        if title in ("loss", "learning rate") and _spans_decades([row[n] for row in rows for n in names if n in row]):
             ax.set_yscale("log")
         ax.set_title(title)
         ax.set_xlabel(x)

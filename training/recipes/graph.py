@@ -3,7 +3,8 @@ graph tasks of `zoo.training.graph_data`:
 
 - ``gin3.triangles_er``: regressing the triangle count of Erdős–Rényi G(10, 0.3) graphs (Chen
   et al., 2020) on the seeded 30 / 20 / 50% train / validation / test split. Trains on
-  standardised counts, then folds the standardisation into the head, so the model outputs counts.
+  standardised counts, then refines with the normalisation layers frozen (see `GraphRecipe`),
+  then folds the standardisation into the head, so the model outputs counts.
 - ``gin3.fmnist``: classifying Fashion-MNIST images as 14x14 pixel graphs (official training
   split less a seeded 1/12 validation hold-out, 5,000 graphs; official 10k test split).
 
@@ -23,6 +24,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.nn.modules.batchnorm import _NormBase
 
 import zoo.architectures.graph  # noqa: F401  (before PyG: it imports PyG with its import-time FutureWarning silenced)
 
@@ -45,12 +47,19 @@ SLICE = 1000  # Fashion-MNIST test graphs the tests re-measure
 
 @dataclasses.dataclass(frozen=True)
 class GraphRecipe:
+    """One graph recipe. ``refine`` is an optional second stage from the first one's best
+    weights with every normalisation layer frozen (eval mode, running statistics fixed): its
+    loss is the eval-time function itself. BatchNorm's batch statistics make each training
+    step's output differ from the eval-time one, and that noise, not the model, bounds how
+    precisely a count is regressed (NMSE ~1e-5 after 300 epochs, far below after the refinement)."""
+
     name: str
     title: str
     model_kwargs: dict[str, Any]
     config: TrainConfig
     slices: tuple[int | None, ...] = (None,)
     default: bool = False  # zoo.load("gin3") picks these weights
+    refine: TrainConfig | None = None
 
 
 RECIPES = {
@@ -59,16 +68,19 @@ RECIPES = {
         "GIN with third-order pooling, triangle counting (Erdős–Rényi)",
         {"in_channels": 1, "head": "graph_regression", "hidden_channels": 64, "num_layers": 4},
         TrainConfig(
-            epochs=60,
+            epochs=300,
             batch_size=64,
             optimizer="adamw",
             lr=3e-3,
-            weight_decay=0.0,
+            weight_decay=0.01,
             scheduler="cosine",
             warmup_epochs=2.0,
             seed=SEED,
         ),
         default=True,
+        refine=TrainConfig(
+            epochs=200, batch_size=64, optimizer="adamw", lr=1e-3, weight_decay=0.0, scheduler="cosine", seed=SEED
+        ),
     ),
     "fashion-mnist-graphs": GraphRecipe(
         "gin3.fmnist",
@@ -129,6 +141,67 @@ def _fashion(limit: int | None) -> tuple[InMemoryDataset, InMemoryDataset, dict[
     return train, val, {}, data
 
 
+def _fit(
+    model: torch.nn.Module, config: TrainConfig, train: InMemoryDataset, val: InMemoryDataset, options: dict[str, Any]
+) -> tuple[list[dict[str, float]], int | None]:
+    """Train ``model`` with ``config``, keep its best epoch by validation loss; returns the
+    history and that epoch."""
+    trainer = Trainer(model, config, collate_fn=Collater(train), **options)
+    history = trainer.fit(train, val)
+    model.load_state_dict(trainer.best_state_dict())
+    return history, trainer.state.best_epoch
+
+
+def _refine(
+    model: torch.nn.Module, config: TrainConfig, train: InMemoryDataset, val: InMemoryDataset, options: dict[str, Any]
+) -> tuple[list[dict[str, float]], int | None]:
+    """`GraphRecipe.refine`: train with every normalisation layer frozen (the Trainer keeps a
+    norm layer whose parameters don't train in eval mode), then unfreeze them."""
+    norms = [m for m in model.modules() if isinstance(m, _NormBase)]
+    for norm in norms:
+        norm.requires_grad_(False)
+    try:
+        return _fit(model, config, train, val, options)
+    finally:
+        for norm in norms:
+            norm.requires_grad_(True)
+
+
+def _train_stages(
+    model: torch.nn.Module,
+    recipe: GraphRecipe,
+    epochs: int | None,
+    train: InMemoryDataset,
+    val: InMemoryDataset,
+    options: dict[str, Any],
+) -> tuple[list[dict[str, float]], dict[str, str]]:
+    """The recipe's training and, when it has one, its refinement (each cut to ``epochs``);
+    returns the history of both, epochs numbered on, and the card's hyperparameter lines."""
+    config = recipe.config if epochs is None else recipe.config.for_epochs(epochs)
+    history, best_epoch = _fit(model, config, train, val, options)
+    lines = {
+        "model": str(recipe.model_kwargs) + ", readout: third-order moment (rank 32) and triangle (32 channels)",
+        "optimizer": f"{config.optimizer}, lr {config.lr}, weight decay {config.weight_decay}, batch "
+        f"{config.batch_size}, {config.scheduler} schedule with {config.warmup_epochs:g} warmup epochs",
+        "published weights": f"best epoch by validation loss: {best_epoch}",
+    }
+    if recipe.refine is None:
+        return history, lines
+    refine = recipe.refine if epochs is None else recipe.refine.for_epochs(min(epochs, recipe.refine.epochs))
+    refined, best_refined = _refine(model, refine, train, val, options)
+    first = len(history)
+    history += [{**row, "epoch": row["epoch"] + first} for row in refined]
+    lines["refinement"] = (
+        f"from epoch {best_epoch}, every normalisation layer frozen (eval-mode statistics): {refine.optimizer}, "
+        f"lr {refine.lr}, weight decay {refine.weight_decay}, batch {refine.batch_size}, {refine.scheduler} "
+        f"schedule, {refine.epochs} epochs"
+    )
+    lines["published weights"] = (
+        f"best refinement epoch by validation loss: {best_refined} (epoch {first + (best_refined or 0)} on the curves)"
+    )
+    return history, lines
+
+
 def run(
     task: str = "triangles-er",
     epochs: int | None = None,
@@ -136,7 +209,8 @@ def run(
     out: str = str(WEIGHTS_DIR),
     command: str | None = None,
 ) -> dict[str, Any]:
-    """Train, evaluate and publish the weights of ``task``; returns the entry."""
+    """Train, evaluate and publish the weights of ``task``; returns the entry. ``epochs``
+    shortens each stage to at most that many epochs (smoke tests)."""
     if task not in RECIPES:
         raise ValueError(f"no graph recipe for {task!r}; recipes: {', '.join(RECIPES)}")
     recipe = RECIPES[task]
@@ -145,10 +219,7 @@ def run(
     num_classes = 1 if recipe.model_kwargs.get("head") == "graph_regression" else int(train.y.max()) + 1
     torch.manual_seed(SEED)
     model = zoo.load("gin3", pretrained=False, num_classes=num_classes, **recipe.model_kwargs)
-    config = recipe.config if epochs is None else recipe.config.for_epochs(epochs)
-    trainer = Trainer(model, config, collate_fn=Collater(train), **trainer_options)
-    history = trainer.fit(train, val)
-    model.load_state_dict(trainer.best_state_dict())
+    history, hyperparameters = _train_stages(model, recipe, epochs, train, val, trainer_options)
     step_fn = trainer_options.get("step_fn")
     if isinstance(step_fn, StandardisedMSE):
         with torch.no_grad():  # outputs in counts: y = std * (W h + b) + mean
@@ -162,12 +233,7 @@ def run(
         seed=SEED,
         epochs=len(history),
         wall_time_s=clock.seconds,
-        hyperparameters={
-            "model": str(recipe.model_kwargs) + ", readout: third-order moment (rank 32) and triangle (32 channels)",
-            "optimizer": f"{config.optimizer}, lr {config.lr}, weight decay {config.weight_decay}, batch "
-            f"{config.batch_size}, {config.scheduler} schedule with {config.warmup_epochs:g} warmup epochs",
-            "published weights": f"best epoch by validation loss: {trainer.state.best_epoch}",
-        },
+        hyperparameters=hyperparameters,
     )
     return publish(
         model,

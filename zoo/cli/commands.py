@@ -107,7 +107,7 @@ def run_eval(args: argparse.Namespace) -> int:
     print(f"{'evaluation':<24}{'metric':<8}{'claimed':>10}{'measured':>10}")
     for row in rows:
         flag = "" if row["ok"] else "   <-- differs from the card"
-        print(f"{row['task']:<24}{row['metric']:<8}{row['claimed']:>10.4f}{row['measured']:>10.4f}{flag}")
+        print(f"{row['task']:<24}{row['metric']:<8}{row['claimed']:>10.4g}{row['measured']:>10.4g}{flag}")
     if all(row["ok"] for row in rows):
         print(f"{args.name}: every metric matches its card")
         return 0
