@@ -222,6 +222,17 @@ def test_fmnist_recipe_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert "resumed run" in (run_dir / "train.log").read_text()
 
 
+def test_fmnist_recipe_with_its_own_tag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A target that names its architecture and tag publishes under ``arch.tag``, not as the
+    architecture's default, with the command that reruns it."""
+    monkeypatch.setattr(fmnist_recipe, "evaluate", lambda model, task, limit=None: evaluate.evaluate(model, task, 100))
+    entry = fmnist_recipe.run("resnet56_long", epochs=1, limit=64, out=str(tmp_path))
+    assert entry["name"] == "resnet56.fmnist_long" and entry["default"] is False
+    assert entry["recipe"] == "python -m zoo.training.recipes.fmnist resnet56_long"
+    card = (tmp_path / entry["card"]).read_text()
+    assert "label smoothing 0.1" in card and "batch 512" in card and "EMA, decay 0.999" in card
+
+
 def test_fmnist_recipe_distils_the_vit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """moe_vit's recipe learns from resnet56.fmnist's labels (DeiT's hard distillation) and
     its card says so; the CNN recipes don't distil."""

@@ -1,11 +1,12 @@
-"""Fashion-MNIST classifiers (``<arch>.fmnist``): trained from scratch on the official training
-split less a fixed-seed 5,000-image validation hold-out (which picks the best epoch), then
-measured on the official 10k test split.
+"""Fashion-MNIST classifiers (``<arch>.fmnist``, or the recipe's own tag): trained from scratch
+on the official training split less a fixed-seed 5,000-image validation hold-out (which picks
+the best epoch), then measured on the official 10k test split.
 
     python -m zoo.training.recipes.fmnist resnet20 [--epochs N] [--limit N] [--out weights/] [--run-dir DIR]
         [--num-workers N]
 
-Each architecture's hyperparameters are data in ``RECIPES``; ``--epochs`` and ``--limit``
+Each target's hyperparameters are data in ``RECIPES`` (a target is the architecture's name
+unless the recipe names its ``arch`` and weight ``tag``); ``--epochs`` and ``--limit``
 shorten a run (for a smoke test: its card then says so). With ``--run-dir`` the run keeps its
 checkpoints there, and the same command continues a stopped run from its last epoch; the card's
 wall time is then the sum over the processes that trained it.
@@ -101,11 +102,26 @@ RECIPES: dict[str, dict[str, Any]] = {
         "model_kwargs": {"stem_channels": [32, 64]},
         "distill": Distillation("resnet56.fmnist", alpha=0.5, kind="hard", bf16=True),
     },
+    # For a GPU (issue 35: at least 95.6%), not yet run to its end: resnet56's recipe six times
+    # longer, at batch 512 (a GPU step at batch 128 is bound by kernel launches) with the
+    # learning rate scaled with it, label smoothing 0.1, random erasing p = 0.5 and an EMA.
+    # Published beside resnet56.fmnist, not as the architecture's default until it beats it.
+    "resnet56_long": {
+        "arch": "resnet56",
+        "tag": "fmnist_long",
+        "title": "CIFAR ResNet-56 on Fashion-MNIST (300 epochs, bf16, random erasing, label smoothing, EMA)",
+        "config": replace(
+            _SGD_LONG, epochs=300, batch_size=512, lr=0.4, warmup_epochs=5.0, label_smoothing=0.1, ema_decay=0.999
+        ),
+        "augment": Augment(hflip=True, crop_padding=2, random_erasing=0.5),
+        "model_kwargs": {},
+        "default": False,
+    },
 }
 
 
 def run(
-    arch: str,
+    target: str,
     epochs: int | None = None,
     limit: int | None = None,
     out: str = str(WEIGHTS_DIR),
@@ -113,11 +129,13 @@ def run(
     run_dir: str | None = None,
     num_workers: int = 0,
 ) -> dict[str, Any]:
-    """Train, evaluate and publish ``<arch>.fmnist``; returns its entry. ``run_dir`` keeps the
-    checkpoints and resumes from them (a temporary directory otherwise)."""
-    if arch not in RECIPES:
-        raise ValueError(f"no Fashion-MNIST recipe for {arch!r}; recipes: {', '.join(RECIPES)}")
-    recipe = RECIPES[arch]
+    """Train, evaluate and publish the weights of ``target`` (``<arch>.fmnist`` or the recipe's
+    tag); returns their entry. ``run_dir`` keeps the checkpoints and resumes from them (a
+    temporary directory otherwise)."""
+    if target not in RECIPES:
+        raise ValueError(f"no Fashion-MNIST recipe for {target!r}; recipes: {', '.join(RECIPES)}")
+    recipe = RECIPES[target]
+    arch = recipe.get("arch", target)
     config = replace(recipe["config"].for_epochs(epochs or recipe["config"].epochs), num_workers=num_workers)
     if run_dir is not None:  # the recipe's own folder: continue the run in it, or start one there
         resume = (Path(run_dir) / "checkpoints" / LAST_CHECKPOINT).is_file()
@@ -133,7 +151,7 @@ def run(
         data=f"Fashion-MNIST official training split ({len(result.history)} epochs over "
         f"{limit or 60000 - VAL_IMAGES} images; {VAL_IMAGES} held out by seed {config.seed} to pick the best "
         "epoch), test on the official 10k test split; from the Debian package dataset-fashion-mnist",
-        command=command or f"python -m zoo.training.recipes.fmnist {arch}",
+        command=command or f"python -m zoo.training.recipes.fmnist {target}",
         seed=config.seed,
         epochs=len(result.history),
         wall_time_s=result.history[-1]["elapsed_s"] + evaluation.seconds,
@@ -141,7 +159,7 @@ def run(
     )
     return publish(
         model,
-        f"{arch}.fmnist",
+        f"{arch}.{recipe.get('tag', 'fmnist')}",
         title=recipe["title"],
         task="fashion-mnist",
         metrics=metrics,
@@ -150,6 +168,7 @@ def run(
         model_kwargs={**recipe["model_kwargs"], "in_chans": 1},
         preprocess={**_IMAGE_SIZE, **model.pretrained_cfg["preprocess"]},
         categories="fashion-mnist",
+        default=recipe.get("default", True),
         root=out,
     )
 

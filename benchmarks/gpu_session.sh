@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# A lent GPU machine's work in one `device` call per mode (the device tool of this workplace: a
+# bare machine with torch, torchvision, torch-geometric, transformers and safetensors in its
+# python3, nothing to download, outputs back through $OUT: at most 8 files of 16 MiB).
+#
+# Here, once, before the first call (the data and any run to continue travel in .gpu/, which git ignores):
+#     mkdir -p .gpu/fashion-mnist && cp /usr/share/datasets/fashion-mnist/*.gz .gpu/fashion-mnist/
+# Then, one call each (carry: [".gpu"]):
+#     bash benchmarks/gpu_session.sh bench                  # tests/test_cuda.py, ResNet-50 and generation tables
+#     bash benchmarks/gpu_session.sh train resnet56_long    # TRAIN_SECONDS (default 420) of a recipe, then stops
+# A training call brings its run folder back as $OUT/run-TARGET.part-*; copy those parts into
+# .gpu/ here and the next `train TARGET` call continues the run from its last epoch (the recipe's
+# --run-dir). When the recipe ends, its weights, card, curves and entry are in $OUT/weights/.
+# Locally, as a dry run of the script itself: PY=.venv/bin/python OUT=/tmp/gpu bash benchmarks/gpu_session.sh train
+# resnet20 --epochs 1 --limit 64
+set -uo pipefail
+mode=${1:?usage: gpu_session.sh bench | train TARGET [recipe options]}
+out=${OUT:-/tmp/zoo-gpu}
+py=${PY:-python3}
+export PYTHONUNBUFFERED=1
+mkdir -p "$out"
+
+setup() {
+    # zoo itself, offline, into the machine's python (its packages are the image's own)
+    "$py" -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$out/setup.txt" 2>&1 || {
+        cat "$out/setup.txt"
+        exit 3
+    }
+    if [ -d .gpu/fashion-mnist ] && [ ! -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
+        mkdir -p /usr/share/datasets/fashion-mnist && cp .gpu/fashion-mnist/*.gz /usr/share/datasets/fashion-mnist/
+    fi
+    "$py" -c 'import torch, zoo; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
+}
+
+bench() {
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
+    timeout 150 "$py" -m pytest -q -p no:cacheprovider tests/test_cuda.py 2>&1 | tee "$out/test_cuda.txt"
+    timeout 300 "$py" benchmarks/cuda_inference.py --batch-sizes 1 64 256 --repeats 30 --profile \
+        --csv "$out/cuda-inference.csv" 2>&1 | tee "$out/cuda_inference.txt"
+    timeout 240 "$py" benchmarks/generate.py --device cuda --batches 1 8 --repeats 5 --compile --hf-static \
+        2>&1 | tee "$out/generate.txt"
+}
+
+train() {
+    local target=${1:?train needs a recipe target, e.g. resnet56_long}
+    shift
+    local run=".gpu/run-$target"
+    if compgen -G ".gpu/run-$target.part-*" >/dev/null; then # a run to continue
+        mkdir -p "$run" && cat ".gpu/run-$target".part-* | tar -xf - -C "$run"
+    fi
+    # INT: the recipe stops like Ctrl-C, keeping the checkpoint of its last finished epoch
+    timeout --signal=INT "${TRAIN_SECONDS:-420}" "$py" -m zoo.training.recipes.fmnist "$target" --run-dir "$run" \
+        --num-workers "${NUM_WORKERS:-14}" --out "$out/weights" "$@" 2>&1 | tr '\r' '\n' | grep -v '^epoch.*it/s' |
+        tee "$out/train.txt"
+    # what --run-dir needs to continue, in parts under $OUT's 16 MiB a file (the model file is rebuilt)
+    tar -cf - -C "$run" --exclude=model.safetensors --exclude=curves.png . | split -b 15m - "$out/run-$target.part-"
+    ls -la "$out"
+}
+
+setup
+case "$mode" in
+bench) bench ;;
+train) train "${@:2}" ;;
+*)
+    echo "unknown mode $mode: bench or train TARGET" >&2
+    exit 2
+    ;;
+esac
