@@ -174,13 +174,15 @@ class ByteTokenizer:
         return input_ids, attention_mask
 
 
-def check_byte_lm(model: nn.Module) -> None:
-    """Refuse, before any text is written, a model that is not a byte-level language model."""
+def check_byte_lm(model: nn.Module, name: str | None = None) -> None:
+    """Refuse, before any text is written, a model that is not a byte-level language model
+    with its lm head (``zoo generate`` and ``zoo serve`` both ask here); ``name`` names it."""
     vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
-    if not hasattr(model, "generate") or vocab_size != ByteTokenizer.vocab_size:
+    head = getattr(model, "head", None)
+    if not hasattr(model, "generate") or head != "lm" or vocab_size != ByteTokenizer.vocab_size:
         raise InvalidArgumentError(
-            f"{type(model).__name__} is not a byte-level language model (vocabulary "
-            f"{vocab_size}, not {ByteTokenizer.vocab_size}); use one such as moe_lm.stdlib"
+            f"{name or type(model).__name__} is not a byte-level language model with its lm head (vocabulary "
+            f"{vocab_size}, head {head!r}; needs {ByteTokenizer.vocab_size} and 'lm'): use one such as moe_lm.stdlib"
         )
 
 

@@ -21,6 +21,7 @@ from zoo.errors import InvalidArgumentError, ZooError
 from zoo.serve.config import ServeConfig
 from zoo.serve.protocol import ModelMetadata, TensorMetadata
 from zoo.store import registry
+from zoo.tokenizer import check_byte_lm
 
 SERVED_KINDS = ("images", "vectors", "text")
 
@@ -120,12 +121,7 @@ def load_served(source: str, config: ServeConfig) -> ServedModel:
 
 
 def _text_model(name: str, model: nn.Module, documents: Documents) -> ServedModel:
-    config = getattr(model, "config", None)
-    if getattr(model, "head", None) != "lm" or getattr(config, "vocab_size", None) != zoo.ByteTokenizer.vocab_size:
-        raise InvalidArgumentError(
-            f"{name} is not a byte-level language model with its lm head; zoo serve serves "
-            "text models such as moe_lm.stdlib for completions"
-        )
+    check_byte_lm(model, name)
     return ServedModel(
         name,
         model,
@@ -133,7 +129,7 @@ def _text_model(name: str, model: nn.Module, documents: Documents) -> ServedMode
         inputs=[TensorSpec("text_input", "BYTES", (-1,))],
         outputs=[TensorSpec("text_output", "BYTES", (-1,))],
         documents=documents,
-        context_length=config.max_position_embeddings,
+        context_length=model.config.max_position_embeddings,
     )
 
 
