@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -80,7 +80,7 @@ class GenerationOptions:
     top_k: int | None = None
     top_p: float | None = None
     eos_token_id: int | None = None
-    generator: torch.Generator | None = None
+    generator: torch.Generator | Sequence[torch.Generator] | None = None
     on_token: Callable[[torch.Tensor], None] | None = None
     compile: Compile = "auto"
 
@@ -95,6 +95,7 @@ def generate(
     to be a causal model with its lm head, ``options`` when they were made."""
     model._check_input(input_ids, attention_mask, 0)
     _check_prompt(model, input_ids, attention_mask)
+    _check_generators(options.generator, input_ids.shape[0])
     if options.max_new_tokens == 0:
         return input_ids.clone()
     if attention_mask is None:
@@ -218,6 +219,16 @@ def check_options(
         raise InvalidArgumentError("; ".join(filter(None, problems)))
     if compile not in (True, False, "auto"):
         raise InvalidArgumentError(f"compile must be True, False or 'auto', got {compile!r}")
+
+
+def _check_generators(generator: torch.Generator | Sequence[torch.Generator] | None, batch: int) -> None:
+    """One generator for the batch, or one per row."""
+    if isinstance(generator, Sequence) and (
+        len(generator) != batch or not all(isinstance(g, torch.Generator) for g in generator)
+    ):
+        raise InvalidArgumentError(
+            f"generator is a torch.Generator or one per row of input_ids; got {len(generator)} items for {batch} rows"
+        )
 
 
 def _check_prompt(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> None:
@@ -425,9 +436,14 @@ def _compiled_decode_step() -> Callable[..., torch.Tensor]:
 
 
 def _sample(
-    logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None, generator: torch.Generator | None
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    generator: torch.Generator | Sequence[torch.Generator] | None,
 ) -> torch.Tensor:
-    """Next token per row of ``logits`` (N, V)."""
+    """Next token per row of ``logits`` (N, V); with one generator per row, each row draws
+    from its own, so its tokens do not depend on its batchmates'."""
     if temperature == 0:
         return logits.argmax(dim=-1)
     logits = logits / temperature
@@ -439,4 +455,7 @@ def _sample(
         probs = sorted_logits.softmax(dim=-1)
         drop = probs.cumsum(dim=-1) - probs >= top_p  # the tokens after the nucleus
         logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, -math.inf))
-    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)[:, 0]
+    probs = logits.softmax(dim=-1)
+    if isinstance(generator, Sequence):
+        return torch.cat([torch.multinomial(row[None], 1, generator=g)[:, 0] for row, g in zip(probs, generator)])
+    return torch.multinomial(probs, 1, generator=generator)[:, 0]

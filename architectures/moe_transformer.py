@@ -226,7 +226,7 @@ class MoETransformer(_MoEBody):
         top_k: int | None = None,
         top_p: float | None = None,
         eos_token_id: int | None = None,
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | Sequence[torch.Generator] | None = None,
         on_token: Callable[[torch.Tensor], None] | None = None,
         attention_mask: torch.Tensor | None = None,
         compile: Compile = "auto",
@@ -235,7 +235,8 @@ class MoETransformer(_MoEBody):
         keys and values in a static `KVCache` (generation.py). Prompts of different lengths are
         padded on the left, with ``attention_mask`` (N, L) 0 at the padding. Sampling from the
         softmax at ``temperature`` (0: greedy), over the ``top_k`` most likely tokens and the
-        smallest set whose probability reaches ``top_p``. A sequence that emitted
+        smallest set whose probability reaches ``top_p``, drawn with ``generator`` (or one per
+        row: each row's draws then don't depend on its batchmates'). A sequence that emitted
         ``eos_token_id`` continues with it; generation stops once all have. ``on_token`` is
         called with each new step's tokens (N, 1) as it is produced, to stream them.
         ``compile``: run the decode step through torch.compile (True), or not (False);

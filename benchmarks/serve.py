@@ -7,7 +7,12 @@ warm-up requests, through tritonclient's asyncio client. The table gives request
 (from the server's /metrics), then the ratio and the machine. "off" is ``--max-batch 1``;
 "on" is ``--max-batch 32 --max-wait-ms 2``. Issue's goal: on >= 3x off at 32 clients.
 
+``--completions``: the same against ``zoo serve moe_lm.stdlib``, each client asking OpenAI's
+``POST /v1/completions`` for ``--max-tokens`` new tokens of a prompt of its own (temperature
+0.8, a seed per request): completions whose sampling agrees share one batched generation.
+
     .venv/bin/python benchmarks/serve.py [--clients 32] [--requests 2000] [--optimize auto]
+    .venv/bin/python benchmarks/serve.py --completions [--clients 16] [--requests 64] [--max-tokens 64]
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from prometheus_client.parser import text_string_to_metric_families
 import zoo
 from zoo.training.data import load_fashion_mnist
 
-MODEL = "resnet20.fmnist"
+MODEL, LM = "resnet20.fmnist", "moe_lm.stdlib"
+PROMPTS = ["def ", "class ", "import ", "for i in ", "    return ", "# ", "if x:", "while "]
 MODES = {
     "off (one at a time)": ["--max-batch", "1"],
     "on (dynamic batching)": ["--max-batch", "32", "--max-wait-ms", "2"],
@@ -52,9 +58,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start(flags: list[str], optimize: str | None, threads: int | None) -> tuple[subprocess.Popen, str]:
+def _start(model: str, flags: list[str], optimize: str | None, threads: int | None) -> tuple[subprocess.Popen, str]:
     port = _free_port()
-    command = [sys.executable, "-m", "zoo", "serve", MODEL, "--port", str(port), *flags]
+    command = [sys.executable, "-m", "zoo", "serve", model, "--port", str(port), *flags]
     command += ["--optimize", optimize] if optimize else []
     command += ["--threads", str(threads)] if threads else []
     log = tempfile.TemporaryFile("w+")
@@ -92,6 +98,26 @@ async def _load(url: str, images: list[np.ndarray], clients: int, total: int) ->
     return latencies, time.perf_counter() - start
 
 
+async def _load_completions(url: str, clients: int, total: int, max_tokens: int) -> tuple[list[float], float]:
+    """Latencies (s) of ``total`` completions of ``max_tokens`` tokens from ``clients``
+    concurrent clients, and the wall time."""
+    latencies: list[float] = []
+    next_request = iter(range(total))
+    async with httpx.AsyncClient(base_url=url, timeout=600) as http:
+
+        async def client() -> None:
+            for i in next_request:
+                body = {"model": LM, "prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": max_tokens}
+                start = time.perf_counter()
+                answer = await http.post("/v1/completions", json={**body, "temperature": 0.8, "seed": i})
+                answer.raise_for_status()
+                latencies.append(time.perf_counter() - start)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(clients)))
+    return latencies, time.perf_counter() - start
+
+
 def _mean_batch(url: str) -> float:
     families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{url}/metrics").text)}
     samples = {s.name: s.value for s in families["zoo_serve_batch_size"].samples if not s.name.endswith("_bucket")}
@@ -99,10 +125,16 @@ def _mean_batch(url: str) -> float:
 
 
 def _measure(flags: list[str], args: argparse.Namespace, images: list[np.ndarray]) -> dict[str, float]:
-    process, url = _start(flags, args.optimize, args.threads)
+    process, url = _start(LM if args.completions else MODEL, flags, args.optimize, args.threads)
+
+    def load(total: int) -> tuple[list[float], float]:
+        if args.completions:
+            return asyncio.run(_load_completions(url, args.clients, total, args.max_tokens))
+        return asyncio.run(_load(url, images, args.clients, total))
+
     try:
-        asyncio.run(_load(url, images, args.clients, 64))  # warm-up
-        latencies, seconds = asyncio.run(_load(url, images, args.clients, args.requests))
+        load(min(64, args.requests))  # warm-up
+        latencies, seconds = load(args.requests)
         batch = _mean_batch(url)
     finally:
         process.terminate()
@@ -122,21 +154,31 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--threads", type=int, help="zoo serve --threads: torch threads for the server's forwards")
     parser.add_argument("--optimize", choices=("auto", "fp32", "bf16", "int8"), help="serve through zoo.optimize")
+    parser.add_argument("--completions", action="store_true", help=f"completions of {LM} instead of images")
+    parser.add_argument("--max-tokens", type=int, default=64, help="new tokens per completion (--completions)")
     args = parser.parse_args()
     if not 1 <= args.clients <= 256 or not 1 <= args.requests <= 100_000:
         parser.error("the load is bounded: 1-256 clients, 1-100000 requests")
-    images = _images(256)
+    images = [] if args.completions else _images(256)
     load = os.getloadavg()[0]
     rows = {mode: _measure(flags, args, images) for mode, flags in MODES.items()}
+    what = (
+        f"{LM}, completions of {args.max_tokens} tokens at temperature 0.8"
+        if args.completions
+        else f"{MODEL}, v2 binary, one image each"
+    )
     print(
-        f"zoo serve {MODEL}, {args.clients} clients, {args.requests} requests (v2 binary, one image each), "
+        f"zoo serve {what}: {args.clients} clients, {args.requests} requests, "
         f"{'eager' if not args.optimize else 'optimize=' + args.optimize}"
     )
     print(f"{'batching':<24}{'requests/s':>12}{'p50 ms':>10}{'p99 ms':>10}{'rows/forward':>14}")
     for mode, row in rows.items():
         print(f"{mode:<24}{row['rps']:>12.1f}{row['p50']:>10.1f}{row['p99']:>10.1f}{row['batch']:>14.1f}")
     off, on = rows.values()
-    print(f"ratio on/off: {on['rps'] / off['rps']:.2f}x requests/s (goal: >= 3x)")
+    tokens = f", {on['rps'] * args.max_tokens:.0f} against {off['rps'] * args.max_tokens:.0f} tokens/s"
+    print(
+        f"ratio on/off: {on['rps'] / off['rps']:.2f}x requests/s" + (tokens if args.completions else " (goal: >= 3x)")
+    )
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
         f"cpu capability {torch.backends.cpu.get_cpu_capability()}, {args.threads or torch.get_num_threads()} torch threads in the server "

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import zoo
-from zoo.tokenizer import ByteTokenizer, complete
+from zoo.tokenizer import ByteTokenizer, Continuation, complete, complete_batch
 
 TINY = dict(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=24, num_experts=4, top_k=2)
 VARIANTS = {
@@ -167,3 +167,24 @@ def test_bad_arguments_name_the_fix():
         model.generate(ids, 2.5)
     with pytest.raises(ValueError, match=r"does not fit in memory: ask for fewer new tokens"):
         model.generate(ids, 10**15)
+    with pytest.raises(ValueError, match="one per row of input_ids; got 2 items for 1 rows"):
+        model.generate(ids, 2, generator=[torch.Generator(), torch.Generator()])
+
+
+def test_complete_batch_rows_continue_as_alone_with_their_own_seeds_limits_and_stops():
+    """One batch of prompts of different lengths, sampled: each row's text is its solo text
+    (its own generator), ends at its own limit, and a row whose stream stops it ends alone."""
+    model = zoo.load("moe_lm.stdlib")
+    prompts = ["import os\n\ndef main(", "class A:", "    return self.", "x"]
+    limits = [12, 3, 20, 0]
+    alone = [complete(model, p, n, seed=i, temperature=0.9)[len(p) :] for i, (p, n) in enumerate(zip(prompts, limits))]
+    rows = [Continuation(p, n, seed=i) for i, (p, n) in enumerate(zip(prompts, limits))]
+    together = complete_batch(model, rows, temperature=0.9)
+    assert [out.text for out in together] == alone
+    assert [out.finish for out in together] == ["length"] * 4 and [len(out.ids) for out in together] == limits
+    heard: list[str] = []
+    rows[0].stream = lambda piece: heard.append(piece) or len(heard) == 2  # the second piece ends row 0
+    stopped = complete_batch(model, rows, temperature=0.9)
+    assert stopped[0].finish == "stopped" and stopped[0].text == "".join(heard) == alone[0][: len(stopped[0].text)]
+    assert [out.text for out in stopped[1:]] == alone[1:]
+    assert complete_batch(model, []) == []

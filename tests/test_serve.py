@@ -11,6 +11,7 @@ import json
 import random
 import re
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -137,6 +138,64 @@ def test_openai_client_completions_plain_streamed_and_stopped(server: str, model
     assert stopped.choices[0].finish_reason == "stop"
     with pytest.raises(openai.BadRequestError, match="context is 256 tokens"):
         client.completions.create(model=TEXT, prompt="x" * 300, max_tokens=8)
+
+
+def test_concurrent_completions_share_batches_and_answer_as_alone(server: str, models: dict) -> None:
+    """Eight clients at once, with their own prompts, seeds, limits and stops: fewer generation
+    batches than completions (the metrics' batch sizes), and each answer is what the model
+    gives that prompt alone; a list prompt batches its prompts too."""
+    from concurrent.futures import ThreadPoolExecutor as Pool
+
+    def batches() -> tuple[float, float]:
+        text = httpx.get(f"{server}/metrics").text
+        count = re.search(rf'zoo_serve_batch_size_count{{model="{TEXT}"}} (\S+)', text)
+        total = re.search(rf'zoo_serve_batch_size_sum{{model="{TEXT}"}} (\S+)', text)
+        return (float(count.group(1)), float(total.group(1))) if count and total else (0.0, 0.0)
+
+    prompts = ["def ", "class ", "import ", "for i in ", "    return ", "# ", "if x:", "while "]
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused")
+
+    def ask(i: int) -> str:
+        answer = client.completions.create(model=TEXT, prompt=prompts[i], max_tokens=8 + i, temperature=0.8, seed=i)
+        return answer.choices[0].text
+
+    before = batches()
+    with Pool(len(prompts)) as pool:
+        answers = list(pool.map(ask, range(len(prompts))))
+    count, rows = (a - b for a, b in zip(batches(), before))
+    assert rows == len(prompts) and count < len(prompts), (count, rows)
+    alone = [complete(models[TEXT], p, 8 + i, seed=i, temperature=0.8).removeprefix(p) for i, p in enumerate(prompts)]
+    assert answers == alone
+    before = batches()
+    listed = client.completions.create(model=TEXT, prompt=prompts[:4], max_tokens=6, temperature=0)
+    assert [c.text for c in listed.choices] == [
+        complete(models[TEXT], p, 6, temperature=0)[len(p) :] for p in prompts[:4]
+    ]
+    assert [a - b for a, b in zip(batches(), before)] == [1, 4]
+
+
+def test_worker_threads_are_measured_or_set_by_threads() -> None:
+    """Without --threads the worker keeps whichever of torch's count and 1 ran the model's own
+    work faster there; with --threads that count is set on the worker itself (a count set on
+    the main thread does not reach other threads' OpenMP)."""
+    from fastapi.testclient import TestClient
+
+    from zoo.serve.threads import pick_threads
+
+    def work() -> None:  # slower on more threads, as the LM's decoding was on 2 cores
+        time.sleep(0.004 * torch.get_num_threads())
+
+    choice = pick_threads(work, threads=2, repeats=2)
+    assert choice.threads == 1 and set(choice.seconds) == {1, 2} and "the faster of" in str(choice)
+    choice = pick_threads(lambda: time.sleep(0.004 / torch.get_num_threads()), threads=2, repeats=2)
+    assert choice.threads == 2
+    with TestClient(zoo.serve.app(IMAGES, threads=1)) as client:
+        state = client.app.state.server
+        assert state.threads[IMAGES].threads == 1 and not state.threads[IMAGES].seconds
+        assert state.executors[IMAGES].submit(torch.get_num_threads).result() == 1
+    with TestClient(zoo.serve.app(IMAGES)) as client:
+        choice = client.app.state.server.threads[IMAGES]
+        assert choice.threads in choice.seconds and 1 in choice.seconds
 
 
 def _bomb_png() -> bytes:
@@ -266,13 +325,21 @@ def test_card_rendering_escapes_html_and_drops_foreign_addresses() -> None:
 def test_the_batcher_fills_batches_up_to_max_batch() -> None:
     import asyncio
 
-    from zoo.serve.batching import Batcher
+    from zoo.serve.batching import Batcher, tensor_batches
 
     sizes: list[int] = []
 
     async def main() -> list[torch.Tensor]:
         with ThreadPoolExecutor(1) as pool:
-            batcher = Batcher(lambda x: x * 2, pool, max_batch=4, max_wait_ms=50, max_queue=100, on_batch=sizes.append)
+            batcher = Batcher(
+                tensor_batches(lambda x: x * 2),
+                pool,
+                max_batch=4,
+                max_wait_ms=50,
+                max_queue=100,
+                on_batch=sizes.append,
+                size=lambda rows: rows.shape[0],
+            )
             batcher.start()
             rows = [torch.full((random.choice([1, 2]), 3), float(i)) for i in range(10)]
             answers = await asyncio.gather(*(batcher.submit(r) for r in rows))
@@ -281,6 +348,31 @@ def test_the_batcher_fills_batches_up_to_max_batch() -> None:
 
     assert all(not d.any() for d in asyncio.run(main()))
     assert max(sizes) <= 4 and len(sizes) < 10
+
+
+def test_the_batcher_batches_only_items_whose_key_agrees() -> None:
+    """Items of another key wait for the next call (completions with other sampling options)."""
+    import asyncio
+
+    from zoo.serve.batching import Batcher
+
+    calls: list[list[tuple[str, int]]] = []
+
+    def run(items: list[tuple[str, int]]) -> list[int]:
+        calls.append(items)
+        return [n * 10 for _, n in items]
+
+    async def main() -> list[int]:
+        with ThreadPoolExecutor(1) as pool:
+            batcher = Batcher(run, pool, max_batch=8, max_wait_ms=50, max_queue=100, key=lambda item: item[0])
+            batcher.start()
+            items = [("greedy", 1), ("greedy", 2), ("t=0.7", 3), ("t=0.7", 4), ("greedy", 5)]
+            answers = await asyncio.gather(*(batcher.submit(item) for item in items))
+            await batcher.stop()
+            return answers
+
+    assert asyncio.run(main()) == [10, 20, 30, 40, 50]
+    assert all(len({key for key, _ in call}) == 1 for call in calls) and len(calls) == 3
 
 
 def test_optimize_serves_the_same_classes_through_compiled_graphs(models: dict, pngs: list[Path]) -> None:

@@ -44,12 +44,15 @@ def test_sigterm_answers_the_requests_in_flight_then_exits_0() -> None:
     try:
         wait_ready(url)
         started = threading.Event()
-        body = {"model": TEXT, "prompt": "import", "max_tokens": 240, "temperature": 0}
+        body = {"model": TEXT, "prompt": "import", "max_tokens": 240}
         with ThreadPoolExecutor(4) as pool:
             stream = pool.submit(_stream_events, url, started)
             assert started.wait(60)
-            queued = [pool.submit(httpx.post, f"{url}/v1/completions", json=body, timeout=120) for _ in range(3)]
-            threading.Event().wait(0.3)  # the three are in, waiting behind the stream for the model
+            queued = [  # three samplings: three batches, one after another, behind the stream
+                pool.submit(httpx.post, f"{url}/v1/completions", json={**body, "temperature": t}, timeout=120)
+                for t in (0, 0.5, 0.9)
+            ]
+            threading.Event().wait(0.1)  # the three are in, waiting behind the stream for the model
             process.send_signal(signal.SIGTERM)
             events = stream.result(timeout=120)
             answers = [q.result(timeout=120) for q in queued]

@@ -1,42 +1,68 @@
 """Dynamic batching: requests that arrive within ``max_wait_ms`` of the first one waiting go
-through one forward of up to ``max_batch`` rows, on the model's own worker thread, while the
-event loop goes on taking requests. ``max_batch=1`` serves them one at a time."""
+through one call of up to ``max_batch`` rows, on the model's own worker thread, while the
+event loop goes on taking requests. ``max_batch=1`` serves them one at a time. Classifiers
+batch row tensors (`tensor_batches`); language models batch completions whose sampling
+options agree (``key``)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import torch
 
 from zoo.serve.errors import RequestError, too_large
 
+In = TypeVar("In")
+Out = TypeVar("Out")
+
 
 @dataclass
-class _Job:
-    rows: torch.Tensor
-    future: asyncio.Future[torch.Tensor]
+class _Job(Generic[In, Out]):
+    item: In
+    size: int
+    future: asyncio.Future[Out]
 
 
-class Batcher:
-    """Queues row batches for ``forward`` and answers each with its own rows of the output.
-    ``on_batch`` hears each forward's size (for the metrics)."""
+def tensor_batches(
+    forward: Callable[[torch.Tensor], torch.Tensor],
+) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
+    """``forward`` over row batches: one call on their concatenation, split back per batch."""
+
+    def run(batches: list[torch.Tensor]) -> list[torch.Tensor]:
+        output = forward(torch.cat(batches) if len(batches) > 1 else batches[0])
+        return list(output.split([b.shape[0] for b in batches]))
+
+    return run
+
+
+class Batcher(Generic[In, Out]):
+    """Queues items for ``run`` (a list of items -> their outputs, in order) and answers each
+    with its own output. ``size`` counts an item's rows (1 when not given); items batch
+    together only while their ``key`` equals the first one's. ``on_batch`` hears each call's
+    size (for the metrics); ``what`` names the rows in messages."""
 
     def __init__(
         self,
-        forward: Callable[[torch.Tensor], torch.Tensor],
+        run: Callable[[list[In]], list[Out]],
         executor: ThreadPoolExecutor,
         max_batch: int,
         max_wait_ms: float,
         max_queue: int,
         on_batch: Callable[[int], None] = lambda size: None,
+        *,
+        size: Callable[[In], int] = lambda item: 1,
+        key: Callable[[In], Hashable] = lambda item: None,
+        what: str = "rows",
     ) -> None:
-        self.forward, self.executor, self.on_batch = forward, executor, on_batch
+        self.run, self.executor, self.on_batch = run, executor, on_batch
         self.max_batch, self.max_wait, self.max_queue = max_batch, max_wait_ms / 1000, max_queue
-        self._queue: asyncio.Queue[_Job] = asyncio.Queue()
-        self._carried: _Job | None = None  # a job that did not fit the last batch
+        self.size, self.key, self.what = size, key, what
+        self._queue: asyncio.Queue[_Job[In, Out]] = asyncio.Queue()
+        self._carried: _Job[In, Out] | None = None  # a job that did not fit the last batch
         self._waiting_rows = 0
         self._task: asyncio.Task[None] | None = None
 
@@ -48,17 +74,18 @@ class Batcher:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
-    async def submit(self, rows: torch.Tensor) -> torch.Tensor:
-        """``forward`` of ``rows`` (N, ...), run in a batch with whatever else is waiting."""
-        if rows.shape[0] > self.max_batch:
+    async def submit(self, item: In) -> Out:
+        """``run``'s output for ``item``, run in a batch with whatever else is waiting."""
+        size = self.size(item)
+        if size > self.max_batch:
             raise too_large(
-                f"a request holds {rows.shape[0]} rows; this server runs at most {self.max_batch} "
+                f"a request holds {size} {self.what}; this server runs at most {self.max_batch} "
                 "per forward (--max-batch): send them in smaller requests"
             )
-        if self._waiting_rows + rows.shape[0] > self.max_queue:
-            raise RequestError(503, f"{self._waiting_rows} rows are waiting already; try again shortly")
-        job = _Job(rows, asyncio.get_running_loop().create_future())
-        self._waiting_rows += rows.shape[0]
+        if self._waiting_rows + size > self.max_queue:
+            raise RequestError(503, f"{self._waiting_rows} {self.what} are waiting already; try again shortly")
+        job: _Job[In, Out] = _Job(item, size, asyncio.get_running_loop().create_future())
+        self._waiting_rows += size
         await self._queue.put(job)
         return await job.future
 
@@ -69,9 +96,9 @@ class Batcher:
             jobs = [j for j in jobs if not j.future.done()]  # a client that went away is not run
             if not jobs:
                 continue
-            self.on_batch(sum(j.rows.shape[0] for j in jobs))
+            self.on_batch(sum(j.size for j in jobs))
             try:
-                outputs = await loop.run_in_executor(self.executor, self._forward, [j.rows for j in jobs])
+                outputs = await loop.run_in_executor(self.executor, self.run, [j.item for j in jobs])
             except Exception as error:  # every waiting request hears of it; the loop lives on
                 for job in jobs:
                     if not job.future.done():
@@ -81,12 +108,12 @@ class Batcher:
                 if not job.future.done():
                     job.future.set_result(output)
 
-    async def _collect(self, loop: asyncio.AbstractEventLoop) -> list[_Job]:
+    async def _collect(self, loop: asyncio.AbstractEventLoop) -> list[_Job[In, Out]]:
         """The next batch: the first job waiting, then those arriving before its wait is over,
-        as long as they fit ``max_batch``."""
+        as long as they fit ``max_batch`` and share the first one's key."""
         first = self._carried or await self._queue.get()
         self._carried = None
-        jobs, rows = [first], first.rows.shape[0]
+        jobs, rows, key = [first], first.size, self.key(first.item)
         deadline = loop.time() + self.max_wait
         while rows < self.max_batch:
             try:
@@ -99,14 +126,10 @@ class Batcher:
                     job = await asyncio.wait_for(self._queue.get(), remaining)
                 except TimeoutError:
                     break
-            if rows + job.rows.shape[0] > self.max_batch:
+            if rows + job.size > self.max_batch or self.key(job.item) != key:
                 self._carried = job
                 break
             jobs.append(job)
-            rows += job.rows.shape[0]
+            rows += job.size
         self._waiting_rows -= rows
         return jobs
-
-    def _forward(self, batches: list[torch.Tensor]) -> list[torch.Tensor]:
-        output = self.forward(torch.cat(batches) if len(batches) > 1 else batches[0])
-        return list(output.split([b.shape[0] for b in batches]))

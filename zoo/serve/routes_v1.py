@@ -85,7 +85,7 @@ async def completions(request: Request) -> dict[str, object] | StreamingResponse
     if body.stream:
         events = _stream(state, served, body, prompts, completion_id, created)
         return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-store"})
-    results = [await state.complete(served, body, prompt, lambda _: None, threading.Event()) for prompt in prompts]
+    results = await state.complete_all(served, body, prompts)
     choices = [
         _choice(i, (prompt if body.echo else "") + r.text, r.finish_reason)
         for i, (prompt, r) in enumerate(zip(prompts, results))

@@ -7,7 +7,6 @@ classification extension (an output's top k as "score:index:label" strings). Cla
 from __future__ import annotations
 
 import json
-import threading
 
 import numpy as np
 import torch
@@ -99,7 +98,7 @@ async def _complete(
     except ValidationError as error:
         raise bad_request(f"invalid parameters: {describe(error)}") from None
     check_request(served, request, state.config.max_tokens_limit)
-    results = [await state.complete(served, request, text, lambda _: None, threading.Event()) for text in texts]
+    results = await state.complete_all(served, request, texts)
     return np.array([r.text.encode("utf-8") for r in results], dtype=object).reshape(prompts.shape)
 
 

@@ -4,35 +4,43 @@ limits; what every route reads from ``request.app.state.server``."""
 from __future__ import annotations
 
 import asyncio
+import functools
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
 
 import torch
 from starlette.requests import Request
 
+from zoo.deploy.exporter import example_input_for
 from zoo.errors import InvalidArgumentError
-from zoo.serve.batching import Batcher
-from zoo.serve.completion import Completion, generate
+from zoo.serve.batching import Batcher, tensor_batches
+from zoo.serve.completion import Completion, CompletionJob, generate
 from zoo.serve.config import ServeConfig
-from zoo.serve.errors import RequestError, bad_request, not_found
+from zoo.serve.errors import bad_request, not_found
 from zoo.serve.metrics import Metrics
 from zoo.serve.models import ServedModel, load_served, served_name
 from zoo.serve.protocol import CompletionRequest
+from zoo.serve.threads import ThreadChoice, apply_threads, pick_threads
+from zoo.tokenizer import Continuation, complete_batch
 
-T = TypeVar("T")
-MAX_WAITING_COMPLETIONS = 32
+MAX_WAITING_COMPLETIONS = 32  # prompts waiting for a language model at most; more get 503
 
 
 class ServerState:
     def __init__(self, config: ServeConfig, models: list[ServedModel]) -> None:
         self.config, self.metrics = config, Metrics()
         self.models = {m.name: m for m in models}
-        # one worker thread per model: a forward or a generation never waits for another model's
-        self.executors = {m.name: ThreadPoolExecutor(1, thread_name_prefix=f"zoo-serve-{m.name}") for m in models}
+        # one worker thread per model: a forward or a generation never waits for another model's;
+        # --threads is set on each (torch's thread count belongs to the thread that sets it)
+        initializer = {"initializer": apply_threads, "initargs": (config.threads,)} if config.threads else {}
+        self.executors = {
+            m.name: ThreadPoolExecutor(1, thread_name_prefix=f"zoo-serve-{m.name}", **initializer) for m in models
+        }
+        self.threads: dict[str, ThreadChoice] = {}  # what each worker runs torch on
+        self._threads_before: int | None = None
         self.batchers: dict[str, Batcher] = {}
-        self.waiting_completions = 0
         self.started = False
 
     @classmethod
@@ -46,23 +54,47 @@ class ServerState:
         return cls(config, [load_served(source, config) for source in config.models])
 
     async def start(self) -> None:
-        """Start the batchers (they need the running event loop)."""
+        """Choose each worker's threads, start the batchers (they need the running event loop)."""
+        config = self.config
+        loop, threads = asyncio.get_running_loop(), torch.get_num_threads()  # before any worker sets its own
+        self._threads_before = threads  # a worker's count can become the process's: stop() puts it back
         for name, served in self.models.items():
-            if served.kind != "text":
+            if config.threads:
+                self.threads[name] = ThreadChoice(config.threads)
+            else:
+                work = self._work(served)
+                self.threads[name] = await loop.run_in_executor(self.executors[name], pick_threads, work, threads)
+            print(f"zoo serve: {name} runs on {self.threads[name]}", file=sys.stderr)
+        for name, served in self.models.items():
+            observe = self.metrics.batch_size.labels(name).observe
+            if served.kind == "text":  # completions of one sampling share a batch; each prompt is a row
+                batcher: Batcher = Batcher(
+                    functools.partial(generate, served), self.executors[name], config.max_batch, config.max_wait_ms,
+                    min(config.max_queue, MAX_WAITING_COMPLETIONS), observe,
+                    key=CompletionJob.sampling, what="completions",
+                )  # fmt: skip
+            else:
                 batcher = Batcher(
-                    served.forward,
-                    self.executors[name],
-                    self.config.max_batch,
-                    self.config.max_wait_ms,
-                    self.config.max_queue,
-                    self.metrics.batch_size.labels(name).observe,
-                )
-                batcher.start()
-                self.batchers[name] = batcher
+                    tensor_batches(served.forward), self.executors[name], config.max_batch, config.max_wait_ms,
+                    config.max_queue, observe, size=lambda rows: rows.shape[0],
+                )  # fmt: skip
+            batcher.start()
+            self.batchers[name] = batcher
         self.started = True
+
+    def _work(self, served: ServedModel) -> Callable[[], object]:
+        """A batch of the model's own work, for `pick_threads`: a forward of example inputs, or
+        a short generation."""
+        batch = min(self.config.max_batch, 8)
+        if served.kind == "text":
+            rows = [Continuation("def ", 8, seed=i) for i in range(batch)]
+            return functools.partial(complete_batch, served.model, rows, temperature=0)
+        return functools.partial(served.forward, example_input_for(served.model, batch=batch))
 
     async def stop(self) -> None:
         self.started = False
+        if self._threads_before is not None:
+            torch.set_num_threads(self._threads_before)
         for batcher in self.batchers.values():
             await batcher.stop()
         for executor in self.executors.values():
@@ -96,19 +128,20 @@ class ServerState:
         emit: Callable[[str], None],
         cancelled: threading.Event,
     ) -> Completion:
-        """One completion on the model's worker thread (completions run one at a time)."""
-        if self.waiting_completions >= MAX_WAITING_COMPLETIONS:
-            raise RequestError(503, f"{self.waiting_completions} completions are waiting already; try again shortly")
-        self.waiting_completions += 1
-        try:
-            result = await self.run(served, generate, served, request, prompt, emit, cancelled)
-        finally:
-            self.waiting_completions -= 1
+        """One completion, batched with the others waiting for the model that sample alike."""
+        result = await self.batchers[served.name].submit(CompletionJob(request, prompt, emit, cancelled))
         self.metrics.generated.labels(served.name).inc(result.completion_tokens)
         return result
 
-    async def run(self, served: ServedModel, function: Callable[..., T], *args: object) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self.executors[served.name], function, *args)
+    async def complete_all(
+        self, served: ServedModel, request: CompletionRequest, prompts: list[str]
+    ) -> list[Completion]:
+        """Every prompt of ``request`` completed, unstreamed; they wait together, so they can share a batch."""
+        return list(
+            await asyncio.gather(
+                *(self.complete(served, request, p, lambda _: None, threading.Event()) for p in prompts)
+            )
+        )
 
 
 def state_of(request: Request) -> ServerState:
