@@ -172,6 +172,9 @@ def test_concurrent_completions_share_batches_and_answer_as_alone(server: str, m
         complete(models[TEXT], p, 6, temperature=0)[len(p) :] for p in prompts[:4]
     ]
     assert [a - b for a, b in zip(batches(), before)] == [1, 4]
+    too_many = httpx.post(f"{server}/v1/completions", json={"model": TEXT, "prompt": ["x"] * 40, "max_tokens": 200})
+    assert too_many.status_code == 413 and "at most 32 at once" in too_many.json()["error"]["message"]
+    assert [a - b for a, b in zip(batches(), before)] == [1, 4]  # refused whole: nothing of it ran
 
 
 def test_worker_threads_are_measured_or_set_by_threads() -> None:

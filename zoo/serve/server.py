@@ -18,7 +18,7 @@ from zoo.errors import InvalidArgumentError
 from zoo.serve.batching import Batcher, tensor_batches
 from zoo.serve.completion import Completion, CompletionJob, generate
 from zoo.serve.config import ServeConfig
-from zoo.serve.errors import bad_request, not_found
+from zoo.serve.errors import bad_request, not_found, too_large
 from zoo.serve.metrics import Metrics
 from zoo.serve.models import ServedModel, load_served, served_name
 from zoo.serve.protocol import CompletionRequest
@@ -136,12 +136,24 @@ class ServerState:
     async def complete_all(
         self, served: ServedModel, request: CompletionRequest, prompts: list[str]
     ) -> list[Completion]:
-        """Every prompt of ``request`` completed, unstreamed; they wait together, so they can share a batch."""
-        return list(
-            await asyncio.gather(
-                *(self.complete(served, request, p, lambda _: None, threading.Event()) for p in prompts)
+        """Every prompt of ``request`` completed, unstreamed; they wait together, so they can
+        share a batch. A request with more prompts than may wait is refused whole (413); when
+        one prompt is refused (503), the others are withdrawn."""
+        batcher = self.batchers[served.name]
+        if len(prompts) > batcher.max_queue:
+            raise too_large(
+                f"a request holds {len(prompts)} prompts; this server takes at most {batcher.max_queue} at once: "
+                "send them in smaller requests"
             )
-        )
+        tasks = [
+            asyncio.ensure_future(self.complete(served, request, p, lambda _: None, threading.Event())) for p in prompts
+        ]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
 
 
 def state_of(request: Request) -> ServerState:
