@@ -192,10 +192,12 @@ def test_worker_threads_are_measured_or_set_by_threads() -> None:
     assert choice.threads == 1 and set(choice.seconds) == {1, 2} and "the faster of" in str(choice)
     choice = pick_threads(lambda: time.sleep(0.004 / torch.get_num_threads()), threads=2, repeats=2)
     assert choice.threads == 2
+    before = torch.get_num_threads()
     with TestClient(zoo.serve.app(IMAGES, threads=1)) as client:
         state = client.app.state.server
         assert state.threads[IMAGES].threads == 1 and not state.threads[IMAGES].seconds
         assert state.executors[IMAGES].submit(torch.get_num_threads).result() == 1
+    assert torch.get_num_threads() == before  # the process's count is put back when the server stops
     with TestClient(zoo.serve.app(IMAGES)) as client:
         choice = client.app.state.server.threads[IMAGES]
         assert choice.threads in choice.seconds and 1 in choice.seconds
@@ -227,6 +229,8 @@ BAD_REQUESTS = {  # name -> (method, path, request keywords, status, words the e
     "body over the limit": ("POST", INFER, {"content": b"0" * (3 * 2**20)}, 413, "this server takes up to 2,097,152"),
     "prompt too long": ("POST", "/v1/completions", {"json": {"model": TEXT, "prompt": "x" * 400}}, 400,
                         "context is 256 tokens"),
+    "seed beyond 64 bits": ("POST", "/v1/completions", {"json": {"model": TEXT, "prompt": "x", "seed": 2**70}}, 400,
+                            "seed"),
     "classifier asked to complete": ("POST", "/v1/completions", {"json": {"model": IMAGES, "prompt": "x"}}, 400,
                                      "is a classifier"),
     "no such route": ("GET", "/v3/everything", {}, 404, "no route GET /v3/everything"),

@@ -303,6 +303,5 @@ def complete(
     one row), up to ``max_new_tokens`` bytes or the end of the file. ``stream`` receives the
     continuation as it is generated (whole UTF-8 characters; the final eos is not sent)."""
     tokenizer = ByteTokenizer()
-    row = Continuation(prompt, max_new_tokens, seed, None if stream is None else lambda piece: stream(piece) and False)
-    (out,) = complete_batch(model, [row], **sampling)
+    (out,) = complete_batch(model, [Continuation(prompt, max_new_tokens, seed, stream)], **sampling)
     return tokenizer.decode([*tokenizer.encode(prompt), *out.ids])

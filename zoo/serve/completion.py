@@ -10,10 +10,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from zoo.serve.errors import bad_request
+from zoo.serve.errors import bad_request, too_large
 from zoo.serve.models import ServedModel
 from zoo.serve.protocol import CompletionRequest
 from zoo.tokenizer import ByteTokenizer, Continuation, complete_batch
+
+MAX_WAITING = 32  # prompts waiting per language model at most (more get 503); a request holds no more
 
 
 @dataclass
@@ -29,6 +31,11 @@ def check_request(served: ServedModel, request: CompletionRequest, limit: int) -
     prompts = [request.prompt] if isinstance(request.prompt, str) else request.prompt
     if not prompts:
         raise bad_request("prompt is an empty list; send a string or a list of strings", param="prompt")
+    if len(prompts) > MAX_WAITING:
+        raise too_large(
+            f"a request holds {len(prompts)} prompts; this server takes at most {MAX_WAITING} at once: "
+            "send them in smaller requests"
+        )
     if request.max_tokens > limit:
         raise bad_request(f"max_tokens is {request.max_tokens}; this server generates at most {limit}", "max_tokens")
     stops = _stops(request)

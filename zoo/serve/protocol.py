@@ -95,7 +95,8 @@ class CompletionRequest(BaseModel):
     top_k: int | None = Field(None, ge=1)
     stop: str | list[str] | None = None
     stream: bool = False
-    seed: int | None = None
+    # what torch's generators take: a seed they refuse would fail the whole batch it ran in
+    seed: int | None = Field(None, ge=-(2**63), lt=2**64)
     n: int = Field(1, ge=1, le=1)
     echo: bool = False
     logprobs: None = None

@@ -16,16 +16,14 @@ from starlette.requests import Request
 from zoo.deploy.exporter import example_input_for
 from zoo.errors import InvalidArgumentError
 from zoo.serve.batching import Batcher, tensor_batches
-from zoo.serve.completion import Completion, CompletionJob, generate
+from zoo.serve.completion import MAX_WAITING, Completion, CompletionJob, generate
 from zoo.serve.config import ServeConfig
-from zoo.serve.errors import bad_request, not_found, too_large
+from zoo.serve.errors import bad_request, not_found
 from zoo.serve.metrics import Metrics
 from zoo.serve.models import ServedModel, load_served, served_name
 from zoo.serve.protocol import CompletionRequest
 from zoo.serve.threads import ThreadChoice, apply_threads, pick_threads
 from zoo.tokenizer import Continuation, complete_batch
-
-MAX_WAITING_COMPLETIONS = 32  # prompts waiting for a language model at most; more get 503
 
 
 class ServerState:
@@ -39,38 +37,44 @@ class ServerState:
             m.name: ThreadPoolExecutor(1, thread_name_prefix=f"zoo-serve-{m.name}", **initializer) for m in models
         }
         self.threads: dict[str, ThreadChoice] = {}  # what each worker runs torch on
-        self._threads_before: int | None = None
+        # torch's count on the thread that made the server: a thread torch has not met yet starts
+        # with the count last set on any thread (a worker's, say), so stop() sets this one again
+        self.threads_before = torch.get_num_threads()
         self.batchers: dict[str, Batcher] = {}
         self.started = False
 
     @classmethod
     def load(cls, config: ServeConfig) -> ServerState:
-        """The models of ``config`` loaded (and optimized when asked), torch's threads set."""
-        if config.threads is not None:
-            torch.set_num_threads(config.threads)
+        """The models of ``config`` loaded (and optimized when asked, on ``config.threads``)."""
         names = [served_name(source) for source in config.models]
         if len(set(names)) != len(names):
             raise InvalidArgumentError(f"two models would be served under one name: {names}; serve each once")
-        return cls(config, [load_served(source, config) for source in config.models])
+        before = torch.get_num_threads()
+        if config.threads is not None:  # for zoo.optimize's measurements while loading; then each worker's
+            torch.set_num_threads(config.threads)
+        try:
+            models = [load_served(source, config) for source in config.models]
+        finally:
+            torch.set_num_threads(before)
+        return cls(config, models)
 
     async def start(self) -> None:
         """Choose each worker's threads, start the batchers (they need the running event loop)."""
         config = self.config
-        loop, threads = asyncio.get_running_loop(), torch.get_num_threads()  # before any worker sets its own
-        self._threads_before = threads  # a worker's count can become the process's: stop() puts it back
+        loop = asyncio.get_running_loop()
         for name, served in self.models.items():
             if config.threads:
                 self.threads[name] = ThreadChoice(config.threads)
             else:
-                work = self._work(served)
-                self.threads[name] = await loop.run_in_executor(self.executors[name], pick_threads, work, threads)
+                work, executor = self._work(served), self.executors[name]
+                self.threads[name] = await loop.run_in_executor(executor, pick_threads, work, self.threads_before)
             print(f"zoo serve: {name} runs on {self.threads[name]}", file=sys.stderr)
         for name, served in self.models.items():
             observe = self.metrics.batch_size.labels(name).observe
             if served.kind == "text":  # completions of one sampling share a batch; each prompt is a row
                 batcher: Batcher = Batcher(
                     functools.partial(generate, served), self.executors[name], config.max_batch, config.max_wait_ms,
-                    min(config.max_queue, MAX_WAITING_COMPLETIONS), observe,
+                    min(config.max_queue, MAX_WAITING), observe,
                     key=CompletionJob.sampling, what="completions",
                 )  # fmt: skip
             else:
@@ -93,8 +97,7 @@ class ServerState:
 
     async def stop(self) -> None:
         self.started = False
-        if self._threads_before is not None:
-            torch.set_num_threads(self._threads_before)
+        torch.set_num_threads(self.threads_before)
         for batcher in self.batchers.values():
             await batcher.stop()
         for executor in self.executors.values():
@@ -137,14 +140,8 @@ class ServerState:
         self, served: ServedModel, request: CompletionRequest, prompts: list[str]
     ) -> list[Completion]:
         """Every prompt of ``request`` completed, unstreamed; they wait together, so they can
-        share a batch. A request with more prompts than may wait is refused whole (413); when
-        one prompt is refused (503), the others are withdrawn."""
-        batcher = self.batchers[served.name]
-        if len(prompts) > batcher.max_queue:
-            raise too_large(
-                f"a request holds {len(prompts)} prompts; this server takes at most {batcher.max_queue} at once: "
-                "send them in smaller requests"
-            )
+        share a batch (`check_request` bounds their count). When one prompt is refused (503),
+        the others are withdrawn."""
         tasks = [
             asyncio.ensure_future(self.complete(served, request, p, lambda _: None, threading.Event())) for p in prompts
         ]
