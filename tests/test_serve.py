@@ -174,6 +174,8 @@ def test_concurrent_completions_share_batches_and_answer_as_alone(server: str, m
     assert [a - b for a, b in zip(batches(), before)] == [1, 4]
     too_many = httpx.post(f"{server}/v1/completions", json={"model": TEXT, "prompt": ["x"] * 40, "max_tokens": 200})
     assert too_many.status_code == 413 and "at most 32 at once" in too_many.json()["error"]["message"]
+    streamed = httpx.post(f"{server}/v1/completions", json={"model": TEXT, "prompt": ["x"] * 40, "stream": True})
+    assert streamed.status_code == 413 and "at most 32 at once" in streamed.json()["error"]["message"]
     assert [a - b for a, b in zip(batches(), before)] == [1, 4]  # refused whole: nothing of it ran
 
 
