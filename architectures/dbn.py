@@ -4,7 +4,7 @@ conventions of Hinton's "A Practical Guide to Training Restricted Boltzmann Mach
 `RBM` has binary visible and hidden units, `GaussianRBM` real-valued (Gaussian) visible units
 with a fixed or learned standard deviation. Both give free energies, the conditionals
 P(h|v) (`transform`, scikit-learn's name) and P(v|h) (`visible_mean`), Gibbs sampling, and the
-contrastive-divergence step (CD-k or persistent CD) that `zoo.training.rbm` drives. `DBN` stacks
+contrastive-divergence step (CD-k or persistent CD) that `zoo.training.belief_nets` drives. `DBN` stacks
 RBMs, reads as a feed-forward net (the hidden probabilities of each layer feed the next) with a
 classification head for fine-tuning, and generates samples from its top RBM down.
 
@@ -43,7 +43,7 @@ class RBM(nn.Module):
     Energy E(v, h) = -b.v - c.h - h.W.v; ``weight`` W has shape (num_hidden, num_visible) as
     scikit-learn's ``components_`` and nn.Linear's weight, ``hidden_bias`` c, ``visible_bias`` b.
     Weights start as N(0, 0.01) and biases at 0 (Practical Guide, section 8);
-    ``zoo.training.rbm.init_visible_bias`` sets b from the data. ``forward`` is ``transform``.
+    ``zoo.training.belief_nets.init_visible_bias`` sets b from the data. ``forward`` is ``transform``.
     """
 
     def __init__(self, num_visible: int, num_hidden: int) -> None:
@@ -343,9 +343,9 @@ class GaussianRBM(RBM):
 
 class DBN(LinearClassifier, nn.Module):
     """Deep belief net: a stack of RBMs, ``sizes[i] -> sizes[i + 1]``, trained greedily layer
-    by layer (``zoo.training.rbm.pretrain``), then read as a feed-forward sigmoid network whose top
+    by layer (``zoo.training.belief_nets.pretrain``), then read as a feed-forward sigmoid network whose top
     hidden probabilities (``forward_features``) feed a linear classifier, fine-tuned with
-    backprop (``zoo.training.rbm.finetune``).
+    backprop (``zoo.training.belief_nets.finetune``).
 
     ``visible="gaussian"`` makes the first RBM a `GaussianRBM` (standardised real-valued
     inputs); every layer above has binary units. Inputs are (N, sizes[0]) or image batches

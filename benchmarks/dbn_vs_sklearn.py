@@ -40,9 +40,9 @@ from threadpoolctl import threadpool_limits
 
 import zoo
 from zoo.architectures.dbn import RBM, bernoulli
-from zoo.training.data import load_fashion_mnist
-from zoo.training.digits import load_nudged_digits
-from zoo.training.rbm import FinetuneConfig, RBMConfig, finetune_dbn, pretrain, train_rbm
+from zoo.training.belief_nets import BackpropConfig, RBMConfig, finetune_dbn, pretrain, train_rbm
+from zoo.training.data.builtin import load_fashion_mnist
+from zoo.training.data.digits import load_nudged_digits
 
 DBN_SIZES = (64, 500, 500)
 
@@ -58,7 +58,7 @@ def _zoo_dbn(seed: int, X: np.ndarray, y: np.ndarray, pretrained: bool) -> Calla
     model = zoo.load("dbn", pretrained=False, sizes=DBN_SIZES, num_classes=10)
     if pretrained:
         pretrain(model, X, RBMConfig(epochs=10), generator=generator, progress=False)
-    finetune_dbn(model, X, y, FinetuneConfig(epochs=30), generator=generator, progress=False)
+    finetune_dbn(model, X, y, BackpropConfig(epochs=30), generator=generator, progress=False)
 
     def predict(data: np.ndarray) -> np.ndarray:
         with torch.no_grad():

@@ -54,7 +54,7 @@ from zoo.deploy import inference, runtimes
 from zoo.deploy.inference import has_amx
 from zoo.deploy.optimize_report import OptimizeReport
 from zoo.store.registry import IMAGENET_MEAN, IMAGENET_STD
-from zoo.training.data import load_fashion_mnist
+from zoo.training.data.builtin import load_fashion_mnist
 
 PEER_MODELS = ("resnet50", "resnet20.fmnist", "densenet_bc_40.fmnist", "mobilenet_v2_cifar.fmnist")
 ACCURACY_MODELS = ("resnet56.fmnist", "densenet_bc_40.fmnist", "mobilenet_v2_cifar.fmnist")

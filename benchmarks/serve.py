@@ -35,7 +35,7 @@ import tritonclient.http.aio as triton
 from prometheus_client.parser import text_string_to_metric_families
 
 import zoo
-from zoo.training.data import load_fashion_mnist
+from zoo.training.data.builtin import load_fashion_mnist
 
 MODEL, LM = "resnet20.fmnist", "moe_lm.stdlib"
 PROMPTS = ["def ", "class ", "import ", "for i in ", "    return ", "# ", "if x:", "while "]

@@ -1,4 +1,4 @@
-"""Training throughput and accuracy: `zoo.training.engine.Trainer` against the plain PyTorch
+"""Training throughput and accuracy: `zoo.training.loop.trainer.Trainer` against the plain PyTorch
 tutorial loop (model, CrossEntropyLoss, SGD, nothing else) on Fashion-MNIST with the CIFAR
 ResNet-20 (1 input channel), side by side in one process.
 
@@ -28,8 +28,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from tqdm import tqdm
 
 import zoo
-from zoo.training.data import EpochSampler, load_fashion_mnist
-from zoo.training.engine import TrainConfig, Trainer
+from zoo.training.data.builtin import load_fashion_mnist
+from zoo.training.data.loaders import EpochSampler
+from zoo.training.loop.trainer import TrainConfig, Trainer
 
 MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST training-set statistics
 

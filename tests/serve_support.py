@@ -15,7 +15,7 @@ import uvicorn
 from fastapi import FastAPI
 from PIL import Image
 
-from zoo.training.data import load_fashion_mnist
+from zoo.training.data.builtin import load_fashion_mnist
 
 
 def free_port() -> int:

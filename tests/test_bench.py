@@ -19,8 +19,8 @@ import zoo
 from zoo.cli import main
 from zoo.deploy import bench
 from zoo.store import registry
-from zoo.training.publish import Provenance
-from zoo.training.publish import publish as publish_entry
+from zoo.training.recipes.publish import Provenance
+from zoo.training.recipes.publish import publish as publish_entry
 
 CSV_COLUMNS = {
     "model",

@@ -18,8 +18,9 @@ import zoo
 from zoo import cli
 from zoo.store import registry
 from zoo.tokenizer import ByteTokenizer
-from zoo.training import data, evaluate, publish
+from zoo.training.data import builtin as data
 from zoo.training.recipes import dbn as dbn_recipe
+from zoo.training.recipes import evaluate, publish
 from zoo.training.recipes import fmnist as fmnist_recipe
 from zoo.training.recipes import graph as graph_recipe
 from zoo.training.recipes import moe_lm as moe_lm_recipe

@@ -16,7 +16,7 @@ from zoo.cli import main
 from zoo.devices import model_device
 from zoo.errors import InvalidArgumentError
 from zoo.tokenizer import ByteTokenizer
-from zoo.training.data import load_fashion_mnist
+from zoo.training.data.builtin import load_fashion_mnist
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 BATCH = 64

@@ -1,4 +1,4 @@
-"""Users' data through `zoo.training.sources.open_data`: malformed CSV/JSONL rows, tensor files
+"""Users' data through `zoo.training.data.kinds.open_data`: malformed CSV/JSONL rows, tensor files
 with the wrong keys or values, image folders with stray, corrupt or missing files, a single
 class, classes too small for the validation hold-out. Each case loads what it should, or
 raises `DataError` naming the file (and the line of a text file) and the fix."""
@@ -18,7 +18,7 @@ from PIL import Image
 
 from zoo import cli
 from zoo.errors import DataError
-from zoo.training.sources import open_data, samples_needed
+from zoo.training.data.kinds import open_data, samples_needed
 
 
 def write(path: Path, content: str | bytes) -> Path:

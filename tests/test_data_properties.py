@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from zoo.errors import DataError
-from zoo.training.sources import open_data
+from zoo.training.data.kinds import open_data
 
 # --- nothing written outside tmp_path -----------------------------------------------------------
 

@@ -26,16 +26,16 @@ from torch import nn
 
 import zoo
 from zoo.architectures.dbn import DBN, RBM, GaussianRBM, Sparsity
-from zoo.training.digits import load_nudged_digits
-from zoo.training.rbm import (
+from zoo.training.belief_nets import (
+    BackpropConfig,
     DBNClassifier,
-    FinetuneConfig,
     RBMConfig,
     finetune_dbn,
     init_visible_bias,
     pretrain,
     train_rbm,
 )
+from zoo.training.data.digits import load_nudged_digits
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -324,7 +324,7 @@ def test_pretraining_then_finetuning_beats_raw_pixel_logistic_regression(digits)
     model = zoo.load("dbn", pretrained=False, sizes=(64, 128, 128), num_classes=10)
     g = torch.Generator().manual_seed(0)
     pretrain(model, X_train, RBMConfig(epochs=5), generator=g, progress=False)
-    config = FinetuneConfig(epochs=15)
+    config = BackpropConfig(epochs=15)
     history = finetune_dbn(model, X_train, y_train, config, valid=(X_test, y_test), generator=g, progress=False)
     with torch.no_grad():
         accuracy = (model(torch.from_numpy(X_test)).argmax(1).numpy() == y_test).mean()
@@ -334,10 +334,10 @@ def test_pretraining_then_finetuning_beats_raw_pixel_logistic_regression(digits)
 
 
 def test_finetuning_is_a_trainer_run(tmp_path) -> None:
-    """`finetune_dbn` runs `zoo.training.engine.Trainer` as `FinetuneConfig.train_config` says
+    """`finetune_dbn` runs `zoo.training.loop.trainer.Trainer` as `BackpropConfig.train_config` says
     (momentum SGD, decay, a per-step cosine to 0, no early stopping), seeded from the generator,
     leaving the caller's global random states alone; with out_dir the Trainer's files appear."""
-    config = FinetuneConfig(epochs=3, batch_size=16, learning_rate=0.2, momentum=0.8, weight_decay=1e-3)
+    config = BackpropConfig(epochs=3, batch_size=16, learning_rate=0.2, momentum=0.8, weight_decay=1e-3)
     train = config.train_config("cpu", seed=5, progress=False)
     assert (train.optimizer, train.lr, train.momentum, train.weight_decay, train.scheduler, train.min_lr) == (
         "sgd",
@@ -379,7 +379,7 @@ def test_finetuning_is_a_trainer_run(tmp_path) -> None:
     assert [m["val_acc"] for m in metrics] == [h.valid_accuracy for h in history]
     assert [m["step"] for m in metrics] == [6, 12, 18]  # 100 rows: 6 full batches of 16 an epoch
     assert abs(metrics[-1]["lr"]) < 1e-12 and 0 < metrics[0]["lr"] < 0.2  # cosine, per step
-    assert finetune_dbn(model, X, y, FinetuneConfig(epochs=0)) == []
+    assert finetune_dbn(model, X, y, BackpropConfig(epochs=0)) == []
 
 
 def test_model_contract_and_builder(tmp_path) -> None:

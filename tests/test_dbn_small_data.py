@@ -16,7 +16,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import cross_val_score
 from sklearn.neural_network import BernoulliRBM as SklearnBernoulliRBM
 
-from zoo.training.rbm import BernoulliRBM, DBNClassifier
+from zoo.training.belief_nets import BernoulliRBM, DBNClassifier
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

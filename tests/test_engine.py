@@ -22,10 +22,10 @@ import torch.nn as nn
 from torch.utils.data import TensorDataset
 
 import zoo
-from zoo.training.data import EpochSampler, ShardSampler
-from zoo.training.engine import TrainConfig, Trainer, param_groups
-from zoo.training.sources import TextBatches
-from zoo.training.steps import ClassificationStep, DistillationStep, StepOutput
+from zoo.training.data.kinds import TextBatches
+from zoo.training.data.loaders import EpochSampler, ShardSampler
+from zoo.training.loop.steps import ClassificationStep, DistillationStep, StepOutput
+from zoo.training.loop.trainer import TrainConfig, Trainer, param_groups
 
 REPO = Path(__file__).resolve().parents[1]
 FAMILIES = ("resnet20", "densenet_bc_40", "mobilenet_v2_cifar")
@@ -458,8 +458,8 @@ RESUME_SCRIPT = textwrap.dedent(
     import os, signal, sys
     import torch
     import zoo
-    from zoo.training.engine import Trainer, TrainConfig
-    from zoo.training.steps import ClassificationStep
+    from zoo.training.loop.trainer import Trainer, TrainConfig
+    from zoo.training.loop.steps import ClassificationStep
 
     class Flips(torch.utils.data.Dataset):
         # random augmentation drawn from the global RNG, as torchvision transforms do
@@ -545,8 +545,8 @@ DISTRIBUTED_SCRIPT = textwrap.dedent(
     import torch
     import torch.nn as nn
     import zoo
-    from zoo.training.checkpoint import full_model_state
-    from zoo.training.engine import Trainer, TrainConfig
+    from zoo.training.loop.checkpoint import full_model_state
+    from zoo.training.loop.trainer import Trainer, TrainConfig
 
     def main(kind, batch_size):
         torch.set_num_threads(1)

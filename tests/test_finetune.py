@@ -17,8 +17,8 @@ from PIL import Image
 import zoo
 from zoo import cli
 from zoo.errors import CheckpointError, DataError, InvalidArgumentError
-from zoo.training.data import Augment, image_transforms
-from zoo.training.engine import TrainConfig, Trainer
+from zoo.training.data.kinds import open_data
+from zoo.training.data.loaders import Augment, image_transforms
 from zoo.training.finetune import (
     Distillation,
     FinetuneOptions,
@@ -28,7 +28,7 @@ from zoo.training.finetune import (
     layer_decay_scale,
     parameter_levels,
 )
-from zoo.training.sources import open_data
+from zoo.training.loop.trainer import TrainConfig, Trainer
 
 FAMILIES = ("resnet20", "densenet_bc_40", "mobilenet_v2_cifar")
 QUIET = dict(progress=False, tensorboard=False, plot=False)
@@ -648,10 +648,10 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], 
 @pytest.mark.parametrize(
     "point,calls",
     [
-        ("zoo.training.resume.write_checkpoint", 2),  # training, after the first epoch's checkpoint
+        ("zoo.training.loop.resume.write_checkpoint", 2),  # training, after the first epoch's checkpoint
         ("safetensors.torch.save_model", 1),  # writing the final model
-        ("zoo.training.card.write_card", 1),  # the model saved, its card not written
-        ("zoo.training.post_training.post_training", 1),  # the card written, the exports not
+        ("zoo.training.finetune.card.write_card", 1),  # the model saved, its card not written
+        ("zoo.training.finetune.post_training.post_training", 1),  # the card written, the exports not
     ],
 )
 def test_a_killed_finetune_leaves_a_folder_that_resumes_to_the_same_model(

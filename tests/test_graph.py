@@ -27,8 +27,8 @@ from zoo.architectures.graph import (
     triangles,
 )
 from zoo.errors import InvalidArgumentError
-from zoo.training.data import FASHION_MNIST_DIR, load_fashion_mnist
-from zoo.training.graph_data import (
+from zoo.training.data.builtin import FASHION_MNIST_DIR, load_fashion_mnist
+from zoo.training.data.generated_graphs import (
     FashionMNISTGraphs,
     MotifClassification,
     TriangleCounting,

@@ -13,7 +13,7 @@ from PIL import Image
 from zoo.cli import main
 from zoo.errors import DataError
 from zoo.loading.images import open_image
-from zoo.training.sources import open_data
+from zoo.training.data.kinds import open_data
 
 
 def _folder(root: Path, images: dict[str, list[np.ndarray]]) -> Path:

@@ -97,7 +97,7 @@ def test_the_package_is_found() -> None:
         "zoo.loading.build",
         "zoo.cli.parser",
         "zoo.architectures.resnet",
-        "zoo.training.engine",
+        "zoo.training.loop.trainer",
         "zoo.training.recipes.fmnist",
     } <= MODULES
 
@@ -181,7 +181,7 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     "source,target,expected",
     [
         ("zoo.architectures.resnet", "zoo.store.registry", True),
-        ("zoo.loading.build", "zoo.training.engine", True),
+        ("zoo.loading.build", "zoo.training.loop.trainer", True),
         ("zoo.training.finetune", "zoo.cli", True),
         ("zoo.training.finetune", "zoo.loading.build", False),
         ("zoo.cli", "zoo.training.finetune", False),

@@ -21,10 +21,10 @@ from zoo.cli import main
 from zoo.cli.parser import COMMANDS, build_parser
 from zoo.errors import InvalidArgumentError, TrainingDivergedError
 from zoo.training import demo
-from zoo.training.config import TrainConfig, config_from_args
-from zoo.training.data import Augment
-from zoo.training.distill import Distillation
-from zoo.training.finetune_options import FinetuneOptions, options_from_args
+from zoo.training.data.loaders import Augment
+from zoo.training.finetune.distill import Distillation
+from zoo.training.finetune.options import FinetuneOptions, options_from_args
+from zoo.training.loop.train_config import TrainConfig, config_from_args
 
 # what each command needs besides its options
 POSITIONAL = {

@@ -20,7 +20,7 @@ import zoo
 from zoo.cli import main
 from zoo.deploy import inference, optimize_report
 from zoo.errors import InvalidArgumentError
-from zoo.training.data import load_fashion_mnist
+from zoo.training.data.builtin import load_fashion_mnist
 
 BF16_NATIVE = torch.ops.mkldnn._is_mkldnn_bf16_supported()
 BATCH = 64

@@ -15,7 +15,7 @@ import torch.nn as nn
 import zoo
 from zoo.deploy import inference, optimize_report, runtimes
 from zoo.errors import InvalidArgumentError
-from zoo.training.data import load_fashion_mnist
+from zoo.training.data.builtin import load_fashion_mnist
 
 BATCH = 8
 INSTALLED = [name for name in runtimes.RUNTIMES if runtimes.missing(name) is None]

@@ -84,8 +84,8 @@ def test_the_installed_wheel_runs_outside_the_repository(wheel: Path, tmp_path: 
     (elsewhere / "training.py").write_text("raise ImportError('the user training.py was imported')\n")
     (elsewhere / "weights").mkdir()
     script = (
-        "import zoo, zoo.architectures, zoo.training.engine, torch\n"
-        f"assert all(m.__file__.startswith({str(target)!r}) for m in (zoo, zoo.architectures, zoo.training.engine))\n"
+        "import zoo, zoo.architectures, zoo.training.loop.trainer, torch\n"
+        f"assert all(m.__file__.startswith({str(target)!r}) for m in (zoo, zoo.architectures, zoo.training.loop.trainer))\n"
         "model = zoo.load('resnet20.fmnist')\n"
         "assert model(torch.zeros(2, 1, 28, 28)).shape == (2, 10)\n"
         "print('loaded', model.pretrained_cfg['weights'])\n"

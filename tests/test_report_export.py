@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import zoo
 from zoo.deploy.exporter import NOT_TENSORS_REASON, ExportMismatchError, export_program, export_torchscript
 from zoo.store.files import write_json
-from zoo.training.post_training import (
+from zoo.training.finetune.post_training import (
     global_magnitude_prune,
     linear_fraction,
     post_training,
@@ -26,12 +26,12 @@ from zoo.training.post_training import (
     state_dict_bytes,
     weight_sparsity,
 )
-from zoo.training.report import (
+from zoo.training.finetune.report import (
     classification_report,
     evaluate_classifier,
     plot_confusion_matrix,
-    plot_curves,
 )
+from zoo.training.loop.curves import plot_curves
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -15,8 +15,8 @@ import zoo
 from zoo.loading import resolve as resolving
 from zoo.loading.resolve import HubRepository, Registered, SavedFolder, resolve
 from zoo.store import registry
-from zoo.training.engine import TrainConfig
 from zoo.training.finetune import FinetuneOptions, finetune
+from zoo.training.loop.trainer import TrainConfig
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ from PIL import Image
 from zoo.cli import main
 from zoo.errors import DataError, InvalidArgumentError
 from zoo.training import demo
-from zoo.training.engine import TrainConfig
 from zoo.training.finetune import FinetuneOptions, finetune
-from zoo.training.run_files import MANIFEST, Output, prepare
+from zoo.training.finetune.run_files import MANIFEST, Output, prepare
+from zoo.training.loop.trainer import TrainConfig
 
 QUIET = dict(progress=False, tensorboard=False, plot=False)
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -156,7 +156,7 @@ def test_unreadable_validation_images_stop_the_run_before_training(pngs, tmp_pat
             (val / label / f"{i}.png").write_bytes((pngs / label / "0.png").read_bytes())
     (val / "b" / "19.png").write_bytes(b"not a png at all")
     monkeypatch.setattr(
-        "zoo.training.engine.Trainer.fit", lambda *a: pytest.fail("trained before the data was checked")
+        "zoo.training.loop.trainer.Trainer.fit", lambda *a: pytest.fail("trained before the data was checked")
     )
     out = tmp_path / "out"
     options = FinetuneOptions(post_training=False, val_data=val)

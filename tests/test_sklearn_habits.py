@@ -1,4 +1,4 @@
-"""zoo.training.rbm.BernoulliRBM against scikit-learn's BernoulliRBM: with the same random_state
+"""zoo.training.belief_nets.BernoulliRBM against scikit-learn's BernoulliRBM: with the same random_state
 both draw the same random numbers, so fits, partial fits (every parameter and the persistent
 chain's hidden samples), transform, gibbs and score_samples agree to rounding in float64; and the
 estimator works where scikit-learn's does (Pipeline, clone, GridSearchCV, check_estimator)."""
@@ -22,8 +22,8 @@ from sklearn.utils._param_validation import InvalidParameterError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from zoo.architectures.dbn import RBM
-from zoo.training.digits import load_nudged_digits
-from zoo.training.rbm import BernoulliRBM
+from zoo.training.belief_nets import BernoulliRBM
+from zoo.training.data.digits import load_nudged_digits
 
 STATE = ("components_", "intercept_hidden_", "intercept_visible_", "h_samples_")
 

@@ -67,13 +67,13 @@ root, repo = sys.argv[1], sys.argv[2]
 names = torch.hub.list(repo, trust_repo=True, verbose=False)
 model = torch.hub.load(root, "resnet20", source="local", pretrained=True)
 bundled = load_file(f"{root}/weights/resnet20.fmnist.safetensors")
-import zoo, zoo.training.engine
+import zoo, zoo.training.loop.trainer
 print(json.dumps({
     "names": names,
     "help": torch.hub.help(repo, "resnet20", trust_repo=True),
     "weights": model.pretrained_cfg["weights"],
     "equal": all(torch.equal(model.state_dict()[k], v) for k, v in bundled.items()),
-    "zoo": zoo.__file__, "architectures": type(model).__module__, "training": zoo.training.engine.__file__,
+    "zoo": zoo.__file__, "architectures": type(model).__module__, "training": zoo.training.loop.trainer.__file__,
 }))
 """
 

@@ -18,8 +18,8 @@ import numpy as np
 from PIL import Image
 
 from zoo.training import finetune, transfer
-from zoo.training.bounds import SEED_MAX, Bounds, count
-from zoo.training.run_files import Output, prepare
+from zoo.training.finetune.run_files import Output, prepare
+from zoo.training.loop.bounds import SEED_MAX, Bounds, count
 
 DEFAULT_WEIGHTS = "resnet20.fmnist"
 DEMO_OUTPUTS = (Output("digits", folder=True),)  # then transfer's files and the two arms' folders

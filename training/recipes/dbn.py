@@ -1,6 +1,6 @@
 """Deep belief nets (``dbn.digits``, ``dbn.fmnist``): greedy RBM pretraining on the training
-rows, then backprop fine-tuning of the unrolled net (`zoo.training.rbm.finetune_dbn`, a
-`zoo.training.engine.Trainer` run), measured on the test split. The last epoch's weights are
+rows, then backprop fine-tuning of the unrolled net (`zoo.training.belief_nets.finetune_dbn`, a
+`zoo.training.loop.trainer.Trainer` run), measured on the test split. The last epoch's weights are
 published; a fixed-seed validation hold-out from the training rows draws the curves (it picks
 nothing).
 
@@ -18,11 +18,11 @@ from typing import Any
 import torch
 
 import zoo
-from zoo.training.data import load_fashion_mnist
-from zoo.training.digits import load_nudged_digits
-from zoo.training.evaluate import evaluate, task_key
-from zoo.training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
-from zoo.training.rbm import FinetuneConfig, RBMConfig, finetune_dbn, pretrain
+from zoo.training.belief_nets import BackpropConfig, RBMConfig, finetune_dbn, pretrain
+from zoo.training.data.builtin import load_fashion_mnist
+from zoo.training.data.digits import load_nudged_digits
+from zoo.training.recipes.evaluate import evaluate, task_key
+from zoo.training.recipes.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
 
 SEED = 0
 RECIPES: dict[str, dict[str, Any]] = {
@@ -32,7 +32,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         "sizes": (64, 256, 256),
         "val_fraction": 0.1,
         "rbm": RBMConfig(epochs=20),
-        "finetune": FinetuneConfig(epochs=40),
+        "finetune": BackpropConfig(epochs=40),
         "default": False,
         "title": "DBN 64-256-256 on scikit-learn's nudged digits",
         "data": "scikit-learn's load_digits, nudged by 1-pixel shifts (5 x 1797 images), minmax_scale, "
@@ -44,7 +44,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         "sizes": (784, 1000, 1000),
         "val_fraction": 5000 / 60000,
         "rbm": RBMConfig(epochs=10),
-        "finetune": FinetuneConfig(epochs=20, learning_rate=0.1),
+        "finetune": BackpropConfig(epochs=20, learning_rate=0.1),
         "default": True,
         "title": "DBN 784-1000-1000 on Fashion-MNIST pixels",
         "data": "Fashion-MNIST official splits (Debian package dataset-fashion-mnist), 784 pixels scaled to [0, 1]",
@@ -53,7 +53,7 @@ RECIPES: dict[str, dict[str, Any]] = {
 
 
 def _load(dataset: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The training rows and labels (the test split is read by `zoo.training.evaluate`)."""
+    """The training rows and labels (the test split is read by `zoo.training.recipes.evaluate`)."""
     if dataset == "digits":
         x_train, _, y_train, _ = load_nudged_digits()
         return torch.from_numpy(x_train).float(), torch.from_numpy(y_train).long()

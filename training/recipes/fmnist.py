@@ -22,12 +22,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from zoo.training.checkpoint import LAST_CHECKPOINT
-from zoo.training.data import Augment
-from zoo.training.engine import TrainConfig
-from zoo.training.evaluate import evaluate, task_key
+from zoo.training.data.loaders import Augment
 from zoo.training.finetune import Distillation, FinetuneOptions, FinetuneResult, finetune
-from zoo.training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
+from zoo.training.loop.checkpoint import LAST_CHECKPOINT
+from zoo.training.loop.trainer import TrainConfig
+from zoo.training.recipes.evaluate import evaluate, task_key
+from zoo.training.recipes.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
 
 VAL_IMAGES = 5000
 SLICE = 1000  # the test-set slice the tests re-measure

@@ -1,5 +1,5 @@
 """The graph model with third-order pooling (GIN + moment and triangle readouts), on the
-graph tasks of `zoo.training.graph_data`:
+graph tasks of `zoo.training.data.generated_graphs`:
 
 - ``gin3.triangles_er``: regressing the triangle count of Erdős–Rényi G(10, 0.3) graphs (Chen
   et al., 2020) on the seeded 30 / 20 / 50% train / validation / test split. Trains on
@@ -34,11 +34,11 @@ from torch_geometric.loader.dataloader import Collater
 
 import zoo
 from zoo.architectures.graph import AddTriangles
-from zoo.training.engine import TrainConfig, Trainer
-from zoo.training.evaluate import evaluate, task_key
-from zoo.training.graph_data import FashionMNISTGraphs, TriangleCounting
-from zoo.training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
-from zoo.training.steps import StepOutput
+from zoo.training.data.generated_graphs import FashionMNISTGraphs, TriangleCounting
+from zoo.training.loop.steps import StepOutput
+from zoo.training.loop.trainer import TrainConfig, Trainer
+from zoo.training.recipes.evaluate import evaluate, task_key
+from zoo.training.recipes.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
 
 SEED = 0
 VAL_SHARE = 12  # one Fashion-MNIST training graph in 12 is held out for validation

@@ -6,7 +6,7 @@ models' held-out bits per byte.
 
     python -m zoo.training.recipes.moe_lm stdlib [--steps N] [--out weights/]
 
-The corpus is `zoo.training.data.stdlib_files` (every ``.py`` file of this interpreter's standard
+The corpus is `zoo.training.data.builtin.stdlib_files` (every ``.py`` file of this interpreter's standard
 library outside test, idlelib, lib2to3 and site-packages folders, sorted by path); file i is
 test when i % 20 == 0, validation when 1 and training otherwise, files joined by the eos byte.
 """
@@ -26,10 +26,10 @@ from torch.utils.data import Dataset
 
 import zoo
 from zoo.tokenizer import complete
-from zoo.training.data import stdlib_corpus, stdlib_files
-from zoo.training.engine import TrainConfig, Trainer
-from zoo.training.evaluate import CONTEXT, evaluate, task_key
-from zoo.training.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
+from zoo.training.data.builtin import stdlib_corpus, stdlib_files
+from zoo.training.loop.trainer import TrainConfig, Trainer
+from zoo.training.recipes.evaluate import CONTEXT, evaluate, task_key
+from zoo.training.recipes.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
 
 SEED = 0
 TARGETS = ("stdlib",)

@@ -19,7 +19,8 @@ from zoo.loading.images import open_image
 from zoo.store import registry
 from zoo.store.files import check_writable
 from zoo.tokenizer import check_byte_lm, complete
-from zoo.training import demo, evaluate, finetune
+from zoo.training import demo, finetune
+from zoo.training.recipes import evaluate
 
 
 def run_predict(args: argparse.Namespace) -> int:

@@ -1,0 +1,72 @@
+"""Users' data on disk, read and checked before any model is built: image folders, text,label
+files (.csv, .jsonl), tensor files (.pt, .npz, .npy), Fashion-MNIST and PyG datasets, each as a
+`DataSource` (kind, classes and their counts, channels, image size) that `DataSource.split` turns
+into seeded training and validation datasets. A file a user can get wrong raises `DataError`
+naming the file (and line) and the fix.
+
+Each kind of data has its module: `zoo.training.data.image_folders`, `zoo.training.data.tensor_files`,
+`zoo.training.data.text_files` and `zoo.training.data.graph_datasets`; `zoo.training.data.source` holds
+`DataSource` and the checks they share.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from torch.utils.data import Dataset
+
+from zoo.errors import DataError
+from zoo.training.data.builtin import FASHION_MNIST_CLASSES, load_fashion_mnist
+from zoo.training.data.graph_datasets import graph_source
+from zoo.training.data.image_folders import image_folder_source
+from zoo.training.data.source import MAX_CLASS_INDEX, DataSource, samples_needed
+from zoo.training.data.tensor_files import tensor_file_source, tensor_source
+from zoo.training.data.text_files import TextBatches, text_source
+
+__all__ = ["MAX_CLASS_INDEX", "DataSource", "TextBatches", "open_data", "samples_needed"]
+
+
+def open_data(source: str | os.PathLike | Dataset, *, max_length: int = 512) -> DataSource:
+    """Describe a dataset: an image folder (torchvision ImageFolder layout: one sub-folder per
+    class), a ``.csv``/``.jsonl`` of ``text,label`` rows, a tensor file (``.pt``, ``.npz``,
+    ``.npy``), a PyG dataset object, or ``"fashion-mnist"`` (the offline copy).
+
+    Data that cannot be used as it is (malformed rows, wrong keys, fewer than two classes,
+    unreadable images, ...) raises `zoo.errors.DataError` naming the file, the line for
+    text files, and the fix."""
+    if _is_pyg_dataset(source):
+        return graph_source(source)
+    if isinstance(source, Dataset):
+        raise TypeError(
+            f"open_data takes a path or a torch_geometric dataset, got {type(source).__name__}; "
+            "pass other datasets to Trainer.fit directly"
+        )
+    if str(source) == "fashion-mnist":
+        images, labels = load_fashion_mnist("train")
+        return tensor_source(images, labels, list(FASHION_MNIST_CLASSES), "Fashion-MNIST (train split)")
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return image_folder_source(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} does not exist; --data takes an image folder, a .csv/.jsonl of text,label rows, "
+            "a .pt/.npz/.npy tensor file, or 'fashion-mnist'"
+        )
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".jsonl"):
+        return text_source(path, max_length)
+    if suffix in (".pt", ".pth", ".npz", ".npy"):
+        return tensor_file_source(path)
+    raise DataError(f"{path}: unknown data format {suffix!r}; use a folder of images, .csv, .jsonl, .pt, .npz or .npy")
+
+
+def _is_pyg_dataset(source: object) -> bool:
+    """A torch_geometric dataset (False without torch_geometric installed)."""
+    if isinstance(source, (str, os.PathLike)):
+        return False
+    try:
+        from torch_geometric.data import Dataset as PygDataset
+    except ImportError:
+        return False
+    return isinstance(source, PygDataset)

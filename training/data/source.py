@@ -1,0 +1,158 @@
+"""`DataSource`: a labelled (or unlabelled) dataset on disk described before any model is built,
+and the checks every kind of data shares (class counts, at least two classes, the hold-out).
+`zoo.training.data.kinds.open_data` makes one from a path."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch.utils.data import Dataset
+
+from zoo.errors import DataError
+from zoo.training.data.text_rows import plural
+
+MAX_CLASS_INDEX = 100_000  # integer labels above this are ids, not class indices
+
+
+@dataclass
+class DataSource:
+    """A labelled (or, for tensors, unlabelled) dataset on disk, described before any model
+    is built: what the model must fit (classes, channels, image size) and how to batch it.
+    `split` turns it into training and validation datasets; ``class_counts`` (samples per
+    class name, in class order) and `describe_classes` are there for the caller to show."""
+
+    kind: Literal["images", "tensors", "text", "graphs"]
+    description: str
+    num_samples: int
+    num_classes: int | None
+    class_names: list[str] | None
+    make_subset: Callable[[Sequence[int], Callable[[Any], Any] | None], Dataset]
+    in_chans: int | None = None  # image channels, or node features of graphs
+    image_size: tuple[int, int] | None = None
+    collate_fn: Callable[[list[Any]], Any] | None = None
+    class_counts: dict[str, int] | None = None  # samples of each class, in class_names order
+    labels: Sequence[int] | torch.Tensor | None = None  # each sample's class index, in file order
+
+    def describe_classes(self) -> str:
+        """One line for the caller to print before training, e.g. ``3 classes: ant (6), bee (6), cow (5)``."""
+        if self.class_counts is None:
+            return "unlabelled" if self.num_classes is None else f"{self.num_classes} classes"
+        counts = ", ".join(f"{name} ({count})" for name, count in self.class_counts.items())
+        return f"{len(self.class_counts)} classes: {counts}"
+
+    def split(
+        self,
+        val_fraction: float = 0.1,
+        seed: int = 0,
+        train_transform: Callable[[Any], Any] | None = None,
+        eval_transform: Callable[[Any], Any] | None = None,
+        limit: int | None = None,
+    ) -> tuple[Dataset, Dataset | None]:
+        """Training and validation datasets from one fixed-seed shuffle of the samples (the
+        same seed gives the same split); ``limit`` keeps that many training samples.
+
+        The hold-out is drawn from all samples, not per class: a class with fewer samples
+        than `samples_needed` (val_fraction) gets a warning (its validation accuracy rests on
+        very few samples), and a class whose every sample lands in validation is refused
+        with `DataError` (nothing of it would be trained on)."""
+        if not 0.0 <= val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+        order = torch.randperm(self.num_samples, generator=torch.Generator().manual_seed(seed)).tolist()
+        num_val = round(self.num_samples * val_fraction)
+        if val_fraction > 0 and num_val == 0:
+            num_val = 1
+        val_indices, train_indices = order[:num_val], order[num_val:]
+        if val_indices and train_indices:
+            self._check_hold_out(train_indices, val_fraction, seed)
+        if limit is not None:
+            if limit <= 0:
+                raise ValueError(f"limit must be a positive number of samples, got {limit}")
+            train_indices = train_indices[:limit]
+        if not train_indices:
+            raise DataError(
+                f"{self.description}: no training samples left after holding out {num_val} for validation; "
+                "add samples or lower --val-fraction"
+            )
+        train = self.make_subset(train_indices, train_transform)
+        val = self.make_subset(val_indices, eval_transform) if val_indices else None
+        return train, val
+
+    def _check_hold_out(self, train_indices: list[int], val_fraction: float, seed: int) -> None:
+        """Refuse classes the hold-out leaves without training samples; warn about classes
+        too small for the hold-out to hold one of them on average."""
+        if self.labels is None or not self.class_names:
+            return
+        labels = torch.as_tensor(self.labels, dtype=torch.long)
+        num_classes = len(self.class_names)
+        total = torch.bincount(labels, minlength=num_classes).tolist()
+        train = torch.bincount(labels[torch.tensor(train_indices)], minlength=num_classes).tolist()
+        need = samples_needed(val_fraction)
+        held = f"the validation hold-out (val_fraction {val_fraction}, seed {seed})"
+        starved = [c for c in range(num_classes) if total[c] and not train[c]]
+        if starved:
+            listed = ", ".join(f"{self.class_names[c]!r} ({plural(total[c], 'sample')})" for c in starved)
+            raise DataError(
+                f"{self.description}: {held} takes every sample of {'class' if len(starved) == 1 else 'classes'} "
+                f"{listed}, leaving none to train on; "
+                f"at val_fraction {val_fraction} each class needs at least {need} samples: add samples of "
+                f"that class, lower --val-fraction, or pass separate validation data (--val-data)"
+            )
+        few = [c for c in range(num_classes) if 0 < total[c] < need]
+        if few:
+            listed = ", ".join(
+                f"{self.class_names[c]!r} ({plural(total[c], 'sample')}, {total[c] - train[c]} in validation)"
+                for c in few
+            )
+            subject = f"class {listed} has" if len(few) == 1 else f"classes {listed} have"
+            warnings.warn(
+                f"{self.description}: {subject} fewer than the {need} samples that {held} needs to hold out one "
+                "of each class on average: their validation accuracy rests on very few samples",
+                stacklevel=3,
+            )
+
+    def full(self, transform: Callable[[Any], Any] | None = None) -> Dataset:
+        """Every sample, in file order (e.g. a separate validation set)."""
+        return self.make_subset(range(self.num_samples), transform)
+
+
+def samples_needed(val_fraction: float) -> int:
+    """Samples a class needs so that a random hold-out of ``val_fraction`` puts one of them in
+    validation and leaves one for training, on average (10 at 0.1, 4 at 0.25, 2 at 0.5)."""
+    if val_fraction <= 0:
+        return 1
+    return max(2, math.ceil(round(1 / val_fraction, 9)), math.ceil(round(1 / (1 - val_fraction), 9)))
+
+
+def class_counts(labels: torch.Tensor, class_names: list[str]) -> dict[str, int]:
+    """Samples of each class, by name, in class order."""
+    counts = torch.bincount(labels, minlength=len(class_names)).tolist()
+    return dict(zip(class_names, counts))
+
+
+def check_classes(where: str, counts: dict[str, int], how_to_add: str, labels_hint: str = "") -> None:
+    """At least two classes with samples (a classifier of one class learns nothing); a warning
+    for declared classes without any."""
+    present = [name for name, count in counts.items() if count]
+    if len(present) < 2:
+        named = f" ({present[0]!r})" if present else ""
+        raise DataError(
+            f"{where} has {plural(len(present), 'class')}{named}: a classifier needs at least 2; {how_to_add}"
+        )
+    empty = [name for name, count in counts.items() if not count]
+    if empty:
+        warnings.warn(
+            f"{where}: {plural(len(empty), 'class')} without samples ({', '.join(map(repr, empty[:10]))}"
+            f"{', ...' if len(empty) > 10 else ''}); the model still gets an output for each{labels_hint}",
+            stacklevel=4,
+        )
+
+
+def first_line(error: BaseException) -> str:
+    """An error in one line for a message: its type and the first line of its text."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__

@@ -1,0 +1,324 @@
+"""Fine-tune a zoo model on your data: ``zoo finetune NAME --data PATH --out DIR`` (also
+``python -m zoo.training.finetune``), or `finetune` from Python.
+
+NAME is a weight name (``resnet50.tv_in1k``), a directory written by `zoo.save`, or a bare
+architecture (``resnet20``), which trains from scratch with a warning. The head gets one
+output per class of the data and image models take its channel count. Modes:
+
+- ``linear-probe``: only the classifier trains; the body is frozen (BatchNorm in eval mode);
+- ``partial``: the last ``stages`` stages of the body (its ``feature_info`` levels, or its
+  blocks) and the head;
+- ``full``: everything; ``layer_decay`` scales each stage's learning rate by decay^(depth from the top).
+
+OUT receives the best model as `zoo.save` writes it (``zoo.load(OUT)`` restores it) with a
+model card, the metrics (CSV, JSON), loss/accuracy curves, TensorBoard logs and checkpoints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import os
+import shlex
+import sys
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.utils.data import Dataset
+
+import zoo
+from zoo.architectures import ARCHS
+from zoo.errors import DataError, run_command
+from zoo.loading.resolve import Registered, SavedFolder, architecture, resolve
+from zoo.loading.saved import read_saved_config
+from zoo.store import registry
+from zoo.store.model_config import update_config
+from zoo.training.data.kinds import DataSource, open_data
+from zoo.training.data.loaders import Augment, default_preprocess, image_transforms
+from zoo.training.finetune import card
+from zoo.training.finetune.distill import Distillation, distillation_step
+from zoo.training.finetune.options import FinetuneOptions, add_arguments, options_from_args
+from zoo.training.finetune.run_folder import evaluate_and_export, prepare_output
+from zoo.training.finetune.stages import MODES, apply_mode, layer_decay_scale, parameter_levels
+from zoo.training.loop.steps import StepFn
+from zoo.training.loop.train_config import TrainConfig, config_from_args
+from zoo.training.loop.trainer import Trainer
+
+__all__ = [
+    "MODES",
+    "Distillation",
+    "FinetuneOptions",
+    "FinetuneResult",
+    "add_arguments",
+    "apply_mode",
+    "distillation_step",
+    "finetune",
+    "layer_decay_scale",
+    "load_for_data",
+    "main",
+    "module_main",
+    "parameter_levels",
+    "run",
+]
+
+
+def _fitting_example(kind: str) -> str:
+    """A name that fine-tunes on data of ``kind``, from the family specs."""
+    return next(s.finetune_example for s in ARCHS.values() if s.inputs == kind and s.finetune_example)
+
+
+def _check_fits(name: str, arch: str, data: DataSource) -> None:
+    """Refuse, before anything is built, data of a kind the architecture does not read."""
+    holds = data.kind if data.kind != "tensors" else "images" if data.image_size else "vectors"
+    reads = registry.input_kind(arch)
+    if reads != holds:
+        raise DataError(
+            f"{name} reads {reads}, but {data.description} holds {holds}: fine-tune a model that reads "
+            f"{holds}, e.g. {_fitting_example(holds)}"
+        )
+
+
+@dataclass
+class FinetuneResult:
+    """The fine-tuned model (best epoch, on CPU), its metrics and where it was saved."""
+
+    model: nn.Module
+    out: Path
+    metrics: dict[str, float]
+    history: list[dict[str, float]]
+
+
+def load_for_data(
+    name: str, data: DataSource, pretrained: bool = True, model_kwargs: Mapping[str, Any] | None = None
+) -> tuple[nn.Module, str | None]:
+    """The model NAME with a head of ``data.num_classes`` outputs (and for images, the data's
+    channel count when it comes from the registry; text and graph data pick the
+    sequence/graph classification head; ``model_kwargs`` go to the builder), and the weights it
+    starts from (None: random initialisation)."""
+    if data.num_classes is None:
+        raise ValueError(
+            f"{data.description} has no labels; fine-tuning a classifier needs them (use Trainer with a custom step)"
+        )
+    source = resolve(name)  # once: zoo.load takes the source as it is
+    if isinstance(source, SavedFolder):
+        saved = read_saved_config(source.path)
+        _check_fits(name, saved["architecture"], data)
+        if pretrained:
+            if model_kwargs:
+                raise ValueError(
+                    f"{source.path} is a saved model with fixed options; drop model_kwargs {dict(model_kwargs)}"
+                )
+            channels = {"in_chans": data.in_chans} if data.kind == "images" else {}  # colour data, gray model: adapt
+            return zoo.load(source, num_classes=data.num_classes, **channels), str(source.path)
+        arch, kwargs = saved["architecture"], {**saved["model_kwargs"], **(model_kwargs or {})}
+        return zoo.load(architecture(arch), pretrained=False, num_classes=data.num_classes, **kwargs), None
+    if not isinstance(source, Registered):
+        raise ValueError(
+            f"{name!r}: fine-tuning starts from registered weights, an architecture or a folder "
+            "written by zoo.save; download a Hub model with zoo.load and zoo.save it first"
+        )
+    arch = source.arch
+    kwargs: dict[str, Any] = dict(model_kwargs or {})
+    if data.kind == "images":
+        kwargs.setdefault("in_chans", data.in_chans)
+    elif data.kind == "graphs":
+        kwargs.setdefault("in_channels", data.in_chans)
+    head = registry.arch_spec(arch).finetune_head
+    if head is not None and head in registry.supported_heads(arch):
+        kwargs.setdefault("head", head)
+    _check_fits(name, arch, data)
+    if "." not in name:
+        if pretrained:
+            tags = [w.name for w in registry.weights_for(arch)]
+            hint = f" For pretrained weights name them, e.g. {tags[0]}." if tags else ""
+            message = f"{name!r} is a bare architecture: training it from scratch (random weights).{hint}"
+            warnings.warn(message, stacklevel=3)
+        return zoo.load(source, pretrained=False, num_classes=data.num_classes, **kwargs), None
+    model = zoo.load(source, pretrained=pretrained, num_classes=data.num_classes, **kwargs)
+    return model, name if pretrained else None
+
+
+def finetune(
+    name: str,
+    data: str | os.PathLike | Dataset,
+    out: str | os.PathLike,
+    options: FinetuneOptions | None = None,
+    *,
+    config: TrainConfig | None = None,
+    step_fn: StepFn | None = None,
+) -> FinetuneResult:
+    """Fine-tune NAME on ``data`` and save the best epoch's model to ``out`` (see the module
+    docstring): ``options`` say which weights train, on what data, with what teacher and
+    what is written after training (`FinetuneOptions`); ``config`` is the training loop's
+    (its ``out_dir`` becomes ``out``); ``step_fn`` replaces the loss step (not with a teacher).
+    ``out`` must be empty or missing, or hold a run to resume (``config.resume``); with
+    ``options.overwrite`` the files an earlier run wrote there are removed first."""
+    options = options or FinetuneOptions()
+    config = dataclasses.replace(config or TrainConfig(), out_dir=str(out))
+    out = Path(out)
+    source = open_data(data, max_length=options.max_length)  # read (and refused) before anything in out changes
+    val_source = _open_validation(source, options)
+    torch.manual_seed(config.seed)  # the new head's initialisation
+    model, base = load_for_data(name, source, options.pretrained, options.model_kwargs)  # refused before out changes
+    main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun, one process checks and clears
+    files = prepare_output(out, resume=bool(config.resume), overwrite=options.overwrite) if main_process else None
+    with files.sealing() if files is not None else contextlib.nullcontext():
+        if main_process and config.progress:
+            print(f"data: {source.description}; {source.describe_classes()}")
+        train_set, val_set = _datasets(model, source, val_source, options, config.seed)
+        trainable = apply_mode(model, options.mode, options.stages)
+        trainer = _trainer(model, source, options, config, step_fn)
+        history = trainer.fit(train_set, val_set)
+        model, metrics = _best_model(model, trainer, history)
+        if trainer.is_main:
+            update_config(model, weights=None, finetuned_from=base, class_names=source.class_names)
+            model.requires_grad_(True)  # the returned model trains whole again
+            zoo.save(model, out, overwrite=True)  # prepare_output let only a run's own files (a resumed run's) stay
+            ran = options.post_training and val_set is not None
+            after = evaluate_and_export(model, val_set, source, config) if ran else None
+            details = {
+                "name": name,
+                "base": base,
+                "data": source.description,
+                "mode": options.mode,
+                "stages": options.stages if options.mode == "partial" else None,
+                "layer_decay": options.layer_decay,
+                "trainable": trainable,
+                "train_samples": len(train_set),
+                "val_samples": len(val_set) if val_set is not None else 0,
+                "monitor": trainer.monitor,
+                "stopped_early": trainer.state.stopped_early,
+                "epochs_run": len(history),
+                "distillation": str(options.distill) if options.distill else None,
+            }
+            card.write_card(out, model, details, metrics, after, config, options.command)
+    return FinetuneResult(model, out, metrics, history)
+
+
+def _datasets(
+    model: nn.Module, source: DataSource, val_source: DataSource | None, options: FinetuneOptions, seed: int
+) -> tuple[Dataset, Dataset | None]:
+    """The training and validation sets: the seeded hold-out of ``source`` or the separate
+    validation data, images transformed for ``model`` (augmented for training; the model's
+    ``pretrained_cfg`` records the preprocessing)."""
+    train_tf = eval_tf = None
+    if source.kind == "images":
+        preprocess, in_chans = _image_preprocess(model, source, options.image_size)
+        eval_tf = image_transforms(preprocess, source.image_size, None, in_chans)
+        train_tf = image_transforms(preprocess, source.image_size, options.augment or Augment(), in_chans)
+        update_config(model, preprocess=preprocess)
+    elif options.augment is not None:
+        raise ValueError(f"augmentation applies to images, and the data is {source.kind}")
+    val_fraction = options.val_fraction if val_source is None else 0.0
+    train_set, val_set = source.split(val_fraction, seed, train_tf, eval_tf, options.limit)
+    if val_source is not None:
+        val_set = val_source.full(eval_tf)
+    return train_set, val_set
+
+
+def _open_validation(source: DataSource, options: FinetuneOptions) -> DataSource | None:
+    """The separate validation data (``options.val_data``), with the training data's classes."""
+    if options.val_data is None:
+        return None
+    val_source = open_data(options.val_data, max_length=options.max_length)
+    if val_source.class_names != source.class_names:
+        raise DataError(
+            f"the validation data's classes {val_source.class_names} differ from the training data's "
+            f"{source.class_names}"
+        )
+    return val_source
+
+
+def _trainer(
+    model: nn.Module, source: DataSource, options: FinetuneOptions, config: TrainConfig, step_fn: StepFn | None
+) -> Trainer:
+    """The Trainer of the run: layer-wise lr decay, and the teacher's step when distilling."""
+    lr_scale = layer_decay_scale(model, options.layer_decay) if options.layer_decay is not None else None
+    if options.distill is not None:
+        if step_fn is not None:
+            raise ValueError("pass a custom step_fn or a distill teacher, not both")
+        step_fn = distillation_step(options.distill, source, model, config.label_smoothing)
+    return Trainer(model.train(), config, step_fn=step_fn, lr_scale=lr_scale, collate_fn=source.collate_fn)
+
+
+def _best_model(
+    model: nn.Module, trainer: Trainer, history: list[dict[str, float]]
+) -> tuple[nn.Module, dict[str, float]]:
+    """``model`` with the best epoch's weights, on CPU in eval mode, and that epoch's metrics."""
+    best = trainer.best_state_dict()
+    if best is not None:
+        model.load_state_dict(best)
+    model = model.cpu().to(memory_format=torch.contiguous_format).eval()
+    best_row = next((row for row in history if row["epoch"] == trainer.state.best_epoch), history[-1])
+    metrics = {k: v for k, v in best_row.items() if k.startswith(("train_", "val_")) and not k.endswith("_per_s")}
+    metrics["epoch"] = best_row.get("epoch")
+    return model, metrics
+
+
+def _image_preprocess(model: nn.Module, source: DataSource, image_size: int | None) -> tuple[dict[str, Any], int]:
+    """The preprocessing images get: the weights' own (or [-1, 1] scaling for random
+    weights), resized to ``image_size`` if asked, for the model's channel count."""
+    in_chans = getattr(model, "in_chans", source.in_chans)
+    preprocess = dict(model.pretrained_cfg.get("preprocess") or default_preprocess(in_chans))
+    if image_size is not None:
+        if "crop" in preprocess and "resize" in preprocess:
+            ratio = preprocess["resize"] / preprocess["crop"]
+            preprocess |= {"resize": round(image_size * ratio), "crop": image_size}
+        else:
+            preprocess |= {"resize": image_size, "crop": image_size}
+    elif "resize" not in preprocess and "crop" not in preprocess:  # one size for a folder of mixed sizes
+        preprocess |= {"resize": list(source.image_size)}
+    if in_chans == 1:
+        preprocess["channels"] = 1
+    size = preprocess.get("crop") or preprocess.get("resize") or min(source.image_size)
+    minimum = getattr(model, "min_input_size", 1)
+    if isinstance(size, int) and size < minimum:
+        raise ValueError(
+            f"{model.pretrained_cfg.get('architecture')} needs images of at least {minimum}px and these are "
+            f"{size}px: pass --image-size {minimum} or more"
+        )
+    return preprocess, in_chans
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def run(args: argparse.Namespace, command: str | None = None) -> FinetuneResult:
+    """Fine-tune from parsed `add_arguments` options and print where the result went."""
+    config = config_from_args(args, out_dir=args.out)
+    result = finetune(args.name, args.data, args.out, options_from_args(args, command), config=config)
+    shown = ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items() if k in ("val_acc", "val_loss"))
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, only the process that saved
+        print(f"saved {result.out} (best epoch {result.metrics.get('epoch')}{': ' + shown if shown else ''})")
+    return result
+
+
+def module_main(
+    module: str, doc: str, action: Callable[[argparse.Namespace, str], object], argv: Sequence[str] | None = None
+) -> int:
+    """``python -m MODULE`` for the commands that take the `finetune` options (finetune,
+    transfer): parse ``argv``, run ``action(args, command)`` with the command line recorded,
+    errors as one line and an exit code (`zoo.errors.run_command`)."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.splitlines()[0])
+    add_arguments(parser)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    command = shlex.join(["python", "-m", module, *argv])
+
+    def job() -> int:
+        action(args, command)
+        return 0
+
+    return run_command(job, prog=parser.prog)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m zoo.training.finetune``: the options of ``zoo finetune``."""
+    return module_main("zoo.training.finetune", __doc__, run, argv)

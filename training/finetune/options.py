@@ -1,0 +1,220 @@
+"""What `zoo.training.finetune.finetune` is asked, besides the `TrainConfig` of its training
+loop: `FinetuneOptions`, and the ``zoo finetune`` command-line options that make both
+(`add_arguments`, `options_from_args`; the TrainConfig options come from its own fields)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from zoo.errors import InvalidArgumentError
+from zoo.training.data.loaders import Augment
+from zoo.training.finetune.distill import Distillation
+from zoo.training.finetune.stages import MODES
+from zoo.training.loop.bounds import Bounds, bounded, check_fields, count
+from zoo.training.loop.train_config import add_config_options
+
+MAX_IMAGE_SIZE = 4096  # pixels a side at most
+MAX_TOKENS = 1 << 20  # tokens per text row at most
+FLAGS = {
+    "stages": "--stages",
+    "layer_decay": "--layer-decay",
+    "val_fraction": "--val-fraction",
+    "limit": "--limit",
+    "image_size": "--image-size",
+    "max_length": "--max-length",
+}
+
+
+@dataclass(frozen=True)
+class FinetuneOptions:
+    """How `finetune` fine-tunes, beyond the training loop's `TrainConfig`. Which weights train:
+    ``mode`` (see `zoo.training.finetune.stages`), the last ``stages`` in partial mode, ``layer_decay``.
+    The model: ``pretrained=False`` starts NAME's architecture from random weights;
+    ``model_kwargs`` are architecture options (e.g. ``{"sizes": [64, 32, 16]}`` for a DBN).
+    The data: ``val_data`` replaces the fixed-seed hold-out of ``val_fraction``; ``limit``
+    keeps that many training samples; ``image_size`` resizes images (the model's own size
+    otherwise); ``augment`` is for images; ``max_length`` tokens are kept per text row.
+    ``distill`` adds a teacher's predictions to the loss. The run: ``post_training`` adds the
+    evaluation report, exports, int8 and pruning (`zoo.training.finetune.post_training`); with
+    ``overwrite`` the files an earlier run wrote to the output folder are removed first;
+    ``command`` is the command line the model card records."""
+
+    mode: str = "full"
+    stages: int = field(default=1, metadata=bounded(count()))
+    layer_decay: float | None = field(default=None, metadata=bounded(Bounds(0, 1, low_open=True)))
+    pretrained: bool = True
+    model_kwargs: Mapping[str, Any] | None = None
+    val_data: str | os.PathLike | None = None
+    val_fraction: float = field(default=0.1, metadata=bounded(Bounds(0, 1, high_open=True)))
+    limit: int | None = field(default=None, metadata=bounded(count()))
+    image_size: int | None = field(default=None, metadata=bounded(count(1, MAX_IMAGE_SIZE)))
+    augment: Augment | None = None
+    max_length: int = field(default=512, metadata=bounded(count(1, MAX_TOKENS)))
+    distill: Distillation | None = None
+    post_training: bool = True
+    overwrite: bool = False
+    command: str | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self, "FinetuneOptions", FLAGS)
+        if self.mode not in MODES:
+            raise InvalidArgumentError(
+                f"FinetuneOptions.mode (--mode) must be one of {', '.join(MODES)}, got {self.mode!r}"
+            )
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    """``--model-kwargs``: a JSON object (an argparse ``type=``)."""
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"must be a JSON object, e.g. '{{\"sizes\": [64, 32]}}': {error}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object, e.g. '{{\"sizes\": [64, 32]}}', got {text!r}")
+    return value
+
+
+def _checked(owner: type, name: str) -> Any:
+    """The argparse ``type=`` of the option for field ``name`` of dataclass ``owner``: its bounds' parser."""
+    return next(f for f in fields(owner) if f.name == name).metadata["bounds"].parse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `finetune` options (shared by ``zoo finetune`` and ``python -m zoo.training.finetune``)."""
+    parser.add_argument(
+        "name", help="weight name (arch.tag), a directory written by zoo.save, or a bare architecture (from scratch)"
+    )
+    parser.add_argument(
+        "--data", required=True, help="image folder, .csv/.jsonl of text,label, .pt/.npz tensors, or fashion-mnist"
+    )
+    parser.add_argument("--out", required=True, help="output directory: model, card, metrics, plots, logs, checkpoints")
+    g = parser.add_argument_group("transfer")
+    g.add_argument("--mode", choices=MODES, default="full")
+    g.add_argument(
+        "--stages",
+        type=_checked(FinetuneOptions, "stages"),
+        default=1,
+        help="partial mode: how many of the last stages train",
+    )
+    g.add_argument(
+        "--layer-decay", type=_checked(FinetuneOptions, "layer_decay"), help="layer-wise lr decay factor, e.g. 0.75"
+    )
+    g.add_argument("--scratch", action="store_true", help="random weights for NAME's architecture")
+    g.add_argument(
+        "--model-kwargs",
+        type=_json_object,
+        metavar="JSON",
+        help="architecture options, e.g. '{\"sizes\": [64, 32, 16]}'",
+    )
+    _data_arguments(parser.add_argument_group("data"))
+    _distillation_arguments(parser.add_argument_group("distillation"))
+    for section in ("optimisation", "hardware"):
+        add_config_options(parser.add_argument_group(section), section)
+    add_config_options(
+        parser.add_argument_group("run"),
+        "run",
+        after={
+            "resume": lambda g: g.add_argument(
+                "--overwrite",
+                action="store_true",
+                help="OUT may hold an earlier run: remove the files it wrote first (other files stay)",
+            ),
+            "profile": lambda g: g.add_argument(
+                "--no-post-training", action="store_true", help="skip the report, exports, int8 and pruning"
+            ),
+        },
+    )
+
+
+def _data_arguments(g: argparse._ArgumentGroup) -> None:
+    """The ``data`` options: validation, limits, sizes, augmentation, loader workers."""
+    g.add_argument("--val-data", help="separate validation data (default: a fixed-seed hold-out)")
+    g.add_argument("--val-fraction", type=_checked(FinetuneOptions, "val_fraction"), default=0.1)
+    g.add_argument("--limit", type=_checked(FinetuneOptions, "limit"), help="use only this many training samples")
+    g.add_argument("--image-size", type=_checked(FinetuneOptions, "image_size"), help="resize images to this size")
+    g.add_argument(
+        "--max-length", type=_checked(FinetuneOptions, "max_length"), default=512, help="text: tokens kept per row"
+    )
+    g.add_argument("--hflip", action="store_true", help="random horizontal flips")
+    g.add_argument(
+        "--crop-padding", type=_checked(Augment, "crop_padding"), default=0, help="pad by this and random-crop back"
+    )
+    g.add_argument(
+        "--random-resized-crop",
+        type=_checked(Augment, "random_resized_crop"),
+        metavar="MIN_SCALE",
+        help="RandomResizedCrop down to this area",
+    )
+    g.add_argument("--color-jitter", type=_checked(Augment, "color_jitter"), default=0.0)
+    g.add_argument("--trivial-augment", action="store_true")
+    g.add_argument("--random-erasing", type=_checked(Augment, "random_erasing"), default=0.0, metavar="P")
+    add_config_options(g, "data")
+
+
+def _distillation_arguments(g: argparse._ArgumentGroup) -> None:
+    """The ``distillation`` options: the teacher and how it teaches."""
+    g.add_argument("--teacher", help="also learn from this model's predictions (a weight name or a fine-tuned folder)")
+    g.add_argument(
+        "--distill-alpha", type=_checked(Distillation, "alpha"), default=0.5, help="the teacher's share of the loss"
+    )
+    g.add_argument(
+        "--distill-kind",
+        choices=("hard", "soft"),
+        default="hard",
+        help="the teacher's argmax labels (DeiT) or its softened distribution (Hinton)",
+    )
+    g.add_argument(
+        "--distill-temperature",
+        type=_checked(Distillation, "temperature"),
+        default=1.0,
+        help="soft: the softmax temperature",
+    )
+    g.add_argument("--teacher-bf16", action="store_true", help="run the teacher under bfloat16 autocast")
+
+
+def augment_from_args(args: argparse.Namespace) -> Augment | None:
+    """The augmentation the data options ask for (None: none asked)."""
+    augment = Augment(
+        hflip=args.hflip,
+        crop_padding=args.crop_padding,
+        random_resized_crop=args.random_resized_crop,
+        color_jitter=args.color_jitter,
+        trivial_augment=args.trivial_augment,
+        random_erasing=args.random_erasing,
+    )
+    return None if augment == Augment() else augment
+
+
+def distillation_from_args(args: argparse.Namespace) -> Distillation | None:
+    """The teacher of the distillation options (None without ``--teacher``)."""
+    if args.teacher is None:
+        return None
+    return Distillation(
+        args.teacher, args.distill_alpha, args.distill_kind, args.distill_temperature, args.teacher_bf16
+    )
+
+
+def options_from_args(args: argparse.Namespace, command: str | None = None) -> FinetuneOptions:
+    """The `FinetuneOptions` of parsed `add_arguments` options; ``command`` is the command line."""
+    return FinetuneOptions(
+        mode=args.mode,
+        stages=args.stages,
+        layer_decay=args.layer_decay,
+        pretrained=not args.scratch,
+        model_kwargs=args.model_kwargs,
+        val_data=args.val_data,
+        val_fraction=args.val_fraction,
+        limit=args.limit,
+        image_size=args.image_size,
+        augment=augment_from_args(args),
+        max_length=args.max_length,
+        distill=distillation_from_args(args),
+        post_training=not args.no_post_training,
+        overwrite=args.overwrite,
+        command=command,
+    )

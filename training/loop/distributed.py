@@ -1,0 +1,92 @@
+"""Processes and devices for `zoo.training.loop.trainer.Trainer`: joining the process group that
+``torchrun`` describes, this process's device, and data parallelism: a model wrapped in
+DistributedDataParallel or sharded with FSDP2 block by block, and the gradient all-reduce
+skipped on all but the last micro-batch of an optimizer step."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from zoo.devices import checked_device
+
+
+def init_distributed() -> tuple[int, int, int]:
+    """(rank, world size, local rank); joins the process group torchrun describes (NCCL on
+    GPUs, Gloo on CPU) unless one is already initialised."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", dist.get_rank()))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size < 2:
+        return 0, 1, 0
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend)
+    return dist.get_rank(), dist.get_world_size(), local_rank
+
+
+def pick_device(requested: str | None, local_rank: int) -> torch.device:
+    """``requested`` (checked to exist), else this process's GPU, else the CPU."""
+    if requested is not None:
+        return checked_device(requested)
+    return torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def shard_units(model: nn.Module) -> list[nn.Module]:
+    """The blocks FSDP shards one by one: the items of the model's top-level ModuleLists."""
+    return [block for child in model.children() if isinstance(child, nn.ModuleList) for block in child]
+
+
+def use_fsdp(model: nn.Module, distributed: str, world_size: int) -> bool:
+    """Whether ``model`` is sharded with FSDP2 (``distributed="fsdp"``), after checking that
+    there are processes to shard it over and blocks to shard it by."""
+    if distributed != "fsdp":
+        return False
+    if world_size < 2:
+        raise ValueError(
+            "distributed='fsdp' shards the model over processes: "
+            "start the script with torchrun --nproc_per_node=N (N >= 2)"
+        )
+    if not shard_units(model):
+        raise ValueError(
+            f"distributed='fsdp' shards a model's list of blocks (nn.ModuleList), and {type(model).__name__} "
+            "has none; use distributed='ddp'"
+        )
+    return True
+
+
+def wrap_model(
+    model: nn.Module, world_size: int, fsdp: bool, device: torch.device, find_unused_parameters: bool
+) -> nn.Module:
+    """``model`` itself in one process; with more, sharded in place by FSDP2 (``fsdp``: each
+    of its `shard_units`, then the rest) or wrapped in DistributedDataParallel."""
+    if world_size < 2:
+        return model
+    if fsdp:
+        from torch.distributed.fsdp import fully_shard
+
+        for block in shard_units(model):
+            fully_shard(block)
+        fully_shard(model)
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    device_ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=find_unused_parameters)
+
+
+def gradient_sync(wrapped: nn.Module, last: bool, world_size: int, fsdp: bool) -> contextlib.AbstractContextManager:
+    """The context for a micro-batch's forward and backward: the gradient all-reduce of a
+    `wrap_model` model is skipped on all but the ``last`` micro-batch of an optimizer step."""
+    if world_size < 2:
+        return contextlib.nullcontext()
+    if fsdp:
+        wrapped.set_requires_gradient_sync(last)
+        return contextlib.nullcontext()
+    return contextlib.nullcontext() if last else wrapped.no_sync()

@@ -1,0 +1,107 @@
+"""What a `zoo.training.loop.trainer.Trainer` run leaves to read: train.log, TensorBoard points
+(per step and per epoch), metrics.csv / metrics.json and the loss/accuracy curves. `RunLogs`
+opens them when `Trainer.fit` starts and closes them when it ends."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import logging
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from zoo.errors import TrainingDivergedError
+from zoo.store.files import write_bytes_atomic, write_json
+from zoo.training.loop.checkpoint import to_json_types
+from zoo.training.loop.curves import plot_curves
+from zoo.training.loop.steps import StepOutput
+from zoo.training.loop.train_config import TrainConfig
+
+
+class RunLogs:
+    """The log file (the records of ``logger``), the TensorBoard writer and the metrics files
+    of one run in ``out_dir``; without an ``out_dir`` only the progress bar shows the loss."""
+
+    def __init__(self, config: TrainConfig, out_dir: Path | None, logger: logging.Logger) -> None:
+        self.config, self.out_dir, self.logger = config, out_dir, logger
+        self._writer: Any = None
+        self._handler: logging.Handler | None = None
+
+    def open(self, resumed: bool, global_step: int) -> None:
+        """Start train.log with the run's config, and TensorBoard (dropping the points a resumed
+        run logged after its checkpoint, from ``global_step`` on)."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(self.out_dir / "train.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        self._handler = handler
+        self.logger.addHandler(handler)
+        self.logger.setLevel(logging.INFO)
+        config = json.dumps(to_json_types(dataclasses.asdict(self.config)))
+        self.logger.info("%s run: %s", "resumed" if resumed else "new", config)
+        if self.config.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            purge = global_step if resumed else None
+            self._writer = SummaryWriter(str(self.out_dir / "tensorboard"), purge_step=purge)
+
+    def close(self) -> None:
+        """Flush and detach whatever `open` started (safe to call when nothing was opened)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if self._handler is not None:
+            self.logger.removeHandler(self._handler)
+            self._handler.close()
+            self._handler = None
+
+    def step(self, outputs: list[StepOutput], bar: tqdm, step: int, lr: float) -> None:
+        """The mean loss of an optimizer step's micro-batches on the bar and in TensorBoard;
+        a loss that is not finite stops the run here, with what to change."""
+        loss = sum(float(o.loss.detach()) for o in outputs) / len(outputs)
+        check_finite("loss", loss, f"step {step}")
+        bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}")
+        if self._writer is not None:
+            self._writer.add_scalar("step/train_loss", loss, step)
+            self._writer.add_scalar("step/lr", lr, step)
+            for key, value in outputs[-1].logs.items():
+                self._writer.add_scalar(f"step/{key}", float(value), step)
+
+    def epoch(self, history: list[dict[str, float]], extra: Mapping[str, Any]) -> None:
+        """The metrics files, TensorBoard's epoch points and the curves, after each epoch
+        (``history[-1]`` is the epoch just ended; ``extra`` goes to metrics.json)."""
+        write_history(history, self.out_dir, extra)
+        metrics = history[-1]
+        if self._writer is not None:
+            for key, value in metrics.items():
+                if key not in ("epoch", "step"):
+                    self._writer.add_scalar(f"epoch/{key}", value, int(metrics["epoch"]))
+            self._writer.flush()
+        if self.config.plot:
+            plot_curves(history, self.out_dir / "curves.png")
+
+
+def check_finite(name: str, value: float, when: str) -> None:
+    """Stop a run whose ``name`` (a loss) is NaN or infinite at ``when``: a `TrainingDivergedError`
+    saying what to change (one line on the command line, not a traceback)."""
+    if not math.isfinite(value):
+        raise TrainingDivergedError(
+            f"the {name} is {value} at {when}: training diverged; lower the learning rate (--lr), "
+            "clip gradients (--clip-grad) or train in fp32"
+        )
+
+
+def write_history(history: list[dict[str, float]], out_dir: Path, extra: Mapping[str, Any] | None = None) -> None:
+    """metrics.csv (one row per epoch) and metrics.json (the history plus ``extra``), atomically."""
+    columns = list(dict.fromkeys(k for row in history for k in row))
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(history)
+    write_bytes_atomic(out_dir / "metrics.csv", text.getvalue().encode())
+    write_json({"history": history, **(extra or {})}, out_dir / "metrics.json")

@@ -1,0 +1,196 @@
+"""Training steps, batch -> loss: what one `zoo.training.loop.trainer.Trainer` step computes.
+
+`StepFn` is the type of a step (``step(model, batch) -> StepOutput``); `ClassificationStep`
+(cross-entropy, plus the model's auxiliary loss) and `DistillationStep` (the same, learning also
+from a frozen teacher) are the two the zoo ships. `forward_with_aux` is the one place that knows
+about routing/auxiliary losses. The batch helpers the steps and the evaluation loops share live
+here too: `split_batch` (inputs and targets) and `move_to_device`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass
+class StepOutput:
+    """What one step function returns: the loss to minimise, and optionally the logits and
+    targets (for accuracy) and extra scalars to log (averaged over the epoch). A loss without
+    autograd history means the step has set the parameters' ``.grad`` itself (contrastive
+    divergence, say); the Trainer then only logs it, and averages the gradients over processes."""
+
+    loss: torch.Tensor
+    logits: torch.Tensor | None = None
+    targets: torch.Tensor | None = None
+    logs: dict[str, torch.Tensor | float] = field(default_factory=dict)
+
+
+StepFn = Callable[[nn.Module, Any], StepOutput]
+
+
+def split_batch(batch: Any, *, other_batches: str = "Trainer(step_fn=...)") -> tuple[Any, torch.Tensor]:
+    """(inputs, targets) from an ``(x, y)`` pair, a dict with ``labels``/``label``/``y``
+    (the rest are the model's keyword inputs), or a PyG batch (the batch itself and ``.y``):
+    the one batch layout the steps, the evaluation report and post-training share.
+    ``other_batches`` names, in the error, what the caller takes for other layouts."""
+    if isinstance(batch, (tuple, list)) and len(batch) == 2:
+        return batch[0], batch[1]
+    if isinstance(batch, Mapping):
+        key = next((k for k in ("labels", "label", "y") if k in batch), None)
+        if key is not None:
+            return {k: v for k, v in batch.items() if k != key}, batch[key]
+    elif getattr(batch, "y", None) is not None:
+        return batch, batch.y
+    raise TypeError(
+        f"cannot find the targets in a batch of type {type(batch).__name__}: expected (inputs, targets), "
+        f"a dict with 'labels', or a PyG batch with .y; pass {other_batches} for other batches"
+    )
+
+
+def move_to_device(batch: Any, device: torch.device, *, non_blocking: bool = False, channels_last: bool = False) -> Any:
+    """``batch`` with every tensor on ``device``: tensors, (nested) tuples/lists/dicts, and
+    objects with a ``.to`` method (PyG ``Data``/``Batch``); anything else is returned as is.
+    ``non_blocking`` copies asynchronously (from pinned memory); ``channels_last`` puts 4-d
+    floating-point tensors (image batches) in NHWC memory format."""
+    if isinstance(batch, torch.Tensor):
+        batch = batch.to(device, non_blocking=non_blocking)
+        if channels_last and batch.ndim == 4 and batch.is_floating_point():
+            batch = batch.contiguous(memory_format=torch.channels_last)
+        return batch
+    if isinstance(batch, Mapping):
+        return {
+            k: move_to_device(v, device, non_blocking=non_blocking, channels_last=channels_last)
+            for k, v in batch.items()
+        }
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(
+            move_to_device(v, device, non_blocking=non_blocking, channels_last=channels_last) for v in batch
+        )
+    if hasattr(batch, "to"):  # PyG Data/Batch and similar containers
+        return batch.to(device, non_blocking=True) if non_blocking else batch.to(device)
+    return batch
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The model inside DistributedDataParallel and torch.compile wrappers (FSDP2 wraps none)."""
+    while True:
+        if isinstance(model, nn.parallel.DistributedDataParallel):
+            model = model.module
+        elif isinstance(getattr(model, "_orig_mod", None), nn.Module):  # torch.compile's OptimizedModule
+            model = model._orig_mod
+        else:
+            return model
+
+
+def forward_with_aux(
+    model: nn.Module, inputs: Any
+) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, torch.Tensor]]:
+    """(logits, aux_loss or None, logs) of ``model`` on ``inputs``: the one place that knows
+    about auxiliary losses. ``model(x)`` returns logits; a model whose ``forward`` takes
+    ``return_aux`` (the MoE models) is called with ``return_aux=True`` and returns an object
+    with ``logits``, ``aux_loss`` and ``expert_fractions`` (share of token slots per expert,
+    [layers, experts], as `zoo.architectures.moe_transformer.MoEOutput`), logged per expert as
+    ``expert_load/<i>``, the mean over layers. The call goes through the wrappers (DDP,
+    torch.compile), so their hooks see it."""
+    takes_aux = "return_aux" in inspect.signature(unwrap_model(model).forward).parameters
+    kwargs = {"return_aux": True} if takes_aux else {}
+    output = model(**inputs, **kwargs) if isinstance(inputs, Mapping) else model(inputs, **kwargs)
+    if not takes_aux:
+        return output, None, {}
+    logs: dict[str, torch.Tensor] = {}
+    fractions = output.expert_fractions
+    if fractions.numel():
+        fractions = fractions.detach().float()
+        for i, value in enumerate(fractions.reshape(-1, fractions.shape[-1]).mean(0)):
+            logs[f"expert_load/{i}"] = value
+    return output.logits, output.aux_loss, logs
+
+
+@dataclass
+class ClassificationStep:
+    """Cross-entropy on the model's logits ([N, K], or [N, T, K] with targets [N, T] and
+    -100 for ignored positions), plus ``aux_loss_weight`` times the model's ``aux_loss``
+    (`forward_with_aux`)."""
+
+    label_smoothing: float = 0.0
+    aux_loss_weight: float = 1.0
+
+    def __call__(self, model: nn.Module, batch: Any) -> StepOutput:
+        inputs, targets = split_batch(batch)
+        logits, aux_loss, logs = self._logits_and_weighted_aux_loss(model, inputs)
+        loss = self._cross_entropy(logits, targets.reshape(-1)) + aux_loss
+        return StepOutput(loss, logits.detach(), targets, logs)
+
+    def _logits_and_weighted_aux_loss(
+        self, model: nn.Module, inputs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor | float, dict[str, Any]]:
+        """(logits, weighted aux loss or 0, logs) of ``model`` on ``inputs``."""
+        logits, aux_loss, logs = forward_with_aux(model, inputs)
+        if aux_loss is None:
+            return logits, 0.0, logs
+        logs["aux_loss"] = aux_loss.detach()
+        return logits, self.aux_loss_weight * aux_loss, logs
+
+    def _cross_entropy(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        flat_logits = logits.reshape(-1, logits.shape[-1]) if logits.ndim > 2 else logits
+        return F.cross_entropy(flat_logits.float(), targets, label_smoothing=self.label_smoothing)
+
+
+@dataclass
+class DistillationStep(ClassificationStep):
+    """Knowledge distillation from a frozen ``teacher`` run on the same (augmented) batch:
+    ``(1 - alpha)`` times the cross-entropy with the labels plus ``alpha`` times a loss against
+    the teacher's predictions, either its argmax labels ("hard", DeiT's hard distillation:
+    Touvron et al., 2021) or its distribution softened at ``temperature`` ("soft": KL
+    divergence times T², Hinton et al., 2015). ``teacher_input`` maps the student's inputs to
+    the teacher's (another normalisation); ``teacher_dtype`` runs the teacher under autocast to
+    it (bfloat16 for speed). Validation uses a plain `ClassificationStep`."""
+
+    teacher: nn.Module | None = None
+    alpha: float = 0.5
+    kind: Literal["hard", "soft"] = "hard"
+    temperature: float = 1.0
+    teacher_input: Callable[[Any], Any] | None = None
+    teacher_dtype: torch.dtype | None = None
+
+    def __post_init__(self) -> None:
+        if self.teacher is None:
+            raise ValueError("DistillationStep needs a teacher model, e.g. zoo.load('resnet56.fmnist')")
+        if not 0.0 <= self.alpha <= 1.0 or self.temperature <= 0 or self.kind not in ("hard", "soft"):
+            raise ValueError(
+                f"DistillationStep needs 0 <= alpha <= 1, temperature > 0 and kind 'hard' or 'soft'; got "
+                f"alpha={self.alpha}, temperature={self.temperature}, kind={self.kind!r}"
+            )
+        self.teacher.eval().requires_grad_(False)
+
+    def __call__(self, model: nn.Module, batch: Any) -> StepOutput:
+        inputs, targets = split_batch(batch)
+        logits, aux_loss, logs = self._logits_and_weighted_aux_loss(model, inputs)
+        targets_flat = targets.reshape(-1)
+        teacher_logits = self._teacher_logits(inputs, logits.device).reshape(-1, logits.shape[-1])
+        if self.kind == "hard":
+            distill = self._cross_entropy(logits, teacher_logits.argmax(-1).masked_fill(targets_flat == -100, -100))
+        else:
+            student = F.log_softmax(logits.reshape(-1, logits.shape[-1]).float() / self.temperature, dim=-1)
+            teacher = F.log_softmax(teacher_logits / self.temperature, dim=-1)
+            per_sample = F.kl_div(student, teacher, log_target=True, reduction="none").sum(-1)
+            valid = targets_flat != -100
+            distill = (per_sample * valid).sum() / valid.sum().clamp(min=1) * self.temperature**2
+        logs["distill_loss"] = distill.detach()
+        loss = (1 - self.alpha) * self._cross_entropy(logits, targets_flat) + self.alpha * distill + aux_loss
+        return StepOutput(loss, logits.detach(), targets, logs)
+
+    @torch.no_grad()
+    def _teacher_logits(self, inputs: Any, device: torch.device) -> torch.Tensor:
+        teacher = self.teacher.to(device)
+        inputs = self.teacher_input(inputs) if self.teacher_input else inputs
+        with torch.autocast(device.type, dtype=self.teacher_dtype, enabled=self.teacher_dtype is not None):
+            logits = teacher(**inputs) if isinstance(inputs, Mapping) else teacher(inputs)
+        return logits.float()

@@ -1,0 +1,443 @@
+"""One training loop for every model in the zoo: `Trainer` with a `TrainConfig`.
+
+The batch -> loss computation is a small pluggable function (`zoo.training.loop.steps.StepFn`):
+`ClassificationStep` by default (cross-entropy; a model's routing ``aux_loss`` is added, see
+`forward_with_aux`), `DistillationStep` (the same, learning also from a frozen teacher's
+predictions), or any function returning a `StepOutput`, e.g. a contrastive-divergence step
+for DBN pretraining that sets the gradients itself; all of them live in `zoo.training.loop.steps`.
+Everything else is shared: the epoch loop, mixed precision, accumulation, clipping, EMA and
+early stopping are here; its parts live beside it: `zoo.training.loop.train_config` (`TrainConfig` and
+its command-line options), `zoo.training.loop.optim` (parameter groups, optimizers, schedules),
+`zoo.training.loop.resume` (checkpoints, exact resume, the best weights; the file format is
+`zoo.training.loop.checkpoint`'s), `zoo.training.loop.run_logs` (train.log, TensorBoard, metrics.csv/json,
+curves), `zoo.training.loop.meter` (an epoch's loss and accuracy) and `zoo.training.loop.distributed`
+(the processes of torchrun, DDP or FSDP2).
+
+    trainer = Trainer(model, TrainConfig(epochs=10, lr=1e-3, precision="bf16", out_dir="run"))
+    trainer.fit(train_set, val_set)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.modules.batchnorm import _NormBase
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+from torch.utils.data import DataLoader, Dataset
+from tqdm.auto import tqdm
+
+from zoo.training.data.loaders import EpochSampler, ShardSampler, build_loader
+from zoo.training.loop.checkpoint import seed_everything
+from zoo.training.loop.distributed import gradient_sync, init_distributed, pick_device, use_fsdp, wrap_model
+from zoo.training.loop.meter import EpochMeter, count_correct, count_samples, take_first_samples
+from zoo.training.loop.optim import make_optimizer, make_scheduler, param_groups
+from zoo.training.loop.resume import Checkpointing, TrainState
+from zoo.training.loop.run_logs import RunLogs, check_finite
+from zoo.training.loop.steps import ClassificationStep, StepFn, StepOutput, move_to_device
+from zoo.training.loop.train_config import SCHEDULERS, TrainConfig
+
+__all__ = ["SCHEDULERS", "TrainConfig", "TrainState", "Trainer", "param_groups"]
+
+log = logging.getLogger(__name__)
+
+
+class Trainer(Checkpointing):
+    """Trains ``model`` with ``config``; ``step_fn(model, batch) -> StepOutput`` computes
+    the loss (default: `ClassificationStep`; it receives the model as wrapped for DDP/FSDP),
+    ``eval_step_fn`` the validation one (default: a plain `ClassificationStep` for classification
+    and distillation steps, else ``step_fn`` itself),
+    ``lr_scale(name)`` multiplies each parameter's learning rate (see `param_groups`).
+
+    Frozen normalisation layers (all parameters requires_grad=False) stay in eval mode while
+    training, so their running statistics stay those of the pretrained weights.
+    Under ``torchrun`` the model is wrapped in DistributedDataParallel (or FSDP2 with
+    ``distributed="fsdp"``) and each process reads its shard of every epoch.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        config: TrainConfig | None = None,
+        *,
+        step_fn: StepFn | None = None,
+        eval_step_fn: StepFn | None = None,
+        lr_scale: Callable[[str], float] | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+    ) -> None:
+        self.config = cfg = config or TrainConfig()
+        self.step_fn = step_fn or ClassificationStep(label_smoothing=cfg.label_smoothing)
+        if eval_step_fn is None and isinstance(self.step_fn, ClassificationStep):  # its subclasses too
+            eval_step_fn = ClassificationStep(aux_loss_weight=self.step_fn.aux_loss_weight)
+        self.eval_step_fn = eval_step_fn or self.step_fn
+        self.collate_fn = collate_fn
+        self.rank, self.world_size, local_rank = init_distributed()
+        self.device = pick_device(cfg.device, local_rank)
+        if cfg.precision == "fp16" and self.device.type != "cuda":
+            raise ValueError("precision='fp16' needs a CUDA device (it uses a GradScaler); use 'bf16' on CPU")
+        self.out_dir = Path(cfg.out_dir) if cfg.out_dir else None
+        self.is_main = self.rank == 0
+        self._place_model(model)
+        # after wrapping: FSDP replaces the parameters with sharded ones
+        groups = param_groups(model, cfg.lr, cfg.weight_decay, lr_scale)
+        self.optimizer = make_optimizer(groups, cfg, fused=self.device.type == "cuda" and not self.fsdp)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
+        self.scheduler: Any = None
+        self.state = TrainState()
+        self._ticked: float | None = None  # perf_counter of the last `_tick`, while `fit` runs
+        self._meter = EpochMeter()
+        self._best_state: dict[str, torch.Tensor] | None = None
+        self.logs = RunLogs(cfg, self.out_dir, log)
+        self.monitor = self._monitor_name(has_val=False)
+        self._data_signature: dict[str, int] | None = None
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def _place_model(self, model: nn.Module) -> None:
+        """Put ``model`` on the device (NHWC, gradient checkpointing, compiled as asked), start
+        its EMA, and wrap it for DDP or FSDP: ``self.model`` stays the bare module, whose state
+        dict is what checkpoints hold; ``self.wrapped`` is what the steps call."""
+        cfg = self.config
+        model.to(self.device)
+        if cfg.channels_last:
+            model.to(memory_format=torch.channels_last)
+        if cfg.grad_checkpointing:
+            if not hasattr(model, "set_grad_checkpointing"):
+                raise ValueError(f"{type(model).__name__} has no set_grad_checkpointing(); turn grad_checkpointing off")
+            model.set_grad_checkpointing(True)
+        self.model = model
+        self.fsdp = use_fsdp(model, cfg.distributed, self.world_size)
+        if self.fsdp and cfg.ema_decay is not None:
+            raise ValueError("ema_decay is not supported with FSDP (the EMA would hold a full copy per process)")
+        self.ema = (
+            AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema_decay), use_buffers=True)
+            if cfg.ema_decay is not None
+            else None
+        )
+        if cfg.compile:
+            model.compile(backend=cfg.compile_backend)
+        self.wrapped = wrap_model(model, self.world_size, self.fsdp, self.device, cfg.find_unused_parameters)
+
+    def _monitor_name(self, has_val: bool) -> str:
+        """The metric that picks the best epoch: the config's, else val_acc for classifiers,
+        val_loss for other steps, train_loss without validation data."""
+        if self.config.monitor:
+            return self.config.monitor
+        if not has_val:
+            return "train_loss"
+        return "val_acc" if isinstance(self.eval_step_fn, ClassificationStep) else "val_loss"
+
+    # -- training ------------------------------------------------------------------------------
+
+    def train_step(self, micro_batches: Sequence[Any]) -> list[StepOutput]:
+        """One optimizer step on the gradients accumulated over ``micro_batches`` (each one's
+        loss divided by their number, so k micro-batches of n give the gradient of one batch
+        of k*n; exactly so when no layer uses batch statistics, i.e. BatchNorm frozen or absent).
+        The gradients stay in ``.grad`` until the next step."""
+        cfg = self.config
+        self.optimizer.zero_grad(set_to_none=True)
+        outputs = []
+        manual = False
+        for i, batch in enumerate(micro_batches):
+            last = i == len(micro_batches) - 1
+            batch = move_to_device(
+                batch, self.device, non_blocking=self._pin_memory(), channels_last=self.config.channels_last
+            )
+            with gradient_sync(self.wrapped, last, self.world_size, self.fsdp), self._autocast():
+                out = self.step_fn(self.wrapped, batch)
+            if out.loss.requires_grad:
+                self.scaler.scale(out.loss / len(micro_batches)).backward()
+            else:
+                manual = True
+            outputs.append(out)
+            self._meter.update(out.loss, count_samples(batch), *count_correct(out), out.logs)
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        if manual:
+            self._check_manual_gradients(len(micro_batches), params)
+        if cfg.clip_grad_norm is not None:
+            self.scaler.unscale_(self.optimizer)
+            norm = torch.nn.utils.clip_grad_norm_(params, cfg.clip_grad_norm)
+            outputs[-1].logs["grad_norm"] = norm.detach()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        if self.scheduler is not None and not isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            self.scheduler.step()
+        if self.ema is not None:
+            self.ema.update_parameters(self.model)
+        self.state.global_step += 1
+        return outputs
+
+    def _check_manual_gradients(self, num_micro_batches: int, params: list[torch.Tensor]) -> None:
+        """Steps that set ``.grad`` themselves: one micro-batch per step (they overwrite, not
+        add), no fp16 scaling, and the gradients averaged over DDP processes by hand."""
+        if num_micro_batches > 1:
+            raise ValueError(
+                "this step sets the gradients itself (its loss has no autograd history), so it cannot "
+                "accumulate micro-batches: use accum_steps=1"
+            )
+        if self.config.precision == "fp16" or self.fsdp:
+            raise ValueError("a step that sets the gradients itself works in fp32/bf16 and with DDP, not fp16 or FSDP")
+        if self.world_size > 1:
+            for param in params:
+                if param.grad is not None:
+                    dist.all_reduce(param.grad)
+                    param.grad /= self.world_size
+
+    def fit(self, train_set: Dataset, val_set: Dataset | None = None) -> list[dict[str, float]]:
+        """Train for ``config.epochs`` (or ``max_steps``), evaluating ``val_set`` after each
+        epoch; returns the history (one dict of metrics per epoch)."""
+        cfg = self.config
+        if len(train_set) == 0:
+            raise ValueError("the training set is empty")
+        epochs = self._epochs(train_set)
+        self.monitor = self._monitor_name(val_set is not None)
+        self.scheduler = make_scheduler(self.optimizer, cfg, epochs.steps_per_epoch, epochs.total_steps, self.monitor)
+        self._data_signature = {"samples": len(train_set), "batch_size": cfg.batch_size, "world_size": self.world_size}
+
+        resumed = self._resume_path()
+        if resumed is not None:
+            self.load_checkpoint(resumed)
+        else:
+            seed_everything(cfg.seed + self.rank)
+        self._ticked = time.perf_counter()
+        if self.out_dir is not None and self.is_main:
+            self.logs.open(resumed is not None, self.state.global_step)
+        profiler = self._profiler()
+
+        try:
+            state = self.state
+            while state.epoch < cfg.epochs and state.global_step < epochs.total_steps and not state.stopped_early:
+                elapsed, samples = self._train_epoch(epochs, profiler)
+                self._end_epoch(val_set, elapsed, samples)
+        finally:
+            self._ticked = None
+            if profiler is not None:
+                profiler.stop()
+            self.logs.close()
+        return self.state.history
+
+    def _loader(self, dataset: Dataset, sampler: Any, generator: torch.Generator, **options: Any) -> Any:
+        """A loader over ``dataset`` in this run's batch size, collation, workers and memory pinning."""
+        cfg = self.config
+        return build_loader(
+            dataset,
+            cfg.batch_size,
+            sampler=sampler,
+            collate_fn=self.collate_fn,
+            num_workers=cfg.num_workers,
+            pin_memory=self._pin_memory(),
+            generator=generator,
+            **options,
+        )
+
+    def _epochs(self, train_set: Dataset) -> _Epochs:
+        """The loader every epoch of a `fit` reads (this process's shard, reshuffled each epoch)
+        and the run's budget of optimizer steps."""
+        cfg = self.config
+        sampler = EpochSampler(train_set, num_replicas=self.world_size, rank=self.rank, seed=cfg.seed)
+        drop_last = len(sampler) >= cfg.batch_size  # avoid tiny last batches (BatchNorm needs >1 sample)
+        generator = torch.Generator()
+        loader = self._loader(
+            train_set, sampler, generator, persistent_workers=cfg.persistent_workers, drop_last=drop_last
+        )
+        steps_per_epoch = math.ceil(len(loader) / cfg.accum_steps)
+        total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
+        return _Epochs(loader, sampler, generator, steps_per_epoch, total_steps)
+
+    def _train_epoch(self, epochs: _Epochs, profiler: Any) -> tuple[float, int]:
+        """Train the current epoch (its rest, after a resume mid-epoch): optimizer steps over
+        groups of ``accum_steps`` micro-batches, logged every ``log_every`` steps and
+        checkpointed every ``checkpoint_every``; returns its wall time and samples."""
+        cfg, epoch, batches = self.config, self.state.epoch, len(epochs.loader)
+        epochs.sampler.set_epoch(epoch)
+        epochs.sampler.skip = self.state.batches_done * cfg.batch_size
+        epochs.generator.manual_seed(cfg.seed + epoch)  # worker seeds: a function of the epoch, not of a resume
+        if self.state.batches_done == 0:
+            self._meter = EpochMeter()
+        self.train_mode()
+        start = time.perf_counter()
+        samples_before = self._meter.samples
+        bar = tqdm(
+            total=batches,
+            initial=self.state.batches_done,
+            desc=f"epoch {epoch + 1}/{cfg.epochs}",
+            disable=not (cfg.progress and self.is_main),
+            leave=False,
+            dynamic_ncols=True,
+        )
+        group: list[Any] = []
+        for batch in epochs.loader:
+            group.append(batch)
+            consumed = self.state.batches_done + len(group)
+            if len(group) < cfg.accum_steps and consumed < batches:
+                continue
+            outputs = self.train_step(group)
+            self.state.batches_done = consumed
+            bar.update(len(group))
+            group = []
+            step = self.state.global_step
+            if step % cfg.log_every == 0 or step == epochs.total_steps:
+                self.logs.step(outputs, bar, step, self.optimizer.param_groups[0]["lr"])
+            if profiler is not None:
+                profiler.step()
+            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and consumed < batches:
+                self.save_checkpoint()
+            if step >= epochs.total_steps:
+                break
+        bar.close()
+        return time.perf_counter() - start, self._meter.samples - samples_before
+
+    def _end_epoch(self, val_set: Dataset | None, elapsed: float, samples: int) -> None:
+        """Measure the epoch just trained, judge it by ``monitor`` (best weights, plateau
+        schedule, early stopping), then checkpoint, log and print it."""
+        cfg, state = self.config, self.state
+        metrics = self._epoch_metrics(val_set, elapsed, samples)
+        value = metrics[self.monitor]
+        if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            self.scheduler.step(value)
+        self._judge_epoch(value)
+        state.history.append(metrics)
+        state.epoch += 1
+        state.batches_done = 0
+        if self.out_dir is not None:
+            self.save_checkpoint()
+            if self.is_main:
+                best = {"best_epoch": state.best_epoch, "best_metric": state.best_metric}
+                self.logs.epoch(state.history, {"monitor": self.monitor, **best, "stopped_early": state.stopped_early})
+        if cfg.progress and self.is_main:
+            shown = {k: v for k, v in metrics.items() if k in ("train_loss", "train_acc", "val_loss", "val_acc")}
+            summary = "  ".join(f"{k} {v:.4f}" for k, v in shown.items())
+            tqdm.write(f"epoch {state.epoch}/{cfg.epochs}  {summary}  {metrics['train_samples_per_s']:.0f} samples/s")
+        if state.stopped_early and self.is_main:
+            log.info("early stopping: %s did not improve for %d epochs", self.monitor, state.bad_epochs)
+
+    def _epoch_metrics(self, val_set: Dataset | None, elapsed: float, samples: int) -> dict[str, float]:
+        """The epoch's row of the history: training loss and accuracy over every process, speed,
+        the validation metrics, and the wall time so far; ``monitor`` must be among them."""
+        state = self.state
+        self._meter.reduce()
+        lr = self.optimizer.param_groups[0]["lr"]
+        metrics: dict[str, float] = {"epoch": state.epoch + 1, "step": state.global_step, "lr": lr}
+        metrics |= self._meter.result("train")
+        metrics["train_samples_per_s"] = samples * self.world_size / elapsed if elapsed > 0 else 0.0
+        metrics["epoch_time_s"] = elapsed
+        if val_set is not None:
+            metrics |= {f"val_{k}": v for k, v in self.evaluate(val_set).items()}
+        for key, name in (("train_loss", "training loss"), ("val_loss", "validation loss")):
+            if key in metrics:
+                check_finite(name, metrics[key], f"the end of epoch {state.epoch + 1}")
+        self._tick()
+        metrics["elapsed_s"] = state.elapsed_s
+        if self.monitor not in metrics:
+            raise ValueError(f"monitor {self.monitor!r} is not among the epoch's metrics: {', '.join(sorted(metrics))}")
+        return metrics
+
+    def _judge_epoch(self, value: float) -> None:
+        """``value`` of ``monitor`` improved (lower for losses): keep the weights as the best;
+        else count the epoch towards early stopping."""
+        state, patience = self.state, self.config.early_stopping_patience
+        minimize = "loss" in self.monitor
+        improved = state.best_metric is None or (value < state.best_metric if minimize else value > state.best_metric)
+        if improved:
+            state.best_metric, state.best_epoch, state.bad_epochs = value, state.epoch + 1, 0
+            self._keep_best(self._eval_model(), self.monitor, value)
+        else:
+            state.bad_epochs += 1
+            if patience is not None and state.bad_epochs >= patience:
+                state.stopped_early = True
+
+    @torch.no_grad()
+    def evaluate(self, dataset: Dataset, model: nn.Module | None = None) -> dict[str, float]:
+        """Mean loss (and accuracy for classifiers) over ``dataset``; the EMA weights when
+        ``ema_decay`` is set. Every process evaluates its shard and the sums are combined."""
+        cfg = self.config
+        model = model or self._eval_model()
+        sampler = ShardSampler(dataset, self.world_size, self.rank)
+        loader = self._loader(dataset, sampler, torch.Generator().manual_seed(cfg.seed))
+        was_training = model.training
+        model.eval()
+        meter, seen = EpochMeter(), 0
+        for batch in loader:
+            batch = move_to_device(
+                batch, self.device, non_blocking=self._pin_memory(), channels_last=self.config.channels_last
+            )
+            with self._autocast():
+                out = self.eval_step_fn(model, batch)
+            num = count_samples(batch)
+            valid = max(min(num, sampler.num_valid - seen), 0)  # padded repeats at the end don't count
+            seen += num
+            if valid < num:
+                out = take_first_samples(out, valid)
+            meter.update(out.loss, valid, *count_correct(out), out.logs)
+        meter.reduce()
+        if was_training:
+            self.train_mode(model)
+        result = meter.result("x")
+        return {k[2:]: v for k, v in result.items()}
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _eval_model(self) -> nn.Module:
+        """What evaluation runs: the EMA weights when kept, else the (FSDP-wrapped) model."""
+        if self.ema is not None:
+            return self.ema.module
+        return self.wrapped if self.fsdp else self.model
+
+    def train_mode(self, model: nn.Module | None = None) -> None:
+        """Put the model in training mode, except frozen normalisation layers (eval mode:
+        their running statistics don't move). `fit` calls it; call it before `train_step`."""
+        model = model or self.model
+        model.train()
+        for module in model.modules():
+            params = list(module.parameters(recurse=False))
+            if isinstance(module, _NormBase) and params and not any(p.requires_grad for p in params):
+                module.eval()
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        """Autocast to the config's bf16/fp16 precision (nothing for fp32)."""
+        precision = self.config.precision
+        if precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
+
+    def _pin_memory(self) -> bool:
+        """Pinned host memory for the loaders: the config's choice, else on with CUDA."""
+        return self.config.pin_memory if self.config.pin_memory is not None else self.device.type == "cuda"
+
+    def _profiler(self) -> Any:
+        """A started torch.profiler writing a few steps' trace to out_dir/profile (None unless asked)."""
+        if not self.config.profile:
+            return None
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        trace_dir = self.out_dir / "profile"
+        profiler = torch.profiler.profile(
+            activities=activities,
+            schedule=torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1),
+            on_trace_ready=torch.profiler.tensorboard_trace_handler(str(trace_dir), worker_name=f"rank{self.rank}"),
+            record_shapes=True,
+        )
+        profiler.start()
+        return profiler
+
+
+@dataclass
+class _Epochs:
+    """What every epoch of a `fit` reads (the loader, its sampler and the seed of its workers'
+    generator) and the run's budget of optimizer steps."""
+
+    loader: DataLoader
+    sampler: EpochSampler
+    generator: torch.Generator
+    steps_per_epoch: int
+    total_steps: int
