@@ -16,7 +16,7 @@ import torch.nn as nn
 from tqdm.auto import tqdm
 
 from zoo.devices import model_device
-from zoo.training.loop.curves import figure
+from zoo.training.loop.curves import figure, save_figure
 from zoo.training.loop.steps import move_to_device, split_batch
 
 if TYPE_CHECKING:
