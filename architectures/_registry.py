@@ -1,39 +1,87 @@
-"""The table of architecture builders, filled by `register_model` next to each builder.
+"""The one declaration of every architecture: `register_model` next to its builder, with the
+family traits (what it reads, its heads, int8, its twins in timm and Hugging Face...).
 
 A leaf, as timm's ``_registry``: model files import it and it imports nothing of zoo, so the
 weights side (`zoo.store.registry`) can read the table without the architectures reading
-anything back. The zoo's own architectures are also declared in `_families.ARCHS`, which the
-registry reads without importing the family modules; `register_model` records what a module
-actually registers (for user models it is the only record).
+anything back. So that ``zoo list`` and ``import zoo`` know every name without importing torch
+or a family, `ARCHS` is read from ``_index.json``, which is derived from the decorators
+(`write_index` writes it; ``tests/test_registry.py`` checks it is
+current), never edited by hand.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import json
 from collections.abc import Callable, Iterable
-from typing import Any
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
 
-from ._families import ArchSpec, Inputs
+from ._errors import InvalidArgumentError
 
+Inputs = Literal["images", "text", "graphs", "vectors"]
 ModelBuilder = Callable[..., Any]  # returns an nn.Module; torch is not imported here, to keep `zoo list` light
+INDEX_FILE = Path(__file__).with_name("_index.json")
+FAMILIES = ("resnet", "densenet", "mobilenet", "moe_transformer", "dbn", "graph")  # zoo's family modules
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    """One architecture: its builder's name, the family module that registers it, and its traits."""
+
+    name: str
+    module: str  # zoo.architectures.<module> registers the builder
+    inputs: Inputs = "images"  # images (N, C, H, W), token ids (N, L), PyG graph batches, vectors (N, D)
+    heads: tuple[str, ...] = ("classification",)  # the heads it can be built with, default first
+    int8: bool = False  # static int8 post-training quantization (PT2E, x86) applies: a CNN
+    finetune_head: str | None = None  # the head `zoo finetune` picks for data of its kind
+    finetune_example: str | None = None  # a name that fine-tunes on data of its kind, for error hints
+    timm_checkpoints: bool = False  # timm's model of the same name has the same state dict (hf-hub timm repos)
+    timm_names: dict[str, dict[str, Any]] = field(default_factory=dict)  # timm's other names -> options
+    hf_checkpoints: bool = False  # loads and exports Hugging Face Mixtral-format MoE checkpoints
+
 
 model_builders: dict[str, ModelBuilder] = {}
 registered_specs: dict[str, ArchSpec] = {}  # what register_model was told, by name
 
 
-def register_model(
-    fn: ModelBuilder | None = None, *, heads: Iterable[str] = ("classification",), inputs: Inputs = "images"
-):
-    """Register a model builder under its function name; use bare or with ``heads=`` (the heads
-    it can be built with, default first) and ``inputs=`` (what it reads: images (N, C, H, W),
-    token ids (N, L), PyG graph batches, or feature vectors (N, D))."""
+def register_model(fn: ModelBuilder | None = None, *, heads: Iterable[str] = ("classification",), **traits: Any):
+    """Register a model builder under its function name; use bare or with its traits as keywords
+    (`ArchSpec`'s fields: ``heads=`` the heads it can be built with, default first; ``inputs=``
+    what it reads: images (N, C, H, W), token ids (N, L), PyG graph batches, or vectors (N, D))."""
+    unknown = set(traits) - {f.name for f in dataclasses.fields(ArchSpec)} - {"name", "module"}
+    if unknown:
+        raise InvalidArgumentError(f"register_model got unknown traits {sorted(unknown)}; see ArchSpec's fields")
 
     def register(builder: ModelBuilder) -> ModelBuilder:
         name = builder.__name__
         if name in model_builders:
-            raise ValueError(f"model {name!r} is registered twice")
+            raise InvalidArgumentError(f"model {name!r} is registered twice")
         model_builders[name] = builder
         module = builder.__module__.removeprefix("zoo.architectures.")
-        registered_specs[name] = ArchSpec(name, module, inputs=inputs, heads=tuple(heads))
+        registered_specs[name] = ArchSpec(name, module, heads=tuple(heads), **traits)
         return builder
 
     return register(fn) if fn is not None else register
+
+
+def read_index() -> dict[str, ArchSpec]:
+    """zoo's own architectures as their decorators declare them, from the derived index."""
+    rows = json.loads(INDEX_FILE.read_text())
+    return {row["name"]: ArchSpec(**{**row, "heads": tuple(row["heads"])}) for row in rows}
+
+
+def derive_index() -> list[dict[str, Any]]:
+    """The index's rows: every family module imported, each builder's recorded spec."""
+    for family in FAMILIES:
+        importlib.import_module(f"{__package__}.{family}")
+    specs = [s for s in registered_specs.values() if s.module in FAMILIES]
+    return [dataclasses.asdict(s) for s in sorted(specs, key=lambda s: s.name)]
+
+
+def write_index() -> Path:
+    """Write ``_index.json`` anew from the decorators (after adding or changing an architecture)."""
+    INDEX_FILE.write_text(json.dumps(derive_index(), indent=1) + "\n")
+    return INDEX_FILE

@@ -440,7 +440,7 @@ class DBN(LinearClassifier, nn.Module):
         return x
 
 
-@register_model(inputs="vectors")
+@register_model(inputs="vectors", finetune_example="dbn.digits")
 def dbn(sizes: Sequence[int] = (784, 500, 500, 2000), **kwargs: Any) -> DBN:
     """Deep belief net with layer ``sizes`` (visible first); the default is Hinton, Osindero &
     Teh's (2006) MNIST net, 784-500-500-2000 (without its label units: a 10-way head instead)."""

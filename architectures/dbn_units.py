@@ -19,7 +19,7 @@ def check_visible_input(x: torch.Tensor, num_visible: int, name: str, dtype: tor
     ``dtype``, another floating dtype raises an `InputDTypeError` (a ValueError and a
     TypeError) that names it (`check_input_dtype`)."""
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} expects a torch.Tensor of shape (N, {num_visible}); got {type(x).__name__}")
+        raise InvalidArgumentError(f"{name} expects a torch.Tensor of shape (N, {num_visible}); got {type(x).__name__}")
     expected = f"{name} expects input of shape (N, {num_visible}) or images (N, C, H, W) with C*H*W = {num_visible}"
     got = tuple(x.shape)
     if not torch.is_floating_point(x):
@@ -34,7 +34,7 @@ def check_visible_input(x: torch.Tensor, num_visible: int, name: str, dtype: tor
     if x.ndim >= 3 and math.prod(x.shape[1:]) == num_visible:
         return x.flatten(1)
     hint = "; add a batch dimension with x.unsqueeze(0)" if x.ndim == 1 and x.shape[0] == num_visible else ""
-    raise ValueError(f"{expected}; got shape {got}{hint}")
+    raise InvalidArgumentError(f"{expected}; got shape {got}{hint}")
 
 
 def bernoulli(p: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:

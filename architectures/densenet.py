@@ -338,44 +338,44 @@ class DenseNet(FeatureLevels, PooledLinearClassifier, nn.Module):
 _CIFAR_DEFAULTS = dict(stem="cifar", num_classes=10)
 
 
-@register_model
+@register_model(int8=True, timm_checkpoints=True)
 def densenet121(**kwargs: Any) -> DenseNet:
     """DenseNet-121 (Huang et al., 2017): growth 32, blocks (6, 12, 24, 16); torchvision layout."""
     return DenseNet(32, (6, 12, 24, 16), 64, name="densenet121", **kwargs)
 
 
-@register_model
+@register_model(int8=True, timm_checkpoints=True)
 def densenet161(**kwargs: Any) -> DenseNet:
     """DenseNet-161: growth 48, blocks (6, 12, 36, 24), 96 stem channels; torchvision layout."""
     return DenseNet(48, (6, 12, 36, 24), 96, name="densenet161", **kwargs)
 
 
-@register_model
+@register_model(int8=True, timm_checkpoints=True)
 def densenet169(**kwargs: Any) -> DenseNet:
     """DenseNet-169: growth 32, blocks (6, 12, 32, 32); torchvision layout."""
     return DenseNet(32, (6, 12, 32, 32), 64, name="densenet169", **kwargs)
 
 
-@register_model
+@register_model(int8=True, timm_checkpoints=True)
 def densenet201(**kwargs: Any) -> DenseNet:
     """DenseNet-201: growth 32, blocks (6, 12, 48, 32); torchvision layout."""
     return DenseNet(32, (6, 12, 48, 32), 64, name="densenet201", **kwargs)
 
 
-@register_model
+@register_model(int8=True)
 def densenet_bc_100(**kwargs: Any) -> DenseNet:
     """CIFAR DenseNet-BC, depth 100, growth 12 (Huang et al., 2017, table 2): 3 blocks of
     16 bottleneck layers, 0.8M params."""
     return DenseNet(12, (16, 16, 16), 24, name="densenet_bc_100", **{**_CIFAR_DEFAULTS, **kwargs})
 
 
-@register_model
+@register_model(int8=True)
 def densenet_bc_40(**kwargs: Any) -> DenseNet:
     """CIFAR DenseNet-BC, depth 40, growth 12: 3 blocks of 6 bottleneck layers, 0.19M params."""
     return DenseNet(12, (6, 6, 6), 24, name="densenet_bc_40", **{**_CIFAR_DEFAULTS, **kwargs})
 
 
-@register_model
+@register_model(int8=True)
 def sedensenet_bc_100(**kwargs: Any) -> DenseNet:
     """CIFAR DenseNet-BC-100 with a squeeze-excite gate (reduction 16) at the end of each dense block."""
     return DenseNet(12, (16, 16, 16), 24, se_ratio=1 / 16, name="sedensenet_bc_100", **{**_CIFAR_DEFAULTS, **kwargs})

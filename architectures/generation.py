@@ -152,7 +152,7 @@ def _allocate_cache(
     except (RuntimeError, MemoryError) as error:
         config, itemsize = model.config, model.embed_tokens.weight.element_size()
         size = 2 * config.num_layers * batch * config.num_kv_heads * max_length * config.attention_head_dim * itemsize
-        raise ValueError(
+        raise InvalidArgumentError(
             f"the key/value cache for {batch} x {max_length} positions ({size / 2**30:.1f} GiB) does not fit in "
             f"memory: ask for fewer new tokens (max_new_tokens={max_new_tokens}) or a smaller batch"
         ) from error
@@ -241,12 +241,12 @@ def _check_prompt(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
             else "start from a beginning-of-sequence token, e.g. zoo.tokenizer.ByteTokenizer's "
             "bos_token_id: torch.full((N, 1), tokenizer.bos_token_id)"
         )
-        raise ValueError(
+        raise InvalidArgumentError(
             f"generate needs a prompt of at least one token (input_ids of shape (N, L), L >= 1), "
             f"got shape {tuple(input_ids.shape)}; {start}"
         )
     if attention_mask is not None and input_ids.numel() and not attention_mask[:, -1].bool().all():
-        raise ValueError(
+        raise InvalidArgumentError(
             "generate continues every prompt from its last column, so the attention_mask must pad on the "
             "left (its last column all 1); got a row that ends in padding: pad prompts on the left, e.g. "
             "zoo.tokenizer.ByteTokenizer()(texts, padding_side='left')"

@@ -64,7 +64,9 @@ class AddTriangles(BaseTransform):
     def forward(self, data: Data) -> Data:
         n = data.num_nodes
         if n is None or data.edge_index is None:
-            raise ValueError("AddTriangles needs data.edge_index and a known number of nodes (data.num_nodes)")
+            raise InvalidArgumentError(
+                "AddTriangles needs data.edge_index and a known number of nodes (data.num_nodes)"
+            )
         data.triangle_index = triangles(data.edge_index, n)
         return data
 
@@ -76,7 +78,9 @@ class AddTriangles(BaseTransform):
         for first in range(0, len(graphs), chunk):
             part = [copy.copy(data) for data in graphs[first : first + chunk]]
             if any(data.num_nodes is None or data.edge_index is None for data in part):
-                raise ValueError("AddTriangles needs data.edge_index and a known number of nodes (data.num_nodes)")
+                raise InvalidArgumentError(
+                    "AddTriangles needs data.edge_index and a known number of nodes (data.num_nodes)"
+                )
             offsets = torch.tensor([0] + [data.num_nodes for data in part]).cumsum(0)
             union = torch.cat([data.edge_index + offset for data, offset in zip(part, offsets.tolist())], dim=1)
             found = triangles(union, int(offsets[-1]))  # columns sorted, so grouped by graph
@@ -282,16 +286,16 @@ class GIN(LinearClassifier, nn.Module):
         indices this model was built for, rather than a shape error deep inside PyG."""
         expected = f"{self.name} expects a torch_geometric Data/Batch with x [num_nodes, {self.in_channels}] and edge_index [2, E]"
         if not isinstance(data, Data) and not hasattr(data, "edge_index"):
-            raise TypeError(f"{expected}; got {type(data).__name__}")
+            raise InvalidArgumentError(f"{expected}; got {type(data).__name__}")
         x = data.x
         if x is None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{expected}; data.x is None: add node features, e.g. torch_geometric.transforms.Constant()"
             )
         if x.dim() != 2:
-            raise ValueError(f"{expected}; got x of shape {tuple(x.shape)}")
+            raise InvalidArgumentError(f"{expected}; got x of shape {tuple(x.shape)}")
         if x.size(1) != self.in_channels:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{expected}; got x of shape {tuple(x.shape)}: load the model with "
                 f"in_channels={x.size(1)} (dataset.num_features)"
             )
@@ -300,12 +304,12 @@ class GIN(LinearClassifier, nn.Module):
         )
         if data.edge_index is None or data.edge_index.dim() != 2 or data.edge_index.size(0) != 2:
             shape = None if data.edge_index is None else tuple(data.edge_index.shape)
-            raise ValueError(f"{expected}; got edge_index of shape {shape}")
+            raise InvalidArgumentError(f"{expected}; got edge_index of shape {shape}")
         if self.edge_dim is not None:
             edge_attr = data.edge_attr
             if edge_attr is None or edge_attr.dim() != 2 or edge_attr.size(1) != self.edge_dim:
                 shape = None if edge_attr is None else tuple(edge_attr.shape)
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"{self.name} was built with edge_dim={self.edge_dim}: data.edge_attr must be "
                     f"[E, {self.edge_dim}], got {shape}"
                 )
@@ -318,7 +322,7 @@ class GIN(LinearClassifier, nn.Module):
                 "data.edge_attr",
             )
         if self.needs_triangles and getattr(data, "triangle_index", None) is None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{self.name} uses the triangle readout, which needs data.triangle_index: apply the AddTriangles "
                 "transform (from zoo.architectures.graph), e.g. dataset = TUDataset(root, name, "
                 "pre_transform=AddTriangles()), or load the model with triangle=False"
@@ -375,20 +379,20 @@ def _build(name: str, readout: str, defaults: dict[str, Any], kwargs: dict[str, 
     return GIN(readout=readout, readout_kwargs=readout_kwargs, name=name, **model_kwargs)
 
 
-@register_model(heads=GRAPH_HEADS, inputs="graphs")
+@register_model(inputs="graphs", heads=GRAPH_HEADS, finetune_head="graph_classification")
 def gin_sum(**kwargs: Any) -> GIN:
     """GIN with jumping knowledge and sum readout (Xu et al., 2019): the first-order baseline."""
     return _build("gin_sum", "sum", {}, kwargs)
 
 
-@register_model(heads=GRAPH_HEADS, inputs="graphs")
+@register_model(inputs="graphs", heads=GRAPH_HEADS, finetune_head="graph_classification")
 def gin_sopool(**kwargs: Any) -> GIN:
     """GIN with SOPool's bilinear second-order readout (Wang & Ji, 2020); ``out_channels=32``
     gives 32^2 = 1024 graph features."""
     return _build("gin_sopool", "second_order", {}, kwargs)
 
 
-@register_model(heads=GRAPH_HEADS, inputs="graphs")
+@register_model(inputs="graphs", heads=GRAPH_HEADS, finetune_head="graph_classification", finetune_example="gin3")
 def gin3(**kwargs: Any) -> GIN:
     """GIN with third-order pooling: moment (rank 32) and triangle (32 channels) parts. The
     triangle part needs ``AddTriangles`` on the data; ``triangle=False`` or ``moment=False``

@@ -173,7 +173,7 @@ class ThirdOrderPooling(Aggregation):
         phi = self.phi
         if phi is not None:  # the triangle part
             if triangle_index is None:
-                raise ValueError(
+                raise InvalidArgumentError(
                     "ThirdOrderPooling(triangle=True) needs triangle_index, the [3, T] node indices of each "
                     "triangle: apply the AddTriangles transform to the data (e.g. dataset transform or "
                     "pre_transform=AddTriangles()) and pass triangle_index=data.triangle_index"
@@ -211,7 +211,7 @@ def _check_triangles(x: Tensor, triangle_index: Tensor) -> None:
     node check reads a value from the tensor, so it steps aside under torch.compile and
     torch.export (a graph break, and a host sync, in the captured graph otherwise)."""
     if triangle_index.dim() != 2 or triangle_index.size(0) != 3 or triangle_index.dtype != torch.long:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"triangle_index must be a [3, T] int64 tensor of node indices (from AddTriangles), got "
             f"{triangle_index.dtype} of shape {tuple(triangle_index.shape)}"
         )
@@ -219,7 +219,7 @@ def _check_triangles(x: Tensor, triangle_index: Tensor) -> None:
         return
     largest = int(triangle_index.max())
     if largest >= x.size(0):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"triangle_index refers to node {largest} but x has {x.size(0)} nodes: "
             "was AddTriangles applied before the graphs were batched or changed?"
         )

@@ -56,9 +56,10 @@ class SqueezeExcite(nn.Module):
         return x * self.gate(scale)
 
 
-class InputDTypeError(TypeError, ValueError):
-    """An input tensor of the wrong dtype: a TypeError, and a ValueError like the models' other
-    input checks, so ``except ValueError`` around a model call catches every input problem."""
+class InputDTypeError(InvalidArgumentError):
+    """An input tensor of the wrong dtype: an `InvalidArgumentError` (so a TypeError, and a
+    ValueError like the models' other input checks: ``except ValueError`` around a model call
+    catches every input problem)."""
 
 
 _AUTOCAST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -131,20 +132,22 @@ def check_image_input(
     if is_capturing():
         return
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} expects a torch.Tensor of shape (N, {in_chans}, H, W); got {type(x).__name__}")
+        raise InvalidArgumentError(
+            f"{name} expects a torch.Tensor of shape (N, {in_chans}, H, W); got {type(x).__name__}"
+        )
     if not (x.ndim == 4 and x.shape[1] == in_chans and x.shape[2] >= min_size and x.shape[3] >= min_size):
         expected = f"{name} expects input of shape (N, {in_chans}, H, W) with H, W >= {min_size}"
         got = tuple(x.shape)
         if x.ndim != 4:
             single_image = x.ndim == 3 and x.shape[0] == in_chans  # (C, H, W): one image, no batch
             hint = "; add a batch dimension with x.unsqueeze(0)" if single_image else ""
-            raise ValueError(f"{expected}; got a {x.ndim}-D tensor of shape {got}{hint}")
+            raise InvalidArgumentError(f"{expected}; got a {x.ndim}-D tensor of shape {got}{hint}")
         if x.shape[1] != in_chans:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{expected}; got {got}: load the model with "
                 f"in_chans={x.shape[1]} or convert the images to {in_chans} channel{'s' if in_chans != 1 else ''}"
             )
-        raise ValueError(f"{expected}; got {got}: images must be at least {min_size}x{min_size} pixels")
+        raise InvalidArgumentError(f"{expected}; got {got}: images must be at least {min_size}x{min_size} pixels")
     if dtype is not None:
         check_input_dtype(x, dtype, name)
 

@@ -409,7 +409,7 @@ def _mobilenet_v3(
 _CIFAR_DEFAULTS = dict(small_input=True, num_classes=10)
 
 
-@register_model
+@register_model(int8=True, timm_names={"mobilenetv1_100": {}})
 def mobilenet_v1(**kwargs: Any) -> MobileNet:
     """MobileNetV1 (Howard et al., 2017): 13 depthwise-separable blocks, ReLU, 4.2M params;
     ``width_mult`` is the paper's alpha, ``se_ratio`` adds a squeeze-excite gate between each
@@ -417,38 +417,41 @@ def mobilenet_v1(**kwargs: Any) -> MobileNet:
     return _mobilenet_v1("mobilenet_v1", **kwargs)
 
 
-@register_model
+@register_model(
+    int8=True,
+    timm_names={"mobilenetv2_050": {"width_mult": 0.5}, "mobilenetv2_100": {}, "mobilenetv2_140": {"width_mult": 1.4}},
+)
 def mobilenet_v2(**kwargs: Any) -> MobileNet:
     """MobileNetV2 (Sandler et al., 2018); torchvision layout. ``se_ratio`` adds a
     squeeze-excite gate after each depthwise conv (no published weights have one)."""
     return _mobilenet_v2("mobilenet_v2", **kwargs)
 
 
-@register_model
+@register_model(int8=True, timm_names={"mobilenetv3_large_100": {}})
 def mobilenet_v3_large(**kwargs: Any) -> MobileNet:
     """MobileNetV3-Large (Howard et al., 2019); torchvision layout."""
     return _mobilenet_v3("mobilenet_v3_large", _V3_LARGE_BLOCKS, 1280, **kwargs)
 
 
-@register_model
+@register_model(int8=True, timm_names={"mobilenetv3_small_100": {}})
 def mobilenet_v3_small(**kwargs: Any) -> MobileNet:
     """MobileNetV3-Small (Howard et al., 2019); torchvision layout."""
     return _mobilenet_v3("mobilenet_v3_small", _V3_SMALL_BLOCKS, 1024, **kwargs)
 
 
-@register_model
+@register_model(int8=True)
 def mobilenet_v1_cifar(**kwargs: Any) -> MobileNet:
     """MobileNetV1 for 28-32 px images (``small_input``: total stride 8), 10 classes."""
     return _mobilenet_v1("mobilenet_v1_cifar", **{**_CIFAR_DEFAULTS, **kwargs})
 
 
-@register_model
+@register_model(int8=True)
 def mobilenet_v2_cifar(**kwargs: Any) -> MobileNet:
     """MobileNetV2 for 28-32 px images (``small_input``: total stride 8), 10 classes."""
     return _mobilenet_v2("mobilenet_v2_cifar", **{**_CIFAR_DEFAULTS, **kwargs})
 
 
-@register_model
+@register_model(int8=True)
 def mobilenet_v3_small_cifar(**kwargs: Any) -> MobileNet:
     """MobileNetV3-Small for 28-32 px images (``small_input``: total stride 8), 10 classes."""
     return _mobilenet_v3("mobilenet_v3_small_cifar", _V3_SMALL_BLOCKS, 1024, **{**_CIFAR_DEFAULTS, **kwargs})

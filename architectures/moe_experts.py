@@ -363,7 +363,9 @@ def load_balancing_loss(
 ) -> torch.Tensor:
     """The load-balancing loss of `routing_losses`, with transformers' signature."""
     if router_logits[0].shape[-1] != num_experts:
-        raise ValueError(f"router logits have {router_logits[0].shape[-1]} experts, not num_experts={num_experts}")
+        raise InvalidArgumentError(
+            f"router logits have {router_logits[0].shape[-1]} experts, not num_experts={num_experts}"
+        )
     return routing_losses(router_logits, top_k, token_mask)[0]
 
 

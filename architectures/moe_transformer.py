@@ -119,21 +119,23 @@ class MoETransformer(_MoEBody):
         is_tensor = isinstance(input_ids, torch.Tensor)
         if not is_tensor or input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
             got = input_ids.dtype if is_tensor else type(input_ids).__name__
-            raise ValueError(f"{expected}; got {got}: encode text with zoo.tokenizer.ByteTokenizer first")
+            raise InvalidArgumentError(f"{expected}; got {got}: encode text with zoo.tokenizer.ByteTokenizer first")
         if input_ids.ndim != 2:
             hint = "; add a batch dimension with x.unsqueeze(0)" if input_ids.ndim == 1 else ""
-            raise ValueError(f"{expected}; got a {input_ids.ndim}-D tensor of shape {tuple(input_ids.shape)}{hint}")
+            raise InvalidArgumentError(
+                f"{expected}; got a {input_ids.ndim}-D tensor of shape {tuple(input_ids.shape)}{hint}"
+            )
         # on accelerators the check would cost a host sync, and a tracer cannot branch on values
         if input_ids.device.type == "cpu" and input_ids.numel() and not is_tracing():
             low, high = input_ids.min().item(), input_ids.max().item()
             if low < 0 or high >= self.config.vocab_size:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"token ids must be in [0, {self.config.vocab_size}) (vocab_size), got ids in [{low}, {high}]"
                 )
         if attention_mask is not None:
             want = (input_ids.shape[0], past + input_ids.shape[1])
             if tuple(attention_mask.shape) != want:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"attention_mask must have shape {want} (batch, cached + new positions), "
                     f"got {tuple(attention_mask.shape)}"
                 )
@@ -150,7 +152,7 @@ class MoETransformer(_MoEBody):
         past = cache.length if cache is not None else 0
         self._check_input(input_ids, attention_mask, past)
         if cache is not None and past + input_ids.shape[1] > cache.max_length:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"the cache holds {cache.max_length} positions; {past} used, {input_ids.shape[1]} more given"
             )
         h = self.embed_tokens(input_ids)
@@ -189,7 +191,7 @@ class MoETransformer(_MoEBody):
         """Sequence features (N, hidden) of ``x``: the last real token (causal) or the mean over
         real tokens (encoder)."""
         if x.shape[1] == 0:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{self.name} with head 'sequence_classification' needs at least one token per sequence "
                 f"(input_ids of shape (N, L) with L >= 1); got {x.shape[1]} tokens"
             )
@@ -337,7 +339,7 @@ class MoEViT(PooledLinearClassifier, _MoEBody):
         first_conv = self.get_submodule(self.first_conv)
         check_image_input(x, self.in_chans, self.patch_size, self.name, first_conv.weight.dtype)
         if not is_capturing() and (x.shape[2] % self.patch_size or x.shape[3] % self.patch_size):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{self.name} expects image sides that are multiples of patch_size={self.patch_size}; "
                 f"got {tuple(x.shape)}"
             )
@@ -422,14 +424,20 @@ def _text_model(
     return MoETransformer(MoEConfig.from_kwargs(kwargs), head, num_classes, causal, drop_rate, name)
 
 
-@register_model(heads=TEXT_HEADS, inputs="text")
+@register_model(inputs="text", heads=TEXT_HEADS, finetune_head="sequence_classification", hf_checkpoints=True)
 def moe_lm(head: str = "lm", num_classes: int | None = None, drop_rate: float = 0.0, **kwargs: Any) -> MoETransformer:
     """Causal MoE language model (Mixtral architecture); defaults: 4 layers, hidden 256,
     8 experts of which 2 per token, byte-level vocabulary (zoo.tokenizer)."""
     return _text_model("moe_lm", True, head, num_classes, drop_rate, kwargs)
 
 
-@register_model(heads=("sequence_classification", "token_classification", "lm"), inputs="text")
+@register_model(
+    inputs="text",
+    heads=("sequence_classification", "token_classification", "lm"),
+    finetune_head="sequence_classification",
+    finetune_example="moe_encoder",
+    hf_checkpoints=True,
+)
 def moe_encoder(
     head: str = "sequence_classification", num_classes: int | None = None, drop_rate: float = 0.0, **kwargs: Any
 ) -> MoETransformer:

@@ -351,67 +351,67 @@ class ResNet(FeatureLevels, PooledLinearClassifier, nn.Module):
 _CIFAR_DEFAULTS = dict(stem="cifar", stage_channels=(16, 32, 64), num_classes=10)
 
 
-@register_model
+@register_model(int8=True, timm_checkpoints=True)
 def resnet18(**kwargs: Any) -> ResNet:
     """ResNet-18 (He et al., 2016); torchvision layout."""
     return ResNet(BasicBlock, (2, 2, 2, 2), name="resnet18", **kwargs)
 
 
-@register_model
+@register_model(int8=True, timm_checkpoints=True)
 def resnet34(**kwargs: Any) -> ResNet:
     """ResNet-34 (He et al., 2016); torchvision layout."""
     return ResNet(BasicBlock, (3, 4, 6, 3), name="resnet34", **kwargs)
 
 
-@register_model
+@register_model(int8=True, timm_checkpoints=True)
 def resnet50(**kwargs: Any) -> ResNet:
     """ResNet-50 V1.5 (stride on the 3x3 conv); torchvision layout."""
     return ResNet(Bottleneck, (3, 4, 6, 3), name="resnet50", **kwargs)
 
 
-@register_model
+@register_model(int8=True, timm_checkpoints=True)
 def resnet101(**kwargs: Any) -> ResNet:
     """ResNet-101 V1.5; torchvision layout."""
     return ResNet(Bottleneck, (3, 4, 23, 3), name="resnet101", **kwargs)
 
 
-@register_model
+@register_model(int8=True, timm_checkpoints=True)
 def resnet152(**kwargs: Any) -> ResNet:
     """ResNet-152 V1.5; torchvision layout."""
     return ResNet(Bottleneck, (3, 8, 36, 3), name="resnet152", **kwargs)
 
 
-@register_model
+@register_model(int8=True, timm_checkpoints=True)
 def resnext50_32x4d(**kwargs: Any) -> ResNet:
     """ResNeXt-50 (Xie et al., 2017), 32 groups of width 4; torchvision layout."""
     return ResNet(Bottleneck, (3, 4, 6, 3), groups=32, width_per_group=4, name="resnext50_32x4d", **kwargs)
 
 
-@register_model
+@register_model(int8=True, timm_checkpoints=True)
 def wide_resnet50_2(**kwargs: Any) -> ResNet:
     """Wide ResNet-50-2 (Zagoruyko & Komodakis, 2016): bottlenecks twice as wide; torchvision layout."""
     return ResNet(Bottleneck, (3, 4, 6, 3), width_per_group=128, name="wide_resnet50_2", **kwargs)
 
 
-@register_model
+@register_model(int8=True, timm_checkpoints=True)
 def seresnet50(**kwargs: Any) -> ResNet:
     """SE-ResNet-50 (Hu et al., 2018), reduction 16; timm's seresnet50 layout."""
     return ResNet(Bottleneck, (3, 4, 6, 3), se_ratio=1 / 16, name="seresnet50", **kwargs)
 
 
-@register_model
+@register_model(int8=True, finetune_example="resnet20.fmnist")
 def resnet20(**kwargs: Any) -> ResNet:
     """CIFAR ResNet-20 (He et al., 2016, sec. 4.2): 3 stages of 3 basic blocks, 0.27M params."""
     return ResNet(BasicBlock, (3, 3, 3), name="resnet20", **{**_CIFAR_DEFAULTS, **kwargs})
 
 
-@register_model
+@register_model(int8=True)
 def resnet56(**kwargs: Any) -> ResNet:
     """CIFAR ResNet-56 (He et al., 2016, sec. 4.2): 3 stages of 9 basic blocks, 0.85M params."""
     return ResNet(BasicBlock, (9, 9, 9), name="resnet56", **{**_CIFAR_DEFAULTS, **kwargs})
 
 
-@register_model
+@register_model(int8=True)
 def seresnet20(**kwargs: Any) -> ResNet:
     """CIFAR ResNet-20 with squeeze-excite (reduction 16, at least 8 channels as in timm)."""
     return ResNet(BasicBlock, (3, 3, 3), se_ratio=1 / 16, name="seresnet20", **{**_CIFAR_DEFAULTS, **kwargs})

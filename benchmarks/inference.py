@@ -150,7 +150,7 @@ def _peers(setup: Setup, batch: int) -> tuple[dict[str, Callable], dict[str, str
                 print(f"  {PEER_NAMES[name]}: not measured: {reason}")
                 continue
             start = time.perf_counter()
-            variants[PEER_NAMES[name]] = runtimes.build(name, setup.reference, example, calibration, conversion)
+            variants[PEER_NAMES[name]] = runtimes.build_runtime(name, setup.reference, example, calibration, conversion)
             seconds = time.perf_counter() - start
             what = "quantized" if name.endswith("-int8") else "exported" if runtime == "onnxruntime" else "converted"
             notes[PEER_NAMES[name]] = f"{what} in {seconds:.0f} s"

@@ -56,7 +56,7 @@ def main() -> None:
     served.mkdir()
     (served / f"resnet50-{hashlib.sha256(data).hexdigest()[:8]}.pth").write_bytes(data)
     server, base = _serve(served)
-    entry = registry.weight_info("resnet50.tv_in1k")
+    entry = registry.info("resnet50.tv_in1k")
     prefix = hashlib.sha256(data).hexdigest()[:8]
     registry.register_weights(dataclasses.replace(entry, url=f"{base}/resnet50-{prefix}.pth", sha256=prefix))
     zoo.load("resnet50.tv_in1k")  # warm zoo's cache: download, verify, convert to safetensors once

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 import zoo
 from zoo.training.data.builtin import load_fashion_mnist
-from zoo.training.data.loaders import EpochSampler
+from zoo.training.loop.loaders import EpochSampler
 from zoo.training.loop.trainer import TrainConfig, Trainer
 
 MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST training-set statistics

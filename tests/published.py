@@ -71,6 +71,6 @@ def publish(
         digest = hashlib.sha256(data).hexdigest()
         url = http_server.add(f"{name}/model.safetensors", data, headers={"X-Linked-Etag": f'"{digest}"'})
         sha256 = None
-    entry = dataclasses.replace(registry.weight_info(name), url=url, sha256=sha256)
+    entry = dataclasses.replace(registry.info(name), url=url, sha256=sha256)
     monkeypatch.setitem(registry._weights, name, entry)
     return entry

@@ -16,9 +16,11 @@ from hypothesis import strategies as st
 from published import publish
 
 import zoo
+from zoo.cli import bench as cli_bench
 from zoo.cli import main
 from zoo.deploy import bench
 from zoo.store import registry
+from zoo.training.recipes import publish as recipes_publish
 from zoo.training.recipes.publish import Provenance
 from zoo.training.recipes.publish import publish as publish_entry
 
@@ -83,7 +85,9 @@ def test_count_macs_matches_torchvisions_published_figure(builder, weights):
 def _measured(arch: str, model_kwargs: str, num_classes: int, crop: int | None) -> float | None:
     """One count per configuration (the V1 and V2 entries of an architecture share theirs):
     of the preprocessing, only the crop sets the input size."""
-    return bench.architecture_gmacs(arch, json.loads(model_kwargs), num_classes, {} if crop is None else {"crop": crop})
+    return recipes_publish.architecture_gmacs(
+        arch, json.loads(model_kwargs), num_classes, {} if crop is None else {"crop": crop}
+    )
 
 
 @pytest.mark.parametrize("name", zoo.list_models(pretrained=True))
@@ -129,12 +133,12 @@ def test_bench_times_cached_published_weights(http_server, monkeypatch):
         http_server, monkeypatch, "mobilenet_v3_small.tv_in1k", torchvision.models.mobilenet_v3_small().state_dict()
     )
     zoo.load("mobilenet_v3_small.tv_in1k")  # downloads it into the test's cache
-    (row,), skipped = bench.bench(bench.select(["mobilenet_v3_small.tv_in1k"]), [1], repeats=1)
+    (row,), skipped = cli_bench.measure_targets(bench.select(["mobilenet_v3_small.tv_in1k"]), [1], repeats=1)
     assert not skipped and row.weights == "cached" and row.top1 == 67.668 and row.infer_samples_per_sec > 0
 
 
 def test_an_architecture_name_is_timed_with_random_weights_at_its_default_entrys_input():
-    (row,), _ = bench.bench(bench.select(["resnet20"]), [1], repeats=1)
+    (row,), _ = cli_bench.measure_targets(bench.select(["resnet20"]), [1], repeats=1)
     assert row.weights == "random" and row.top1 is None and row.file_size_mb is None
     assert row.gmacs == zoo.info("resnet20").gmacs and row.input_shape == "1x28x28"
 
@@ -195,7 +199,7 @@ def test_optimized_speed_is_timed_and_its_precision_reported(monkeypatch):
     monkeypatch.setattr(
         bench, "optimize_model", lambda model, example_input: built.append(Counting(model)) or built[-1]
     )
-    rows, _ = bench.bench(bench.select(["dbn.fmnist"]), [1, 8], repeats=3, optimize=True)
+    rows, _ = cli_bench.measure_targets(bench.select(["dbn.fmnist"]), [1, 8], repeats=3, optimize=True)
     assert [counting.calls for counting in built] == [5, 5]
     for row in rows:
         assert row.optimized_precision == "int8" and row.optimized_samples_per_sec > 0

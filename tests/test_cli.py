@@ -129,16 +129,26 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
     assert capsys.readouterr().err.strip() == "zoo: interrupted"
 
 
-@pytest.mark.parametrize("stage", ["build_parser", "import_module"])
+@pytest.mark.parametrize("stage", ["build_parser", "handler_import"])
 def test_ctrl_c_while_modules_import_is_one_line_and_exit_130(monkeypatch, capsys, stage):
-    """Ctrl-C while the command's options are built or its modules (torch, training) import."""
+    """Ctrl-C while the command's options are built or its handler's module (torch, training) imports."""
+    import builtins
+
     from zoo.cli import parser
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    target = parser.importlib if stage == "import_module" else parser
-    monkeypatch.setattr(target, stage, interrupted)
+    if stage == "handler_import":
+        real_import = builtins.__import__
+
+        def importing(name, *args, **kwargs):
+            return interrupted() if name == "zoo.cli.commands" else real_import(name, *args, **kwargs)
+
+        monkeypatch.delitem(sys.modules, "zoo.cli.commands", raising=False)
+        monkeypatch.setattr(builtins, "__import__", importing)
+    else:
+        monkeypatch.setattr(parser, stage, interrupted)
     assert main(["finetune", "resnet20.fmnist", "--data", "d", "--out", "o"]) == 130
     assert capsys.readouterr().err.strip() == "zoo: interrupted"
 

@@ -23,7 +23,7 @@ from torch.utils.data import TensorDataset
 
 import zoo
 from zoo.training.data.kinds import TextBatches
-from zoo.training.data.loaders import EpochSampler, ShardSampler
+from zoo.training.loop.loaders import EpochSampler, ShardSampler
 from zoo.training.loop.steps import ClassificationStep, DistillationStep, StepOutput
 from zoo.training.loop.trainer import TrainConfig, Trainer, param_groups
 

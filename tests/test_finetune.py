@@ -17,8 +17,8 @@ from PIL import Image
 import zoo
 from zoo import cli
 from zoo.errors import CheckpointError, DataError, InvalidArgumentError
+from zoo.training.data.augment import Augment, image_transforms
 from zoo.training.data.kinds import open_data
-from zoo.training.data.loaders import Augment, image_transforms
 from zoo.training.finetune import (
     Distillation,
     FinetuneOptions,
@@ -648,7 +648,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], 
 @pytest.mark.parametrize(
     "point,calls",
     [
-        ("zoo.training.loop.resume.write_checkpoint", 2),  # training, after the first epoch's checkpoint
+        ("zoo.training.loop.trainer.write_checkpoint", 2),  # training, after the first epoch's checkpoint
         ("safetensors.torch.save_model", 1),  # writing the final model
         ("zoo.training.finetune.card.write_card", 1),  # the model saved, its card not written
         ("zoo.training.finetune.post_training.post_training", 1),  # the card written, the exports not

@@ -23,7 +23,7 @@ from timm.models._hub import save_for_hf
 import zoo
 from tests.published import randomize_batchnorm
 from zoo.errors import ChecksumError, InvalidArgumentError, WeightsNotFoundError
-from zoo.interop import hf_hub
+from zoo.interop import hf_hub, hub_names
 from zoo.store import registry
 
 COMMIT = "a" * 40
@@ -151,7 +151,7 @@ def test_architecture_zoo_lacks_is_refused_with_what_zoo_has(hf_cache, tmp_path,
 )
 def test_hub_names_parse_into_repo_and_revision(org, repo, revision):
     name = f"hf-hub:{org}/{repo}" + (f"@{revision}" if revision else "")
-    assert hf_hub.parse_hub_name(name) == hf_hub.HubRepo(f"{org}/{repo}", revision or "main")
+    assert hub_names.parse_hub_name(name) == hub_names.HubRepo(f"{org}/{repo}", revision or "main")
 
 
 @pytest.mark.parametrize("name", ["hf-hub:justarepo", "hf-hub:a/b/c", "hf-hub:a/b@", "hf-hub:/b"])

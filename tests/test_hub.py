@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 import zoo.store.download as hub
-import zoo.store.transfer as transfer
+import zoo.store.http_download as http_download
 from zoo.store.download import (
     ChecksumError,
     DownloadError,
@@ -391,7 +391,7 @@ def test_interrupted_download_leaves_nothing(http_server, zoo_home, monkeypatch)
         def update(self, n=1):
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(transfer, "tqdm", InterruptedBar)
+    monkeypatch.setattr(http_download, "tqdm", InterruptedBar)
     data = payload()
     url = http_server.add("w.bin", data)
     with pytest.raises(KeyboardInterrupt):

@@ -21,7 +21,7 @@ from zoo.cli import main
 from zoo.cli.parser import COMMANDS, build_parser
 from zoo.errors import InvalidArgumentError, TrainingDivergedError
 from zoo.training import demo
-from zoo.training.data.loaders import Augment
+from zoo.training.data.augment import Augment
 from zoo.training.finetune.distill import Distillation
 from zoo.training.finetune.options import FinetuneOptions, options_from_args
 from zoo.training.loop.train_config import TrainConfig, config_from_args

@@ -164,7 +164,7 @@ def test_zoo_bench_peers_prints_every_candidate_optimize_measured(monkeypatch, c
         wrapped.optimize_report = optimize_report.OptimizeReport("openvino-int8", 4.0, candidates, "AVX2", False, "cpu")
         return wrapped
 
-    monkeypatch.setattr(bench, "optimize_model", stand_in)
+    monkeypatch.setattr(bench, "optimize_model", stand_in)  # measure() runs it
     assert main(["bench", "dbn.fmnist", "--batch", "2", "--repeats", "1", "--peers"]) == 0
     lines = capsys.readouterr().out.splitlines()
     table = lines[lines.index("every candidate zoo.optimize measured") + 1 :]

@@ -1,17 +1,17 @@
-"""The registry knows every architecture without importing its family: the declarations in
-`zoo.architectures._families.ARCHS` must say what the family modules register, and the light
-commands must not import what they don't need."""
+"""The registry knows every architecture without importing its family: `zoo.architectures.ARCHS`
+is read from an index derived from the ``@register_model`` declarations (one per model), which
+must be current, and the light commands must not import what they don't need."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import subprocess
 import sys
 
 import pytest
 
-from zoo.architectures import ARCHS, model_builders, registered_specs
+from zoo.architectures import ARCHS, _registry, model_builders, register_model, registered_specs
+from zoo.errors import ZooError
 from zoo.store import registry
 
 HEAVY = (
@@ -31,14 +31,17 @@ HEAVY = (
 FAMILY_MODULES = sorted({spec.module for spec in ARCHS.values()})
 
 
-def test_declarations_equal_what_the_families_register() -> None:
-    for module in FAMILY_MODULES:
-        importlib.import_module(f"zoo.architectures.{module}")
+def test_the_index_is_derived_from_the_declarations() -> None:
+    """``_index.json`` is what the decorators say, field for field; after changing a declaration,
+    `zoo.architectures._registry.write_index()` writes it anew."""
+    assert json.loads(_registry.INDEX_FILE.read_text()) == json.loads(json.dumps(_registry.derive_index()))
     registered = {name: spec for name, spec in registered_specs.items() if spec.module in FAMILY_MODULES}
-    assert sorted(registered) == sorted(ARCHS)
-    for name, declared in ARCHS.items():
-        spec = registered[name]
-        assert (spec.module, spec.inputs, spec.heads) == (declared.module, declared.inputs, declared.heads), name
+    assert registered == ARCHS
+
+
+def test_a_declaration_takes_only_known_traits() -> None:
+    with pytest.raises(ZooError, match="unknown traits"):
+        register_model(int_8=True)
 
 
 def test_every_declared_builder_is_found_by_its_module() -> None:
@@ -90,3 +93,21 @@ def test_every_public_name_is_found() -> None:
         assert getattr(zoo, name) is not None
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         zoo.nothing  # noqa: B018
+
+
+def test_a_cold_cnn_load_imports_no_other_family_nor_the_hub() -> None:
+    """``zoo.load("resnet20.fmnist")`` in a fresh process: its own family only; the Hub, other
+    families, PyG, transformers and the inference runtimes stay unimported (lazy where they are used)."""
+    imported = _imported_after("import zoo; zoo.load('resnet20.fmnist')")
+    unwanted = {
+        "huggingface_hub",
+        "transformers",
+        "torch_geometric",
+        "onnx",
+        "onnxruntime",
+        "openvino",
+        "zoo.interop.hf_hub",
+        *(f"zoo.architectures.{family}" for family in FAMILY_MODULES if family != "resnet"),
+    }
+    assert "zoo.architectures.resnet" in imported
+    assert not unwanted & imported, sorted(unwanted & imported)

@@ -57,7 +57,7 @@ def test_a_finetune_resolves_once(calls: collections.Counter[str], tmp_path: Pat
 
 
 def test_the_sources(tmp_path: Path) -> None:
-    assert resolve("resnet20") == Registered("resnet20", "resnet20", registry.weight_info("resnet20.fmnist"))
+    assert resolve("resnet20") == Registered("resnet20", "resnet20", registry.info("resnet20.fmnist"))
     assert resolve("hf-hub:acme/model").repo.repo_id == "acme/model"
     assert isinstance(resolve("hf-hub:acme/model"), HubRepository)
     folder = zoo.save(zoo.load("resnet20.fmnist"), tmp_path / "saved")

@@ -17,7 +17,7 @@ from zoo.cli import main
 from zoo.errors import DataError, InvalidArgumentError
 from zoo.training import demo
 from zoo.training.finetune import FinetuneOptions, finetune
-from zoo.training.finetune.run_files import MANIFEST, Output, prepare
+from zoo.training.finetune.run_folder import MANIFEST, Output, prepare
 from zoo.training.loop.trainer import TrainConfig
 
 QUIET = dict(progress=False, tensorboard=False, plot=False)

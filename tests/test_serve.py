@@ -30,7 +30,8 @@ from tritonclient.utils import InferenceServerException
 import zoo
 import zoo.serve
 from zoo.cli.commands import run_predict
-from zoo.serve.config import ServeConfig
+from zoo.errors import InvalidArgumentError
+from zoo.serve.serve_options import ServeConfig
 from zoo.tokenizer import complete
 
 IMAGES, TEXT = "resnet20.fmnist", "moe_lm.stdlib"
@@ -318,6 +319,24 @@ def test_config_refuses_what_it_cannot_serve() -> None:
         zoo.serve.app("gin3.fmnist")
     with pytest.raises(ValueError, match="two models would be served under one name"):
         zoo.serve.app(IMAGES, IMAGES)
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"max_batchs": 4}, "zoo.serve.app has no option max_batchs; its options: device, "),
+        ({"models": (IMAGES,)}, "takes the models as positional arguments"),
+        ({"max_batch": "4"}, "max_batch must be a whole number, got '4'"),
+        ({"max_wait_ms": float("inf")}, "max_wait_ms must be a finite number"),
+        ({"threads": 1.5}, "threads must be a whole number"),
+        ({"api_key": 123}, "api_key must be a string or None"),
+        ({"max_queue": 0}, "max_queue must be 1 or more"),
+    ],
+)
+def test_options_a_user_gets_wrong_are_zoo_errors(options: dict[str, object], problem: str) -> None:
+    """Refused before any model loads, as an InvalidArgumentError (a TypeError and a ValueError)."""
+    with pytest.raises(InvalidArgumentError, match=re.escape(problem)):
+        zoo.serve.app(IMAGES, **options)
 
 
 def test_card_rendering_escapes_html_and_drops_foreign_addresses() -> None:

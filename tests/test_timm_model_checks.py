@@ -99,7 +99,7 @@ def test_headless_models_and_pre_logits_equal_timm(name):
     torch.manual_seed(0)
     theirs = randomize_batchnorm(timm.create_model(name, num_classes=0, global_pool="")).eval()
     ours = zoo.create_model(name, num_classes=0, global_pool="").eval()
-    same_weights = ARCHS[zoo.interop.timm.TIMM_NAMES.get(name, (name, {}))[0]].timm_checkpoints
+    same_weights = ARCHS[zoo.peers.timm.TIMM_NAMES.get(name, (name, {}))[0]].timm_checkpoints
     if same_weights:
         ours.load_state_dict(theirs.state_dict())
     assert (ours.num_features, ours.head_hidden_size) == (theirs.num_features, theirs.head_hidden_size)

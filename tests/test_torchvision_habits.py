@@ -293,7 +293,7 @@ def test_torch_hub_file_without_a_known_hash_is_not_used(http_server, zoo_home):
 
 def test_members_pickle_copy_and_unpickle_in_a_fresh_process():
     """torchvision's test_weights_copyable and test_weights_deserializable, and a process that
-    never asked for the enums (pickle finds each class by its name in zoo.interop.torchvision_models)."""
+    never asked for the enums (pickle finds each class by its name in zoo.peers.torchvision_models)."""
     members = [member for arch in ARCHS_WITH_WEIGHTS for member in zoo.get_model_weights(arch)]
     for member in members:
         assert copy.copy(member) is member and copy.deepcopy(member) is member

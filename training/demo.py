@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from zoo.errors import InvalidArgumentError
 from zoo.training import finetune, transfer
-from zoo.training.finetune.run_files import Output, prepare
+from zoo.training.finetune.run_folder import Output, prepare
 from zoo.training.loop.bounds import SEED_MAX, Bounds, count
 
 DEFAULT_WEIGHTS = "resnet20.fmnist"
@@ -38,7 +39,7 @@ def write_digits_folder(root: Path, per_class: int, eval_per_class: int, seed: i
     for label in range(10):
         indices = rng.permutation(np.flatnonzero(digits.target == label))
         if len(indices) <= per_class:
-            raise ValueError(f"digit {label} has {len(indices)} images: per_class must be below that")
+            raise InvalidArgumentError(f"digit {label} has {len(indices)} images: per_class must be below that")
         for split, chosen in ((train_dir, indices[:per_class]), (eval_dir, indices[per_class:][:eval_per_class])):
             folder = split / str(label)
             folder.mkdir(parents=True, exist_ok=True)

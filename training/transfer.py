@@ -24,7 +24,7 @@ from zoo.errors import InvalidArgumentError
 from zoo.loading.resolve import Registered, resolve
 from zoo.store.files import write_json
 from zoo.training.finetune import FinetuneResult, module_main, run
-from zoo.training.finetune.run_files import Output, prepare
+from zoo.training.finetune.run_folder import Output, prepare
 from zoo.training.loop.curves import plot_curves
 
 CURVES = ("train_loss", "val_loss", "train_acc", "val_acc")

@@ -21,12 +21,12 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "ByteTokenizer": "zoo.tokenizer",
     "WeightInfo": "zoo.store.registry",
-    "create_model": "zoo.interop.timm",
+    "create_model": "zoo.peers.timm",
     "export": "zoo.deploy.exporter",
     "export_hf": "zoo.interop.hf_export",
-    "get_model": "zoo.interop.torchvision_models",
-    "get_model_weights": "zoo.interop.torchvision_models",
-    "get_weight": "zoo.interop.torchvision_models",
+    "get_model": "zoo.peers.torchvision_models",
+    "get_model_weights": "zoo.peers.torchvision_models",
+    "get_weight": "zoo.peers.torchvision_models",
     "info": "zoo.store.registry",
     "list_models": "zoo.store.registry",
     "load": "zoo.loading.build",
@@ -61,18 +61,18 @@ if TYPE_CHECKING:
     from zoo.deploy.exporter import export
     from zoo.deploy.inference import optimize
     from zoo.interop.hf_export import export_hf
-    from zoo.interop.timm import create_model
-    from zoo.interop.torchvision_models import get_model, get_model_weights, get_weight
     from zoo.loading.build import load
     from zoo.loading.saved import save
     from zoo.loading.transforms import transforms
+    from zoo.peers.timm import create_model
+    from zoo.peers.torchvision_models import get_model, get_model_weights, get_weight
     from zoo.store.registry import WeightInfo, info, list_models
     from zoo.tokenizer import ByteTokenizer
 
 
 def __getattr__(name: str) -> Any:
     if name not in _PUBLIC:
-        raise AttributeError(f"module 'zoo' has no attribute {name!r}")
+        raise AttributeError(f"module 'zoo' has no attribute {name!r}")  # internal: PEP 562's __getattr__ protocol
     value = getattr(importlib.import_module(_PUBLIC[name]), name)
     globals()[name] = value  # once found, a plain attribute
     return value

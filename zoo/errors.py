@@ -11,9 +11,11 @@ from zoo.architectures._errors import InvalidArgumentError, ZooError  # the fami
 
 __all__ = [
     "CheckpointError",
+    "CheckpointNotFoundError",
     "ChecksumError",
     "ConfigFileError",
     "DataError",
+    "DataNotFoundError",
     "DownloadError",
     "InvalidArgumentError",
     "TrainingDivergedError",
@@ -37,12 +39,20 @@ class CheckpointError(ZooError, ValueError):
     """A training checkpoint that cannot be read or does not fit the run resuming from it."""
 
 
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """A checkpoint to resume from that is not where the user said it is."""
+
+
 class TrainingDivergedError(ZooError, FloatingPointError):
     """A training run whose loss became NaN or infinite; the message says what to change."""
 
 
 class DataError(ZooError, ValueError):
     """A user's data file or folder that cannot be read or used as it is."""
+
+
+class DataNotFoundError(DataError, FileNotFoundError):
+    """A data file, folder or data set that is not where the user (or the default) said it is."""
 
 
 class WeightsMismatchError(ZooError, ValueError):

@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import Dataset, default_collate
 
 from zoo.architectures.dbn import DBN
+from zoo.errors import DataError, InvalidArgumentError
 from zoo.training.belief_nets.contrastive import ArrayLike, visible_data
 from zoo.training.loop.trainer import TrainConfig, Trainer
 
@@ -81,9 +82,9 @@ def _as_targets(targets: ArrayLike, data: torch.Tensor, num_classes: int) -> tor
     """``targets`` as class indices on ``data``'s device, one per row, each below ``num_classes``."""
     targets = torch.as_tensor(targets, device=data.device).long()
     if targets.shape != (data.shape[0],):
-        raise ValueError(f"targets must be class indices of shape ({data.shape[0]},), got {tuple(targets.shape)}")
+        raise DataError(f"targets must be class indices of shape ({data.shape[0]},), got {tuple(targets.shape)}")
     if targets.numel() and (targets.min() < 0 or targets.max() >= num_classes):
-        raise ValueError(
+        raise DataError(
             f"targets must lie in [0, {num_classes}) for a {num_classes}-way head; reset_classifier to change it"
         )
     return targets
@@ -146,7 +147,9 @@ def finetune_dbn(
     the caller's global random states are left as they were. With ``out_dir`` the Trainer writes
     its metrics, logs, curves and checkpoints there."""
     if model.num_classes == 0:
-        raise ValueError("the model has no classifier (num_classes=0); call model.reset_classifier(num_classes) first")
+        raise InvalidArgumentError(
+            "the model has no classifier (num_classes=0); call model.reset_classifier(num_classes) first"
+        )
     config = config or BackpropConfig()
     reference = model.rbms[0].weight
     x = visible_data(data, reference, model.sizes[0], model.name)

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from zoo.architectures.dbn import DBN, RBM, GaussianRBM, Sparsity, check_visible_input
+from zoo.errors import InvalidArgumentError
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +168,9 @@ def train_rbm(
     data; pass False to continue training."""
     config = config or RBMConfig()
     if config.monitor_size < 0:
-        raise ValueError(f"monitor_size must be >= 0 (0 turns the per-epoch statistics off), got {config.monitor_size}")
+        raise InvalidArgumentError(
+            f"monitor_size must be >= 0 (0 turns the per-epoch statistics off), got {config.monitor_size}"
+        )
     data = visible_data(data, rbm.weight, rbm.num_visible, type(rbm).__name__)
     valid = None if valid is None else visible_data(valid, rbm.weight, rbm.num_visible, type(rbm).__name__)
     if init:
@@ -266,7 +269,7 @@ def pretrain(
     ``config`` is one RBMConfig for every layer or one per layer; returns each layer's history."""
     configs = list(config) if isinstance(config, Sequence) else [config or RBMConfig()] * len(model.rbms)
     if len(configs) != len(model.rbms):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"got {len(configs)} RBM configs for a DBN of {len(model.rbms)} RBMs; pass one, or one per RBM"
         )
     reference = model.rbms[0].weight

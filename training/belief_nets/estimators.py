@@ -22,12 +22,18 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from zoo.architectures.dbn import DBN, RBM
+from zoo.errors import ZooError
 from zoo.training.belief_nets.backprop import BackpropConfig, finetune_dbn
 from zoo.training.belief_nets.contrastive import ArrayLike, RBMConfig, batched, pretrain
 
 MIN_UPDATES = 600  # updates each RBM and the fine-tuning get at least, with the default epochs
 MIN_FEATURE_SPREAD = 0.02  # mean std of the top features across rows below which they are dead
 MONITOR_ROWS = 1000  # rows the collapse check looks at
+
+
+class FittedWithoutLabelsError(ZooError, NotFittedError):
+    """A `DBNClassifier` fitted without labels (``fit(X)``) asked to classify: a `ZooError`, and
+    scikit-learn's NotFittedError (so a ValueError and an AttributeError) as its tools expect."""
 
 
 class DBNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):
@@ -194,7 +200,9 @@ class DBNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):
     def predict_proba(self, X: ArrayLike) -> np.ndarray:
         check_is_fitted(self, "model_")
         if not hasattr(self, "classes_"):
-            raise NotFittedError("this DBNClassifier was fitted without labels (fit(X)); call fit(X, y) to classify")
+            raise FittedWithoutLabelsError(
+                "this DBNClassifier was fitted without labels (fit(X)); call fit(X, y) to classify"
+            )
         return softmax(self._forward(X, features=False))
 
     def predict(self, X: ArrayLike) -> np.ndarray:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from zoo.errors import DataNotFoundError, InvalidArgumentError
 from zoo.tokenizer import ByteTokenizer
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")  # Debian package dataset-fashion-mnist
@@ -43,7 +44,7 @@ def load_fashion_mnist(split: str = "train", root: str | Path | None = None) -> 
     ``train`` (60k) or ``test`` (10k) split, from the Debian package's files; elsewhere,
     torchvision downloads them into ``root``."""
     if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        raise InvalidArgumentError(f"split must be 'train' or 'test', got {split!r}")
     prefix = "train" if split == "train" else "t10k"
     directory = Path(root) if root is not None else FASHION_MNIST_DIR
     images = directory / f"{prefix}-images-idx3-ubyte.gz"
@@ -51,7 +52,7 @@ def load_fashion_mnist(split: str = "train", root: str | Path | None = None) -> 
     if images.is_file() and labels.is_file():
         return torch.from_numpy(_read_idx(images).copy()), torch.from_numpy(_read_idx(labels).astype(np.int64))
     if root is None:
-        raise FileNotFoundError(
+        raise DataNotFoundError(
             f"Fashion-MNIST is not in {FASHION_MNIST_DIR}: install it with "
             "`apt-get install dataset-fashion-mnist` (make demo/test do it as root), "
             "or pass root= to download it with torchvision"
@@ -78,7 +79,7 @@ def stdlib_corpus(split: str) -> torch.Tensor:
     `stdlib_files`: file i is test when i % 20 == 0, validation when 1, training otherwise."""
     remainders = {"test": {0}, "val": {1}, "train": set(range(2, 20))}
     if split not in remainders:
-        raise ValueError(f"split must be train, val or test, got {split!r}")
+        raise InvalidArgumentError(f"split must be train, val or test, got {split!r}")
     ids: list[int] = []
     for i, path in enumerate(stdlib_files()):
         if i % 20 in remainders[split]:

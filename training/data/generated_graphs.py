@@ -30,6 +30,7 @@ from torch_geometric.datasets.motif_generator import CycleMotif, HouseMotif
 from torch_geometric.transforms import Compose, Constant
 from torch_geometric.utils import grid, remove_self_loops, to_undirected
 
+from zoo.errors import InvalidArgumentError
 from zoo.store.download import zoo_home
 from zoo.training.data.builtin import load_fashion_mnist
 
@@ -45,7 +46,7 @@ CHEN_SPLIT = (0.3, 0.2, 0.5)
 def _split_slice(num: int, fractions: Sequence[float], split: Split) -> slice:
     """The contiguous part of ``range(num)`` that ``split`` takes, in train/val/test order."""
     if split not in ("train", "val", "test"):
-        raise ValueError(f"split must be 'train', 'val' or 'test', got {split!r}")
+        raise InvalidArgumentError(f"split must be 'train', 'val' or 'test', got {split!r}")
     ends = np.round(np.cumsum(fractions) / np.sum(fractions) * num).astype(int)
     start = {"train": 0, "val": ends[0], "test": ends[1]}[split]
     return slice(int(start), int(ends[{"train": 0, "val": 1, "test": 2}[split]]))
@@ -90,7 +91,7 @@ class TriangleCounting(_GeneratedDataset):
         pre_transform: Transform = None,
     ) -> None:
         if kind not in ("er", "regular"):
-            raise ValueError(f"kind must be 'er' or 'regular', got {kind!r}")
+            raise InvalidArgumentError(f"kind must be 'er' or 'regular', got {kind!r}")
         rng = np.random.default_rng(seed)
         graphs = []
         for _ in range(num_graphs):
@@ -160,7 +161,7 @@ class FashionMNISTGraphs(_GeneratedDataset):
         pre_transform: Transform = None,
     ) -> None:
         if size < 1 or 28 % size:
-            raise ValueError(f"size must divide 28 (e.g. 28, 14, 7), got {size}")
+            raise InvalidArgumentError(f"size must divide 28 (e.g. 28, 14, 7), got {size}")
         images, labels = load_fashion_mnist(split, root)
         if num_graphs is not None:
             order = (
@@ -211,7 +212,7 @@ def random_split(
 ) -> tuple[InMemoryDataset, InMemoryDataset, InMemoryDataset]:
     """Train / val / test subsets of ``dataset`` in the given proportions, shuffled with ``seed``."""
     if len(fractions) != 3 or min(fractions) < 0 or sum(fractions) <= 0:
-        raise ValueError(f"fractions must be three non-negative numbers (train, val, test), got {fractions}")
+        raise InvalidArgumentError(f"fractions must be three non-negative numbers (train, val, test), got {fractions}")
     order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed))
     return tuple(dataset[order[_split_slice(len(dataset), fractions, s)]] for s in ("train", "val", "test"))
 

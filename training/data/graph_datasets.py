@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from zoo.errors import DataError
 from zoo.training.data.source import DataSource, class_counts
 
 
@@ -16,7 +17,7 @@ def graph_source(dataset: Any) -> DataSource:
     from torch_geometric.loader.dataloader import Collater
 
     if len(dataset) < 2:
-        raise ValueError(
+        raise DataError(
             f"{type(dataset).__name__} holds {len(dataset)} graph(s); training splits a dataset of many graphs "
             "(graph classification), not the nodes of one graph"
         )

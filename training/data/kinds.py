@@ -16,7 +16,7 @@ from pathlib import Path
 
 from torch.utils.data import Dataset
 
-from zoo.errors import DataError
+from zoo.errors import DataError, DataNotFoundError, InvalidArgumentError
 from zoo.training.data.builtin import FASHION_MNIST_CLASSES, load_fashion_mnist
 from zoo.training.data.graph_datasets import graph_source
 from zoo.training.data.image_folders import image_folder_source
@@ -38,7 +38,7 @@ def open_data(source: str | os.PathLike | Dataset, *, max_length: int = 512) -> 
     if _is_pyg_dataset(source):
         return graph_source(source)
     if isinstance(source, Dataset):
-        raise TypeError(
+        raise InvalidArgumentError(
             f"open_data takes a path or a torch_geometric dataset, got {type(source).__name__}; "
             "pass other datasets to Trainer.fit directly"
         )
@@ -49,7 +49,7 @@ def open_data(source: str | os.PathLike | Dataset, *, max_length: int = 512) -> 
     if path.is_dir():
         return image_folder_source(path)
     if not path.is_file():
-        raise FileNotFoundError(
+        raise DataNotFoundError(
             f"{path} does not exist; --data takes an image folder, a .csv/.jsonl of text,label rows, "
             "a .pt/.npz/.npy tensor file, or 'fashion-mnist'"
         )

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import Dataset
 
-from zoo.errors import DataError
+from zoo.errors import DataError, InvalidArgumentError
 from zoo.training.data.text_rows import plural
 
 MAX_CLASS_INDEX = 100_000  # integer labels above this are ids, not class indices
@@ -61,7 +61,7 @@ class DataSource:
         very few samples), and a class whose every sample lands in validation is refused
         with `DataError` (nothing of it would be trained on)."""
         if not 0.0 <= val_fraction < 1.0:
-            raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+            raise InvalidArgumentError(f"val_fraction must be in [0, 1), got {val_fraction}")
         order = torch.randperm(self.num_samples, generator=torch.Generator().manual_seed(seed)).tolist()
         num_val = round(self.num_samples * val_fraction)
         if val_fraction > 0 and num_val == 0:
@@ -71,7 +71,7 @@ class DataSource:
             self._check_hold_out(train_indices, val_fraction, seed)
         if limit is not None:
             if limit <= 0:
-                raise ValueError(f"limit must be a positive number of samples, got {limit}")
+                raise InvalidArgumentError(f"limit must be a positive number of samples, got {limit}")
             train_indices = train_indices[:limit]
         if not train_indices:
             raise DataError(

@@ -34,13 +34,13 @@ from torch.utils.data import Dataset
 
 import zoo
 from zoo.architectures import ARCHS
-from zoo.errors import DataError, run_command
+from zoo.errors import DataError, InvalidArgumentError, run_command
 from zoo.loading.resolve import Registered, SavedFolder, architecture, resolve
 from zoo.loading.saved import read_saved_config
 from zoo.store import registry
 from zoo.store.model_config import update_config
+from zoo.training.data.augment import Augment, default_preprocess, image_transforms
 from zoo.training.data.kinds import DataSource, open_data
-from zoo.training.data.loaders import Augment, default_preprocess, image_transforms
 from zoo.training.finetune import card
 from zoo.training.finetune.distill import Distillation, distillation_step
 from zoo.training.finetune.options import FinetuneOptions, add_arguments, options_from_args
@@ -102,7 +102,7 @@ def load_for_data(
     sequence/graph classification head; ``model_kwargs`` go to the builder), and the weights it
     starts from (None: random initialisation)."""
     if data.num_classes is None:
-        raise ValueError(
+        raise DataError(
             f"{data.description} has no labels; fine-tuning a classifier needs them (use Trainer with a custom step)"
         )
     source = resolve(name)  # once: zoo.load takes the source as it is
@@ -111,7 +111,7 @@ def load_for_data(
         _check_fits(name, saved["architecture"], data)
         if pretrained:
             if model_kwargs:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"{source.path} is a saved model with fixed options; drop model_kwargs {dict(model_kwargs)}"
                 )
             channels = {"in_chans": data.in_chans} if data.kind == "images" else {}  # colour data, gray model: adapt
@@ -119,7 +119,7 @@ def load_for_data(
         arch, kwargs = saved["architecture"], {**saved["model_kwargs"], **(model_kwargs or {})}
         return zoo.load(architecture(arch), pretrained=False, num_classes=data.num_classes, **kwargs), None
     if not isinstance(source, Registered):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"{name!r}: fine-tuning starts from registered weights, an architecture or a folder "
             "written by zoo.save; download a Hub model with zoo.load and zoo.save it first"
         )
@@ -214,7 +214,7 @@ def _datasets(
         train_tf = image_transforms(preprocess, source.image_size, options.augment or Augment(), in_chans)
         update_config(model, preprocess=preprocess)
     elif options.augment is not None:
-        raise ValueError(f"augmentation applies to images, and the data is {source.kind}")
+        raise InvalidArgumentError(f"augmentation applies to images, and the data is {source.kind}")
     val_fraction = options.val_fraction if val_source is None else 0.0
     train_set, val_set = source.split(val_fraction, seed, train_tf, eval_tf, options.limit)
     if val_source is not None:
@@ -242,7 +242,7 @@ def _trainer(
     lr_scale = layer_decay_scale(model, options.layer_decay) if options.layer_decay is not None else None
     if options.distill is not None:
         if step_fn is not None:
-            raise ValueError("pass a custom step_fn or a distill teacher, not both")
+            raise InvalidArgumentError("pass a custom step_fn or a distill teacher, not both")
         step_fn = distillation_step(options.distill, source, model, config.label_smoothing)
     return Trainer(model.train(), config, step_fn=step_fn, lr_scale=lr_scale, collate_fn=source.collate_fn)
 
@@ -279,7 +279,7 @@ def _image_preprocess(model: nn.Module, source: DataSource, image_size: int | No
     size = preprocess.get("crop") or preprocess.get("resize") or min(source.image_size)
     minimum = getattr(model, "min_input_size", 1)
     if isinstance(size, int) and size < minimum:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"{model.pretrained_cfg.get('architecture')} needs images of at least {minimum}px and these are "
             f"{size}px: pass --image-size {minimum} or more"
         )

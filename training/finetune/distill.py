@@ -13,7 +13,7 @@ import torch.nn as nn
 
 import zoo
 from zoo.errors import InvalidArgumentError
-from zoo.training.data.loaders import default_preprocess
+from zoo.training.data.augment import default_preprocess
 from zoo.training.data.source import DataSource
 from zoo.training.loop.bounds import Bounds, bounded, check_fields
 from zoo.training.loop.steps import DistillationStep
@@ -52,7 +52,7 @@ def distillation_step(
     teacher = zoo.load(spec.teacher)
     names = teacher.pretrained_cfg.get("class_names")
     if teacher.num_classes != source.num_classes or (names and source.class_names and names != source.class_names):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"the teacher {spec.teacher} predicts {teacher.num_classes} classes and {source.description} has "
             f"{source.num_classes}{'' if not names else f' ({names} against {source.class_names})'}: a teacher "
             "must predict the data's classes; fine-tune one on it first (zoo finetune NAME --data ...) and pass "
@@ -62,7 +62,7 @@ def distillation_step(
     if source.kind == "images":
         in_chans, student_chans = getattr(teacher, "in_chans", None), getattr(student, "in_chans", None)
         if None not in (in_chans, student_chans) and in_chans != student_chans:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"the teacher {spec.teacher} takes {in_chans}-channel images and the student {student_chans}-channel "
                 "ones; pick a teacher with the student's channel count"
             )

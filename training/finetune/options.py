@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from zoo.errors import InvalidArgumentError
-from zoo.training.data.loaders import Augment
+from zoo.training.data.augment import Augment
 from zoo.training.finetune.distill import Distillation
 from zoo.training.finetune.stages import MODES
 from zoo.training.loop.bounds import Bounds, bounded, check_fields, count

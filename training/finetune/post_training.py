@@ -37,7 +37,7 @@ from zoo.deploy.exporter import (
     onnx_packages,
 )
 from zoo.devices import model_device
-from zoo.errors import ZooError
+from zoo.errors import InvalidArgumentError, ZooError
 from zoo.store.files import write_json
 from zoo.training.finetune.report import (
     ClassificationReport,
@@ -103,10 +103,10 @@ def global_magnitude_prune(model: nn.Module, amount: float) -> float:
     ranked across all layers together (``prune.global_unstructured`` with L1), in place and
     made permanent (``prune.remove``: plain weights, no masks left). Returns the sparsity."""
     if not 0.0 <= amount < 1.0:
-        raise ValueError(f"amount is the fraction of weights to zero, in [0, 1); got {amount!r}")
+        raise InvalidArgumentError(f"amount is the fraction of weights to zero, in [0, 1); got {amount!r}")
     params = _prunable(model)
     if not params:
-        raise ValueError(f"{type(model).__name__} has no Conv or Linear weights to prune")
+        raise InvalidArgumentError(f"{type(model).__name__} has no Conv or Linear weights to prune")
     prune.global_unstructured(params, pruning_method=prune.L1Unstructured, amount=amount)
     for module, name in params:
         prune.remove(module, name)

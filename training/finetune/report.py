@@ -16,6 +16,7 @@ import torch.nn as nn
 from tqdm.auto import tqdm
 
 from zoo.devices import model_device
+from zoo.errors import DataError, InvalidArgumentError
 from zoo.training.loop.curves import figure, save_figure
 from zoo.training.loop.steps import move_to_device, split_batch
 
@@ -58,7 +59,7 @@ class ClassificationReport:
         """Fraction of samples on which both models predict the same class (e.g. int8 vs fp32);
         both reports must come from the same data in the same order."""
         if not torch.equal(self.targets, other.targets):
-            raise ValueError(
+            raise InvalidArgumentError(
                 "the two reports were computed on different data or order; evaluate both "
                 "models on the same unshuffled loader"
             )
@@ -83,12 +84,12 @@ def confusion_matrix(predictions: torch.Tensor, targets: torch.Tensor, num_class
     """``[num_classes, num_classes]`` int64 counts, rows true class, columns predicted class."""
     predictions, targets = predictions.reshape(-1).long(), targets.reshape(-1).long()
     if predictions.shape != targets.shape:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"predictions and targets need the same length, got {predictions.numel()} and {targets.numel()}"
         )
     for name, labels in (("targets", targets), ("predictions", predictions)):
         if labels.numel() and (labels.min() < 0 or labels.max() >= num_classes):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{name} must lie in [0, {num_classes}), got values in "
                 f"[{labels.min().item()}, {labels.max().item()}]; check num_classes and the labels"
             )
@@ -108,7 +109,7 @@ def classification_report(
     if class_names is None:
         class_names = [str(i) for i in range(num_classes)]
     if len(class_names) != num_classes:
-        raise ValueError(f"class_names has {len(class_names)} names but the model has {num_classes} classes")
+        raise InvalidArgumentError(f"class_names has {len(class_names)} names but the model has {num_classes} classes")
     cm = confusion_matrix(predictions, targets, num_classes)
     tp, predicted, actual = cm.diag().double(), cm.sum(0).double(), cm.sum(1).double()
 
@@ -155,7 +156,7 @@ def evaluate_classifier(
         for batch in tqdm(loader, desc="evaluate", leave=False, disable=not progress):
             logits, target = forward(model, move_to_device(batch, device))
             if logits.ndim != 2:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"evaluate_classifier expects logits of shape (N, num_classes), got {tuple(logits.shape)}"
                 )
             num_classes = logits.shape[1]
@@ -164,7 +165,7 @@ def evaluate_classifier(
     finally:
         model.train(was_training)
     if num_classes is None:
-        raise ValueError("the loader yielded no batches; nothing to evaluate")
+        raise DataError("the loader yielded no batches; nothing to evaluate")
     return classification_report(torch.cat(predictions), torch.cat(targets), num_classes, class_names)
 
 

@@ -9,6 +9,8 @@ from collections.abc import Callable
 
 import torch.nn as nn
 
+from zoo.errors import InvalidArgumentError
+
 MODES = ("linear-probe", "partial", "full")
 
 
@@ -28,7 +30,7 @@ def parameter_levels(model: nn.Module) -> tuple[dict[str, int], int]:
     else:
         lists = [name for name, child in model.named_children() if isinstance(child, nn.ModuleList) and len(child)]
         if not lists:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{type(model).__name__} has no stages (feature_info or a list of blocks); "
                 "use mode 'full' or 'linear-probe', without layer decay"
             )
@@ -37,7 +39,7 @@ def parameter_levels(model: nn.Module) -> tuple[dict[str, int], int]:
     order = {name: i for i, (name, _) in enumerate(model.named_modules())}
     missing = [m for stage in stages for m in stage if m not in order]
     if missing:
-        raise ValueError(f"{type(model).__name__}: feature_info names modules that do not exist: {missing}")
+        raise InvalidArgumentError(f"{type(model).__name__}: feature_info names modules that do not exist: {missing}")
 
     def within(owner: str, module: str) -> bool:
         return owner == module or owner.startswith(module + ".")
@@ -68,19 +70,19 @@ def parameter_levels(model: nn.Module) -> tuple[dict[str, int], int]:
 def apply_mode(model: nn.Module, mode: str, stages: int = 1) -> int:
     """Set requires_grad for a fine-tuning mode; returns the number of trainable parameters."""
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+        raise InvalidArgumentError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
     if mode == "full":
         model.requires_grad_(True)
     elif mode == "linear-probe":
         classifier = model.get_classifier()
         if not any(True for _ in classifier.parameters()):
-            raise ValueError("linear-probe trains the classifier, and this model has none (num_classes=0)")
+            raise InvalidArgumentError("linear-probe trains the classifier, and this model has none (num_classes=0)")
         model.requires_grad_(False)
         classifier.requires_grad_(True)
     else:
         levels, num_levels = parameter_levels(model)
         if not 1 <= stages <= num_levels:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"partial mode unfreezes 1..{num_levels} stages of {type(model).__name__}; got stages={stages}"
             )
         for name, param in model.named_parameters():
@@ -92,6 +94,6 @@ def layer_decay_scale(model: nn.Module, decay: float) -> Callable[[str], float]:
     """Layer-wise learning-rate decay (Clark et al., 2020; BEiT): the head keeps the base lr,
     the stage below it ``decay`` times it, the next ``decay**2``, down to the stem."""
     if not 0.0 < decay <= 1.0:
-        raise ValueError(f"layer_decay must be in (0, 1], e.g. 0.75; got {decay}")
+        raise InvalidArgumentError(f"layer_decay must be in (0, 1], e.g. 0.75; got {decay}")
     levels, num_levels = parameter_levels(model)
     return lambda name: decay ** (num_levels - levels[name])

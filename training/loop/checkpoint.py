@@ -6,16 +6,20 @@ scheduler, GradScaler, EMA, every process's RNG states and epoch meter, the trai
 the data signature and the config; `write_checkpoint` writes one atomically, `read_checkpoint`
 reads it back (``weights_only``) and checks it fits the run. ``best.pt`` holds the best epoch's
 weights (`write_best_weights`, `read_best_weights`). `seed_everything`, `rng_state` and
-`set_rng_state` cover Python's, NumPy's and torch's (CPU and CUDA) generators.
+`set_rng_state` cover Python's, NumPy's and torch's (CPU and CUDA) generators. `TrainState` is
+where a run stands (saved in every checkpoint); `restore_training` loads a checkpoint's parts
+into a run's model, optimizer, scheduler, scaler and EMA, refusing what does not fit.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import pickle
 import random
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +28,29 @@ import torch
 import torch.nn as nn
 from torch.optim.swa_utils import AveragedModel
 
-from zoo.errors import CheckpointError
+from zoo.errors import CheckpointError, CheckpointNotFoundError, InvalidArgumentError
 from zoo.store.files import atomic_path
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = "zoo-trainer/1"
 LAST_CHECKPOINT = "last.pt"
 BEST_CHECKPOINT = "best.pt"
+
+
+@dataclass
+class TrainState:
+    """Where training stands; saved in every checkpoint."""
+
+    epoch: int = 0  # epochs completed
+    batches_done: int = 0  # micro-batches of the current epoch already trained on (per process)
+    global_step: int = 0  # optimizer steps
+    best_metric: float | None = None
+    best_epoch: int | None = None
+    bad_epochs: int = 0
+    stopped_early: bool = False
+    elapsed_s: float = 0.0  # wall time of training so far, summed over the processes a resumed run took
+    history: list[dict[str, float]] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -103,7 +124,7 @@ def read_checkpoint(
 # What each field of a checkpoint holds, checked before any of it is used: a type or a tuple of
 # them (None: the field may be None), a dict (a nested dict with these keys), `ListOf` or
 # `TENSORS` (a dict of tensors); `torch.load` and the load_state_dict of the model, optimizer,
-# scheduler, scaler and EMA (`zoo.training.loop.resume`) check the rest.
+# scheduler, scaler and EMA (`restore_training`) check the rest.
 @dataclass(frozen=True)
 class ListOf:
     """A list of at least ``least`` items, each with the layout ``item``."""
@@ -229,6 +250,111 @@ def to_json_types(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [to_json_types(v) for v in value]
     return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Restoring a checkpoint into a run
+
+
+def checkpoint_dir(out_dir: Path | None) -> Path:
+    """out_dir/checkpoints, where a run's last.pt and best.pt live."""
+    if out_dir is None:
+        raise InvalidArgumentError("checkpoints need TrainConfig.out_dir (or an explicit path)")
+    return out_dir / "checkpoints"
+
+
+def resume_checkpoint(resume: bool | str | os.PathLike, out_dir: Path | None, announce: bool) -> Path | None:
+    """The checkpoint a run's ``resume`` option names: the run's last.pt (None when there is
+    none yet: the run starts over, and says so when ``announce``), or a path, which must exist."""
+    if not resume:
+        return None
+    if resume is True:
+        path = checkpoint_dir(out_dir) / LAST_CHECKPOINT
+        if not path.is_file():
+            if announce:
+                log.info("no checkpoint at %s: starting a new run", path)
+            return None
+        return path
+    path = Path(resume)
+    if not path.is_file():
+        raise CheckpointNotFoundError(f"resume checkpoint {path} does not exist")
+    return path
+
+
+def restore_training(
+    path: str | os.PathLike,
+    payload: Mapping[str, Any],
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    scaler: torch.amp.GradScaler,
+    ema: AveragedModel | None,
+    sharded: bool,
+) -> None:
+    """Load a `read_checkpoint` payload's model, optimizer, scheduler, scaler and EMA state
+    into a run's own (under FSDP ``model`` is the sharded module itself: fully_shard works in
+    place); what does not fit becomes a `CheckpointError` naming the file and the part."""
+    if ema is not None and payload["ema"] is None:
+        raise CheckpointError(f"{path} holds no EMA weights but ema_decay is set: resume without --ema")
+    with restoring(path, "model and optimizer"):
+        load_full_state(model, optimizer, payload["model"], payload["optimizer"], sharded=sharded)
+    with restoring(path, "scheduler and scaler"):
+        if scheduler is not None and payload["scheduler"] is not None:
+            check_like(path, "scheduler", scheduler.state_dict(), payload["scheduler"])
+            scheduler.load_state_dict(payload["scheduler"])
+        scaler.load_state_dict(payload["scaler"])
+    if ema is not None:
+        with restoring(path, "ema"):
+            ema.load_state_dict(payload["ema"])
+
+
+@contextlib.contextmanager
+def restoring(path: str | os.PathLike, part: str) -> Iterator[None]:
+    """Restoring ``part`` of checkpoint ``path``: what torch refuses becomes a `CheckpointError`
+    naming the file and the part."""
+    try:
+        yield
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError) as error:
+        if isinstance(error, CheckpointError):
+            raise
+        detail = " ".join(str(error).split())[:300]
+        raise CheckpointError(
+            f"{path}: its {part} do not fit this run ({type(error).__name__}: {detail}); it was written for another "
+            "model or options, or damaged: resume with the run's own options, or delete it to start over"
+        ) from None
+
+
+def check_like(path: str | os.PathLike, where: str, reference: Any, value: Any) -> None:
+    """``value`` has the layout of ``reference`` (a state dict this run made): the same keys,
+    list lengths and kinds (numbers, strings, tensors), else a `CheckpointError` naming the field."""
+    if isinstance(reference, dict):
+        if not isinstance(value, dict) or set(value) != set(reference):
+            raise CheckpointError(
+                f"{path}: {where} does not fit this run (keys {_keys(value)}, not {_keys(reference)})"
+            )
+        for key in reference:
+            check_like(path, f"{where}.{key}", reference[key], value[key])
+    elif isinstance(reference, (list, tuple)):
+        if not isinstance(value, (list, tuple)) or len(value) != len(reference):
+            raise CheckpointError(f"{path}: {where} should be a list of {len(reference)}, not {value!r:.80}")
+        for index, (ref, item) in enumerate(zip(reference, value)):
+            check_like(path, f"{where}[{index}]", ref, item)
+    elif not _same_kind(reference, value):
+        raise CheckpointError(f"{path}: {where} should be like {reference!r:.40}, not {value!r:.80}")
+
+
+def _same_kind(reference: Any, value: Any) -> bool:
+    """Both numbers (bools apart), both strings, both tensors, or both None."""
+    kinds = (bool, (int, float), str, torch.Tensor, type(None))
+    return any(isinstance(reference, k) and isinstance(value, k) for k in kinds) and (
+        isinstance(reference, bool) == isinstance(value, bool)
+    )
+
+
+def _keys(value: Any) -> str:
+    """A dict's keys, sorted, for a message (else the value's type)."""
+    return ", ".join(sorted(map(str, value))) if isinstance(value, dict) else type(value).__name__
 
 
 # ---------------------------------------------------------------------------------------------

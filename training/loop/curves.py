@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from zoo.errors import InvalidArgumentError
 from zoo.store.files import write_bytes_atomic
 
 if TYPE_CHECKING:
@@ -44,14 +45,14 @@ def plot_curves(rows: list[dict[str, float]], path: str | os.PathLike, x: str = 
     loss falling from 1 to 1e-6 is flat otherwise); other keys are ignored.
     A key missing from some rows (validation every few epochs) is drawn where present."""
     if not rows:
-        raise ValueError("plot_curves needs at least one row of metrics")
+        raise InvalidArgumentError("plot_curves needs at least one row of metrics")
     if any(x not in row for row in rows):
-        raise ValueError(f"every row needs the x-axis key {x!r}; pass x= with the key your rows use")
+        raise InvalidArgumentError(f"every row needs the x-axis key {x!r}; pass x= with the key your rows use")
     keys = list(dict.fromkeys(k for row in rows for k, v in row.items() if k != x and isinstance(v, (int, float))))
     panels = [(title, [k for k in keys if any(tag in k.lower() for tag in tags)]) for title, tags in _PANELS]
     panels = [(title, names) for title, names in panels if names]
     if not panels:
-        raise ValueError(f"no key containing 'loss', 'acc', 'f1' or 'lr' among {keys}; nothing to plot")
+        raise InvalidArgumentError(f"no key containing 'loss', 'acc', 'f1' or 'lr' among {keys}; nothing to plot")
     fig = figure(figsize=(5.0 * len(panels), 4.0))
     for index, (title, names) in enumerate(panels):
         ax = fig.add_subplot(1, len(panels), index + 1)

@@ -13,6 +13,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from zoo.devices import checked_device
+from zoo.errors import InvalidArgumentError
 
 
 def init_distributed() -> tuple[int, int, int]:
@@ -49,12 +50,12 @@ def use_fsdp(model: nn.Module, distributed: str, world_size: int) -> bool:
     if distributed != "fsdp":
         return False
     if world_size < 2:
-        raise ValueError(
+        raise InvalidArgumentError(
             "distributed='fsdp' shards the model over processes: "
             "start the script with torchrun --nproc_per_node=N (N >= 2)"
         )
     if not shard_units(model):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"distributed='fsdp' shards a model's list of blocks (nn.ModuleList), and {type(model).__name__} "
             "has none; use distributed='ddp'"
         )
@@ -90,3 +91,14 @@ def gradient_sync(wrapped: nn.Module, last: bool, world_size: int, fsdp: bool) -
         wrapped.set_requires_gradient_sync(last)
         return contextlib.nullcontext()
     return contextlib.nullcontext() if last else wrapped.no_sync()
+
+
+def average_gradients(params: list[torch.Tensor], world_size: int) -> None:
+    """Average ``.grad`` over the processes by hand, for a step that sets the gradients itself
+    (DDP's hooks only see gradients that autograd computes)."""
+    if world_size < 2:
+        return
+    for param in params:
+        if param.grad is not None:
+            dist.all_reduce(param.grad)
+            param.grad /= world_size

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from zoo.errors import InvalidArgumentError
 from zoo.training.loop.train_config import TrainConfig
 
 
@@ -36,7 +37,7 @@ def param_groups(
         )
         group["params"].append(param)
     if not groups:
-        raise ValueError("the model has no trainable parameters (all have requires_grad=False)")
+        raise InvalidArgumentError("the model has no trainable parameters (all have requires_grad=False)")
     return list(groups.values())
 
 

@@ -1,6 +1,7 @@
 """What a `zoo.training.loop.trainer.Trainer` run leaves to read: train.log, TensorBoard points
 (per step and per epoch), metrics.csv / metrics.json and the loss/accuracy curves. `RunLogs`
-opens them when `Trainer.fit` starts and closes them when it ends."""
+opens them when `Trainer.fit` starts and closes them when it ends; `start_profiler` traces a few
+steps into out_dir/profile when ``TrainConfig.profile`` asks for it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
 from tqdm.auto import tqdm
 
 from zoo.errors import TrainingDivergedError
@@ -105,3 +107,19 @@ def write_history(history: list[dict[str, float]], out_dir: Path, extra: Mapping
     writer.writerows(history)
     write_bytes_atomic(out_dir / "metrics.csv", text.getvalue().encode())
     write_json({"history": history, **(extra or {})}, out_dir / "metrics.json")
+
+
+def start_profiler(out_dir: Path, device: torch.device, rank: int) -> torch.profiler.profile:
+    """A started torch.profiler writing a few steps' trace to out_dir/profile (CUDA activity
+    too on a GPU), one file per process."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    profiler = torch.profiler.profile(
+        activities=activities,
+        schedule=torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1),
+        on_trace_ready=torch.profiler.tensorboard_trace_handler(str(out_dir / "profile"), worker_name=f"rank{rank}"),
+        record_shapes=True,
+    )
+    profiler.start()
+    return profiler

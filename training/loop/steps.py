@@ -4,7 +4,8 @@
 (cross-entropy, plus the model's auxiliary loss) and `DistillationStep` (the same, learning also
 from a frozen teacher) are the two the zoo ships. `forward_with_aux` is the one place that knows
 about routing/auxiliary losses. The batch helpers the steps and the evaluation loops share live
-here too: `split_batch` (inputs and targets) and `move_to_device`.
+here too: `split_batch` (inputs and targets) and `move_to_device`; `check_manual_step` refuses what a
+step that sets the gradients itself cannot do.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any, Literal
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from zoo.errors import InvalidArgumentError
 
 
 @dataclass
@@ -35,6 +38,20 @@ class StepOutput:
 StepFn = Callable[[nn.Module, Any], StepOutput]
 
 
+def check_manual_step(num_micro_batches: int, precision: str, fsdp: bool) -> None:
+    """Refuse what a step that sets ``.grad`` itself (its loss has no autograd history) cannot
+    do: accumulate micro-batches (it overwrites, not adds), fp16 scaling, FSDP."""
+    if num_micro_batches > 1:
+        raise InvalidArgumentError(
+            "this step sets the gradients itself (its loss has no autograd history), so it cannot "
+            "accumulate micro-batches: use accum_steps=1"
+        )
+    if precision == "fp16" or fsdp:
+        raise InvalidArgumentError(
+            "a step that sets the gradients itself works in fp32/bf16 and with DDP, not fp16 or FSDP"
+        )
+
+
 def split_batch(batch: Any, *, other_batches: str = "Trainer(step_fn=...)") -> tuple[Any, torch.Tensor]:
     """(inputs, targets) from an ``(x, y)`` pair, a dict with ``labels``/``label``/``y``
     (the rest are the model's keyword inputs), or a PyG batch (the batch itself and ``.y``):
@@ -48,7 +65,7 @@ def split_batch(batch: Any, *, other_batches: str = "Trainer(step_fn=...)") -> t
             return {k: v for k, v in batch.items() if k != key}, batch[key]
     elif getattr(batch, "y", None) is not None:
         return batch, batch.y
-    raise TypeError(
+    raise InvalidArgumentError(
         f"cannot find the targets in a batch of type {type(batch).__name__}: expected (inputs, targets), "
         f"a dict with 'labels', or a PyG batch with .y; pass {other_batches} for other batches"
     )
@@ -162,9 +179,9 @@ class DistillationStep(ClassificationStep):
 
     def __post_init__(self) -> None:
         if self.teacher is None:
-            raise ValueError("DistillationStep needs a teacher model, e.g. zoo.load('resnet56.fmnist')")
+            raise InvalidArgumentError("DistillationStep needs a teacher model, e.g. zoo.load('resnet56.fmnist')")
         if not 0.0 <= self.alpha <= 1.0 or self.temperature <= 0 or self.kind not in ("hard", "soft"):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"DistillationStep needs 0 <= alpha <= 1, temperature > 0 and kind 'hard' or 'soft'; got "
                 f"alpha={self.alpha}, temperature={self.temperature}, kind={self.kind!r}"
             )

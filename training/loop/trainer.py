@@ -5,13 +5,14 @@ The batch -> loss computation is a small pluggable function (`zoo.training.loop.
 `forward_with_aux`), `DistillationStep` (the same, learning also from a frozen teacher's
 predictions), or any function returning a `StepOutput`, e.g. a contrastive-divergence step
 for DBN pretraining that sets the gradients itself; all of them live in `zoo.training.loop.steps`.
-Everything else is shared: the epoch loop, mixed precision, accumulation, clipping, EMA and
-early stopping are here; its parts live beside it: `zoo.training.loop.train_config` (`TrainConfig` and
-its command-line options), `zoo.training.loop.optim` (parameter groups, optimizers, schedules),
-`zoo.training.loop.resume` (checkpoints, exact resume, the best weights; the file format is
-`zoo.training.loop.checkpoint`'s), `zoo.training.loop.run_logs` (train.log, TensorBoard, metrics.csv/json,
-curves), `zoo.training.loop.meter` (an epoch's loss and accuracy) and `zoo.training.loop.distributed`
-(the processes of torchrun, DDP or FSDP2).
+Everything else is shared: the epoch loop, mixed precision, accumulation, clipping, EMA,
+early stopping, checkpoints with an exact resume and the best weights are here; its parts live
+beside it: `zoo.training.loop.train_config` (`TrainConfig` and its command-line options),
+`zoo.training.loop.optim` (parameter groups, optimizers, schedules), `zoo.training.loop.epochs`
+(the loader every epoch reads and the run's budget of steps), `zoo.training.loop.checkpoint`
+(the checkpoint files, `TrainState`, the random state), `zoo.training.loop.run_logs` (train.log,
+TensorBoard, metrics.csv/json, curves, the profiler), `zoo.training.loop.meter` (an epoch's loss
+and accuracy) and `zoo.training.loop.distributed` (the processes of torchrun, DDP or FSDP2).
 
     trainer = Trainer(model, TrainConfig(epochs=10, lr=1e-3, precision="bf16", out_dir="run"))
     trainer.fit(train_set, val_set)
@@ -20,11 +21,11 @@ curves), `zoo.training.loop.meter` (an epoch's loss and accuracy) and `zoo.train
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
-import math
+import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,17 +34,42 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.modules.batchnorm import _NormBase
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
-from zoo.training.data.loaders import EpochSampler, ShardSampler, build_loader
-from zoo.training.loop.checkpoint import seed_everything
-from zoo.training.loop.distributed import gradient_sync, init_distributed, pick_device, use_fsdp, wrap_model
+from zoo.errors import CheckpointError, DataError, InvalidArgumentError
+from zoo.training.loop.checkpoint import (
+    BEST_CHECKPOINT,
+    LAST_CHECKPOINT,
+    TrainState,
+    checkpoint_dir,
+    full_model_state,
+    full_optimizer_state,
+    read_best_weights,
+    read_checkpoint,
+    restore_training,
+    restoring,
+    resume_checkpoint,
+    rng_state,
+    seed_everything,
+    set_rng_state,
+    write_best_weights,
+    write_checkpoint,
+)
+from zoo.training.loop.distributed import (
+    average_gradients,
+    gradient_sync,
+    init_distributed,
+    pick_device,
+    use_fsdp,
+    wrap_model,
+)
+from zoo.training.loop.epochs import Epochs, plan_epochs
+from zoo.training.loop.loaders import ShardSampler, build_loader
 from zoo.training.loop.meter import EpochMeter, count_correct, count_samples, take_first_samples
 from zoo.training.loop.optim import make_optimizer, make_scheduler, param_groups
-from zoo.training.loop.resume import Checkpointing, TrainState
-from zoo.training.loop.run_logs import RunLogs, check_finite
-from zoo.training.loop.steps import ClassificationStep, StepFn, StepOutput, move_to_device
+from zoo.training.loop.run_logs import RunLogs, check_finite, start_profiler
+from zoo.training.loop.steps import ClassificationStep, StepFn, StepOutput, check_manual_step, move_to_device
 from zoo.training.loop.train_config import SCHEDULERS, TrainConfig
 
 __all__ = ["SCHEDULERS", "TrainConfig", "TrainState", "Trainer", "param_groups"]
@@ -51,7 +77,7 @@ __all__ = ["SCHEDULERS", "TrainConfig", "TrainState", "Trainer", "param_groups"]
 log = logging.getLogger(__name__)
 
 
-class Trainer(Checkpointing):
+class Trainer:
     """Trains ``model`` with ``config``; ``step_fn(model, batch) -> StepOutput`` computes
     the loss (default: `ClassificationStep`; it receives the model as wrapped for DDP/FSDP),
     ``eval_step_fn`` the validation one (default: a plain `ClassificationStep` for classification
@@ -83,7 +109,7 @@ class Trainer(Checkpointing):
         self.rank, self.world_size, local_rank = init_distributed()
         self.device = pick_device(cfg.device, local_rank)
         if cfg.precision == "fp16" and self.device.type != "cuda":
-            raise ValueError("precision='fp16' needs a CUDA device (it uses a GradScaler); use 'bf16' on CPU")
+            raise InvalidArgumentError("precision='fp16' needs a CUDA device (it uses a GradScaler); use 'bf16' on CPU")
         self.out_dir = Path(cfg.out_dir) if cfg.out_dir else None
         self.is_main = self.rank == 0
         self._place_model(model)
@@ -112,12 +138,16 @@ class Trainer(Checkpointing):
             model.to(memory_format=torch.channels_last)
         if cfg.grad_checkpointing:
             if not hasattr(model, "set_grad_checkpointing"):
-                raise ValueError(f"{type(model).__name__} has no set_grad_checkpointing(); turn grad_checkpointing off")
+                raise InvalidArgumentError(
+                    f"{type(model).__name__} has no set_grad_checkpointing(); turn grad_checkpointing off"
+                )
             model.set_grad_checkpointing(True)
         self.model = model
         self.fsdp = use_fsdp(model, cfg.distributed, self.world_size)
         if self.fsdp and cfg.ema_decay is not None:
-            raise ValueError("ema_decay is not supported with FSDP (the EMA would hold a full copy per process)")
+            raise InvalidArgumentError(
+                "ema_decay is not supported with FSDP (the EMA would hold a full copy per process)"
+            )
         self.ema = (
             AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema_decay), use_buffers=True)
             if cfg.ema_decay is not None
@@ -161,8 +191,9 @@ class Trainer(Checkpointing):
             outputs.append(out)
             self._meter.update(out.loss, count_samples(batch), *count_correct(out), out.logs)
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        if manual:
-            self._check_manual_gradients(len(micro_batches), params)
+        if manual:  # the step set .grad itself
+            check_manual_step(len(micro_batches), cfg.precision, self.fsdp)
+            average_gradients(params, self.world_size)
         if cfg.clip_grad_norm is not None:
             self.scaler.unscale_(self.optimizer)
             norm = torch.nn.utils.clip_grad_norm_(params, cfg.clip_grad_norm)
@@ -176,34 +207,18 @@ class Trainer(Checkpointing):
         self.state.global_step += 1
         return outputs
 
-    def _check_manual_gradients(self, num_micro_batches: int, params: list[torch.Tensor]) -> None:
-        """Steps that set ``.grad`` themselves: one micro-batch per step (they overwrite, not
-        add), no fp16 scaling, and the gradients averaged over DDP processes by hand."""
-        if num_micro_batches > 1:
-            raise ValueError(
-                "this step sets the gradients itself (its loss has no autograd history), so it cannot "
-                "accumulate micro-batches: use accum_steps=1"
-            )
-        if self.config.precision == "fp16" or self.fsdp:
-            raise ValueError("a step that sets the gradients itself works in fp32/bf16 and with DDP, not fp16 or FSDP")
-        if self.world_size > 1:
-            for param in params:
-                if param.grad is not None:
-                    dist.all_reduce(param.grad)
-                    param.grad /= self.world_size
-
     def fit(self, train_set: Dataset, val_set: Dataset | None = None) -> list[dict[str, float]]:
         """Train for ``config.epochs`` (or ``max_steps``), evaluating ``val_set`` after each
         epoch; returns the history (one dict of metrics per epoch)."""
         cfg = self.config
         if len(train_set) == 0:
-            raise ValueError("the training set is empty")
-        epochs = self._epochs(train_set)
+            raise DataError("the training set is empty")
+        epochs = plan_epochs(train_set, cfg, self.world_size, self.rank, self._loader)
         self.monitor = self._monitor_name(val_set is not None)
         self.scheduler = make_scheduler(self.optimizer, cfg, epochs.steps_per_epoch, epochs.total_steps, self.monitor)
         self._data_signature = {"samples": len(train_set), "batch_size": cfg.batch_size, "world_size": self.world_size}
 
-        resumed = self._resume_path()
+        resumed = resume_checkpoint(cfg.resume, self.out_dir, announce=self.is_main)
         if resumed is not None:
             self.load_checkpoint(resumed)
         else:
@@ -211,7 +226,7 @@ class Trainer(Checkpointing):
         self._ticked = time.perf_counter()
         if self.out_dir is not None and self.is_main:
             self.logs.open(resumed is not None, self.state.global_step)
-        profiler = self._profiler()
+        profiler = start_profiler(self.out_dir, self.device, self.rank) if cfg.profile else None
 
         try:
             state = self.state
@@ -239,21 +254,7 @@ class Trainer(Checkpointing):
             **options,
         )
 
-    def _epochs(self, train_set: Dataset) -> _Epochs:
-        """The loader every epoch of a `fit` reads (this process's shard, reshuffled each epoch)
-        and the run's budget of optimizer steps."""
-        cfg = self.config
-        sampler = EpochSampler(train_set, num_replicas=self.world_size, rank=self.rank, seed=cfg.seed)
-        drop_last = len(sampler) >= cfg.batch_size  # avoid tiny last batches (BatchNorm needs >1 sample)
-        generator = torch.Generator()
-        loader = self._loader(
-            train_set, sampler, generator, persistent_workers=cfg.persistent_workers, drop_last=drop_last
-        )
-        steps_per_epoch = math.ceil(len(loader) / cfg.accum_steps)
-        total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
-        return _Epochs(loader, sampler, generator, steps_per_epoch, total_steps)
-
-    def _train_epoch(self, epochs: _Epochs, profiler: Any) -> tuple[float, int]:
+    def _train_epoch(self, epochs: Epochs, profiler: Any) -> tuple[float, int]:
         """Train the current epoch (its rest, after a resume mid-epoch): optimizer steps over
         groups of ``accum_steps`` micro-batches, logged every ``log_every`` steps and
         checkpointed every ``checkpoint_every``; returns its wall time and samples."""
@@ -338,7 +339,9 @@ class Trainer(Checkpointing):
         self._tick()
         metrics["elapsed_s"] = state.elapsed_s
         if self.monitor not in metrics:
-            raise ValueError(f"monitor {self.monitor!r} is not among the epoch's metrics: {', '.join(sorted(metrics))}")
+            raise InvalidArgumentError(
+                f"monitor {self.monitor!r} is not among the epoch's metrics: {', '.join(sorted(metrics))}"
+            )
         return metrics
 
     def _judge_epoch(self, value: float) -> None:
@@ -384,6 +387,89 @@ class Trainer(Checkpointing):
         result = meter.result("x")
         return {k[2:]: v for k, v in result.items()}
 
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def save_checkpoint(self, path: str | os.PathLike | None = None) -> Path:
+        """Write everything needed to continue exactly here (model, optimizer, scheduler,
+        scaler, EMA, every process's RNG states, epoch and position in it) to ``path``
+        (default out_dir/checkpoints/last.pt), atomically: the file is whole or absent."""
+        path = Path(path) if path else checkpoint_dir(self.out_dir) / LAST_CHECKPOINT
+        self._tick()
+        local = {"rng": rng_state(), "meter": self._meter.state_dict()}  # each process has its own
+        if self.world_size > 1:
+            gathered: list[Any] = [None] * self.world_size
+            dist.all_gather_object(gathered, local)
+        else:
+            gathered = [local]
+        model_state = full_model_state(self.wrapped, sharded=self.fsdp)
+        optim_state = full_optimizer_state(self.wrapped, self.optimizer, sharded=self.fsdp)
+        if self.is_main:
+            write_checkpoint(
+                path,
+                model=model_state,
+                optimizer=optim_state,
+                scheduler=self.scheduler.state_dict() if self.scheduler is not None else None,
+                scaler=self.scaler.state_dict(),
+                ema=self.ema.state_dict() if self.ema is not None else None,
+                processes=gathered,
+                state=dataclasses.asdict(self.state),
+                data=self._data_signature,
+                config=dataclasses.asdict(self.config),
+            )
+        if self.world_size > 1:
+            dist.barrier()
+        return path
+
+    def load_checkpoint(self, path: str | os.PathLike) -> None:
+        """Restore a `save_checkpoint` file; training continues where it stopped."""
+        budget = {key: getattr(self.config, key) for key in ("epochs", "max_steps")}
+        payload = read_checkpoint(path, self._data_signature, budget)  # its layout checked
+        if len(payload["processes"]) <= self.rank:
+            raise CheckpointError(
+                f"{path} was written by {len(payload['processes'])} processes, and this is rank {self.rank}"
+            )
+        restore_training(
+            path,
+            payload,
+            model=self.model,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            scaler=self.scaler,
+            ema=self.ema,
+            sharded=self.fsdp,
+        )
+        self.state = TrainState(**{f.name: payload["state"][f.name] for f in dataclasses.fields(TrainState)})
+        local = payload["processes"][self.rank]
+        self._meter = EpochMeter()
+        with restoring(path, f"processes[{self.rank}]"):
+            if self.state.batches_done:
+                self._meter.load_state_dict(local["meter"])
+            set_rng_state(local["rng"])
+
+    def _tick(self) -> None:
+        """Add the wall time since the last tick of this `fit` to ``state.elapsed_s``."""
+        if self._ticked is not None:
+            now = time.perf_counter()
+            self.state.elapsed_s += now - self._ticked
+            self._ticked = now
+
+    def best_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """The weights of the best epoch by ``monitor`` (EMA weights with ``ema_decay``)."""
+        if self._best_state is None and self.out_dir is not None:
+            best = checkpoint_dir(self.out_dir) / BEST_CHECKPOINT
+            if best.is_file():
+                self._best_state = read_best_weights(best)
+        return self._best_state
+
+    def _keep_best(self, eval_model: nn.Module, monitor: str, value: float) -> None:
+        """The weights of the epoch just ended are the best so far: keep a CPU copy, and write
+        checkpoints/best.pt (what `best_state_dict` reads after a resume)."""
+        weights = full_model_state(eval_model, sharded=self.fsdp and eval_model is self.wrapped)
+        self._best_state = {k: v.detach().to("cpu", copy=True) for k, v in weights.items()}
+        if self.out_dir is not None and self.is_main:
+            path = checkpoint_dir(self.out_dir) / BEST_CHECKPOINT
+            write_best_weights(path, self._best_state, self.state.epoch + 1, monitor, value)
+
     # -- helpers -------------------------------------------------------------------------------
 
     def _eval_model(self) -> nn.Module:
@@ -412,32 +498,3 @@ class Trainer(Checkpointing):
     def _pin_memory(self) -> bool:
         """Pinned host memory for the loaders: the config's choice, else on with CUDA."""
         return self.config.pin_memory if self.config.pin_memory is not None else self.device.type == "cuda"
-
-    def _profiler(self) -> Any:
-        """A started torch.profiler writing a few steps' trace to out_dir/profile (None unless asked)."""
-        if not self.config.profile:
-            return None
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if self.device.type == "cuda":
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        trace_dir = self.out_dir / "profile"
-        profiler = torch.profiler.profile(
-            activities=activities,
-            schedule=torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1),
-            on_trace_ready=torch.profiler.tensorboard_trace_handler(str(trace_dir), worker_name=f"rank{self.rank}"),
-            record_shapes=True,
-        )
-        profiler.start()
-        return profiler
-
-
-@dataclass
-class _Epochs:
-    """What every epoch of a `fit` reads (the loader, its sampler and the seed of its workers'
-    generator) and the run's budget of optimizer steps."""
-
-    loader: DataLoader
-    sampler: EpochSampler
-    generator: torch.Generator
-    steps_per_epoch: int
-    total_steps: int

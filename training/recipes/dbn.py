@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 import zoo
+from zoo.errors import InvalidArgumentError
 from zoo.training.belief_nets import BackpropConfig, RBMConfig, finetune_dbn, pretrain
 from zoo.training.data.builtin import load_fashion_mnist
 from zoo.training.data.digits import load_nudged_digits
@@ -71,7 +72,7 @@ def run(
     """Pretrain, fine-tune, evaluate and publish one DBN; returns its entry. ``epochs`` and
     ``limit`` shorten a run (smoke tests)."""
     if dataset not in RECIPES:
-        raise ValueError(f"no DBN recipe for {dataset!r}; recipes: {', '.join(RECIPES)}")
+        raise InvalidArgumentError(f"no DBN recipe for {dataset!r}; recipes: {', '.join(RECIPES)}")
     recipe = RECIPES[dataset]
     rbm_config = replace(recipe["rbm"], epochs=epochs or recipe["rbm"].epochs)
     tune_config = replace(recipe["finetune"], epochs=epochs or recipe["finetune"].epochs)

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 import zoo
 from zoo.devices import model_device
+from zoo.errors import InvalidArgumentError
 from zoo.training.data.builtin import load_fashion_mnist, stdlib_corpus
 from zoo.training.loop.steps import move_to_device
 
@@ -153,7 +154,7 @@ def stdlib_bytes(model: nn.Module, limit: int | None = None) -> dict[str, float]
 def evaluate(model: nn.Module, task_name: str, limit: int | None = None) -> dict[str, float]:
     """Run the task ``task_name`` on ``model`` (the first ``limit`` test samples, or all)."""
     if task_name not in TASKS:
-        raise ValueError(f"unknown evaluation task {task_name!r}; known: {', '.join(sorted(TASKS))}")
+        raise InvalidArgumentError(f"unknown evaluation task {task_name!r}; known: {', '.join(sorted(TASKS))}")
     return TASKS[task_name](model, limit)
 
 
@@ -169,12 +170,14 @@ def compare(name: str, limit: int | None = None) -> list[dict[str, Any]]:
     per claimed metric, with ``ok`` telling whether it is within tolerance."""
     info = zoo.info(name)
     if info.eval_task is None:
-        raise ValueError(f"{info.name} has no evaluation task (published weights: see their card, {info.card})")
+        raise InvalidArgumentError(
+            f"{info.name} has no evaluation task (published weights: see their card, {info.card})"
+        )
     key = task_key(info.eval_task, limit)
     claimed: Mapping[str, float] | None = info.metrics.get(key)
     if claimed is None:
         slices = [k for k in info.metrics if k.startswith(f"{info.eval_task}[")]
-        raise ValueError(
+        raise InvalidArgumentError(
             f"the card of {info.name} claims nothing for {key!r}; evaluate it in full (no limit)"
             + (f" or on {', '.join(slices)}" if slices else "")
         )

@@ -22,7 +22,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from zoo.training.data.loaders import Augment
+from zoo.errors import InvalidArgumentError
+from zoo.training.data.augment import Augment
 from zoo.training.finetune import Distillation, FinetuneOptions, FinetuneResult, finetune
 from zoo.training.loop.checkpoint import LAST_CHECKPOINT
 from zoo.training.loop.trainer import TrainConfig
@@ -133,7 +134,7 @@ def run(
     tag); returns their entry. ``run_dir`` keeps the checkpoints and resumes from them (a
     temporary directory otherwise)."""
     if target not in RECIPES:
-        raise ValueError(f"no Fashion-MNIST recipe for {target!r}; recipes: {', '.join(RECIPES)}")
+        raise InvalidArgumentError(f"no Fashion-MNIST recipe for {target!r}; recipes: {', '.join(RECIPES)}")
     recipe = RECIPES[target]
     arch = recipe.get("arch", target)
     config = replace(recipe["config"].for_epochs(epochs or recipe["config"].epochs), num_workers=num_workers)

@@ -34,6 +34,7 @@ from torch_geometric.loader.dataloader import Collater
 
 import zoo
 from zoo.architectures.graph import AddTriangles
+from zoo.errors import InvalidArgumentError
 from zoo.training.data.generated_graphs import FashionMNISTGraphs, TriangleCounting
 from zoo.training.loop.steps import StepOutput
 from zoo.training.loop.trainer import TrainConfig, Trainer
@@ -212,7 +213,7 @@ def run(
     """Train, evaluate and publish the weights of ``task``; returns the entry. ``epochs``
     shortens each stage to at most that many epochs (smoke tests)."""
     if task not in RECIPES:
-        raise ValueError(f"no graph recipe for {task!r}; recipes: {', '.join(RECIPES)}")
+        raise InvalidArgumentError(f"no graph recipe for {task!r}; recipes: {', '.join(RECIPES)}")
     recipe = RECIPES[task]
     clock = Stopwatch()
     train, val, trainer_options, data = (_triangles if task == "triangles-er" else _fashion)(limit)

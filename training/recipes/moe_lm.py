@@ -25,6 +25,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch.utils.data import Dataset
 
 import zoo
+from zoo.errors import InvalidArgumentError
 from zoo.tokenizer import complete
 from zoo.training.data.builtin import stdlib_corpus, stdlib_files
 from zoo.training.loop.trainer import TrainConfig, Trainer
@@ -99,7 +100,7 @@ def run(
 ) -> list[dict[str, Any]]:
     """Train the MoE and the dense model, measure both and publish both; returns their entries."""
     if target not in TARGETS:
-        raise ValueError(f"no language-model recipe for {target!r}; recipes: {', '.join(TARGETS)}")
+        raise InvalidArgumentError(f"no language-model recipe for {target!r}; recipes: {', '.join(TARGETS)}")
     steps = steps or STEPS
     clock = Stopwatch()
     trained = {"moe": _train(MOE, steps), "dense": _train(DENSE, steps)}

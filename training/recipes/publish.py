@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import hashlib
+import inspect
 import json
 import os
 import platform
@@ -27,8 +28,9 @@ import safetensors.torch
 import torch
 import torch.nn as nn
 
-from zoo.deploy.bench import architecture_gmacs
-from zoo.errors import run_command
+from zoo.deploy.bench import gmacs
+from zoo.errors import InvalidArgumentError, run_command
+from zoo.loading.build import load
 from zoo.store.files import write_bytes_atomic
 from zoo.training.loop.curves import plot_curves
 
@@ -47,6 +49,22 @@ class Provenance:
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     hardware: str = field(default_factory=lambda: hardware_description())
     notes: Sequence[str] = ()
+
+
+def architecture_gmacs(
+    arch: str,
+    model_kwargs: dict[str, Any],
+    num_classes: int,
+    preprocess: dict[str, Any],
+) -> float | None:
+    """GMACs per sample of ``arch`` built with ``model_kwargs``, at its weights' input size.
+    Built on the meta device (shapes only, nothing computed) except models with
+    mixture-of-experts routing, whose expert batches depend on the data."""
+    with torch.device("meta"):
+        model = load(arch, pretrained=False, num_classes=num_classes, **model_kwargs)
+    if "return_aux" in inspect.signature(model.forward).parameters:  # routed: rebuild with real tensors
+        model = load(arch, pretrained=False, num_classes=num_classes, **model_kwargs)
+    return gmacs(model, preprocess)
 
 
 def hardware_description() -> str:
@@ -97,7 +115,7 @@ def publish(
     ``"fashion-mnist[:1000]"``) to what was measured on it."""
     arch, _, tag = name.partition(".")
     if not tag:
-        raise ValueError(f"weight names are arch.tag, e.g. {arch}.fmnist; got {name!r}")
+        raise InvalidArgumentError(f"weight names are arch.tag, e.g. {arch}.fmnist; got {name!r}")
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}

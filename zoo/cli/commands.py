@@ -1,5 +1,5 @@
 """The commands that load models: ``zoo predict``, ``generate``, ``finetune``, ``eval``,
-``demo``, ``bench``, ``export`` (`zoo.cli.parser` builds their options and calls ``run_<command>``)."""
+``demo``, ``bench``, ``export`` (`zoo.cli.parser.COMMANDS` names each one's options and handler)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,12 @@ import torch
 from tqdm import tqdm
 
 import zoo
-from zoo.architectures.generation import check_options
 from zoo.cli.catalog import format_size
-from zoo.deploy import bench, exporter
 from zoo.errors import InvalidArgumentError
 from zoo.loading.images import open_image
 from zoo.store import registry
 from zoo.store.files import check_writable
 from zoo.tokenizer import check_byte_lm, complete
-from zoo.training import demo, finetune
-from zoo.training.recipes import evaluate
 
 
 def run_predict(args: argparse.Namespace) -> int:
@@ -68,6 +64,8 @@ def run_predict(args: argparse.Namespace) -> int:
 
 
 def run_generate(args: argparse.Namespace) -> int:
+    from zoo.architectures.generation import check_options
+
     check_options(args.max_new_tokens, args.temperature, args.top_k, args.top_p)  # before the model loads
     model = zoo.load(args.name, device=args.device)
     check_byte_lm(model)  # before the prompt is echoed
@@ -94,11 +92,15 @@ def _write_now(text: str) -> None:
 
 
 def run_finetune(args: argparse.Namespace) -> int:
+    from zoo.training import finetune  # each command imports what it runs, so predict stays light
+
     finetune.run(args, command=args.command_line)
     return 0
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    from zoo.training.recipes import evaluate
+
     if not registry.is_registered(args.name) and (Path(args.name).expanduser() / "config.json").is_file():
         raise InvalidArgumentError(
             f"{args.name} is a saved folder: zoo eval re-measures a registered entry's card (zoo list --pretrained); "
@@ -121,11 +123,16 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    from zoo.training import demo
+
     demo.run(args, command=args.command_line)
     return 0
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    from zoo.cli.bench import measure_targets
+    from zoo.deploy import bench
+
     batch_sizes = bench.parse_batch_sizes(args.batch)
     if args.csv:
         check_writable(args.csv)  # before minutes of measuring
@@ -133,7 +140,7 @@ def run_bench(args: argparse.Namespace) -> int:
         raise InvalidArgumentError("--peers shows the candidates zoo.optimize measures: leave out --no-optimize")
     reports: list = []
     targets = bench.select(args.patterns)
-    rows, skipped = bench.bench(targets, batch_sizes, args.repeats, optimize=not args.no_optimize, reports=reports)
+    rows, skipped = measure_targets(targets, batch_sizes, args.repeats, optimize=not args.no_optimize, reports=reports)
     print("\n".join(bench.machine_header()))
     print(bench.format_table(rows))
     if args.peers:
@@ -147,6 +154,8 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    from zoo.deploy import exporter
+
     out = exporter.check_destination(args.out, args.format, args.overwrite)  # before the model loads
     model = zoo.load(args.name)
     example = exporter.example_input_for(model, batch=args.batch or exporter.EXAMPLE_BATCH)

@@ -1,23 +1,29 @@
 """The ``zoo`` command line's parser and `main`.
 
-Light on purpose: ``zoo --help`` answers without importing torch. Only the chosen command's
-options are built (some come from modules that import torch), and its handler in
-`zoo.cli.commands` (or `zoo.cli.catalog` for ``list``/``info``) is imported to run it.
+Light on purpose: ``zoo --help`` answers without importing torch. `COMMANDS` lists every
+command once (help, options, handler); only the chosen command's options are built (some come
+from modules that import torch), and its handler imports its module (`zoo.cli.commands`,
+`zoo.cli.catalog` for ``list``/``info``, `zoo.cli.serving` for ``serve``) only to run it.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import shlex
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import NoReturn
 
-from zoo.errors import run_command
+from zoo.errors import InvalidArgumentError, run_command
 
 PREDICT_BATCH_SIZE = 64
+
+
+class OptionValueError(InvalidArgumentError, argparse.ArgumentTypeError):
+    """An option's value that its type refuses: argparse says it in one line (exit 2), and a
+    direct call of a type below (`positive_int`...) gets a ZooError that is a ValueError."""
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -32,20 +38,20 @@ def _whole_number(text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        raise OptionValueError(f"must be a whole number, got {text!r}") from None
 
 
 def positive_int(text: str) -> int:
     value = _whole_number(text)
     if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+        raise OptionValueError(f"must be 1 or more, got {value}")
     return value
 
 
 def non_negative_int(text: str) -> int:
     value = _whole_number(text)
     if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+        raise OptionValueError(f"must be 0 or more, got {value}")
     return value
 
 
@@ -55,11 +61,9 @@ def _finite_float(text: str, low: float, high: float = math.inf, *, low_open: bo
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number {wanted}, got {text!r}") from None
+        raise OptionValueError(f"must be a number {wanted}, got {text!r}") from None
     if not math.isfinite(value) or value < low or (low_open and value == low) or value > high:
-        raise argparse.ArgumentTypeError(
-            f"must be a{' finite' * (not math.isfinite(value))} number {wanted}, got {text!r}"
-        )
+        raise OptionValueError(f"must be a{' finite' * (not math.isfinite(value))} number {wanted}, got {text!r}")
     return value
 
 
@@ -79,14 +83,14 @@ def fraction(text: str) -> float:
 def seed(text: str) -> int:
     value = _whole_number(text)
     if not 0 <= value < 2**32:
-        raise argparse.ArgumentTypeError(f"must be from 0 to {2**32 - 1}, got {value}")
+        raise OptionValueError(f"must be from 0 to {2**32 - 1}, got {value}")
     return value
 
 
 def port(text: str) -> int:
     value = _whole_number(text)
     if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be from 0 to 65535, got {value}")
+        raise OptionValueError(f"must be from 0 to 65535, got {value}")
     return value
 
 
@@ -101,7 +105,7 @@ def _info_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _predict_arguments(p: argparse.ArgumentParser) -> None:
-    from zoo.deploy.inference import PRECISIONS
+    from zoo.deploy.optimize_report import PRECISIONS  # light: the optimizer itself loads only with --optimize
 
     p.add_argument("name", help="arch.tag, or an architecture for its default weights")
     p.add_argument("images", nargs="+", help="image files")
@@ -230,33 +234,99 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replicas", type=positive_int, default=1, help="with --ray: copies of the server (default: 1)")
 
 
-# command -> (help, its options, the module whose function runs it)
-COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], str]] = {
-    "list": ("list architectures, or weights with --pretrained", _list_arguments, "zoo.cli.catalog"),
-    "info": ("metadata of a weight entry", _info_arguments, "zoo.cli.catalog"),
-    "predict": ("top-k classes of images with pretrained weights", _predict_arguments, "zoo.cli.commands"),
-    "generate": ("continue a text prompt with a byte-level language model", _generate_arguments, "zoo.cli.commands"),
-    "finetune": (
-        "fine-tune a model on an image folder, text,label file or tensors",
-        _finetune_arguments,
-        "zoo.cli.commands",
+# Each command's handler, importing its module only when it runs: `zoo list` and `zoo info` stay
+# off torch and the model families (`zoo.cli.catalog`), `zoo --help` imports none of them.
+
+
+def _run_list(args: argparse.Namespace) -> int:
+    from zoo.cli.catalog import run_list
+
+    return run_list(args)
+
+
+def _run_info(args: argparse.Namespace) -> int:
+    from zoo.cli.catalog import run_info
+
+    return run_info(args)
+
+
+def _run_predict(args: argparse.Namespace) -> int:
+    from zoo.cli.commands import run_predict
+
+    return run_predict(args)
+
+
+def _run_generate(args: argparse.Namespace) -> int:
+    from zoo.cli.commands import run_generate
+
+    return run_generate(args)
+
+
+def _run_finetune(args: argparse.Namespace) -> int:
+    from zoo.cli.commands import run_finetune
+
+    return run_finetune(args)
+
+
+def _run_eval(args: argparse.Namespace) -> int:
+    from zoo.cli.commands import run_eval
+
+    return run_eval(args)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from zoo.cli.commands import run_demo
+
+    return run_demo(args)
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from zoo.cli.commands import run_bench
+
+    return run_bench(args)
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from zoo.cli.commands import run_export
+
+    return run_export(args)
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from zoo.cli.serving import run_serve
+
+    return run_serve(args)
+
+
+@dataclass(frozen=True)
+class Command:
+    """One ``zoo`` command: its help line, what adds its options, and the handler that runs it
+    (its exit code)."""
+
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+# The table of the command line: every command once; the parser and `main` read nothing else.
+COMMANDS: dict[str, Command] = {
+    "list": Command("list architectures, or weights with --pretrained", _list_arguments, _run_list),
+    "info": Command("metadata of a weight entry", _info_arguments, _run_info),
+    "predict": Command("top-k classes of images with pretrained weights", _predict_arguments, _run_predict),
+    "generate": Command("continue a text prompt with a byte-level language model", _generate_arguments, _run_generate),
+    "finetune": Command(
+        "fine-tune a model on an image folder, text,label file or tensors", _finetune_arguments, _run_finetune
     ),
-    "eval": ("re-measure a bundled weight file's card metrics", _eval_arguments, "zoo.cli.commands"),
-    "demo": (
-        "fine-tune a bundled model on handwritten digits against training from scratch",
-        _demo_arguments,
-        "zoo.cli.commands",
+    "eval": Command("re-measure a bundled weight file's card metrics", _eval_arguments, _run_eval),
+    "demo": Command(
+        "fine-tune a bundled model on handwritten digits against training from scratch", _demo_arguments, _run_demo
     ),
-    "bench": ("results table: params, GMACs, top-1 and measured inference speed", _bench_arguments, "zoo.cli.commands"),
-    "export": (
-        "export a model to ONNX, TorchScript or a torch.export program, checked",
-        _export_arguments,
-        "zoo.cli.commands",
+    "bench": Command("results table: params, GMACs, top-1 and measured inference speed", _bench_arguments, _run_bench),
+    "export": Command(
+        "export a model to ONNX, TorchScript or a torch.export program, checked", _export_arguments, _run_export
     ),
-    "serve": (
-        "serve models over HTTP: Open Inference Protocol v2, OpenAI completions, a page",
-        _serve_arguments,
-        "zoo.cli.serving",
+    "serve": Command(
+        "serve models over HTTP: Open Inference Protocol v2, OpenAI completions, a page", _serve_arguments, _run_serve
     ),
 }
 
@@ -267,14 +337,14 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="zoo",
         description="zoo: list models, show weight metadata, classify images, generate text, fine-tune, "
-        "evaluate, demo, benchmark, export.",
+        "evaluate, demo, benchmark, export, serve.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     chosen = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
-    for name, (help_text, add_arguments, _) in COMMANDS.items():
-        p = commands.add_parser(name, help=help_text)
+    for name, command in COMMANDS.items():
+        p = commands.add_parser(name, help=command.help)
         if chosen in (None, name):
-            add_arguments(p)
+            command.arguments(p)
     return parser
 
 
@@ -286,14 +356,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     def run() -> int:
         args = build_parser(argv).parse_args(argv)  # a refused option: SystemExit(2), said in one line
         args.command_line = shlex.join(["zoo", *argv])
-        handler = getattr(importlib.import_module(COMMANDS[args.command][2]), f"run_{args.command}")
-        return handler(args)
+        return COMMANDS[args.command].run(args)
 
     return run_command(run)
 
 
 __all__ = [
     "COMMANDS",
+    "Command",
+    "OptionValueError",
     "build_parser",
     "fraction",
     "main",

@@ -11,7 +11,7 @@ import threading
 import uvicorn
 
 from zoo.serve import ServeConfig, create_app
-from zoo.serve.config import api_key_from, is_loopback
+from zoo.serve.serve_options import api_key_from, is_loopback
 from zoo.serve.server import ServerState
 
 

@@ -1,5 +1,5 @@
 """Compute and speed of the registry's models: `count_macs` (the ``gmacs`` every weight entry
-records) and `zoo bench`, a results table over the weight entries like timm's results CSVs
+records) and the measurements behind `zoo bench` (`zoo.cli.bench`), a results table over the weight entries like timm's results CSVs
 (parameters, GMACs, file size, top-1, measured inference samples/s).
 
 MACs are counted per sample at the entry's own input size: images at the preprocessing's crop
@@ -13,30 +13,26 @@ from __future__ import annotations
 
 import csv
 import fnmatch
-import inspect
 import io
 import math
 import os
 import platform
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
-from tqdm import tqdm
 
 from zoo.deploy.exporter import example_input_for
 from zoo.deploy.inference import medians
 from zoo.deploy.inference import optimize as optimize_model
 from zoo.deploy.optimize_report import OptimizeReport
-from zoo.errors import InvalidArgumentError, UnknownModelError, WeightsNotFoundError
-from zoo.loading import build
+from zoo.errors import InvalidArgumentError, UnknownModelError
 from zoo.store import registry
 from zoo.store.files import write_bytes_atomic
-from zoo.store.registry import GRAPH_SKIP_REASON, WeightInfo
+from zoo.store.registry import WeightInfo
 
 TEXT_TOKENS = 256  # the sequence length text models are counted and timed at
 
@@ -63,22 +59,6 @@ def gmacs(model: nn.Module, preprocess: dict[str, Any]) -> float | None:
 
 def _example(model: nn.Module, preprocess: dict[str, Any], batch: int) -> torch.Tensor:
     return example_input_for(model, batch, preprocess=preprocess, sequence_length=TEXT_TOKENS)
-
-
-def architecture_gmacs(
-    arch: str,
-    model_kwargs: dict[str, Any],
-    num_classes: int,
-    preprocess: dict[str, Any],
-) -> float | None:
-    """GMACs per sample of ``arch`` built with ``model_kwargs``, at its weights' input size.
-    Built on the meta device (shapes only, nothing computed) except models with
-    mixture-of-experts routing, whose expert batches depend on the data."""
-    with torch.device("meta"):
-        model = build.load(arch, pretrained=False, num_classes=num_classes, **model_kwargs)
-    if "return_aux" in inspect.signature(model.forward).parameters:  # routed: rebuild with real tensors
-        model = build.load(arch, pretrained=False, num_classes=num_classes, **model_kwargs)
-    return gmacs(model, preprocess)
 
 
 @dataclass
@@ -125,7 +105,7 @@ def select(patterns: Sequence[str]) -> list[BenchTarget]:
     """The weight entries matching any fnmatch pattern (every entry without patterns), and the
     architectures named exactly (benchmarked with random weights)."""
     entries = registry.list_models(list(patterns) or "*", pretrained=True)
-    targets = [BenchTarget(name, registry.weight_info(name)) for name in entries]
+    targets = [BenchTarget(name, registry.info(name)) for name in entries]
     for pattern in patterns:
         if pattern in registry.list_models(pattern):
             targets.append(BenchTarget(pattern, None))
@@ -137,30 +117,6 @@ def select(patterns: Sequence[str]) -> list[BenchTarget]:
     return targets
 
 
-@contextmanager
-def _offline() -> Iterator[None]:
-    """ZOO_OFFLINE=1 for the block: bench measures what is on this machine and downloads nothing."""
-    before = os.environ.get("ZOO_OFFLINE")
-    os.environ["ZOO_OFFLINE"] = "1"
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["ZOO_OFFLINE"]
-        else:
-            os.environ["ZOO_OFFLINE"] = before
-
-
-def _load(target: BenchTarget) -> tuple[nn.Module, dict[str, Any]]:
-    """The model (eval mode, fp32) and the preprocessing its inputs follow."""
-    if target.info is not None:
-        with _offline():
-            return build.load(target.name), target.info.preprocess
-    arch, default = registry.resolve(target.name)
-    model = build.load(arch, pretrained=False, **(default.model_kwargs if default else {}))
-    return model, default.preprocess if default else {}
-
-
 def _top1(info: WeightInfo | None) -> float | None:
     """Top-1 on the entry's evaluation task (the full test set), else on any task that has one."""
     if info is None:
@@ -169,62 +125,7 @@ def _top1(info: WeightInfo | None) -> float | None:
     return next((metrics["top1"] for metrics in ordered if "top1" in metrics), None)
 
 
-def bench(
-    targets: Sequence[BenchTarget],
-    batch_sizes: Sequence[int],
-    repeats: int,
-    optimize: bool = False,
-    reports: list[tuple[str, int, OptimizeReport]] | None = None,
-) -> tuple[list[BenchRow], list[tuple[str, str]]]:
-    """Measure every target at every batch size in fp32 eager and, with ``optimize``, as
-    `zoo.deploy.inference.optimize` chooses (precision "auto", which compiles and times its candidates
-    on this machine, ONNX Runtime and OpenVINO among them where installed); returns the rows and
-    the (name, reason) of the targets skipped: graph models, and published weights not in the
-    cache. With ``optimize``, ``reports`` (a list) receives each row's (model, batch size,
-    `OptimizeReport`): every candidate's time, speed-up and agreement (`format_peers`)."""
-    if repeats < 1:
-        raise InvalidArgumentError(f"--repeats must be 1 or more, got {repeats}")
-    rows: list[BenchRow] = []
-    skipped: list[tuple[str, str]] = []
-    progress = tqdm(total=len(targets) * len(batch_sizes), desc="zoo bench", unit="run", leave=False)
-    for target in targets:
-        loaded = _load_or_skip(target, skipped)
-        if loaded is None:
-            progress.update(len(batch_sizes))
-            continue
-        model, preprocess = loaded
-        model_gmacs = target.info.gmacs if target.info is not None else gmacs(model, preprocess)
-        for batch_size in batch_sizes:
-            progress.set_postfix_str(f"{target.name} batch {batch_size}")
-            row, report = _measure(target, model, preprocess, model_gmacs, batch_size, repeats, optimize)
-            rows.append(row)
-            if report is not None and reports is not None:
-                reports.append((target.name, batch_size, report))
-            progress.update(1)
-    progress.close()
-    return rows, skipped
-
-
-def _load_or_skip(target: BenchTarget, skipped: list[tuple[str, str]]) -> tuple[nn.Module, dict[str, Any]] | None:
-    """The target's model and preprocessing; None, with the reason added to ``skipped``, for a
-    graph model or published weights not in the cache."""
-    if registry.input_kind(target.name.split(".")[0]) == "graphs":
-        skipped.append((target.name, GRAPH_SKIP_REASON))
-        return None
-    try:
-        return _load(target)
-    except WeightsNotFoundError:
-        skipped.append(
-            (
-                target.name,
-                f"published weights not in the cache; `zoo info {target.name}` shows "
-                "the source, zoo.load downloads them once",
-            )
-        )
-        return None
-
-
-def _measure(
+def measure(
     target: BenchTarget,
     model: nn.Module,
     preprocess: dict[str, Any],

@@ -36,13 +36,12 @@ import torch.nn as nn
 from zoo.architectures import ARCHS
 from zoo.deploy import runtimes as runtime_candidates
 from zoo.deploy.exporter import output_tensors
-from zoo.deploy.optimize_report import Candidate, OptimizeReport, remembered, write_cache
+from zoo.deploy.optimize_report import PRECISIONS, Candidate, OptimizeReport, remembered, write_cache
 from zoo.deploy.optimized import MAX_BATCH_GRAPHS, OptimizedModel, quiet_logger
 from zoo.devices import model_device
 from zoo.errors import InvalidArgumentError
 from zoo.store import registry
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 # Largest relative output difference (max |diff| / max |fp32|) that passes for outputs that are not class scores.
 RELATIVE_TOLERANCE = {"eager": 0.0, "channels_last": 1e-4, "fp32": 1e-3, "bf16": 5e-2, "fp16": 1e-2, "int8": 1e-1}
 RELATIVE_TOLERANCE.update(runtime_candidates.RELATIVE_TOLERANCE)
@@ -283,7 +282,7 @@ def _build(
     what `_candidates` gave it: an autocast dtype or None, or a runtime's shared `Conversion`.
     The caller's model is left as it is: channels_last variants run on a copy."""
     if name in runtime_candidates.RUNTIMES:
-        return runtime_candidates.build(name, model, args, batches, option)
+        return runtime_candidates.build_runtime(name, model, args, batches, option)
     autocast = option
     image = _is_image_batch(args)
     example_batch = len(args[0]) if image and _is_cnn(model) else None

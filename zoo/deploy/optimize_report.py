@@ -11,6 +11,8 @@ from typing import Any
 from zoo.store import download
 from zoo.store.files import write_json
 
+PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")  # what zoo.optimize and --optimize take
+
 CACHE_FILE = "optimize.json"
 
 

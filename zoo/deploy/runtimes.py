@@ -112,7 +112,7 @@ class Conversion:
         return self._converted
 
 
-def build(
+def build_runtime(
     name: str, model: nn.Module, args: tuple[Any, ...], batches: list[tuple[Any, ...]], conversion: Conversion
 ) -> OptimizedModel:
     """Candidate ``name`` ready to run: the session or compiled model behind an `OptimizedModel`."""

@@ -1,2 +1,2 @@
-"""The peers' names and formats: timm's `create_model` and config, torchvision's weight names
-and enums, Hugging Face checkpoints and the Hub."""
+"""The peers' formats, below `zoo.loading`: torchvision's weight names, Hugging Face checkpoints,
+their export, and the Hub. (The peers' entry points, which load by name, are `zoo.peers`.)"""

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from zoo.architectures import ARCHS
 from zoo.architectures.moe_transformer import MoETransformer
-from zoo.errors import ConfigFileError, InvalidArgumentError, WeightsError, WeightsMismatchError
+from zoo.errors import ConfigFileError, InvalidArgumentError, WeightsError, WeightsMismatchError, WeightsNotFoundError
 from zoo.store import registry
 from zoo.store.files import read_json
 from zoo.store.model_config import ModelConfig, set_config
@@ -263,7 +263,7 @@ def _shard_files(directory: Path) -> list[Path]:
         return [directory / SINGLE_FILE]
     files = sorted(directory.glob("*.safetensors"))
     if not files:
-        raise FileNotFoundError(
+        raise WeightsNotFoundError(
             f"no safetensors weights in {directory} (expected {SINGLE_FILE} or {INDEX_FILE}); "
             "convert a pytorch_model.bin checkpoint with transformers' save_pretrained(safe_serialization=True)"
         )

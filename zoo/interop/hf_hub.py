@@ -37,63 +37,17 @@ from huggingface_hub.errors import (
 
 from zoo.architectures import ARCHS
 from zoo.errors import ChecksumError, DownloadError, InvalidArgumentError, WeightsError, WeightsNotFoundError
+from zoo.interop.hub_names import WEIGHT_SUFFIXES, HubRepo, endpoint
 from zoo.store import download, registry
 from zoo.store.files import write_json
 from zoo.store.registry import IMAGENET_MEAN, IMAGENET_STD, WeightInfo
 
-HUB_PREFIX = "hf-hub:"
 RECORDED_AT_FIRST_DOWNLOAD = "recorded-at-first-download"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # in the order timm looks for them
-_REPO_REF = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[\w./-]+))?")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt")
 _TIMM_MODEL_ARGS = ("in_chans",)  # timm model_args zoo's builders take under the same name
 _TIMM_ZOO_DEFAULTS = {"global_pool": "avg"}  # timm model_args whose value is what zoo's models always do
-
-
-@dataclass(frozen=True)
-class HubRepo:
-    """A model repository on the Hub at a revision (branch, tag or commit)."""
-
-    repo_id: str
-    revision: str = "main"
-
-    def __str__(self) -> str:
-        return f"{self.repo_id}@{self.revision}"
-
-    @property
-    def page(self) -> str:
-        return f"{endpoint() or 'https://huggingface.co'}/{self.repo_id}"
-
-
-def is_hub_name(name: object) -> bool:
-    """Whether ``name`` is an ``hf-hub:`` model name."""
-    return isinstance(name, str) and name.startswith(HUB_PREFIX)
-
-
-def parse_hub_name(name: str) -> HubRepo:
-    """``hf-hub:ORG/REPO[@REVISION]`` as a HubRepo."""
-    return parse_repo(name.removeprefix(HUB_PREFIX), f"model name {name!r}")
-
-
-def parse_repo(text: str, what: str) -> HubRepo:
-    """``ORG/REPO[@REVISION]`` as a HubRepo; ``what`` names the argument in the error."""
-    match = _REPO_REF.fullmatch(text)
-    if match is None:
-        raise InvalidArgumentError(
-            f"{what} is not a Hugging Face Hub repository: write ORG/REPO or ORG/REPO@REVISION "
-            "(e.g. hf-hub:timm/resnet50.a1_in1k@main)"
-        )
-    return HubRepo(match["repo"], match["revision"] or "main")
-
-
-def is_repo_reference(weights: object) -> bool:
-    """Whether ``weights=`` means a Hub repository: shaped ``ORG/REPO[@REVISION]``, not an existing
-    path, not a URL and not a weight file name (a missing file keeps its own error)."""
-    if not isinstance(weights, str) or "://" in weights or Path(weights).expanduser().exists():
-        return False
-    return _REPO_REF.fullmatch(weights) is not None and not weights.endswith(_WEIGHT_SUFFIXES)
 
 
 def cache_dir() -> Path:
@@ -104,11 +58,6 @@ def cache_dir() -> Path:
         return Path(os.path.expandvars(explicit)).expanduser()
     home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
     return Path(os.path.expandvars(home)).expanduser() / "hub"
-
-
-def endpoint() -> str | None:
-    """``HF_ENDPOINT`` as it is now (None: huggingface_hub's default)."""
-    return (os.environ.get("HF_ENDPOINT") or "").rstrip("/") or None
 
 
 def download_file(repo: HubRepo, filename: str, *, sha256: str | None = None) -> Path:
@@ -158,7 +107,7 @@ def download_snapshot(repo: HubRepo, allow_patterns: Sequence[str]) -> Path:
             )
         )
     for path in sorted(folder.rglob("*")):
-        if path.suffix in _WEIGHT_SUFFIXES:
+        if path.suffix in WEIGHT_SUFFIXES:
             _verify(path, HubRepo(repo.repo_id, folder.name), path.relative_to(folder).as_posix(), None)
     return folder
 
@@ -227,7 +176,7 @@ def _verify(path: Path, repo: HubRepo, filename: str, sha256: str | None) -> Non
     blob = path.resolve()
     lfs_sha256 = blob.name if blob.parent.name == "blobs" and _SHA256.fullmatch(blob.name) else None
     expected = sha256 or lfs_sha256
-    if expected is None and path.suffix in _WEIGHT_SUFFIXES and not download.is_hf_offline():
+    if expected is None and path.suffix in WEIGHT_SUFFIXES and not download.is_hf_offline():
         expected = _remote_lfs_sha256(repo, filename, commit_of(path))
     try:
         download.verify_file(path, expected)

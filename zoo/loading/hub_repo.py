@@ -10,9 +10,9 @@ import torch.nn as nn
 
 from zoo.errors import InvalidArgumentError, WeightsError, WeightsMismatchError
 from zoo.interop import hf_hub
+from zoo.loading.pretrained_cfg import adapt_preprocess
 from zoo.loading.saved import CONFIG_FILE, MAX_CONFIG_BYTES, WEIGHTS_FILE, load_saved
 from zoo.loading.state_dicts import build_architecture, build_with_state_dict
-from zoo.loading.transforms import adapt_preprocess
 from zoo.store import registry
 from zoo.store.files import read_json
 from zoo.store.model_config import ModelConfig, set_config

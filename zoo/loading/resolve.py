@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from zoo.interop import hf_hub, torchvision_weights
+from zoo.interop import hub_names, torchvision_weights
 from zoo.loading.saved import CONFIG_FILE, saved_folder
 from zoo.store import registry
 from zoo.store.registry import WeightInfo
@@ -44,7 +44,7 @@ class SavedFolder:
 class HubRepository:
     """A Hub repository holding a saved folder or a timm model: ``hf-hub:ORG/REPO[@REVISION]``."""
 
-    repo: hf_hub.HubRepo
+    repo: hub_names.HubRepo
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class HFCheckpoint:
 
     arch: str
     folder: Path | None = None
-    repo: hf_hub.HubRepo | None = None
+    repo: hub_names.HubRepo | None = None
 
 
 Source = Registered | SavedFolder | HubRepository | HFCheckpoint
@@ -63,21 +63,24 @@ def resolve(name_or_path: str | os.PathLike | Source, weights: str | os.PathLike
     """The source that ``name_or_path`` (with ``weights=``) means; a source passes through."""
     if isinstance(name_or_path, Registered | SavedFolder | HubRepository | HFCheckpoint):
         return name_or_path
-    if hf_hub.is_hub_name(name_or_path):
-        return HubRepository(hf_hub.parse_hub_name(name_or_path))
-    saved = saved_folder(name_or_path)
-    if saved is not None:
-        return SavedFolder(saved)
+    if isinstance(name_or_path, str) and name_or_path.startswith(hub_names.HUB_PREFIX):
+        return HubRepository(hub_names.parse_hub_name(name_or_path))
+    if not isinstance(name_or_path, str) or os.path.isdir(name_or_path) or not registry.is_registered(name_or_path):
+        saved = saved_folder(name_or_path)  # a folder, or the error that names what is wrong with it
+        if saved is not None:
+            return SavedFolder(saved)
     name = str(name_or_path)
     arch, entry = registry.resolve(name)
+    if weights is None:
+        return Registered(name, arch, entry)
     named = torchvision_weights.weights_entry(name, arch, weights)
     if named is not None:
         return Registered(named.name, arch, named, named_by_weights=True)
-    if weights is not None and (Path(weights) / CONFIG_FILE).is_file():
+    if (Path(weights) / CONFIG_FILE).is_file():
         return HFCheckpoint(arch, folder=Path(weights))
-    if hf_hub.is_repo_reference(weights) and registry.arch_spec(arch).hf_checkpoints:
-        return HFCheckpoint(arch, repo=hf_hub.parse_repo(weights, f"weights={weights!r}"))
-    return Registered(name, arch, entry, weights=None if weights is None else str(weights))
+    if hub_names.is_repo_reference(weights) and registry.arch_spec(arch).hf_checkpoints:
+        return HFCheckpoint(arch, repo=hub_names.parse_repo(weights, f"weights={weights!r}"))
+    return Registered(name, arch, entry, weights=str(weights))
 
 
 def architecture(arch: str) -> Registered:

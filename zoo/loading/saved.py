@@ -14,10 +14,9 @@ import torch.nn as nn
 
 from zoo.architectures.features import FeatureExtractor
 from zoo.errors import InvalidArgumentError, WeightsMismatchError, WeightsNotFoundError
-from zoo.interop import hf_hub
+from zoo.loading.pretrained_cfg import adapt_preprocess
 from zoo.loading.schema import validate_saved_config
 from zoo.loading.state_dicts import CONFIG_FILE, build_architecture, build_with_state_dict
-from zoo.loading.transforms import adapt_preprocess
 from zoo.store import registry
 from zoo.store.files import atomic_files, read_json
 from zoo.store.model_config import ModelConfig, set_config
@@ -47,6 +46,8 @@ def save(model: nn.Module, directory: str | os.PathLike, overwrite: bool = False
             f"{directory} already holds {', '.join(existing)}; pass overwrite=True to replace "
             "them, or save to a new folder"
         )
+    from zoo.interop import hf_hub  # timm's keys and the Hub's card: huggingface_hub only when saving
+
     config = {**cfg, "num_classes": model.num_classes, "format": "zoo/1"}
     config |= hf_hub.timm_config(config, getattr(model, "num_features", 0))
     entry = registry.find_weights(cfg.get("weights"))

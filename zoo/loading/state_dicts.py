@@ -16,7 +16,6 @@ import torch
 import torch.nn as nn
 
 from zoo.errors import InvalidArgumentError, WeightsMismatchError, WeightsNotFoundError
-from zoo.interop import hf_hub
 from zoo.store import download
 from zoo.store.convert import StateDict, adapt_input_conv, convert_state_dict
 from zoo.store.registry import WeightInfo
@@ -38,12 +37,16 @@ def read_weights(entry: WeightInfo | None, weights: str | os.PathLike | None) ->
         suffix = Path(_url_basename(entry.url)).suffix
         path = download.fetch_state_dict(entry.url, sha256=entry.sha256, filename=f"{entry.name}{suffix}")
     elif entry.hf_hub is not None:
+        from zoo.interop import hf_hub  # huggingface_hub only for the entries it serves
+
         path = hf_hub.fetch_entry_file(entry)
     else:
         path = Path(str(resources.files("zoo.weights").joinpath(entry.file)))
         download.verify_file(path, entry.sha256)
     state_dict = load_state_dict_file(path)
-    return convert_state_dict(entry.converter if entry else "identity", state_dict)
+    if entry is None or entry.converter == "identity":
+        return state_dict
+    return convert_state_dict(entry.converter, state_dict)
 
 
 def _local_weights_path(source: str) -> Path:

@@ -17,24 +17,7 @@ from zoo.errors import InvalidArgumentError
 from zoo.store import registry
 from zoo.store.registry import IMAGENET_MEAN, IMAGENET_STD
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "ConvertChannels", "adapt_preprocess", "build_transforms", "transforms"]
-
-
-def adapt_preprocess(preprocess: dict[str, Any], in_chans: int | None) -> dict[str, Any]:
-    """The weights' preprocessing for a model whose first convolution was adapted to
-    ``in_chans``: images converted to that many channels (gray, RGB, RGBA), with averaged
-    statistics for 1 channel and the weights' statistics repeated for more."""
-    if not preprocess or in_chans is None or in_chans == len(preprocess["mean"]):
-        return dict(preprocess)
-    if in_chans == 1:
-        mean, std = (
-            [sum(preprocess["mean"]) / len(preprocess["mean"])],
-            [sum(preprocess["std"]) / len(preprocess["std"])],
-        )
-        return {**preprocess, "channels": 1, "mean": mean, "std": std}
-    repeat = -(-in_chans // len(preprocess["mean"]))
-    mean, std = (preprocess["mean"] * repeat)[:in_chans], (preprocess["std"] * repeat)[:in_chans]
-    return {**preprocess, "channels": in_chans, "mean": mean, "std": std}
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "ConvertChannels", "build_transforms", "transforms"]
 
 
 def transforms(name_or_model: str | nn.Module) -> Callable[[Any], torch.Tensor]:
@@ -43,7 +26,7 @@ def transforms(name_or_model: str | nn.Module) -> Callable[[Any], torch.Tensor]:
     if isinstance(name_or_model, nn.Module):
         preprocess = name_or_model.pretrained_cfg.get("preprocess") or {}
     else:
-        preprocess = registry.weight_info(name_or_model).preprocess
+        preprocess = registry.info(name_or_model).preprocess
     if not preprocess:
         raise InvalidArgumentError("these weights record no image preprocessing")
     return build_transforms(preprocess)

@@ -23,16 +23,16 @@ if _MISSING:
 
 from fastapi import FastAPI  # noqa: E402 - after the check, which names what is missing
 
-from zoo.serve.app import create_app  # noqa: E402
-from zoo.serve.config import ServeConfig  # noqa: E402
+from zoo.serve.application import create_app  # noqa: E402
 from zoo.serve.ray_serve import ray_deployment  # noqa: E402
+from zoo.serve.serve_options import ServeConfig, serve_config  # noqa: E402
 from zoo.serve.server import ServerState  # noqa: E402
 
 
 def app(*models: str, **options: Any) -> FastAPI:
     """The ASGI app serving ``models`` (weight names or saved folders), loaded now; ``options``
     are `ServeConfig`'s fields (device, optimize, max_batch, max_wait_ms, api_key, limits)."""
-    return create_app(ServerState.load(ServeConfig(models=tuple(models), **options)))
+    return create_app(ServerState.load(serve_config(models, options)))
 
 
 __all__ = ["ServeConfig", "app", "create_app", "ray_deployment"]

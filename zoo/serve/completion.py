@@ -89,7 +89,7 @@ class CompletionJob:
         return (self.request.temperature, self.request.top_k, self.request.top_p)
 
 
-def generate(served: ServedModel, jobs: list[CompletionJob]) -> list[Completion]:
+def run_completions(served: ServedModel, jobs: list[CompletionJob]) -> list[Completion]:
     """Run ``jobs`` (one sampling, `CompletionJob.sampling`) as one batch on the calling
     (worker) thread, each sending its text to its ``emit`` as it comes."""
     watchers = [_StopWatcher(_stops(job.request)) for job in jobs]

@@ -18,8 +18,8 @@ import torch.nn as nn
 import zoo
 from zoo.deploy.exporter import example_input_for
 from zoo.errors import InvalidArgumentError, ZooError
-from zoo.serve.config import ServeConfig
 from zoo.serve.protocol import ModelMetadata, TensorMetadata
+from zoo.serve.serve_options import ServeConfig
 from zoo.store import registry
 from zoo.tokenizer import check_byte_lm
 

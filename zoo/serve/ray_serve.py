@@ -5,11 +5,12 @@ proxy, which spreads requests over ``replicas`` copies. Needs ``pip install 'ray
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from zoo.errors import InvalidArgumentError
-from zoo.serve.app import create_app
-from zoo.serve.config import ServeConfig
+from zoo.serve.application import create_app
+from zoo.serve.serve_options import ServeConfig, serve_config
 from zoo.serve.server import ServerState
 
 APP_NAME = "zoo"
@@ -29,7 +30,7 @@ class ZooReplica:
 def ray_deployment(*models: str, replicas: int = 1, cpus_per_replica: float = 1.0, **options: Any) -> Any:
     """A Ray Serve application (``serve.run(...)`` it) of ``replicas`` copies of the server of
     ``models``; ``options`` are `ServeConfig`'s fields."""
-    return deployment_of(ServeConfig(models=tuple(models), **options), replicas, cpus_per_replica)
+    return deployment_of(serve_config(models, options, "zoo.serve.ray_deployment"), replicas, cpus_per_replica)
 
 
 def deployment_of(config: ServeConfig, replicas: int, cpus_per_replica: float = 1.0) -> Any:
@@ -39,8 +40,14 @@ def deployment_of(config: ServeConfig, replicas: int, cpus_per_replica: float = 
         from ray import serve
     except ImportError:
         raise InvalidArgumentError("zoo serve --ray needs Ray Serve: pip install 'ray[serve]'") from None
-    if replicas < 1:
-        raise InvalidArgumentError(f"replicas must be 1 or more, got {replicas}")
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise InvalidArgumentError(f"replicas must be a whole number, 1 or more, got {replicas!r}")
+    if (
+        isinstance(cpus_per_replica, bool)
+        or not isinstance(cpus_per_replica, int | float)
+        or not 0 < cpus_per_replica < math.inf
+    ):
+        raise InvalidArgumentError(f"cpus_per_replica must be a finite number > 0, got {cpus_per_replica!r}")
     if config.threads is None:
         config = dataclasses.replace(config, threads=max(1, int(cpus_per_replica)))
     deployment = serve.deployment(

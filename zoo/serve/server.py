@@ -16,12 +16,12 @@ from starlette.requests import Request
 from zoo.deploy.exporter import example_input_for
 from zoo.errors import InvalidArgumentError
 from zoo.serve.batching import Batcher, tensor_batches
-from zoo.serve.completion import MAX_WAITING, Completion, CompletionJob, generate
-from zoo.serve.config import ServeConfig
+from zoo.serve.completion import MAX_WAITING, Completion, CompletionJob, run_completions
 from zoo.serve.errors import bad_request, not_found
 from zoo.serve.metrics import Metrics
 from zoo.serve.models import ServedModel, load_served, served_name
 from zoo.serve.protocol import CompletionRequest
+from zoo.serve.serve_options import ServeConfig
 from zoo.serve.threads import ThreadChoice, apply_threads, pick_threads
 from zoo.tokenizer import Continuation, complete_batch
 
@@ -73,7 +73,7 @@ class ServerState:
             observe = self.metrics.batch_size.labels(name).observe
             if served.kind == "text":  # completions of one sampling share a batch; each prompt is a row
                 batcher: Batcher = Batcher(
-                    functools.partial(generate, served), self.executors[name], config.max_batch, config.max_wait_ms,
+                    functools.partial(run_completions, served), self.executors[name], config.max_batch, config.max_wait_ms,
                     min(config.max_queue, MAX_WAITING), observe,
                     key=CompletionJob.sampling, what="completions",
                 )  # fmt: skip

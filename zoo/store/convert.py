@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 import torch
 
+from zoo.errors import ConfigFileError, InvalidArgumentError
+
 StateDict = dict[str, torch.Tensor]
 Converter = Callable[[StateDict], StateDict]
 
@@ -17,7 +19,7 @@ _converters: dict[str, Converter] = {}
 def register_converter(name: str) -> Callable[[Converter], Converter]:
     def register(fn: Converter) -> Converter:
         if name in _converters:
-            raise ValueError(f"converter {name!r} is registered twice")
+            raise InvalidArgumentError(f"converter {name!r} is registered twice")
         _converters[name] = fn
         return fn
 
@@ -27,7 +29,7 @@ def register_converter(name: str) -> Callable[[Converter], Converter]:
 def convert_state_dict(converter: str, state_dict: StateDict) -> StateDict:
     """Apply the named converter; converters must leave already-converted keys alone."""
     if converter not in _converters:
-        raise ValueError(f"unknown converter {converter!r}; known: {', '.join(sorted(_converters))}")
+        raise ConfigFileError(f"unknown converter {converter!r}; known: {', '.join(sorted(_converters))}")
     return _converters[converter](state_dict)
 
 

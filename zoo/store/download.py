@@ -9,12 +9,13 @@ Layout of ``$ZOO_HOME`` (default ``~/.cache/zoo``)::
     records/     {size, mtime_ns, sha256} per file, so re-verification does not re-read it
     locks/       inter-process locks around download and conversion
 
-One download attempt is `zoo.store.transfer`'s; reading a state dict from a file (safetensors or
+One download attempt is `zoo.store.http_download`'s; reading a state dict from a file (safetensors or
 a pickle, unwrapped) is `zoo.store.state_dict_files`'.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -34,8 +35,8 @@ from safetensors.torch import save_file
 
 from zoo.errors import ChecksumError, DownloadError, InvalidArgumentError, WeightsError, WeightsNotFoundError
 from zoo.store.files import atomic_path, write_bytes_atomic
+from zoo.store.http_download import CHUNK_SIZE, SHA256_HEX, TransientError, describe_expected, download_once
 from zoo.store.state_dict_files import load_state_dict_file, standalone_tensors
-from zoo.store.transfer import CHUNK_SIZE, SHA256_HEX, TransientError, describe_expected, download_once
 
 __all__ = [
     "ChecksumError",
@@ -90,6 +91,9 @@ def hash_prefix_from_filename(url_or_name: str) -> str | None:
     return match.group(1).lower() if match else None
 
 
+_verified: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256 verified by this process
+
+
 def verify_file(path: Path, sha256: str | None) -> str:
     """Return the full sha256 of ``path``, checked against ``sha256`` (a digest or a prefix of at
     least 8 hex characters) unless it is None.
@@ -104,6 +108,10 @@ def verify_file(path: Path, sha256: str | None) -> str:
         stat = path.stat()
     except FileNotFoundError:
         raise WeightsNotFoundError(f"Cannot verify {path}: the file does not exist.") from None
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    known = _verified.get(key)  # verified in this process, unchanged since: what the record would say
+    if known is not None and (expected is None or known.startswith(expected)):
+        return known
     record = _read_record(path)
     unchanged = record is not None and record["size"] == stat.st_size and record["mtime_ns"] == stat.st_mtime_ns
     digest = record["sha256"] if unchanged else _hash_file(path)
@@ -117,6 +125,7 @@ def verify_file(path: Path, sha256: str | None) -> str:
         )
     if not unchanged:
         _write_record(path, digest, stat)
+    _verified[key] = digest
     return digest
 
 
@@ -282,6 +291,7 @@ def _checked_filename(name: str, url: str) -> str:
     return name
 
 
+@functools.lru_cache(maxsize=256)
 def _normalize_expected(sha256: str | None) -> str | None:
     """Lower-cased expected digest or prefix; ValueError if it is not 8-64 hex characters."""
     if sha256 is None:

@@ -1,6 +1,6 @@
 """A model's configuration: `ModelConfig`, built here and nowhere else, and exposed on every
 model as the ``pretrained_cfg`` dict that timm's tools read (zoo's keys, plus timm's keys that
-`zoo.loading.config` derives from them)."""
+`zoo.loading.pretrained_cfg` derives from them)."""
 
 from __future__ import annotations
 

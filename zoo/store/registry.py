@@ -17,7 +17,7 @@ from typing import Any
 
 from zoo.architectures import ARCHS, ArchSpec, model_builders, register_model, registered_specs
 from zoo.architectures._registry import ModelBuilder
-from zoo.errors import InvalidArgumentError, UnknownModelError, WeightsError
+from zoo.errors import ConfigFileError, InvalidArgumentError, UnknownModelError, WeightsError
 
 __all__ = [
     "ArchSpec",
@@ -27,7 +27,7 @@ __all__ = [
     "list_models",
     "register_model",
     "resolve",
-    "weight_info",
+    "info",
 ]
 
 # ImageNet's channel statistics: the preprocessing of published ImageNet weights and of models without weights
@@ -127,7 +127,7 @@ def _ensure_loaded() -> None:
         for entry in entries if isinstance(entries, list) else [entries]:
             info = WeightInfo(**entry)
             if info.arch not in ARCHS and info.arch not in registered_specs:
-                raise ValueError(f"{path}: weights {info.name!r} name an unregistered architecture")
+                raise ConfigFileError(f"{path}: weights {info.name!r} name an unregistered architecture")
             register_weights(info)
     defaults: dict[str, list[str]] = {}
     for info in _weights.values():
@@ -135,7 +135,7 @@ def _ensure_loaded() -> None:
             defaults.setdefault(info.arch, []).append(info.name)
     for arch, names in defaults.items():
         if len(names) > 1:
-            raise ValueError(
+            raise ConfigFileError(
                 f"{arch} has {len(names)} default weight entries ({', '.join(sorted(names))}); "
                 'set "default": false in all but one'
             )
@@ -230,7 +230,8 @@ def resolve(name: str) -> tuple[str, WeightInfo | None]:
     (the default entry for a bare architecture name; None when it has none)."""
     if not isinstance(name, str):
         raise InvalidArgumentError(f"a model name is a string such as 'resnet20.fmnist', got {name!r}")
-    _ensure_loaded()
+    if not _loaded:
+        _ensure_loaded()
     arch, _, tag = name.partition(".")
     if arch not in ARCHS and arch not in registered_specs:
         raise _unknown("model", name, [*_architectures(), *_weights])
@@ -245,21 +246,17 @@ def resolve(name: str) -> tuple[str, WeightInfo | None]:
 
 def is_registered(name: str) -> bool:
     """Whether ``name`` is an architecture or a weight entry (``arch`` or ``arch.tag``)."""
-    _ensure_loaded()
+    if not _loaded:
+        _ensure_loaded()
     return name in ARCHS or name in registered_specs or name in _weights
 
 
-def weight_info(name: str) -> WeightInfo:
-    """The weight entry of ``arch.tag``, or of an architecture's default weights."""
-    arch, info = resolve(name)
-    if info is None:
-        raise no_pretrained_weights(arch)
-    return info
-
-
 def info(name: str) -> WeightInfo:
-    """Metadata of ``arch.tag`` (or of an architecture's default weights): `zoo.info`."""
-    return weight_info(name)
+    """The weight entry of ``arch.tag``, or of an architecture's default weights: `zoo.info`."""
+    arch, entry = resolve(name)
+    if entry is None:
+        raise no_pretrained_weights(arch)
+    return entry
 
 
 def find_weights(name: object) -> WeightInfo | None:

@@ -1,4 +1,5 @@
-"""timm's ``pretrained_cfg`` keys, derived from a model's `ModelConfig` (zoo.store.model_config)
+"""A model's preprocessing as its weights and input channels say (`adapt_preprocess`), and timm's
+``pretrained_cfg`` keys derived from a model's `ModelConfig` (zoo.store.model_config)
 and its architecture, so that timm's data tools reproduce `zoo.transforms`."""
 
 from __future__ import annotations
@@ -8,9 +9,25 @@ from typing import Any
 
 import torch.nn as nn
 
-from zoo.loading.transforms import IMAGENET_MEAN, IMAGENET_STD, adapt_preprocess
 from zoo.store import registry
-from zoo.store.registry import WeightInfo
+from zoo.store.registry import IMAGENET_MEAN, IMAGENET_STD, WeightInfo
+
+
+def adapt_preprocess(preprocess: dict[str, Any], in_chans: int | None) -> dict[str, Any]:
+    """The weights' preprocessing for a model whose first convolution was adapted to
+    ``in_chans``: images converted to that many channels (gray, RGB, RGBA), with averaged
+    statistics for 1 channel and the weights' statistics repeated for more."""
+    if not preprocess or in_chans is None or in_chans == len(preprocess["mean"]):
+        return dict(preprocess)
+    if in_chans == 1:
+        mean, std = (
+            [sum(preprocess["mean"]) / len(preprocess["mean"])],
+            [sum(preprocess["std"]) / len(preprocess["std"])],
+        )
+        return {**preprocess, "channels": 1, "mean": mean, "std": std}
+    repeat = -(-in_chans // len(preprocess["mean"]))
+    mean, std = (preprocess["mean"] * repeat)[:in_chans], (preprocess["std"] * repeat)[:in_chans]
+    return {**preprocess, "channels": in_chans, "mean": mean, "std": std}
 
 
 def timm_pretrained_cfg(model: nn.Module, entry: WeightInfo | None) -> dict[str, Any]:

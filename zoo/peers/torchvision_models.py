@@ -40,7 +40,7 @@ class ModelWeights(Enum):
     @property
     def info(self) -> WeightInfo:
         """The zoo entry (sha256, converter, preprocessing, ...)."""
-        return registry.weight_info(self.value)
+        return registry.info(self.value)
 
     @property
     def url(self) -> str | None:
@@ -88,7 +88,7 @@ def _torchvision_metrics(metrics: dict[str, dict[str, float]]) -> dict[str, dict
 def _min_size(entry: str) -> tuple[int, int] | None:
     """(side, side): the smallest input the entry's architecture runs on (torchvision's
     ``min_size``), read from a model built on the meta device; None for models without images."""
-    info = registry.weight_info(entry)
+    info = registry.info(entry)
     if registry.input_kind(info.arch) != "images":
         return None
     with torch.device("meta"):
@@ -205,7 +205,7 @@ def __getattr__(name: str) -> Any:
             return _enum_named(name)
         except UnknownModelError:
             pass
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")  # internal: PEP 562's __getattr__ protocol
 
 
 def get_model(name: str, weights: str | os.PathLike | Enum | None = None, **kwargs: Any) -> nn.Module:

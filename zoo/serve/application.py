@@ -77,12 +77,12 @@ def error_response(request: Request, error: RequestError) -> JSONResponse:
 
 
 async def _request_error(request: Request, error: Exception) -> JSONResponse:
-    assert isinstance(error, RequestError)
+    assert isinstance(error, RequestError)  # internal: registered for RequestError only
     return error_response(request, error)
 
 
 async def _http_error(request: Request, error: Exception) -> JSONResponse:
-    assert isinstance(error, HTTPException)
+    assert isinstance(error, HTTPException)  # internal: registered for HTTPException only
     message = {
         404: f"no route {request.method} {request.url.path}; see GET /v2 and the page at /",
         405: f"{request.url.path} does not take {request.method}",
@@ -91,7 +91,7 @@ async def _http_error(request: Request, error: Exception) -> JSONResponse:
 
 
 async def _validation_error(request: Request, error: Exception) -> JSONResponse:
-    assert isinstance(error, RequestValidationError)
+    assert isinstance(error, RequestValidationError)  # internal: registered for RequestValidationError only
     first = error.errors()[0] if error.errors() else {}
     where = ".".join(str(p) for p in first.get("loc", ()))
     return error_response(request, RequestError(400, f"invalid request: {where}: {first.get('msg', 'invalid')}"))

@@ -11,7 +11,7 @@ import torch.nn as nn
 
 from zoo.architectures import ARCHS
 from zoo.errors import InvalidArgumentError, WeightsMismatchError
-from zoo.loading.build import feature_extractor, load
+from zoo.loading.build import features_only_model, load
 from zoo.loading.state_dicts import mismatch_message
 from zoo.store import registry
 from zoo.store.convert import convert_state_dict
@@ -67,7 +67,7 @@ def create_model(
     if pretrained_cfg_overlay:
         model.pretrained_cfg = {**model.pretrained_cfg, **pretrained_cfg_overlay}
     if features_only:
-        model = feature_extractor(model, None, out_indices, feature_cls)
+        model = features_only_model(model, out_indices, feature_cls)
     return model.train()
 
 
