@@ -94,7 +94,7 @@ def test_a_checkout_works_without_installing_zoo(github_cache, tmp_path):
     assert found["weights"] == "resnet20.fmnist" and found["equal"]
     assert found["zoo"] == str(ROOT / "zoo" / "__init__.py")
     assert found["architectures"] == "zoo.architectures.resnet"
-    assert found["training"] == str(ROOT / "training" / "engine.py")
+    assert found["training"] == str(ROOT / "training" / "loop" / "trainer.py")
 
 
 def test_a_missing_dependency_is_named_with_the_fix(monkeypatch):
