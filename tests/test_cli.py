@@ -132,7 +132,7 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
 @pytest.mark.parametrize("stage", ["build_parser", "handler_import"])
 def test_ctrl_c_while_modules_import_is_one_line_and_exit_130(monkeypatch, capsys, stage):
     """Ctrl-C while the command's options are built or its handler's module (torch, training) imports."""
-    import builtins
+    import importlib
 
     from zoo.cli import parser
 
@@ -140,13 +140,13 @@ def test_ctrl_c_while_modules_import_is_one_line_and_exit_130(monkeypatch, capsy
         raise KeyboardInterrupt
 
     if stage == "handler_import":
-        real_import = builtins.__import__
+        real_import = importlib.import_module
 
         def importing(name, *args, **kwargs):
             return interrupted() if name == "zoo.cli.commands" else real_import(name, *args, **kwargs)
 
         monkeypatch.delitem(sys.modules, "zoo.cli.commands", raising=False)
-        monkeypatch.setattr(builtins, "__import__", importing)
+        monkeypatch.setattr(importlib, "import_module", importing)  # how a Handler imports its module
     else:
         monkeypatch.setattr(parser, stage, interrupted)
     assert main(["finetune", "resnet20.fmnist", "--data", "d", "--out", "o"]) == 130

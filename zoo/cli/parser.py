@@ -9,6 +9,7 @@ from modules that import torch), and its handler imports its module (`zoo.cli.co
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import shlex
 import sys
@@ -234,68 +235,17 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replicas", type=positive_int, default=1, help="with --ray: copies of the server (default: 1)")
 
 
-# Each command's handler, importing its module only when it runs: `zoo list` and `zoo info` stay
-# off torch and the model families (`zoo.cli.catalog`), `zoo --help` imports none of them.
+@dataclass(frozen=True)
+class Handler:
+    """A command's handler, ``module.function``, imported only when the command runs: `zoo list`
+    and `zoo info` stay off torch and the model families (`zoo.cli.catalog`), `zoo --help`
+    imports none of them."""
 
+    module: str
+    function: str
 
-def _run_list(args: argparse.Namespace) -> int:
-    from zoo.cli.catalog import run_list
-
-    return run_list(args)
-
-
-def _run_info(args: argparse.Namespace) -> int:
-    from zoo.cli.catalog import run_info
-
-    return run_info(args)
-
-
-def _run_predict(args: argparse.Namespace) -> int:
-    from zoo.cli.commands import run_predict
-
-    return run_predict(args)
-
-
-def _run_generate(args: argparse.Namespace) -> int:
-    from zoo.cli.commands import run_generate
-
-    return run_generate(args)
-
-
-def _run_finetune(args: argparse.Namespace) -> int:
-    from zoo.cli.commands import run_finetune
-
-    return run_finetune(args)
-
-
-def _run_eval(args: argparse.Namespace) -> int:
-    from zoo.cli.commands import run_eval
-
-    return run_eval(args)
-
-
-def _run_demo(args: argparse.Namespace) -> int:
-    from zoo.cli.commands import run_demo
-
-    return run_demo(args)
-
-
-def _run_bench(args: argparse.Namespace) -> int:
-    from zoo.cli.commands import run_bench
-
-    return run_bench(args)
-
-
-def _run_export(args: argparse.Namespace) -> int:
-    from zoo.cli.commands import run_export
-
-    return run_export(args)
-
-
-def _run_serve(args: argparse.Namespace) -> int:
-    from zoo.cli.serving import run_serve
-
-    return run_serve(args)
+    def __call__(self, args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module(self.module), self.function)(args)
 
 
 @dataclass(frozen=True)
@@ -305,28 +255,52 @@ class Command:
 
     help: str
     arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]
+    run: Callable[[argparse.Namespace], int]  # a Handler
 
 
 # The table of the command line: every command once; the parser and `main` read nothing else.
 COMMANDS: dict[str, Command] = {
-    "list": Command("list architectures, or weights with --pretrained", _list_arguments, _run_list),
-    "info": Command("metadata of a weight entry", _info_arguments, _run_info),
-    "predict": Command("top-k classes of images with pretrained weights", _predict_arguments, _run_predict),
-    "generate": Command("continue a text prompt with a byte-level language model", _generate_arguments, _run_generate),
+    "list": Command(
+        "list architectures, or weights with --pretrained", _list_arguments, Handler("zoo.cli.catalog", "run_list")
+    ),
+    "info": Command("metadata of a weight entry", _info_arguments, Handler("zoo.cli.catalog", "run_info")),
+    "predict": Command(
+        "top-k classes of images with pretrained weights",
+        _predict_arguments,
+        Handler("zoo.cli.commands", "run_predict"),
+    ),
+    "generate": Command(
+        "continue a text prompt with a byte-level language model",
+        _generate_arguments,
+        Handler("zoo.cli.commands", "run_generate"),
+    ),
     "finetune": Command(
-        "fine-tune a model on an image folder, text,label file or tensors", _finetune_arguments, _run_finetune
+        "fine-tune a model on an image folder, text,label file or tensors",
+        _finetune_arguments,
+        Handler("zoo.cli.commands", "run_finetune"),
     ),
-    "eval": Command("re-measure a bundled weight file's card metrics", _eval_arguments, _run_eval),
+    "eval": Command(
+        "re-measure a bundled weight file's card metrics", _eval_arguments, Handler("zoo.cli.commands", "run_eval")
+    ),
     "demo": Command(
-        "fine-tune a bundled model on handwritten digits against training from scratch", _demo_arguments, _run_demo
+        "fine-tune a bundled model on handwritten digits against training from scratch",
+        _demo_arguments,
+        Handler("zoo.cli.commands", "run_demo"),
     ),
-    "bench": Command("results table: params, GMACs, top-1 and measured inference speed", _bench_arguments, _run_bench),
+    "bench": Command(
+        "results table: params, GMACs, top-1 and measured inference speed",
+        _bench_arguments,
+        Handler("zoo.cli.commands", "run_bench"),
+    ),
     "export": Command(
-        "export a model to ONNX, TorchScript or a torch.export program, checked", _export_arguments, _run_export
+        "export a model to ONNX, TorchScript or a torch.export program, checked",
+        _export_arguments,
+        Handler("zoo.cli.commands", "run_export"),
     ),
     "serve": Command(
-        "serve models over HTTP: Open Inference Protocol v2, OpenAI completions, a page", _serve_arguments, _run_serve
+        "serve models over HTTP: Open Inference Protocol v2, OpenAI completions, a page",
+        _serve_arguments,
+        Handler("zoo.cli.serving", "run_serve"),
     ),
 }
 
