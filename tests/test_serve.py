@@ -313,7 +313,7 @@ def test_an_api_key_guards_every_route_but_health() -> None:
 
 
 def test_config_refuses_what_it_cannot_serve() -> None:
-    with pytest.raises(ValueError, match="max_batch must be 1 or more"):
+    with pytest.raises(ValueError, match=r"max_batch \(--max-batch\) must be from 1 to 4096, got 0"):
         ServeConfig(models=(IMAGES,), max_batch=0)
     with pytest.raises(ValueError, match="reads graphs"):
         zoo.serve.app("gin3.fmnist")
@@ -326,11 +326,13 @@ def test_config_refuses_what_it_cannot_serve() -> None:
     [
         ({"max_batchs": 4}, "zoo.serve.app has no option max_batchs; its options: device, "),
         ({"models": (IMAGES,)}, "takes the models as positional arguments"),
-        ({"max_batch": "4"}, "max_batch must be a whole number, got '4'"),
-        ({"max_wait_ms": float("inf")}, "max_wait_ms must be a finite number"),
-        ({"threads": 1.5}, "threads must be a whole number"),
+        ({"max_batch": "4"}, "max_batch (--max-batch) must be a whole number from 1 to 4096, got '4'"),
+        ({"max_wait_ms": float("inf")}, "max_wait_ms (--max-wait-ms) must be a finite number in [0, 60000]"),
+        ({"max_wait_ms": 1e12}, "max_wait_ms (--max-wait-ms) must be in [0, 60000], got 1000000000000.0"),
+        ({"threads": 1.5}, "threads (--threads) must be a whole number from 1 to 1024"),
+        ({"threads": 100_000}, "threads (--threads) must be from 1 to 1024, got 100000"),
         ({"api_key": 123}, "api_key must be a string or None"),
-        ({"max_queue": 0}, "max_queue must be 1 or more"),
+        ({"max_queue": 0}, "ServeConfig.max_queue must be from 1 to 1048576, got 0"),
     ],
 )
 def test_options_a_user_gets_wrong_are_zoo_errors(options: dict[str, object], problem: str) -> None:
@@ -441,3 +443,22 @@ def test_a_saved_folder_is_served_with_its_card_metrics_and_curves(tmp_path: Pat
             assert client.get(path).status_code == 404, path
         page = client.get("/")
         assert "script-src 'self'" in page.headers["content-security-policy"] and "/page.js" in page.text
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "said"),
+    [
+        ("--threads", "100000", "argument --threads: must be from 1 to 1024, got '100000'"),
+        ("--max-wait-ms", "1e12", "argument --max-wait-ms: must be in [0, 60000], got '1e12'"),
+        ("--max-batch", "0", "argument --max-batch: must be from 1 to 4096, got '0'"),
+        ("--replicas", "5000", "argument --replicas: must be from 1 to 1024, got '5000'"),
+    ],
+)
+def test_zoo_serve_refuses_a_number_out_of_its_bounds_in_one_line(capsys, flag: str, value: str, said: str) -> None:
+    """The flag's type is the bound ServeConfig declares: refused when parsed, before any model loads."""
+    from zoo.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", IMAGES, flag, value])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip() == f"zoo serve: error: {said} (see zoo serve --help)"

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from zoo.bounds import SEED_MAX, Bounds, count
 from zoo.errors import InvalidArgumentError
 from zoo.training import finetune, transfer
 from zoo.training.finetune.run_folder import Output, prepare
-from zoo.training.loop.bounds import SEED_MAX, Bounds, count
 
 DEFAULT_WEIGHTS = "resnet20.fmnist"
 DEMO_OUTPUTS = (Output("digits", folder=True),)  # then transfer's files and the two arms' folders

@@ -11,8 +11,8 @@ import torch
 import torch.nn as nn
 from torchvision.transforms import InterpolationMode, v2
 
+from zoo.bounds import Bounds, bounded, check_fields, count
 from zoo.loading.transforms import ConvertChannels, build_transforms
-from zoo.training.loop.bounds import Bounds, bounded, check_fields, count
 
 # ---------------------------------------------------------------------------------------------
 # Image preprocessing and augmentation

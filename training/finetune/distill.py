@@ -12,10 +12,10 @@ import torch
 import torch.nn as nn
 
 import zoo
+from zoo.bounds import Bounds, bounded, check_fields
 from zoo.errors import InvalidArgumentError
 from zoo.training.data.augment import default_preprocess
 from zoo.training.data.source import DataSource
-from zoo.training.loop.bounds import Bounds, bounded, check_fields
 from zoo.training.loop.steps import DistillationStep
 
 DISTILLATION_FLAGS = {"alpha": "--distill-alpha", "temperature": "--distill-temperature"}

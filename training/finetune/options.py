@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from zoo.bounds import Bounds, bounded, check_fields, count
 from zoo.errors import InvalidArgumentError
 from zoo.training.data.augment import Augment
 from zoo.training.finetune.distill import Distillation
 from zoo.training.finetune.stages import MODES
-from zoo.training.loop.bounds import Bounds, bounded, check_fields, count
 from zoo.training.loop.train_config import add_config_options
 
 MAX_IMAGE_SIZE = 4096  # pixels a side at most

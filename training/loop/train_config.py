@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from zoo.bounds import SEED_MAX, Bounds, bounded, check_fields, count, field_name
 from zoo.errors import InvalidArgumentError
-from zoo.training.loop.bounds import SEED_MAX, Bounds, bounded, check_fields, count, field_name
 
 OptionGroup = Any  # an argparse parser or argument group: what add_argument is called on
 MAX_WORKERS = 256  # data-loading processes at most

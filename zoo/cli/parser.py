@@ -199,6 +199,8 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _serve_arguments(p: argparse.ArgumentParser) -> None:
+    from zoo.serve.serve_options import MAX_BODY_MB, REPLICAS, flag_type  # the bounds ServeConfig checks
+
     p.add_argument(
         "models",
         nargs="+",
@@ -214,13 +216,13 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-batch",
-        type=positive_int,
+        type=flag_type("max_batch"),
         default=32,
         help="rows per forward at most (default: 32; 1 serves one request at a time)",
     )
     p.add_argument(
         "--max-wait-ms",
-        type=non_negative_float,
+        type=flag_type("max_wait_ms"),
         default=5.0,
         help="how long a request waits for others to share its forward (default: 5)",
     )
@@ -229,10 +231,14 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
         "--api-key",
         help="require 'Authorization: Bearer KEY' on every route but health (default: $ZOO_API_KEY, else none)",
     )
-    p.add_argument("--max-body-mb", type=positive_float, default=8.0, help="largest request body in MiB (default: 8)")
-    p.add_argument("--threads", type=positive_int, help="torch threads for the forwards (default: one per core)")
+    p.add_argument(
+        "--max-body-mb", type=MAX_BODY_MB.parse, default=8.0, help="largest request body in MiB (default: 8)"
+    )
+    p.add_argument(
+        "--threads", type=flag_type("threads"), help="torch threads for the forwards (default: one per core)"
+    )
     p.add_argument("--ray", action="store_true", help="run as Ray Serve replicas on a local Ray cluster (ray[serve])")
-    p.add_argument("--replicas", type=positive_int, default=1, help="with --ray: copies of the server (default: 1)")
+    p.add_argument("--replicas", type=REPLICAS.parse, default=1, help="with --ray: copies of the server (default: 1)")
 
 
 @dataclass(frozen=True)

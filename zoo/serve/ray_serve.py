@@ -5,12 +5,11 @@ proxy, which spreads requests over ``replicas`` copies. Needs ``pip install 'ray
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 from zoo.errors import InvalidArgumentError
 from zoo.serve.application import create_app
-from zoo.serve.serve_options import ServeConfig, serve_config
+from zoo.serve.serve_options import CPUS_PER_REPLICA, REPLICAS, ServeConfig, serve_config
 from zoo.serve.server import ServerState
 
 APP_NAME = "zoo"
@@ -40,14 +39,13 @@ def deployment_of(config: ServeConfig, replicas: int, cpus_per_replica: float = 
         from ray import serve
     except ImportError:
         raise InvalidArgumentError("zoo serve --ray needs Ray Serve: pip install 'ray[serve]'") from None
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-        raise InvalidArgumentError(f"replicas must be a whole number, 1 or more, got {replicas!r}")
-    if (
-        isinstance(cpus_per_replica, bool)
-        or not isinstance(cpus_per_replica, int | float)
-        or not 0 < cpus_per_replica < math.inf
+    for name, value, bounds in (
+        ("replicas", replicas, REPLICAS),
+        ("cpus_per_replica", cpus_per_replica, CPUS_PER_REPLICA),
     ):
-        raise InvalidArgumentError(f"cpus_per_replica must be a finite number > 0, got {cpus_per_replica!r}")
+        problem = bounds.problem(value)
+        if problem:
+            raise InvalidArgumentError(f"{name} {problem}, got {value!r}")
     if config.threads is None:
         config = dataclasses.replace(config, threads=max(1, int(cpus_per_replica)))
     deployment = serve.deployment(

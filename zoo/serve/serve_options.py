@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import math
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+from zoo.bounds import Bounds, bounded, check_fields, count
 from zoo.errors import InvalidArgumentError
 
 PRECISIONS = ("auto", "fp32", "bf16", "int8")
@@ -30,47 +31,48 @@ class ServeConfig:
     models: tuple[str, ...]
     device: str = "cpu"
     optimize: str | None = None
-    max_batch: int = 32
-    max_wait_ms: float = 5.0
+    max_batch: int = field(default=32, metadata=bounded(count(1, 4096)))
+    max_wait_ms: float = field(default=5.0, metadata=bounded(Bounds(0, 60_000)))  # a minute at most
     api_key: str | None = None
-    max_body_bytes: int = 8 * 2**20
-    max_image_pixels: int = 4096 * 4096
-    max_tokens_limit: int = 256  # new tokens per completion at most
-    max_queue: int = 1024  # rows waiting for a forward at most, per model; more get 503
-    timeout_graceful_s: float = 30.0
-    threads: int | None = None
+    max_body_bytes: int = field(default=8 * 2**20, metadata=bounded(count(1, 2**31 - 1)))
+    max_image_pixels: int = field(default=4096 * 4096, metadata=bounded(count(1, 2**28)))
+    max_tokens_limit: int = field(default=256, metadata=bounded(count(1, 65_536)))  # new tokens per completion
+    max_queue: int = field(default=1024, metadata=bounded(count(1, 2**20)))  # rows waiting per model; more get 503
+    timeout_graceful_s: float = field(default=30.0, metadata=bounded(Bounds(0, 3600)))
+    threads: int | None = field(default=None, metadata=bounded(count(1, 1024)))
 
     def __post_init__(self) -> None:
-        wrong_types = _type_problems(self)
-        if wrong_types:
-            raise InvalidArgumentError("; ".join(wrong_types))
-        problems = [
-            "name at least one model to serve, e.g. resnet20.fmnist" if not self.models else "",
-            f"optimize must be one of {', '.join(PRECISIONS)} or None, got {self.optimize!r}"
-            if self.optimize not in (None, *PRECISIONS)
-            else "",
-            f"max_batch must be 1 or more, got {self.max_batch}" if self.max_batch < 1 else "",
-            f"max_wait_ms must be 0 or more, got {self.max_wait_ms}" if not self.max_wait_ms >= 0 else "",
-            f"max_body_bytes must be 1 or more, got {self.max_body_bytes}" if self.max_body_bytes < 1 else "",
-            "api_key is empty: pass a real key or none" if self.api_key == "" else "",
-            f"max_image_pixels must be 1 or more, got {self.max_image_pixels}" if self.max_image_pixels < 1 else "",
-            f"max_tokens_limit must be 1 or more, got {self.max_tokens_limit}" if self.max_tokens_limit < 1 else "",
-            f"max_queue must be 1 or more, got {self.max_queue}" if self.max_queue < 1 else "",
-            f"timeout_graceful_s must be 0 or more, got {self.timeout_graceful_s}"
-            if not self.timeout_graceful_s >= 0
-            else "",
-            f"threads must be 1 or more, got {self.threads}" if self.threads is not None and self.threads < 1 else "",
-        ]
-        if any(problems):
-            raise InvalidArgumentError("; ".join(filter(None, problems)))
+        problems = _type_problems(self)
+        problems += ["name at least one model to serve, e.g. resnet20.fmnist"] if not self.models else []
+        if self.optimize not in (None, *PRECISIONS):
+            problems.append(f"optimize must be one of {', '.join(PRECISIONS)} or None, got {self.optimize!r}")
+        problems += ["api_key is empty: pass a real key or none"] if self.api_key == "" else []
+        if problems:
+            raise InvalidArgumentError("; ".join(problems))
+        check_fields(self, "ServeConfig", FLAGS)  # every number between both its bounds
 
 
-WHOLE_NUMBERS = ("max_batch", "max_body_bytes", "max_image_pixels", "max_tokens_limit", "max_queue")
-NUMBERS = ("max_wait_ms", "timeout_graceful_s")
+# The command-line flag of each numeric field, for the errors (`zoo serve --help` shows them).
+FLAGS = {
+    "max_batch": "--max-batch",
+    "max_wait_ms": "--max-wait-ms",
+    "max_body_bytes": "--max-body-mb",
+    "threads": "--threads",
+}
+
+
+MAX_BODY_MB = Bounds(0, 2047, low_open=True)  # --max-body-mb: max_body_bytes (below 2**31) in MiB
+REPLICAS = count(1, 1024)  # --replicas, ray_deployment(replicas=)
+CPUS_PER_REPLICA = Bounds(0, 1024, low_open=True)  # ray_deployment(cpus_per_replica=)
+
+
+def flag_type(name: str) -> Callable[[str], int | float]:
+    """The argparse ``type=`` of the flag for field ``name``: its bounds, declared once above."""
+    return next(f for f in dataclasses.fields(ServeConfig) if f.name == name).metadata["bounds"].parse
 
 
 def _type_problems(config: ServeConfig) -> list[str]:
-    """What in ``config`` has the wrong type (before the ranges are compared)."""
+    """What in ``config`` that is not a number has the wrong type (`check_fields` checks the numbers)."""
     if not isinstance(config.models, tuple | list):
         return [f"models is a tuple of weight names or folders, got {config.models!r}"]
     problems = [
@@ -78,27 +80,11 @@ def _type_problems(config: ServeConfig) -> list[str]:
         for model in config.models
         if not isinstance(model, str | os.PathLike)
     ]
-    whole = [name for name in WHOLE_NUMBERS if not _is_int(getattr(config, name))]
-    whole += ["threads"] if config.threads is not None and not _is_int(config.threads) else []
-    problems += [f"{name} must be a whole number, got {getattr(config, name)!r}" for name in whole]
-    problems += [
-        f"{name} must be a finite number, got {getattr(config, name)!r}"
-        for name in NUMBERS
-        if not _is_number(getattr(config, name))
-    ]
     for name in ("optimize", "api_key"):
         value = getattr(config, name)
         if value is not None and not isinstance(value, str):
             problems.append(f"{name} must be a string or None, got {value!r}")
     return problems
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def serve_config(models: tuple[str, ...], options: dict[str, Any], caller: str = "zoo.serve.app") -> ServeConfig:
