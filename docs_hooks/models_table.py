@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from zoo.deploy.bench import TEXT_TOKENS  # text models are counted for one sequence this long
+
 MARKER = re.compile(r"^<!--\s*models\s*-->[ \t]*$", re.MULTILINE)
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "build" / ".cache" / "models_table.json"
-TEXT_TOKENS = 256  # text models are counted for one sequence this long, as `zoo bench` does
-SOURCES = ("zoo", "architectures")  # the code the figures depend on (builders, counting, inputs)
+SOURCES = ("zoo", "architectures", "training")  # the code the figures depend on (builders, counting, inputs)
 HEADINGS = (
     "weights",
     "architecture",
@@ -63,38 +64,17 @@ def entry_key(info: Any) -> str:
 
 def count(info: Any) -> tuple[int, float | None]:
     """(parameters, GMACs per sample or None for a graph model) of the entry's architecture,
-    built without weights: on the meta device (shapes only), or on the CPU for models whose
-    mixture-of-experts routing needs real values."""
+    built without weights on the meta device, GMACs counted as the recipes record them
+    (`zoo.training.recipes.publish.architecture_gmacs`, through `zoo.deploy.bench.count_macs`)."""
     import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.utils.flop_counter import FlopCounterMode
 
     import zoo
-    from zoo.deploy.exporter import example_input_for
-    from zoo.store.registry import input_kind
-
-    def build() -> torch.nn.Module:
-        return zoo.load(info.arch, pretrained=False, num_classes=info.num_classes, **info.model_kwargs)
+    from zoo.training.recipes.publish import architecture_gmacs
 
     with torch.device("meta"):
-        model = build()
+        model = zoo.load(info.arch, pretrained=False, num_classes=info.num_classes, **info.model_kwargs)
     params = sum(p.numel() for p in model.parameters())
-    if input_kind(info.arch) == "graphs":
-        return params, None
-    for attempt in ("meta", "cpu"):
-        if attempt == "cpu":
-            model = build()
-        x = example_input_for(model, 1, preprocess=info.preprocess, sequence_length=TEXT_TOKENS)
-        try:
-            # the math backend: FlopCounterMode has no formula for the CPU's fused attention kernel
-            with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
-                model(x)
-        except RuntimeError:  # routing (autocast, data-dependent expert batches) cannot run on meta
-            if attempt == "cpu":
-                raise
-            continue
-        return params, counter.get_total_flops() / 2 / 1e9
-    raise AssertionError("unreachable")
+    return params, architecture_gmacs(info.arch, info.model_kwargs, info.num_classes, info.preprocess)
 
 
 def figures(names: list[str], cache: Path | None = CACHE) -> dict[str, tuple[int, float | None]]:
