@@ -74,7 +74,7 @@ def test_new_head_is_trainable_and_body_too(resnet18_published):
     assert model.fc.weight.grad is not None and model.conv1.weight.grad is not None
 
 
-@pytest.mark.parametrize("num_classes", [0, -3, 2.5, True])
+@pytest.mark.parametrize("num_classes", [0, -3, 2.5, True, 10**12])  # 10**12: refused before a 2 TB head is built
 def test_bad_num_classes_refused(num_classes):
     with pytest.raises(ValueError, match="num_classes must be a positive integer"):
         zoo.load("resnet18", pretrained=False, num_classes=num_classes)

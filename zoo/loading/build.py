@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 
 from zoo.architectures import features
+from zoo.bounds import count
 from zoo.devices import checked_device
 from zoo.errors import InvalidArgumentError
 from zoo.loading.pretrained_cfg import adapt_preprocess, timm_pretrained_cfg
@@ -28,6 +29,7 @@ from zoo.store.model_config import ModelConfig, set_config, update_config
 
 FEATURE_OPTIONS = ("out_indices", "feature_cls")  # timm's create_model takes them among its kwargs, as here
 OPTIMIZE_OPTIONS = ("example_input", "calibration")
+NUM_CLASSES = count(1, 1_000_000)  # a head's outputs: ImageNet-21k has 21,843; refused before anything is built
 
 
 def load(
@@ -102,10 +104,11 @@ def _check_arguments(
         )
     if features_only and num_classes is not None:
         raise InvalidArgumentError("features_only=True returns feature maps and takes no num_classes")
-    if num_classes is not None and (
-        isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes <= 0
-    ):
-        raise InvalidArgumentError(f"num_classes must be a positive integer, got {num_classes!r}")
+    if num_classes is not None and NUM_CLASSES.problem(num_classes):
+        raise InvalidArgumentError(
+            f"num_classes must be a positive integer, at most {NUM_CLASSES.high:,} (a head of that many "
+            f"outputs), got {num_classes!r}"
+        )
     if dtype is not None and not isinstance(dtype, torch.dtype):
         raise InvalidArgumentError(f"dtype must be a torch.dtype such as torch.float16, got {dtype!r}")
 
