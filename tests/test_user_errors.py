@@ -206,3 +206,12 @@ def test_registering_a_model_name_twice_is_refused() -> None:
         from zoo.architectures import registered_specs
 
         registered_specs.pop("zoo_test_twice", None)
+
+
+@pytest.mark.parametrize("name", [123, None, b"resnet20"])
+def test_a_model_named_by_neither_a_string_nor_a_path_is_refused(name: object) -> None:
+    import zoo
+
+    with pytest.raises(ZooError, match="a model is named by a string") as refused:
+        zoo.load(name)
+    assert isinstance(refused.value, ValueError)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from zoo.errors import InvalidArgumentError
 from zoo.interop import hub_names, torchvision_weights
 from zoo.loading.saved import CONFIG_FILE, saved_folder
 from zoo.store import registry
@@ -63,6 +64,10 @@ def resolve(name_or_path: str | os.PathLike | Source, weights: str | os.PathLike
     """The source that ``name_or_path`` (with ``weights=``) means; a source passes through."""
     if isinstance(name_or_path, Registered | SavedFolder | HubRepository | HFCheckpoint):
         return name_or_path
+    if not isinstance(name_or_path, str | os.PathLike):
+        raise InvalidArgumentError(
+            f"a model is named by a string such as 'resnet20.fmnist' or a folder's path, got {name_or_path!r}"
+        )
     if isinstance(name_or_path, str) and name_or_path.startswith(hub_names.HUB_PREFIX):
         return HubRepository(hub_names.parse_hub_name(name_or_path))
     if not isinstance(name_or_path, str) or os.path.isdir(name_or_path) or not registry.is_registered(name_or_path):
