@@ -17,7 +17,7 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from ._errors import InvalidArgumentError
 
@@ -54,6 +54,11 @@ def register_model(fn: ModelBuilder | None = None, *, heads: Iterable[str] = ("c
     unknown = set(traits) - {f.name for f in dataclasses.fields(ArchSpec)} - {"name", "module"}
     if unknown:
         raise InvalidArgumentError(f"register_model got unknown traits {sorted(unknown)}; see ArchSpec's fields")
+    if traits.get("inputs", "images") not in get_args(Inputs):
+        raise InvalidArgumentError(f"register_model(inputs=...) is one of {get_args(Inputs)}, got {traits['inputs']!r}")
+    heads = tuple(heads) if not isinstance(heads, str) else (heads,)
+    if not heads or not all(isinstance(h, str) and h for h in heads):
+        raise InvalidArgumentError(f"register_model(heads=...) names at least one head, default first; got {heads!r}")
 
     def register(builder: ModelBuilder) -> ModelBuilder:
         name = builder.__name__

@@ -42,6 +42,10 @@ def test_the_index_is_derived_from_the_declarations() -> None:
 def test_a_declaration_takes_only_known_traits() -> None:
     with pytest.raises(ZooError, match="unknown traits"):
         register_model(int_8=True)
+    with pytest.raises(ZooError, match="inputs=.... is one of"):
+        register_model(inputs="pixels")
+    with pytest.raises(ZooError, match="names at least one head"):
+        register_model(heads=())
 
 
 def test_every_declared_builder_is_found_by_its_module() -> None:
