@@ -443,10 +443,14 @@ def _sample(
     generator: torch.Generator | Sequence[torch.Generator] | None,
 ) -> torch.Tensor:
     """Next token per row of ``logits`` (N, V); with one generator per row, each row draws
-    from its own, so its tokens do not depend on its batchmates'."""
-    if temperature == 0:
+    from its own, so its tokens do not depend on its batchmates'. Numerically safe for any
+    options `check_options` lets through: a row whose scaled logits are not finite (a
+    temperature too small to divide by, see `_greedy_rows`) takes its most likely token."""
+    if temperature == 0 or temperature < torch.finfo(logits.dtype).tiny:  # 0 in logits' dtype: greedy
         return logits.argmax(dim=-1)
+    best = logits.nan_to_num(-math.inf).argmax(dim=-1)
     logits = logits / temperature
+    greedy = _greedy_rows(logits)
     if top_k is not None and top_k < logits.shape[-1]:
         kth = logits.topk(top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, -math.inf)
@@ -456,6 +460,16 @@ def _sample(
         drop = probs.cumsum(dim=-1) - probs >= top_p  # the tokens after the nucleus
         logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, -math.inf))
     probs = logits.softmax(dim=-1)
+    greedy |= ~torch.isfinite(probs).all(dim=-1)
+    # such a row becomes one-hot at its best token, which multinomial draws (never seeing inf or NaN)
+    probs = torch.where(greedy[:, None], torch.zeros_like(probs).scatter_(1, best[:, None], 1.0), probs)
     if isinstance(generator, Sequence):
         return torch.cat([torch.multinomial(row[None], 1, generator=g)[:, 0] for row, g in zip(probs, generator)])
     return torch.multinomial(probs, 1, generator=generator)[:, 0]
+
+
+def _greedy_rows(scaled: torch.Tensor) -> torch.Tensor:
+    """The rows (N,) of logits divided by the temperature that overflowed the dtype (+-inf or
+    NaN where the model gave a number: the temperature was too small to divide by) or hold no
+    finite value at all: they sample greedily."""
+    return ~torch.isfinite(scaled).any(dim=-1) | (torch.isnan(scaled) | torch.isposinf(scaled)).any(dim=-1)

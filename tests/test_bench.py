@@ -147,8 +147,8 @@ def test_an_architecture_name_is_timed_with_random_weights_at_its_default_entrys
     "argv,problem",
     [
         (["bench", "resnet99*"], "'resnet99*' matches no weight entry or architecture"),
-        (["bench", "resnet20.fmnist", "--batch", "0,x"], "--batch takes positive batch sizes"),
-        (["bench", "resnet20.fmnist", "--repeats", "0"], "argument --repeats: must be 1 or more, got 0"),
+        (["bench", "resnet20.fmnist", "--batch", "0,x"], "--batch: must be whole numbers from 1 to 65536 separated by"),
+        (["bench", "resnet20.fmnist", "--repeats", "0"], "argument --repeats: must be from 1 to 100000, got '0'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, problem, capsys):

@@ -171,9 +171,9 @@ def test_generate_refuses_bad_sampling_options_before_loading_the_model(monkeypa
 
     monkeypatch.setattr(zoo, "load", lambda *a, **k: pytest.fail("loaded the model before checking the options"))
     for option, problem in (
-        (["--temperature", "nan"], "--temperature: must be a finite number >= 0, got 'nan'"),
-        (["--top-p", "0"], "--top-p: must be a number in (0, 1], got '0'"),
-        (["--top-k", "0"], "--top-k: must be 1 or more, got 0"),
+        (["--temperature", "nan"], "--temperature: must be a finite number in [0, 100], got 'nan'"),
+        (["--top-p", "0"], "--top-p: must be in (0, 1], got '0'"),
+        (["--top-k", "0"], "--top-k: must be from 1 to 1000000, got '0'"),
     ):
         with pytest.raises(SystemExit) as exit:  # refused as the options are parsed
             main(["generate", "moe_lm.stdlib", "def f(", *option])
@@ -201,7 +201,8 @@ def test_a_count_that_is_not_a_number_is_named_as_such(capsys):
     with pytest.raises(SystemExit) as exit:
         main(["predict", "resnet20.fmnist", "x.png", "--batch-size", "abc"])
     assert (
-        exit.value.code == 2 and "argument --batch-size: must be a whole number, got 'abc'" in capsys.readouterr().err
+        exit.value.code == 2
+        and "argument --batch-size: must be a whole number from 1 to 65536, got 'abc'" in capsys.readouterr().err
     )
 
 

@@ -6,10 +6,15 @@ never a build beyond the stated bounds."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -141,3 +146,121 @@ def test_every_json_a_user_hands_zoo_is_read_bounded(tmp_path: Path) -> None:
     (folder / "config.json").write_text(" " * (2 << 20))
     with pytest.raises(ZooError, match="over the 1,048,576 such a file has; save the model again"):
         zoo.load(folder)
+
+
+# ---------------------------------------------------------------------------------------------
+# The Hugging Face checkpoint reader (index + shards), fuzzed in a child process under an
+# address-space limit: a size read from a file and never bounded fails the run with a
+# MemoryError instead of slowing the suite down or swapping.
+
+TESTS = Path(__file__).resolve().parent
+HEADROOM = 1 << 30  # bytes the reader may allocate beyond a warm load of the tiny checkpoint
+DTYPES = ["F32", "F16", "BF16", "F64", "I64", "I8", "U8", "BOOL", "F8_E4M3", "X"]
+HEADER = st.dictionaries(
+    st.sampled_from(["model.embed_tokens.weight", "lm_head.weight", "model.norm.weight", "__metadata__", "x"]),
+    st.fixed_dictionaries(
+        {
+            "dtype": st.sampled_from(DTYPES),
+            "shape": st.lists(st.sampled_from([0, 1, 2, 16, 2**31, 2**62, -1]), max_size=3),
+            "data_offsets": st.lists(st.sampled_from([0, 4, 64, 2**32, 2**63, -8]), min_size=2, max_size=2),
+        }
+    ),
+    max_size=3,
+)
+SHARD_DAMAGE = st.one_of(
+    st.tuples(st.just("truncate"), st.integers(0, 600)),
+    st.tuples(st.just("header_length"), st.sampled_from([0, 1, 7, 2**27, 2**31, 2**63, 2**64 - 1])),
+    st.tuples(st.just("header"), HEADER),
+    st.tuples(st.just("flip"), st.integers(0, 700), st.integers(1, 255)),
+    st.tuples(st.just("link"), st.sampled_from(["config.json", "/etc/passwd", "/dev/zero", "/dev/urandom", "gone"])),
+    st.tuples(st.just("folder")),
+    st.tuples(st.just("remove")),
+    st.tuples(st.just("index_to"), st.sampled_from(["other.safetensors", "model.safetensors", "config.json"])),
+    st.tuples(st.just("index"), JSON),
+    st.tuples(st.just("config"), st.sampled_from(CONFIG_FIELDS), JSON | st.integers(0, 2**62)),
+)
+
+
+def damage_shard(folder: Path, shard: Path, damage: tuple) -> None:
+    """Damage one shard of the checkpoint in ``folder`` (or its place in the index, the index,
+    the config) as drawn."""
+    kind, *args = damage
+    data = shard.read_bytes()
+    if kind == "truncate":
+        shard.write_bytes(data[: args[0]])
+    elif kind == "header_length":
+        shard.write_bytes(args[0].to_bytes(8, "little") + data[8:])
+    elif kind == "header":
+        header = json.dumps(args[0]).encode()
+        shard.write_bytes(len(header).to_bytes(8, "little") + header + data[8 + int.from_bytes(data[:8], "little") :])
+    elif kind == "flip" and data:
+        at = args[0] % len(data)
+        shard.write_bytes(data[:at] + bytes([data[at] ^ args[1]]) + data[at + 1 :])
+    elif kind in ("link", "folder", "remove"):
+        shard.unlink()
+        if kind == "link":
+            shard.symlink_to(args[0] if args[0].startswith("/") else folder / args[0])
+        elif kind == "folder":
+            shard.mkdir()
+    elif kind == "index":
+        (folder / "model.safetensors.index.json").write_text(json.dumps(args[0]))
+    elif kind == "config":
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps(config | {args[0]: args[1]}))
+    elif kind == "index_to":
+        index = folder / "model.safetensors.index.json"
+        document = json.loads(index.read_text())
+        weight_map = {k: args[0] if v == shard.name else v for k, v in document["weight_map"].items()}
+        index.write_text(json.dumps(document | {"weight_map": weight_map}))
+
+
+def load_damaged(checkpoint: Path, workdir: Path, shard: int, damage: tuple) -> None:
+    """Load a copy of ``checkpoint`` with one shard damaged: a model or a ZooError naming a file."""
+    folder = Path(tempfile.mkdtemp(dir=workdir)) / "m"
+    shutil.copytree(checkpoint, folder)
+    shards = sorted(folder.glob("*.safetensors"))
+    damage_shard(folder, shards[shard % len(shards)], damage)
+    try:
+        zoo.load("moe_lm", weights=folder)
+    except ZooError as error:
+        message = str(error)
+        assert "allocate" not in message and "MemoryError" not in message, message  # a missing bound, caught
+        assert str(folder) in message or damage[0] == "config" and damage[1] in message, message
+    finally:
+        shutil.rmtree(folder.parent)
+
+
+def fuzz_hf_reader_limited(checkpoint: str, workdir: str, examples: int) -> None:
+    """In a child process: a warm load, then at most `HEADROOM` more address space, then the
+    fuzz cases (the limit is checked to bite first)."""
+    import resource
+
+    torch.set_num_threads(1)
+    zoo.load("moe_lm", weights=checkpoint)
+    size = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmSize:"))
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    soft = size + HEADROOM if hard == resource.RLIM_INFINITY else min(size + HEADROOM, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    with pytest.raises(MemoryError):
+        bytearray(2 * HEADROOM)
+
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=True)
+    @given(shard=st.integers(0, 5), damage=SHARD_DAMAGE)
+    def cases(shard: int, damage: tuple) -> None:
+        load_damaged(Path(checkpoint), Path(workdir), shard, damage)
+
+    cases()
+
+
+def test_the_hf_checkpoint_reader_fuzzed_under_an_address_space_limit(checkpoint: Path, tmp_path: Path) -> None:
+    """Shards truncated, with crafted headers and header lengths, flipped bytes, links to other
+    files, folders, missing, or indexed under another name; generated indexes, configs asking
+    for any size: each load ends in a model or a ZooError naming the file, within the
+    address-space limit."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(TESTS)!r}); import test_fuzz_files as t; "
+        f"t.fuzz_hf_reader_limited({str(checkpoint)!r}, {str(tmp_path)!r}, 80)"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import zoo
+from zoo.architectures import generation
 from zoo.tokenizer import ByteTokenizer, Continuation, complete, complete_batch
 
 TINY = dict(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=24, num_experts=4, top_k=2)
@@ -60,7 +61,7 @@ def test_greedy_without_grouped_mm_takes_the_layer_dispatch(monkeypatch):
 
 @pytest.mark.parametrize("variant", ["mixtral", "qkv-bias-clip-shared-dense"])
 def test_a_model_too_large_to_copy_decodes_through_views_of_its_weights(monkeypatch, variant):
-    monkeypatch.setattr(zoo.architectures.generation, "LAYOUT_COPY_LIMIT", 0)
+    monkeypatch.setattr(generation, "LAYOUT_COPY_LIMIT", 0)
     model = tiny_lm(**VARIANTS[variant])
     for batch in (1, 3):
         prompt = torch.randint(0, 256, (batch, 5), generator=torch.Generator().manual_seed(7))

@@ -108,5 +108,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-class", type=per_class, default=10, help="labelled training images per digit")
     parser.add_argument("--eval-per-class", type=count().parse, default=60, help="evaluation images per digit")
     parser.add_argument("--epochs", type=count().parse, default=30)
-    parser.add_argument("--lr", type=Bounds(0, low_open=True).parse, default=1e-3)
+    parser.add_argument("--lr", type=Bounds(0, 10, low_open=True).parse, default=1e-3)
     parser.add_argument("--seed", type=count(0, SEED_MAX).parse, default=0)

@@ -68,6 +68,15 @@ class Bounds:
             raise argparse.ArgumentTypeError(f"{problem}, got {text!r}")
         return value
 
+    def parse_list(self, text: str) -> list[int | float]:
+        """The numbers ``text`` lists, separated by commas (``1,16``), each in range: an argparse
+        ``type=`` function, as `parse`."""
+        try:
+            return [self.parse(part) for part in text.split(",")]
+        except argparse.ArgumentTypeError:
+            kind = "whole numbers" if self.integer else "numbers"
+            raise argparse.ArgumentTypeError(f"must be {kind} {self} separated by commas, got {text!r}") from None
+
 
 def count(low: int = 1, high: int = INT_MAX) -> Bounds:
     """Whole numbers from ``low`` (default 1) to ``high``."""
@@ -103,3 +112,10 @@ def field_name(owner: str, name: str, flags: dict[str, str] | None = None) -> st
 def _show(limit: float | None) -> str:
     """A limit as the user would type it (1 rather than 1.0)."""
     return str(int(limit)) if limit is not None and float(limit).is_integer() else str(limit)
+
+
+# Sampling a language model's continuation: `zoo generate`'s options and `zoo serve`'s request fields
+TEMPERATURE = Bounds(0, 100)  # 0: greedy; far above 1 every byte is about as likely
+TOP_P = Bounds(0, 1, low_open=True)  # nucleus sampling's probability mass
+TOP_K = count(1, 1_000_000)  # also the classes a top-k answer may ask for (a head has at most 1,000,000)
+SEED = count(0, SEED_MAX)  # torch's CPU generator keeps 32 bits of a seed: more would repeat texts

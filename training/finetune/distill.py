@@ -31,7 +31,7 @@ class Distillation:
     teacher: str
     alpha: float = field(default=0.5, metadata=bounded(Bounds(0, 1)))  # the teacher's share of the loss
     kind: Literal["hard", "soft"] = "hard"
-    temperature: float = field(default=1.0, metadata=bounded(Bounds(0, low_open=True)))
+    temperature: float = field(default=1.0, metadata=bounded(Bounds(0, 100, low_open=True)))
     bf16: bool = False
 
     def __post_init__(self) -> None:

@@ -37,7 +37,7 @@ from torch.utils.data import Dataset, SequentialSampler
 
 from zoo.errors import InvalidArgumentError
 from zoo.loading.saved import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE
-from zoo.store.files import write_json
+from zoo.store.files import LOCK_FILE, FolderLock, lock_folder, read_json, write_json
 from zoo.training.data.source import DataSource
 from zoo.training.finetune import post_training as after_training
 from zoo.training.loop.checkpoint import BEST_CHECKPOINT, LAST_CHECKPOINT
@@ -47,6 +47,7 @@ from zoo.training.loop.train_config import TrainConfig
 
 MANIFEST = "run_files.json"
 MANIFEST_FORMAT = "zoo-run-files/1"
+MAX_MANIFEST_BYTES = 64 << 20  # a run's list of files: 100,000 files take a few MB
 PENDING, SEALED = "pending", "sealed"  # a folder the run created: all of it the run's / the files listed
 
 
@@ -68,9 +69,10 @@ class Output:
 class RunFiles:
     """The manifest entries of ``outputs`` in the output folder ``out``."""
 
-    def __init__(self, out: Path, outputs: Sequence[Output]) -> None:
+    def __init__(self, out: Path, outputs: Sequence[Output], lock: FolderLock | None = None) -> None:
         self.out, self.outputs = Path(out), tuple(outputs)
         self._before: dict[str, set[str]] = {}  # files already in the user's folders the run adds to
+        self.lock = lock  # the folder, held from `prepare` until `sealing` ends
 
     # -- the manifest ----------------------------------------------------------------------------
 
@@ -79,12 +81,7 @@ class RunFiles:
         path = self.out / MANIFEST
         if not path.is_file() or path.is_symlink():
             return {}, {}
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
-            raise InvalidArgumentError(
-                f"{path} is not readable ({error}): delete it, or choose another --out"
-            ) from None
+        data = read_json(path, MAX_MANIFEST_BYTES, fix="delete it, or choose another --out")
         data = data if isinstance(data, dict) else {}
         files, folders = data.get("files"), data.get("folders")
         if (
@@ -227,23 +224,39 @@ class RunFiles:
 
     @contextlib.contextmanager
     def sealing(self) -> Iterator[RunFiles]:
-        """`seal` when the block ends, however it ends (an error, Ctrl-C)."""
+        """`seal` when the block ends, however it ends (an error, Ctrl-C), then free the folder."""
         try:
             yield self
         finally:
-            self.seal()
+            try:
+                self.seal()
+            finally:
+                if self.lock is not None:
+                    self.lock.release()
 
 
 def prepare(out: Path, outputs: Sequence[Output], resume: bool, overwrite: bool, *, flag: str = "--out") -> RunFiles:
     """The `RunFiles` of a run about to write ``outputs`` into ``out``: a new run needs ``out``
     new or empty, or ``overwrite``, which removes an earlier run's outputs after checking that
     nothing in the way is the user's (refusing, before deleting anything, when something is);
-    a resumed run keeps them. The outputs are claimed in the manifest before the run writes."""
+    a resumed run keeps them. The outputs are claimed in the manifest before the run writes.
+    The folder is held (`lock_folder`) from here until `RunFiles.sealing` ends: a second run
+    started on it meanwhile is refused, naming the first one's pid."""
     out = Path(out)
     if os.path.lexists(out) and not out.is_dir():
         raise InvalidArgumentError(f"{flag} {out} is a file, not a folder: choose a folder for the run")
-    files = RunFiles(out, outputs)
-    present = sorted(p.name for p in out.iterdir() if p.name != MANIFEST) if out.is_dir() else []
+    lock = lock_folder(out, flag)  # until the run's files are sealed: a second run on it is refused
+    try:
+        return _prepare(RunFiles(out, outputs, lock), resume, overwrite, flag)
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _prepare(files: RunFiles, resume: bool, overwrite: bool, flag: str) -> RunFiles:
+    """`prepare`, once the folder is held."""
+    out = files.out
+    present = sorted(p.name for p in out.iterdir() if p.name not in (MANIFEST, LOCK_FILE))
     if present and not resume:
         if not overwrite:
             shown = ", ".join(present[:5]) + (f" and {len(present) - 5} more" if len(present) > 5 else "")
@@ -339,17 +352,20 @@ def prepare_output(out: Path, resume: bool, overwrite: bool) -> RunFiles:
     """Refuse an output folder that holds anything but a run to resume, unless ``overwrite``;
     then remove what an earlier run wrote there (its manifest lists it) and nothing else,
     refusing before deleting anything when something in the run's way is not a run's own
-    (`RunFiles.in_the_way`). A resume needs a run's folder (a run killed before its first
-    checkpoint starts over) and removes nothing. Returns the run's `RunFiles`: seal them when
-    the run ends."""
-    if resume:
+    (`RunFiles.in_the_way`). A resume needs a run's last checkpoint (a run stopped before its
+    first one is started over with ``overwrite``) and removes nothing. Returns the run's
+    `RunFiles`: seal them when the run ends."""
+    last = Path("checkpoints") / LAST_CHECKPOINT
+    if resume and not os.path.lexists(out / last):  # a folder or a broken link there: read_checkpoint names it
         names = {o.name for o in RUN_OUTPUTS}
-        run_files = [p.name for p in out.iterdir() if p.name in names] if out.is_dir() else []
-        if not run_files:
+        if out.is_dir() and any(p.name in names for p in out.iterdir()):
             raise InvalidArgumentError(
-                f"--resume: {out} holds no run to resume (no {Path('checkpoints') / LAST_CHECKPOINT}); "
-                "check --out, or drop --resume to start a new run"
+                f"--resume: {out} holds no run to resume (no {last}: its run stopped before its first checkpoint); "
+                "start it over with --overwrite in place of --resume"
             )
+        raise InvalidArgumentError(
+            f"--resume: {out} holds no run to resume (no {last}); check --out, or drop --resume to start a new run"
+        )
     return prepare(out, RUN_OUTPUTS, resume, overwrite)
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import pickle
 import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from torch.optim.swa_utils import AveragedModel
 
 from zoo.errors import CheckpointError, CheckpointNotFoundError, InvalidArgumentError
 from zoo.store.files import atomic_path
+from zoo.store.state_dict_files import read_torch_file
 
 log = logging.getLogger(__name__)
 
@@ -96,13 +96,7 @@ def read_checkpoint(
     after checking that it is one and that it was written for this ``data`` signature (when
     both are known) and this training ``budget`` (``epochs`` and ``max_steps``: the learning-rate
     schedule depends on them)."""
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, pickle.UnpicklingError) as error:
-        raise CheckpointError(
-            f"{path} is not a readable checkpoint ({' '.join(str(error).split())[:200]}): it is truncated or corrupt. "
-            "Delete it to start the run over, or resume from another checkpoint"
-        ) from None
+    payload = read_torch_file(path, CheckpointError, _FIX)
     found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
     if found != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path} is not a Trainer checkpoint (format {found!r})")
@@ -168,7 +162,8 @@ CHECKPOINT_SCHEMA = {
     "data": (dict, None),
     "config": {"epochs": int, "max_steps": (int, None)},
 }
-_ADVICE = "it was damaged or not written by zoo; delete it to start the run over, or resume from another checkpoint"
+_FIX = "delete it to start the run over, or resume from another checkpoint"
+_ADVICE = f"it was damaged or not written by zoo; {_FIX}"
 
 
 def check_schema(path: str | os.PathLike, value: Any, schema: Any, where: str = "") -> None:
@@ -231,13 +226,7 @@ def write_best_weights(path: Path, weights: dict[str, torch.Tensor], epoch: int,
 
 def read_best_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """The weights of a `write_best_weights` file, on the CPU (checked to be a dict of tensors)."""
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, pickle.UnpicklingError) as error:
-        raise CheckpointError(
-            f"{path} is not a readable checkpoint ({' '.join(str(error).split())[:200]}): it is truncated or corrupt; "
-            + _ADVICE
-        ) from None
+    payload = read_torch_file(path, CheckpointError, _FIX)
     check_schema(path, payload, {"model": TENSORS, "epoch": int})
     return payload["model"]
 
@@ -266,10 +255,14 @@ def checkpoint_dir(out_dir: Path | None) -> Path:
 def resume_checkpoint(resume: bool | str | os.PathLike, out_dir: Path | None, announce: bool) -> Path | None:
     """The checkpoint a run's ``resume`` option names: the run's last.pt (None when there is
     none yet: the run starts over, and says so when ``announce``), or a path, which must exist."""
+    if not resume and elastic_resume(out_dir):
+        resume = True  # under torchrun --max-restarts: a restarted group goes on from its last checkpoint
     if not resume:
         return None
     if resume is True:
         path = checkpoint_dir(out_dir) / LAST_CHECKPOINT
+        if os.path.lexists(path) and not path.is_file():  # a folder, or a link to nothing: not a run to start over
+            raise CheckpointError(f"{path} is not a checkpoint file; {_ADVICE}")
         if not path.is_file():
             if announce:
                 log.info("no checkpoint at %s: starting a new run", path)
@@ -279,6 +272,18 @@ def resume_checkpoint(resume: bool | str | os.PathLike, out_dir: Path | None, an
     if not path.is_file():
         raise CheckpointNotFoundError(f"resume checkpoint {path} does not exist")
     return path
+
+
+def elastic_resume(out_dir: str | os.PathLike | None) -> bool:
+    """Whether a run resumes by itself: started by torchrun with ``--max-restarts`` above 0
+    (the elastic agent restarts the whole group after a worker dies, or the job is started
+    again) and its out_dir holds a last.pt. Every process decides alike from the same file, so
+    out_dir must be on storage every node sees. (TORCHELASTIC_RESTART_COUNT is not used: a node
+    whose workers were restarted because another node's died keeps a count of 0.)"""
+    restarts = os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")
+    if out_dir is None or not restarts.isdigit() or int(restarts) == 0:
+        return False
+    return (Path(out_dir) / "checkpoints" / LAST_CHECKPOINT).is_file()
 
 
 def restore_training(

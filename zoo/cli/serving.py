@@ -10,12 +10,18 @@ import threading
 
 import uvicorn
 
+from zoo.errors import InvalidArgumentError
 from zoo.serve import ServeConfig, create_app
 from zoo.serve.serve_options import api_key_from, is_loopback
 from zoo.serve.server import ServerState
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    if args.replicas != 1 and not args.ray:
+        raise InvalidArgumentError(
+            f"--replicas {args.replicas} runs copies of the server on Ray Serve: add --ray (without it, "
+            "zoo serve runs one server)"
+        )
     config = ServeConfig(
         models=tuple(args.models),
         device=args.device,

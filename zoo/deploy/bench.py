@@ -30,7 +30,7 @@ from zoo.deploy.exporter import example_input_for
 from zoo.deploy.inference import medians
 from zoo.deploy.inference import optimize as optimize_model
 from zoo.deploy.optimize_report import OptimizeReport
-from zoo.errors import InvalidArgumentError, UnknownModelError
+from zoo.errors import UnknownModelError
 from zoo.store import registry
 from zoo.store.files import write_bytes_atomic
 from zoo.store.registry import WeightInfo
@@ -89,19 +89,6 @@ class BenchTarget:
 
     name: str
     info: WeightInfo | None  # None: an architecture, measured with random weights
-
-
-def parse_batch_sizes(text: str) -> list[int]:
-    """``"1,16"`` -> ``[1, 16]``, or an error naming ``--batch`` and the fix."""
-    try:
-        sizes = [int(part) for part in text.split(",")]
-    except ValueError:
-        sizes = []
-    if not sizes or any(size < 1 for size in sizes):
-        raise InvalidArgumentError(
-            f"--batch takes positive batch sizes separated by commas, such as 1,16; got {text!r}"
-        )
-    return sizes
 
 
 def select(patterns: Sequence[str]) -> list[BenchTarget]:
@@ -170,7 +157,7 @@ def measure(
 
 def machine_header() -> list[str]:
     """What the speeds depend on: CPU capability, AMX, torch version, threads."""
-    from zoo.deploy.inference import has_amx
+    from zoo.devices import has_amx
 
     amx = has_amx()
     return [

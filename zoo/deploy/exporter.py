@@ -374,7 +374,7 @@ def check_destination(path: str | os.PathLike, format: str, overwrite: bool = Fa
     if path.is_dir():
         example = path / f"model{FORMAT_SUFFIXES[format]}"
         raise InvalidArgumentError(f"{path} is a folder; give the file to write, e.g. {example}")
-    if path.exists() and not overwrite:
+    if os.path.lexists(path) and not overwrite:  # a dangling link too: replacing it is the user's call
         raise InvalidArgumentError(f"{path} already exists; pass overwrite=True (--overwrite) to replace it")
     if format == "exported-program" and path.suffix != ".pt2":
         raise InvalidArgumentError(

@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-from safetensors import safe_open
 from tqdm import tqdm
 
 from zoo.architectures import ARCHS
@@ -29,6 +28,7 @@ from zoo.errors import ConfigFileError, InvalidArgumentError, WeightsError, Weig
 from zoo.store import registry
 from zoo.store.files import read_json
 from zoo.store.model_config import ModelConfig, set_config
+from zoo.store.state_dict_files import open_safetensors
 
 CONFIG_FILE = "config.json"
 INDEX_FILE = "model.safetensors.index.json"
@@ -160,7 +160,7 @@ def load_pretrained(
     model.tie_weights()  # to_empty made separate tensors
     filler = _ParameterFiller(model)
     for file in tqdm(files, desc="loading shards", unit="shard", disable=len(files) == 1):
-        with safe_open(file, framework="pt") as f:
+        with open_safetensors(file) as f:
             for key in f.keys():
                 filler.put(key, f.get_tensor(key))
     filler.check(directory)
@@ -244,7 +244,7 @@ def _check_size(model: nn.Module, files: list[Path], path: Path) -> None:
     any memory is allocated for it (every parameter but a fresh head comes from the files)."""
     held = 0
     for file in files:
-        with safe_open(file, framework="pt") as f:
+        with open_safetensors(file) as f:
             for key in f.keys():
                 held += math.prod(f.get_slice(key).get_shape())
     wanted = sum(p.numel() for p in model.parameters())
@@ -258,7 +258,20 @@ def _check_size(model: nn.Module, files: list[Path], path: Path) -> None:
 def _shard_files(directory: Path) -> list[Path]:
     """The checkpoint's safetensors files; shard names from the index stay inside ``directory``."""
     if (directory / INDEX_FILE).is_file():
-        return [directory / name for name in _indexed_shards(directory / INDEX_FILE)]
+        files = [directory / name for name in _indexed_shards(directory / INDEX_FILE)]
+        bad = [file for file in files if not file.is_file()]
+        if bad:
+            more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+            problem = (
+                "is missing: download the checkpoint's missing shards"
+                if not os.path.lexists(bad[0])
+                else "is not a file (a folder, a device or a link to one): put the shard itself there"
+            )
+            raise WeightsNotFoundError(
+                f"{directory / INDEX_FILE}: field 'weight_map' names the shard {bad[0].name[:80]!r}{more}, which "
+                f"{problem}"
+            )
+        return files
     if (directory / SINGLE_FILE).is_file():
         return [directory / SINGLE_FILE]
     files = sorted(directory.glob("*.safetensors"))

@@ -40,7 +40,8 @@ def save(model: nn.Module, directory: str | os.PathLike, overwrite: bool = False
     if not cfg or "architecture" not in cfg:
         raise InvalidArgumentError("zoo.save needs a model made by zoo.load (it records the architecture to rebuild)")
     directory = Path(directory)
-    existing = [name for name in (CONFIG_FILE, WEIGHTS_FILE, CARD_FILE) if (directory / name).exists()]
+    _check_folder(directory)
+    existing = [name for name in (CONFIG_FILE, WEIGHTS_FILE, CARD_FILE) if os.path.lexists(directory / name)]
     if existing and not overwrite:
         raise InvalidArgumentError(
             f"{directory} already holds {', '.join(existing)}; pass overwrite=True to replace "
@@ -57,6 +58,20 @@ def save(model: nn.Module, directory: str | os.PathLike, overwrite: bool = False
         (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
         (staging / CARD_FILE).write_text(card)
     return directory
+
+
+def _check_folder(directory: Path) -> None:
+    """Refuse a ``directory`` that is a file, or inside one, before anything is written."""
+    folder = directory
+    while not folder.is_dir():
+        if os.path.lexists(folder):
+            what = "is a file" if folder == directory else f"is inside {folder}, a file"
+            raise InvalidArgumentError(
+                f"zoo.save writes a folder, and {directory} {what}: pass a new or existing folder"
+            )
+        if folder == folder.parent:
+            return
+        folder = folder.parent
 
 
 def saved_folder(name_or_path: str | os.PathLike) -> Path | None:

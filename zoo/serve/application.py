@@ -1,6 +1,9 @@
-"""The ASGI app: `create_app` puts the routes (v2, v1, page) behind the API key, a body size
-limit and the metrics middleware, and turns every refusal into a 4xx JSON answer that names
-the problem (an unexpected failure into a 500 without a traceback, which goes to the log)."""
+"""The ASGI app: `create_app` puts the routes (v2, v1, page, metrics, the OpenAPI schema)
+behind the API key, a body size limit and the metrics middleware, and turns every refusal into
+a 4xx JSON answer that names the problem (an unexpected failure into a 500 without a
+traceback, which goes to the log). Open without the key: the server's liveness and readiness
+(``/v2/health/live``, ``/v2/health/ready``) and the page's static shell, which say nothing of
+the models."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 import zoo
 from zoo.serve import page, routes_v1, routes_v2
-from zoo.serve.errors import RequestError, openai_error, too_large
+from zoo.serve.errors import RequestError, internal_error, openai_error, too_large
 from zoo.serve.metrics import MetricsMiddleware
 from zoo.serve.server import ServerState, state_of
 
@@ -46,7 +49,9 @@ def create_app(state: ServerState) -> FastAPI:
         finally:
             await state.stop()
 
-    app = FastAPI(title="zoo serve", version=zoo.__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="zoo serve", version=zoo.__version__, lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
     app.state.server = state
     protected = [Depends(require_key)]
     app.include_router(routes_v2.health)
@@ -54,6 +59,7 @@ def create_app(state: ServerState) -> FastAPI:
     for router in (routes_v2.router, routes_v1.router, page.router):
         app.include_router(router, dependencies=protected)
     app.add_api_route("/metrics", _metrics, methods=["GET"], dependencies=protected, tags=["metrics"])
+    app.add_api_route("/openapi.json", _openapi, methods=["GET"], dependencies=protected, include_in_schema=False)
     app.add_exception_handler(RequestError, _request_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
@@ -66,6 +72,11 @@ def create_app(state: ServerState) -> FastAPI:
 async def _metrics(request: Request) -> Response:
     content, content_type = state_of(request).metrics.exposition()
     return Response(content, media_type=content_type)
+
+
+async def _openapi(request: Request) -> JSONResponse:
+    """The OpenAPI schema of the routes (FastAPI's own, served behind the key)."""
+    return JSONResponse(request.app.openapi())
 
 
 def error_response(request: Request, error: RequestError) -> JSONResponse:
@@ -99,8 +110,7 @@ async def _validation_error(request: Request, error: Exception) -> JSONResponse:
 
 async def _unexpected_error(request: Request, error: Exception) -> JSONResponse:
     log.exception("zoo serve: %s %s failed", request.method, request.url.path)
-    message = f"internal error ({type(error).__name__}); the server's log has the details"
-    return error_response(request, RequestError(500, message))
+    return error_response(request, internal_error(error))
 
 
 class BodyLimit:

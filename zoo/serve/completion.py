@@ -36,6 +36,8 @@ def check_request(served: ServedModel, request: CompletionRequest, limit: int) -
             f"a request holds {len(prompts)} prompts; this server takes at most {MAX_WAITING} at once: "
             "send them in smaller requests"
         )
+    if "max_tokens" not in request.model_fields_set:  # OpenAI's default (16) on a server generating fewer
+        request.max_tokens = min(request.max_tokens, limit)
     if request.max_tokens > limit:
         raise bad_request(f"max_tokens is {request.max_tokens}; this server generates at most {limit}", "max_tokens")
     stops = _stops(request)

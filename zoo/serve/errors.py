@@ -39,9 +39,20 @@ def too_large(message: str, param: str | None = None) -> RequestError:
     return RequestError(413, message, param)
 
 
+def unsupported(message: str) -> RequestError:
+    """415: a body of a kind the route does not read."""
+    return RequestError(415, message)
+
+
+def internal_error(error: BaseException) -> RequestError:
+    """500 for a failure that is not the request's: named by its type only (the traceback goes
+    to the server's log, never to the client)."""
+    return RequestError(500, f"internal error ({type(error).__name__}); the server's log has the details")
+
+
 def openai_error(error: RequestError) -> dict[str, object]:
     """The error object of OpenAI's API, which its clients read the message from."""
     kind = {401: "authentication_error", 404: "not_found_error", 503: "overloaded_error"}.get(
-        error.status, "invalid_request_error"
+        error.status, "server_error" if error.status >= 500 else "invalid_request_error"
     )
     return {"message": error.message, "type": kind, "param": error.param, "code": None}

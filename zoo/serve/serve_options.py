@@ -47,6 +47,8 @@ class ServeConfig:
         if self.optimize not in (None, *PRECISIONS):
             problems.append(f"optimize must be one of {', '.join(PRECISIONS)} or None, got {self.optimize!r}")
         problems += ["api_key is empty: pass a real key or none"] if self.api_key == "" else []
+        if isinstance(self.api_key, str) and self.api_key != self.api_key.strip():
+            problems.append("api_key starts or ends with white space, which no client's header can carry: strip it")
         if problems:
             raise InvalidArgumentError("; ".join(problems))
         check_fields(self, "ServeConfig", FLAGS)  # every number between both its bounds
@@ -100,8 +102,17 @@ def serve_config(models: tuple[str, ...], options: dict[str, Any], caller: str =
 
 
 def api_key_from(flag: str | None) -> str | None:
-    """The key from ``--api-key``, else from $ZOO_API_KEY, else None (no key needed)."""
-    return flag or os.environ.get(API_KEY_VARIABLE) or None
+    """The key from ``--api-key``, else from $ZOO_API_KEY, else None (no key needed); an empty
+    one is refused (an unset shell variable, ``--api-key "$KEY"``, would serve without a key)."""
+    for value, where in ((flag, "--api-key"), (os.environ.get(API_KEY_VARIABLE), API_KEY_VARIABLE)):
+        if value is not None and not value.strip():
+            raise InvalidArgumentError(
+                f"{where} is empty, which would serve without a key: pass a real key, or leave out "
+                f"--api-key and unset {API_KEY_VARIABLE} to serve without one"
+            )
+        if value is not None:
+            return value
+    return None
 
 
 def is_loopback(host: str) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from zoo.serve.errors import bad_request
-from zoo.serve.protocol import RequestInput, ResponseOutput
+from zoo.serve.protocol import DIMENSION, RequestInput, ResponseOutput
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 NUMPY_TYPES = {
@@ -44,7 +44,12 @@ def decode_inputs(inputs: list[RequestInput], binary: memoryview) -> dict[str, n
             raise bad_request(f"input {item.name!r} is given twice", param=item.name)
         size = (item.parameters or {}).get("binary_data_size")
         if size is not None:
-            if not isinstance(size, int) or not 0 <= size <= len(binary) - offset:
+            if item.data is not None:
+                raise bad_request(
+                    f"input {item.name!r} has both data and parameters.binary_data_size; send its values one way",
+                    param=item.name,
+                )
+            if DIMENSION.problem(size) or not size <= len(binary) - offset:
                 raise bad_request(
                     f"input {item.name!r}: binary_data_size {size!r} is more than the "
                     f"{len(binary) - offset} bytes left after the JSON header",
@@ -62,7 +67,7 @@ def decode_inputs(inputs: list[RequestInput], binary: memoryview) -> dict[str, n
 def _from_json(item: RequestInput) -> np.ndarray:
     if item.data is None:
         raise bad_request(f"input {item.name!r} has neither data nor parameters.binary_data_size", param=item.name)
-    flat = _flatten(item.data)
+    flat = _flatten(item.data, item)
     _check_count(item, len(flat))
     if item.datatype == "BYTES":
         if not all(isinstance(x, str) for x in flat):
@@ -76,18 +81,30 @@ def _from_json(item: RequestInput) -> np.ndarray:
         raise bad_request(f"input {item.name!r}: a value does not fit {item.datatype}", param=item.name) from None
 
 
-def _flatten(data: list[Any]) -> list[Any]:
-    """Nested lists in row-major order as one list (JSON data may come either way)."""
+def _flatten(data: list[Any], item: RequestInput) -> list[Any]:
+    """The values of JSON data in row-major order: a flat list, or lists nested exactly as
+    the input's shape (a ragged or differently nested list is refused, not flattened)."""
+    if not any(isinstance(value, list) for value in data):
+        return data
     flat: list[Any] = []
-    stack = [iter(data)]
+    stack: list[tuple[list[Any], int]] = [(data, 0)]  # a list and its depth in the shape
     while stack:
-        for value in stack[-1]:
-            if isinstance(value, list):
-                stack.append(iter(value))
-                break
-            flat.append(value)
+        values, depth = stack.pop()
+        last = depth == len(item.shape) - 1
+        if (
+            depth >= len(item.shape)
+            or len(values) != item.shape[depth]
+            or any(isinstance(value, list) == last for value in values)
+        ):
+            raise bad_request(
+                f"input {item.name!r}: data is nested, but not as its shape {item.shape}: send lists of exactly "
+                "those lengths, or the values as one flat list",
+                param=item.name,
+            )
+        if last:
+            flat.extend(values)
         else:
-            stack.pop()
+            stack.extend((value, depth + 1) for value in reversed(values))
     return flat
 
 

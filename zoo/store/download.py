@@ -30,13 +30,12 @@ from urllib.parse import unquote, urlsplit
 
 import torch
 from filelock import FileLock
-from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from zoo.errors import ChecksumError, DownloadError, InvalidArgumentError, WeightsError, WeightsNotFoundError
-from zoo.store.files import atomic_path, write_bytes_atomic
+from zoo.store.files import atomic_path, read_json, write_bytes_atomic
 from zoo.store.http_download import CHUNK_SIZE, SHA256_HEX, TransientError, describe_expected, download_once
-from zoo.store.state_dict_files import load_state_dict_file, standalone_tensors
+from zoo.store.state_dict_files import load_state_dict_file, open_safetensors, standalone_tensors
 
 __all__ = [
     "ChecksumError",
@@ -98,9 +97,9 @@ def verify_file(path: Path, sha256: str | None) -> str:
     """Return the full sha256 of ``path``, checked against ``sha256`` (a digest or a prefix of at
     least 8 hex characters) unless it is None.
 
-    The digest is cached in a record keyed by the file's absolute path together with its size
-    and mtime, so verifying an unchanged file again does not re-read it. A file that fails
-    verification gets no record, and raises ChecksumError.
+    The digest is cached in a record keyed by the file's place in the cache (elsewhere: its
+    absolute path) together with its size and mtime, so verifying an unchanged file again does
+    not re-read it. A file that fails verification gets no record, and raises ChecksumError.
     """
     path = Path(path)
     expected = _normalize_expected(sha256)
@@ -343,9 +342,23 @@ def _hash_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _record_path(path: Path) -> Path:
-    key = hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()
+MAX_RECORD_BYTES = 1 << 16  # a record is a few hundred bytes
+
+
+def _record_path(path: Path, name: str | None = None) -> Path:
+    key = hashlib.sha256((name or _record_name(path)).encode()).hexdigest()
     return zoo_home() / "records" / f"{key}.json"
+
+
+def _record_name(path: Path) -> str:
+    """How a record names ``path``: a file in the cache by its place in it (``$ZOO_HOME/converted/
+    x.safetensors``), so that a cache copied or mounted elsewhere keeps its records; another file
+    by its absolute path."""
+    resolved = Path(path).resolve()
+    try:
+        return f"$ZOO_HOME/{resolved.relative_to(zoo_home().resolve()).as_posix()}"
+    except (ValueError, WeightsError):  # outside the cache, or no cache (ZOO_HOME is a file)
+        return str(resolved)
 
 
 def _record_checksum(record: Mapping[str, Any]) -> str:
@@ -356,10 +369,19 @@ def _record_checksum(record: Mapping[str, Any]) -> str:
 def _read_record(path: Path) -> dict[str, Any] | None:
     """The verification record of ``path``, or None if it is missing, unreadable, for another
     path, or fails its own checksum (a corrupt record is ignored, never trusted)."""
+    for name in dict.fromkeys((_record_name(path), str(Path(path).resolve()))):  # then as older zoo named it
+        record = _read_named_record(path, name)
+        if record is not None:
+            return record
+    return None
+
+
+def _read_named_record(path: Path, name: str) -> dict[str, Any] | None:
+    """`_read_record` under the name ``name``."""
     try:
-        record = json.loads(_record_path(path).read_text())
+        record = read_json(_record_path(path, name), MAX_RECORD_BYTES)
         if (
-            record["path"] == str(Path(path).resolve())
+            record["path"] == name
             and isinstance(record["size"], int)
             and isinstance(record["mtime_ns"], int)
             and SHA256_HEX.fullmatch(record["sha256"])
@@ -376,7 +398,7 @@ def _write_record(path: Path, digest: str, stat: os.stat_result | None = None) -
     (the file is then hashed again on its next load)."""
     stat = stat or path.stat()
     record: dict[str, Any] = {
-        "path": str(path.resolve()),
+        "path": _record_name(path),
         "size": stat.st_size,
         "mtime_ns": stat.st_mtime_ns,
         "sha256": digest,
@@ -449,12 +471,10 @@ def _converted_problem(path: Path, expected_source: str | None) -> str | None:
         return f"{path} has no valid verification record, so nothing vouches for its bytes."
     try:
         verify_file(path, record["sha256"])
-        with safe_open(path, framework="pt") as f:
+        with open_safetensors(path) as f:
             source = (f.metadata() or {}).get(_SOURCE_SHA256_KEY)
-    except ChecksumError as err:
+    except WeightsError as err:  # a checksum that differs, or bytes that are no safetensors file
         return str(err)
-    except (SafetensorError, OSError) as err:
-        return f"{path} is not a readable safetensors file ({err})."
     if expected_source is not None and not (source or "").startswith(expected_source):
         return (
             f"{path} was converted from a source with sha256 {source or 'unknown'}, "

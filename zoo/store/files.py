@@ -3,10 +3,13 @@ a killed run never leaves half of one. The one implementation every writer in zo
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import os
 import secrets
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +25,7 @@ def atomic_path(target: str | os.PathLike) -> Iterator[Path]:
     whatever the writer set."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_parts(target)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.part")
     mode = _new_file_mode(tmp)
     try:
@@ -32,6 +36,28 @@ def atomic_path(target: str | os.PathLike) -> Iterator[Path]:
         _fsync(target.parent)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _remove_stale_parts(target: Path) -> None:
+    """Remove the temporary files a killed writer of ``target`` left (kill -9 skips every
+    cleanup): those whose writer's pid no longer runs here and that have not changed for a minute."""
+    for part in target.parent.glob(f".{glob.escape(target.name)}.*.part"):
+        pid = part.name[len(target.name) + 2 :].split(".", 1)[0]
+        with contextlib.suppress(OSError, ValueError):
+            old = time.time() - part.stat().st_mtime > 60
+            if old and 0 < int(pid) != os.getpid() and not _running(int(pid)):
+                part.unlink()
+
+
+def _running(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this machine (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
@@ -121,3 +147,64 @@ def read_json(path: Path, max_bytes: int, *, name: str | None = None, fix: str =
         return json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise WeightsError(f"{shown} is not readable JSON ({error}){advice}") from None
+
+
+LOCK_FILE = ".zoo-run.lock"  # in an output folder while a run writes it
+
+
+class FolderLock:
+    """An output folder held by this process while a run writes it (`lock_folder`); `release`
+    (or the end of a ``with`` block) frees it. The operating system frees it too when the
+    process ends however it ends (kill -9 included), so a lock left by a dead run is taken over."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path, self._fd = path, fd
+
+    def release(self) -> None:
+        """Free the folder (the lock file goes first, so no later run locks a stale copy)."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> FolderLock:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+
+def lock_folder(folder: str | os.PathLike, flag: str = "--out") -> FolderLock:
+    """Hold ``folder`` (made if missing) for this run: a second run that asks for it while this
+    one holds it gets an `InvalidArgumentError` naming the folder, its ``flag`` and the holder's
+    pid. ``flock`` on `LOCK_FILE`: freed by the system when the holder dies, never stale."""
+    import fcntl  # POSIX only: imported where a folder is locked
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK_FILE
+    for _ in range(100):  # the holder may remove the file between our open and our lock: open it again
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as error:
+            raise InvalidArgumentError(
+                f"{flag} {folder}: cannot create its lock file {path} ({error.strerror}); choose another {flag}"
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise InvalidArgumentError(
+                f"{flag} {folder} is in use: another run (pid {holder}) is writing it; wait for that run to end, "
+                f"or choose another {flag}"
+            ) from None
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                return FolderLock(path, fd)
+        os.close(fd)
+    raise InvalidArgumentError(f"{flag} {folder}: its lock file {path} keeps changing; choose another {flag}")
