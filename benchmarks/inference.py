@@ -51,8 +51,8 @@ import torchvision
 
 import zoo
 from zoo.deploy import inference, runtimes
-from zoo.deploy.inference import has_amx
 from zoo.deploy.optimize_report import OptimizeReport
+from zoo.devices import has_amx
 from zoo.store.registry import IMAGENET_MEAN, IMAGENET_STD
 from zoo.training.data.builtin import load_fashion_mnist
 

@@ -1,38 +1,49 @@
-"""Training throughput and accuracy: `zoo.training.loop.trainer.Trainer` against the plain PyTorch
-tutorial loop (model, CrossEntropyLoss, SGD, nothing else) on Fashion-MNIST with the CIFAR
-ResNet-20 (1 input channel), side by side in one process.
+"""Training speed and accuracy side by side in one process: the PyTorch tutorial loop,
+PyTorch Lightning (``32-true``, ``bf16-mixed``), zoo's Trainer with its default
+(``precision="auto"``, its probe counted in its time) and with each fixed setting; the CIFAR
+ResNet-20 (1 input channel) on Fashion-MNIST.
 
-Both read the same normalised tensors through a shuffling DataLoader and start from the same
-weights with the same SGD settings (lr, momentum, no weight decay, no schedule). Throughput:
-alternating timed runs of ``--steps`` optimizer steps each (DataLoader start-up included),
-medians. Accuracy: each variant trains ``--epochs`` epochs on ``--subset`` training images,
-then is scored on ``--test-subset`` test images; there the plain loop reads the samples in the
-Trainer's order (its seeded per-epoch shuffle), so the runs differ only in what the Trainer
-does, not in the luck of the shuffle (a few epochs from scratch vary by several points).
+Every variant starts from the same weights with the same SGD (lr, momentum, no weight decay, no
+schedule) on the same normalised tensors. Speed: ``--repeats`` rounds, each variant training a
+run of ``--steps`` optimizer steps in turn (start-up included), median images/s and the ratio
+to the tutorial loop. zoo's default is timed twice: starting each run with an empty
+``$ZOO_HOME``, so it measures anew every time, as a first run on a machine does, its probe
+counted; and with the choice an earlier run remembered, as every later run. Accuracy: each variant trains ``--epochs`` epochs on
+``--subset`` training images for each of ``--seeds`` seeds (initial weights and data order
+from the seed), scored on ``--test-subset`` test images, mean ± std. The machine goes in the
+first line and into the CSV (``--csv``), which docs/results.md renders.
 
-    .venv/bin/python benchmarks/train_throughput.py [--steps 20] [--repeats 3] [--epochs 2] [--subset 10000] [--no-bf16]
+    .venv/bin/python benchmarks/train_throughput.py [--steps 300] [--repeats 3] [--epochs 2] [--seeds 3] [--csv results/x.csv]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import csv
 import os
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 from tqdm import tqdm
 
 import zoo
+from zoo.devices import has_amx
 from zoo.training.data.builtin import load_fashion_mnist
 from zoo.training.loop.loaders import EpochSampler
 from zoo.training.loop.trainer import TrainConfig, Trainer
 
 MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST training-set statistics
+TUTORIAL = "tutorial loop, fp32"
+REMEMBERED = "zoo default (auto, remembered)"
+Run = Callable[[nn.Module, TensorDataset, argparse.Namespace, int | None, int, int], dict[str, str]]
 
 
 def fashion_mnist(split: str, limit: int) -> TensorDataset:
@@ -42,64 +53,97 @@ def fashion_mnist(split: str, limit: int) -> TensorDataset:
     return TensorDataset(x, labels[order])
 
 
-def plain_loop(
-    model: nn.Module,
-    data: TensorDataset,
-    batch_size: int,
-    lr: float,
-    momentum: float,
-    steps: int | None,
-    epochs: int,
-    trainer_order: bool = False,
-) -> None:
-    """The PyTorch tutorial's training loop ("Optimizing Model Parameters"), with momentum;
-    ``trainer_order`` replaces its random shuffle by the Trainer's seeded one."""
-    sampler = EpochSampler(data, seed=TrainConfig.seed) if trainer_order else None
-    loader = DataLoader(data, batch_size=batch_size, shuffle=sampler is None, sampler=sampler, drop_last=True)
-    loss_fn = nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+def tutorial_loop(model: nn.Module, data: TensorDataset, args, steps: int | None, epochs: int, seed: int) -> dict:
+    """The PyTorch tutorial's loop ("Optimizing Model Parameters"), with momentum, reading the
+    samples in the Trainer's seeded order."""
+    sampler = EpochSampler(data, seed=seed)
+    loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     model.train()
     done = 0
     for epoch in range(epochs):
-        if sampler is not None:
-            sampler.set_epoch(epoch)
-        for X, y in loader:
-            pred = model(X)
-            loss = loss_fn(pred, y)
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
             loss.backward()
             optimizer.step()
             optimizer.zero_grad()
             done += 1
             if steps is not None and done == steps:
-                return
+                return {}
+    return {}
 
 
-def engine_run(precision: str, channels_last: bool) -> Callable[..., None]:
-    def run(
-        model: nn.Module,
-        data: TensorDataset,
-        batch_size: int,
-        lr: float,
-        momentum: float,
-        steps: int | None,
-        epochs: int,
-    ) -> None:
+def lightning_run(precision: str) -> Run:
+    import lightning as L
+
+    class Classifier(L.LightningModule):
+        def __init__(self, model: nn.Module, lr: float, momentum: float) -> None:
+            super().__init__()
+            self.model, self.lr, self.momentum = model.train(), lr, momentum  # zoo.load gives eval mode
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return F.cross_entropy(self.model(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=self.momentum)
+
+    def run(model: nn.Module, data: TensorDataset, args, steps: int | None, epochs: int, seed: int) -> dict:
+        sampler = EpochSampler(data, seed=seed)
+        loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+        trainer = L.Trainer(
+            accelerator="cpu",
+            devices=1,
+            precision=precision,
+            max_steps=steps or -1,
+            max_epochs=epochs,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+        )
+        trainer.fit(Classifier(model, args.lr, args.momentum), loader)
+        return {}
+
+    return run
+
+
+def zoo_run(
+    precision: str, channels_last: bool | None = None, compile: bool | None = None, home: str | None = None
+) -> Run:
+    """zoo's Trainer; auto measures anew each run, or with ``home`` finds what an earlier run
+    remembered there (a user's second run on the machine)."""
+
+    def run(model: nn.Module, data: TensorDataset, args, steps: int | None, epochs: int, seed: int) -> dict:
         config = TrainConfig(
             epochs=epochs,
             max_steps=steps,
-            batch_size=batch_size,
+            batch_size=args.batch_size,
             optimizer="sgd",
-            lr=lr,
-            momentum=momentum,
+            lr=args.lr,
+            momentum=args.momentum,
             weight_decay=0.0,
             scheduler="none",
             precision=precision,
             channels_last=channels_last,
+            compile=compile,
+            seed=seed,
             progress=False,
             tensorboard=False,
             plot=False,
         )
-        Trainer(model, config).fit(data)
+        before = os.environ.get("ZOO_HOME")
+        with tempfile.TemporaryDirectory() as fresh:  # auto measures anew: nothing remembered
+            os.environ["ZOO_HOME"] = home or fresh
+            trainer = Trainer(model.train(), config)
+            trainer.fit(data)
+        if before is None:
+            del os.environ["ZOO_HOME"]
+        else:
+            os.environ["ZOO_HOME"] = before
+        return {"chose": trainer.setting.name} if precision == "auto" else {}
 
     return run
 
@@ -111,25 +155,54 @@ def accuracy(model: nn.Module, data: TensorDataset) -> float:
     return correct / len(data)
 
 
-def throughput(variants: dict[str, Callable[..., None]], initial: nn.Module, args: argparse.Namespace) -> None:
-    """Alternating timed runs of every variant; prints the median rates and their ratio."""
-    timing_data = fashion_mnist("train", args.steps * args.batch_size)
-    for run in variants.values():  # warm-up: oneDNN primitive creation, allocator
-        run(copy.deepcopy(initial), timing_data, args.batch_size, args.lr, args.momentum, 2, 1)
+def fresh_model(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return zoo.load("resnet20", pretrained=False, in_chans=1, num_classes=10)
+
+
+def throughput(variants: dict[str, Run], args: argparse.Namespace) -> dict[str, dict]:
+    """Interleaved timed runs of every variant; median images/s and what auto chose."""
+    data = fashion_mnist("train", args.steps * args.batch_size)
+    initial = fresh_model(0)
+    for run in variants.values():  # warm-up: imports, oneDNN primitives, the allocator
+        run(copy.deepcopy(initial), data, args, 2, 1, 0)
     rates: dict[str, list[float]] = {name: [] for name in variants}
+    chose: dict[str, list[str]] = {name: [] for name in variants}
     with tqdm(total=args.repeats * len(variants), desc="throughput") as bar:
         for _ in range(args.repeats):
             for name, run in variants.items():
-                model = copy.deepcopy(initial)
                 start = time.perf_counter()
-                run(model, timing_data, args.batch_size, args.lr, args.momentum, args.steps, 1)
+                extra = run(copy.deepcopy(initial), data, args, args.steps, 1, 0)
                 rates[name].append(args.steps * args.batch_size / (time.perf_counter() - start))
+                chose[name] += [extra["chose"]] if "chose" in extra else []
                 bar.update()
-    print(f"throughput: {args.steps} SGD steps per run, median of {args.repeats}")
-    plain = statistics.median(rates["plain loop, fp32 (tutorial)"])
-    for name, values in rates.items():
-        median = statistics.median(values)
-        print(f"  {name:<34} {median:8.1f} images/s   {median / plain:5.2f}x")
+                tqdm.write(f"  {name:<36} {rates[name][-1]:8.0f} images/s  {extra.get('chose', '')}")
+    return {name: {"rate": statistics.median(rates[name]), "chose": chose[name]} for name in variants}
+
+
+def accuracies(variants: dict[str, Run], args: argparse.Namespace) -> dict[str, list[float]]:
+    train, test = fashion_mnist("train", args.subset), fashion_mnist("test", args.test_subset)
+    scores: dict[str, list[float]] = {name: [] for name in variants}
+    with tqdm(total=args.seeds * len(variants), desc="accuracy") as bar:
+        for seed in range(args.seeds):
+            for name, run in variants.items():
+                model = fresh_model(seed)
+                run(model, train, args, None, args.epochs, seed)
+                scores[name].append(accuracy(model, test))
+                bar.update()
+    return scores
+
+
+def machine() -> str:
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        cpu = "unknown CPU"
+    return (
+        f"{cpu}, capability {torch.backends.cpu.get_cpu_capability()}, AMX {'yes' if has_amx() else 'no'}, "
+        f"native bf16 {'yes' if torch.ops.mkldnn._is_mkldnn_bf16_supported() else 'no'}, "
+        f"{torch.get_num_threads()} threads, torch {torch.__version__}"
+    )
 
 
 def main() -> None:
@@ -137,51 +210,71 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--momentum", type=float, default=0.9)
-    parser.add_argument("--steps", type=int, default=20, help="optimizer steps per timed run (0: skip throughput)")
+    parser.add_argument("--steps", type=int, default=300, help="optimizer steps per timed run (0: skip speed)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=2, help="epochs for the accuracy comparison (0: skip it)")
-    parser.add_argument("--subset", type=int, default=10000, help="training images for the accuracy comparison")
+    parser.add_argument("--seeds", type=int, default=3)
+    # 20000 images, batch 128: 312 steps in 2 epochs, enough for auto to measure (under 160 it keeps fp32)
+    parser.add_argument("--subset", type=int, default=20000, help="training images for the accuracy comparison")
     parser.add_argument("--test-subset", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument(
-        "--no-bf16", action="store_true", help="skip the bf16 variant (slow on CPUs without bf16 kernels)"
-    )
+    parser.add_argument("--compile", action="store_true", help="also the fixed settings with torch.compile")
+    parser.add_argument("--csv", type=Path, help="write the table here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-
-    torch.manual_seed(0)
-    initial = zoo.load("resnet20", pretrained=False, in_chans=1, num_classes=10)
-    variants = {
-        "plain loop, fp32 (tutorial)": plain_loop,
-        "Trainer, fp32": engine_run("fp32", False),
-        "Trainer, bf16 + channels_last": engine_run("bf16", True),
-        "Trainer, fp32 + channels_last": engine_run("fp32", True),
+    bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    variants: dict[str, Run] = {
+        TUTORIAL: tutorial_loop,
+        "Lightning 32-true": lightning_run("32-true"),
+        **({"Lightning bf16-mixed": lightning_run("bf16-mixed")} if bf16 else {}),
+        "zoo default (auto, probe counted)": zoo_run("auto"),
+        "zoo fp32": zoo_run("fp32"),
+        "zoo fp32 + channels_last": zoo_run("fp32", True),
+        **({"zoo bf16 + channels_last": zoo_run("bf16", True)} if bf16 else {}),
     }
-    if args.no_bf16:
-        del variants["Trainer, bf16 + channels_last"]
-    print(
-        f"resnet20 on Fashion-MNIST 28x28 gray, batch {args.batch_size} (torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads, CPU capability {torch.backends.cpu.get_cpu_capability()})"
-    )
-    if args.steps:
-        throughput(variants, initial, args)
-
-    if args.epochs:
-        train, test = fashion_mnist("train", args.subset), fashion_mnist("test", args.test_subset)
-        print(
-            f"accuracy after {args.epochs} epoch(s) on {len(train)} training images, scored on {len(test)} test images"
+    remembered_home = tempfile.mkdtemp()
+    if args.steps:  # one run that measures and remembers, as a user's first run on the machine
+        variants[REMEMBERED] = zoo_run("auto", home=remembered_home)
+        variants[REMEMBERED](
+            fresh_model(0), fashion_mnist("train", args.steps * args.batch_size), args, args.steps, 1, 0
         )
-        reference = None
-        for name, run in tqdm(variants.items(), desc="accuracy"):
-            model = copy.deepcopy(initial)
-            torch.manual_seed(1)
-            start = time.perf_counter()
-            extra = {"trainer_order": True} if run is plain_loop else {}
-            run(model, train, args.batch_size, args.lr, args.momentum, None, args.epochs, **extra)
-            elapsed = time.perf_counter() - start
-            acc = accuracy(model, test)
-            reference = acc if reference is None else reference
-            tqdm.write(f"  {name:<34} {acc:7.2%}   {100 * (acc - reference):+5.2f} points   ({elapsed:.0f} s)")
+    if args.compile:
+        variants["zoo fp32 + compile"] = zoo_run("fp32", False, True)
+        if bf16:
+            variants["zoo bf16 + channels_last + compile"] = zoo_run("bf16", True, True)
+    print(f"resnet20 on Fashion-MNIST 28x28 gray, batch {args.batch_size}, SGD; {machine()}")
+    speed = throughput(variants, args) if args.steps else {}
+    scores = accuracies({k: v for k, v in variants.items() if k != REMEMBERED}, args) if args.epochs else {}
+    rows = table(variants, speed, scores, args)
+    for row in rows:
+        print("  " + "  ".join(f"{v:>12}" if i else f"{v:<36}" for i, v in enumerate(row.values())))
+    if args.csv:
+        with args.csv.open("w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+def table(variants: dict, speed: dict, scores: dict, args: argparse.Namespace) -> list[dict[str, str]]:
+    base = speed.get(TUTORIAL, {}).get("rate")
+    rows = []
+    for name in variants:
+        rate = speed.get(name, {}).get("rate")
+        accs = scores.get(name, [])
+        rows.append(
+            {
+                "variant": name,
+                "images_per_s": f"{rate:.0f}" if rate else "",
+                "x_tutorial": f"{rate / base:.2f}" if rate and base else "",
+                f"top1_after_{args.epochs}_epochs": (
+                    f"{100 * statistics.mean(accs):.2f} ± {100 * (statistics.stdev(accs) if len(accs) > 1 else 0):.2f}"
+                    if accs
+                    else ""
+                ),
+                "chose": ", ".join(sorted(set(speed.get(name, {}).get("chose", [])))),
+            }
+        )
+    return rows
 
 
 if __name__ == "__main__":

@@ -211,6 +211,12 @@ def test_results_csv_files_are_zoo_bench_tables_shown_on_the_results_page() -> N
         assert reader.fieldnames == columns, f"{path.name}: not zoo bench --csv's columns"
         assert rows and all(row["model"] and row["infer_samples_per_sec"] for row in rows), path.name
         assert f"<!-- csv: results/{path.name} -->" in results_page, f"{path.name} is not on docs/results.md"
+    for path in sorted((ROOT / "results").glob("*/*.csv")):  # other benchmarks' tables, one folder each
+        name = path.relative_to(ROOT).as_posix()
+        assert f"<!-- csv: {name} -->" in results_page, f"{name} is not on docs/results.md"
+        assert (ROOT / "benchmarks" / f"{path.parent.name}.py").is_file(), (
+            f"{name}: no benchmarks/{path.parent.name}.py"
+        )
 
 
 def test_the_readme_is_the_front_door() -> None:

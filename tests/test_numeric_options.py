@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from zoo.bounds import Bounds
 from zoo.cli import main
 from zoo.cli.parser import COMMANDS, build_parser
 from zoo.errors import InvalidArgumentError, TrainingDivergedError
@@ -33,6 +34,7 @@ POSITIONAL = {
     "predict": ["resnet20.fmnist", "x.png"],
     "generate": ["moe_lm.stdlib", "def f("],
     "finetune": ["resnet20", "--data", "d", "--out", "o"],
+    "shards": ["d", "--out", "o"],
     "eval": ["resnet20.fmnist"],
     "demo": [],
     "bench": [],
@@ -70,21 +72,92 @@ def test_every_numeric_option_has_a_checking_type() -> None:
     assert not unchecked, unchecked
 
 
+def parser_bounds(parser: argparse.ArgumentParser, where: str) -> list[str]:
+    """What is wrong with the numeric options of ``parser``: an option that takes a number must
+    have a `Bounds` parser (`parse` or `parse_list`) as its type, with finite low and high limits."""
+    problems = []
+    for action in parser._actions:
+        if not action.option_strings or action.nargs == 0:
+            continue
+        bounds = getattr(action.type, "__self__", None)
+        numeric = action.type in (int, float) or (
+            isinstance(action.default, int | float) and not isinstance(action.default, bool)
+        )
+        name = f"{where} {action.option_strings[0]}"
+        if isinstance(bounds, Bounds):
+            if bounds.low is None or bounds.high is None:
+                problems.append(f"{name}: {bounds} has no {'low' if bounds.low is None else 'high'} limit")
+        elif numeric:
+            problems.append(f"{name}: takes a number without zoo.bounds (type {action.type})")
+    return problems
+
+
+def test_every_numeric_option_of_every_command_has_both_bounds() -> None:
+    """A new option taking a number without a low and a high limit (declared with zoo.bounds, its
+    Bounds.parse the argparse type) fails here."""
+    problems = [
+        p
+        for command in COMMANDS
+        for p in parser_bounds(build_parser([command])._subparsers._group_actions[0].choices[command], f"zoo {command}")
+    ]
+    assert not problems, problems
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["zoo.training.transfer", "zoo.training.finetune", "zoo.training.recipes.fmnist", "zoo.training.recipes.dbn",
+     "zoo.training.recipes.graph", "zoo.training.recipes.moe_lm"],
+)  # fmt: skip
+def test_every_numeric_option_of_the_python_m_commands_has_both_bounds(module: str, monkeypatch) -> None:
+    """``python -m`` commands too: each main's parser, caught as it parses (nothing runs)."""
+    import importlib
+
+    class Parsed(Exception):
+        pass
+
+    def catch(parser: argparse.ArgumentParser, *args, **kwargs):
+        raise Parsed(parser)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", catch)
+    with pytest.raises(Parsed) as parsed:
+        importlib.import_module(module).main(["x"])
+    assert not parser_bounds(parsed.value.args[0], module), parser_bounds(parsed.value.args[0], module)
+
+
+def test_a_recipes_count_out_of_range_stops_at_parse_time(capsys) -> None:
+    from zoo.training.recipes import fmnist
+
+    target = sorted(fmnist.RECIPES)[0]
+    for argv in ([target, "--epochs", "-1"], [target, "--limit", "0"], [target, "--num-workers", "100000"]):
+        with pytest.raises(SystemExit) as exit:
+            fmnist.main(argv)
+        assert exit.value.code == 2 and "must be" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("argv", "problem"),
     [
-        (["finetune", "resnet20", "--data", "d", "--out", "o", "--clip-grad", "-1"], "--clip-grad: must be > 0"),
+        (
+            ["finetune", "resnet20", "--data", "d", "--out", "o", "--clip-grad", "-1"],
+            "--clip-grad: must be in (0, 1000000000]",
+        ),
         (["finetune", "resnet20", "--data", "d", "--out", "o", "--momentum", "5"], "--momentum: must be in [0, 1)"),
-        (["finetune", "resnet20", "--data", "d", "--out", "o", "--lr", "inf"], "--lr: must be a finite number > 0"),
-        (["finetune", "resnet20", "--data", "d", "--out", "o", "--warmup-epochs", "-1"], "--warmup-epochs: must be >="),
+        (
+            ["finetune", "resnet20", "--data", "d", "--out", "o", "--lr", "inf"],
+            "--lr: must be a finite number in (0, 1000]",
+        ),
+        (
+            ["finetune", "resnet20", "--data", "d", "--out", "o", "--warmup-epochs", "-1"],
+            "--warmup-epochs: must be in [0, ",
+        ),
         (["finetune", "resnet20", "--data", "d", "--out", "o", "--val-fraction", "1"], "--val-fraction: must be in"),
         (["finetune", "resnet20", "--data", "d", "--out", "o", "--seed", "-3"], "--seed: must be from 0 to"),
         (["finetune", "resnet20", "--data", "d", "--out", "o", "--distill-alpha", "2"], "--distill-alpha: must be in"),
         (["demo", "--per-class", "-1"], "--per-class: must be from 1 to 173"),
-        (["demo", "--lr", "nan"], "--lr: must be a finite number > 0"),
-        (["generate", "moe_lm.stdlib", "x", "--top-p", "0"], "--top-p: must be a number in (0, 1]"),
-        (["eval", "resnet20.fmnist", "--limit", "-1"], "--limit: must be 1 or more"),
-        (["bench", "--repeats", "0"], "--repeats: must be 1 or more"),
+        (["demo", "--lr", "nan"], "--lr: must be a finite number in (0, 10]"),
+        (["generate", "moe_lm.stdlib", "x", "--top-p", "0"], "--top-p: must be in (0, 1], got '0'"),
+        (["eval", "resnet20.fmnist", "--limit", "-1"], "--limit: must be from 1 to 100000000"),
+        (["bench", "--repeats", "0"], "--repeats: must be from 1 to 100000"),
         (["serve", "m", "--max-wait-ms", "nan"], "--max-wait-ms: must be a finite number"),
     ],
 )
@@ -113,8 +186,11 @@ def test_rules_between_options_are_one_line_before_anything_runs(options, proble
 @pytest.mark.parametrize(
     ("make", "problem"),
     [
-        (lambda: TrainConfig(clip_grad_norm=-1.0), "TrainConfig.clip_grad_norm (--clip-grad) must be > 0, got -1.0"),
-        (lambda: TrainConfig(lr=math.inf), "TrainConfig.lr (--lr) must be a finite number > 0, got inf"),
+        (
+            lambda: TrainConfig(clip_grad_norm=-1.0),
+            "TrainConfig.clip_grad_norm (--clip-grad) must be in (0, 1000000000], got -1.0",
+        ),
+        (lambda: TrainConfig(lr=math.inf), "TrainConfig.lr (--lr) must be a finite number in (0, 1000], got inf"),
         (lambda: TrainConfig(momentum=5), "TrainConfig.momentum (--momentum) must be in [0, 1), got 5"),
         (lambda: TrainConfig(epochs=2.5), "TrainConfig.epochs (--epochs) must be a whole number 1 or more"),
         (lambda: TrainConfig(batch_size=True), "TrainConfig.batch_size (--batch-size) must be a whole number"),
@@ -126,7 +202,10 @@ def test_rules_between_options_are_one_line_before_anything_runs(options, proble
         (lambda: FinetuneOptions(val_fraction=float("nan")), "FinetuneOptions.val_fraction (--val-fraction) must be a"),
         (lambda: FinetuneOptions(mode="most"), "FinetuneOptions.mode (--mode) must be one of"),
         (lambda: Augment(color_jitter=-0.1), "Augment.color_jitter (--color-jitter) must be in [0, 1]"),
-        (lambda: Distillation("t", temperature=0.0), "Distillation.temperature (--distill-temperature) must be > 0"),
+        (
+            lambda: Distillation("t", temperature=0.0),
+            "Distillation.temperature (--distill-temperature) must be in (0, 100]",
+        ),
     ],
 )
 def test_python_callers_get_the_same_checks_naming_the_field(make, problem) -> None:
@@ -200,7 +279,7 @@ def test_a_run_that_diverges_is_one_line_and_exit_2(tmp_path, capsys) -> None:
     """A learning rate so large that the weights overflow: the loss check names it, no traceback."""
     data = write_pngs(tmp_path / "pngs")
     argv = ["finetune", "resnet20", "--data", str(data), "--out", str(tmp_path / "o"), "--max-steps", "2",
-            "--epochs", "1", "--batch-size", "4", "--lr", "1e30", "--optimizer", "sgd", "--momentum", "0",
+            "--epochs", "1", "--batch-size", "4", "--lr", "1000", "--optimizer", "sgd", "--momentum", "0",
             "--no-post-training", "--no-progress", "--no-tensorboard"]  # fmt: skip
     with pytest.warns(UserWarning):
         assert main(argv) == 2

@@ -20,6 +20,7 @@ import zoo
 from zoo.cli import main
 from zoo.deploy import inference, optimize_report
 from zoo.errors import InvalidArgumentError
+from zoo.loading.transforms import build_transforms
 from zoo.training.data.builtin import load_fashion_mnist
 
 BF16_NATIVE = torch.ops.mkldnn._is_mkldnn_bf16_supported()
@@ -30,7 +31,7 @@ BATCH = 64
 def fmnist_batches() -> list[torch.Tensor]:
     """512 Fashion-MNIST test images through resnet20.fmnist's preprocessing, in batches of 64."""
     images, _ = load_fashion_mnist("test")
-    preprocess = zoo.loading.transforms.build_transforms({"mean": [0.5], "std": [0.5]})
+    preprocess = build_transforms({"mean": [0.5], "std": [0.5]})
     return list(preprocess(images[:512, None]).split(BATCH))
 
 
@@ -43,7 +44,9 @@ def auto_run(fmnist_batches, tmp_path_factory):
         patch.setenv("ZOO_HOME", str(home))
         model = zoo.load("resnet20.fmnist")
         # the torch candidates; tests/test_optimize_runtimes.py measures ONNX Runtime and OpenVINO
-        optimized = zoo.optimize(model, fmnist_batches[0], calibration=fmnist_batches, repeats=3, runtimes=False)
+        optimized = zoo.optimize(
+            model, fmnist_batches[0], calibration=fmnist_batches, repeats=3, runtimes=False, time_budget_s=None
+        )
     return model, optimized, home
 
 
@@ -280,3 +283,60 @@ def test_the_pick_agrees_with_the_reports_own_medians() -> None:
     for c in candidates[:3]:
         assert c.speedup == pytest.approx(0.0236 / c.median_s)
     assert max((c for c in candidates if c.passed), key=lambda c: c.speedup) is chosen
+
+
+def test_the_budget_check_counts_what_the_candidates_cost() -> None:
+    assert inference.fits(100.0, [], 60.0)  # the first candidate is always tried
+    assert inference.fits(30.0, [20.0, 10.0], 45.0) and not inference.fits(30.0, [20.0, 10.0], 44.0)
+    assert inference.fits(1e9, [1e9], None)  # no budget: every candidate
+
+
+def test_the_search_tries_the_most_promising_candidates_first() -> None:
+    names = ["fp32", "channels_last", "bf16", "int8", "onnxruntime", "openvino-int8"]
+    cpu = inference.search_order(names, torch.device("cpu"))
+    assert cpu[:3] == ["int8", "bf16", "openvino-int8"] and cpu[-1] == "onnxruntime"
+    assert inference.search_order(["fp32", "channels_last", "int8"], torch.device("cpu"))[0] == "int8"
+    cuda = inference.search_order(["fp32", "channels_last", "bf16", "fp16"], torch.device("cuda"))
+    assert cuda == ["fp16", "bf16", "fp32", "channels_last"]
+
+
+def test_a_budgeted_search_stops_when_the_budget_is_spent_and_remembers_apart(monkeypatch, zoo_home) -> None:
+    """Fixed measurements: the budget lets two candidates in; the rest are reported as not
+    tried, the pick is the faster of those two, and a full search does not take the budgeted
+    choice from the cache (a budgeted one takes a full search's)."""
+    model = _tiny_cnn()
+    x = torch.randn(4, 1, 8, 8)
+    medians_s = {"int8": 0.002, "fp32": 0.004, "channels_last": 0.003}
+    real_candidates = inference._candidates
+    monkeypatch.setattr(
+        inference,
+        "_candidates",
+        lambda *a: ({"eager": None, **dict.fromkeys(medians_s)}, real_candidates(*a)[1]),
+    )
+    measured: list[str] = []
+
+    def fixed(trials, name):
+        measured.append(name)
+        trials.built[name] = trials.built["eager"]
+        trials.paired_eager_s[name] = trials.eager.median_s = 0.008
+        return optimize_report.Candidate(name, medians_s[name], 0.008 / medians_s[name], 1.0, 0.0, passed=True)
+
+    monkeypatch.setattr(inference._Trials, "_measured", fixed)
+    monkeypatch.setattr(inference._Trials, "final_round", lambda *a: None)  # the fixed medians stand
+    allowed = iter([True, True, False])
+    monkeypatch.setattr(inference, "fits", lambda *a: next(allowed, False) if a[2] is not None else True)
+    report = zoo.optimize(model, x, runtimes=False, time_budget_s=60).optimize_report
+    assert measured == ["int8", "fp32"]  # int8 first on a CPU, then compiled fp32
+    assert [c.note[:9] for c in report.candidates if c.name == "channels_last"] == ["not tried"]
+    assert report.precision == "int8" and not report.cached
+    measured.clear()
+    full = zoo.optimize(model, x, runtimes=False, time_budget_s=None).optimize_report
+    assert not full.cached and sorted(measured) == ["channels_last", "fp32", "int8"]
+    again = zoo.optimize(model, x, runtimes=False).optimize_report  # the full search's choice serves the budgeted call
+    assert again.cached and again.candidates == full.candidates
+
+
+@pytest.mark.parametrize("budget", [0, -1, float("nan"), float("inf"), 1e12])
+def test_a_time_budget_out_of_range_is_refused(budget) -> None:
+    with pytest.raises(InvalidArgumentError, match="time_budget_s"):
+        zoo.optimize(_tiny_cnn(), torch.randn(2, 1, 8, 8), time_budget_s=budget)

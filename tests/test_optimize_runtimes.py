@@ -74,10 +74,12 @@ def test_auto_times_the_runtimes_in_its_final_round_and_keeps_the_fastest_that_p
     monkeypatch.setattr(inference, "_candidates", fp32_and_eager)
     rounds: list[int] = []
     real_medians = inference.medians
-    monkeypatch.setattr(inference, "medians", lambda runs, *a: rounds.append(len(runs)) or real_medians(runs, *a))
+    monkeypatch.setattr(
+        inference, "medians", lambda runs, *a, **k: rounds.append(len(runs)) or real_medians(runs, *a, **k)
+    )
     model = zoo.load("resnet20.fmnist")
     calibration = list(images[:128].split(64))
-    optimized = zoo.optimize(model, images[:BATCH], calibration=calibration, repeats=2)
+    optimized = zoo.optimize(model, images[:BATCH], calibration=calibration, repeats=2, time_budget_s=None)
     report = optimized.optimize_report
     ran = {c.name: c for c in report.candidates if c.median_s is not None}
     assert set(INSTALLED) <= set(ran), str(report)

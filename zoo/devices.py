@@ -1,6 +1,8 @@
-"""Devices: where a model is, and a requested device checked before any work."""
+"""Devices: where a model is, a requested device checked before any work, what the CPU has."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 import torch.nn as nn
@@ -30,3 +32,11 @@ def checked_device(requested: torch.device | str) -> torch.device:
             "is False); use device='cpu'"
         )
     return device
+
+
+def has_amx() -> bool:
+    """Whether the CPU has AMX tiles (``amx_tile`` in /proc/cpuinfo; False where that file is missing)."""
+    try:
+        return "amx_tile" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False

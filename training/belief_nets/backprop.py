@@ -61,6 +61,7 @@ class BackpropConfig:
             min_lr=0.0,
             early_stopping_patience=None,
             device=str(device),
+            precision="fp32",  # an estimator: the same numbers on every machine
             seed=seed,
             num_workers=0,
             pin_memory=False,

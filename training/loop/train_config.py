@@ -20,11 +20,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from zoo.bounds import SEED_MAX, Bounds, bounded, check_fields, count, field_name
+from zoo.bounds import INT_MAX, SEED_MAX, Bounds, bounded, check_fields, count, field_name
 from zoo.errors import InvalidArgumentError
 
 OptionGroup = Any  # an argparse parser or argument group: what add_argument is called on
 MAX_WORKERS = 256  # data-loading processes at most
+MAX_LR = 1e3  # far above any learning rate that trains; a larger one only overflows
 
 
 def option(
@@ -37,7 +38,8 @@ def option(
 ) -> dict[str, Any]:
     """A field's metadata making it the command-line option ``flag`` (default ``--field-name``)
     in the help ``section``. A bool field is a switch: ``--flag`` sets True, or, for a field
-    that defaults to True, a ``--no-...`` flag sets False. A number's ``bounds`` are checked
+    that defaults to True, a ``--no-...`` flag sets False (both flags for one unset by
+    default, None). A number's ``bounds`` are checked
     when the option is parsed and when a TrainConfig is made."""
     return {"option": {"section": section, "help": help, "flag": flag, "metavar": metavar}, "bounds": bounds}
 
@@ -55,9 +57,9 @@ class TrainConfig:
     accum_steps: int = field(default=1, metadata=option("optimisation", bounds=count()))
     # optimizer
     optimizer: Literal["adamw", "sgd"] = field(default="adamw", metadata=option("optimisation"))
-    lr: float = field(default=1e-3, metadata=option("optimisation", bounds=Bounds(0, low_open=True)))
+    lr: float = field(default=1e-3, metadata=option("optimisation", bounds=Bounds(0, MAX_LR, low_open=True)))
     # never applied to biases and normalisation weights
-    weight_decay: float = field(default=0.05, metadata=option("optimisation", bounds=Bounds(0)))
+    weight_decay: float = field(default=0.05, metadata=option("optimisation", bounds=Bounds(0, 100)))
     momentum: float = field(default=0.9, metadata=option("optimisation", bounds=Bounds(0, 1, high_open=True)))  # SGD
     nesterov: bool = False
     betas: tuple[float, float] = (0.9, 0.999)  # AdamW, each in [0, 1)
@@ -66,8 +68,10 @@ class TrainConfig:
         default="cosine", metadata=option("optimisation")
     )
     # linear warmup (cosine), or the rising part (onecycle)
-    warmup_epochs: float = field(default=0.0, metadata=option("optimisation", bounds=Bounds(0)))  # below epochs
-    min_lr: float = field(default=0.0, metadata=option("optimisation", bounds=Bounds(0)))  # cosine floor, <= lr
+    warmup_epochs: float = field(
+        default=0.0, metadata=option("optimisation", bounds=Bounds(0, INT_MAX))
+    )  # below epochs
+    min_lr: float = field(default=0.0, metadata=option("optimisation", bounds=Bounds(0, MAX_LR)))  # cosine floor, <= lr
     # "step": multiply the lr by `gamma` every this many epochs
     step_epochs: float = field(default=30.0, metadata=bounded(Bounds(0, low_open=True)))
     gamma: float = field(default=0.1, metadata=bounded(Bounds(0, 1, low_open=True)))  # "step" and "plateau" factor
@@ -78,7 +82,7 @@ class TrainConfig:
     clip_grad_norm: float | None = field(
         default=None,
         metadata=option(
-            "optimisation", "clip the gradient norm to this", flag="--clip-grad", bounds=Bounds(0, low_open=True)
+            "optimisation", "clip the gradient norm to this", flag="--clip-grad", bounds=Bounds(0, 1e9, low_open=True)
         ),
     )
     # weights averaging, selection, stopping
@@ -107,12 +111,19 @@ class TrainConfig:
         default=None, metadata=option("optimisation", "metric that picks the best epoch (default val_acc)")
     )
     # speed and memory
-    # fp16 (with a GradScaler) needs CUDA
-    precision: Literal["fp32", "bf16", "fp16"] = field(default="fp32", metadata=option("hardware"))
-    channels_last: bool = field(default=False, metadata=option("hardware"))  # NHWC memory format for CNNs
+    # auto: the fastest of fp32/bf16/fp16 x channels_last x compile, measured at the start of
+    # the run (zoo.training.loop.speed); fp16 (with a GradScaler) needs CUDA
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = field(
+        default="auto",
+        metadata=option("hardware", "auto: measure the candidates on the first batches, keep the fastest"),
+    )
+    # NHWC memory format for CNNs; None: auto measures it, a fixed precision leaves it off
+    channels_last: bool | None = field(default=None, metadata=option("hardware"))
     # through the model's set_grad_checkpointing
     grad_checkpointing: bool = field(default=False, metadata=option("hardware"))
-    compile: bool = field(default=False, metadata=option("hardware", "torch.compile the model"))
+    compile: bool | None = field(  # None: as channels_last
+        default=None, metadata=option("hardware", "torch.compile the model (default: auto measures it)")
+    )
     compile_backend: str = "inductor"  # torch.compile backend ("eager", "aot_eager" to debug)
     # devices and processes
     # default: this process's GPU under torchrun, else cuda, else cpu
@@ -136,7 +147,11 @@ class TrainConfig:
     log_every: int = field(default=20, metadata=bounded(count()))  # optimizer steps between TensorBoard points
     plot: bool = True
     # data loading
-    num_workers: int = field(default=0, metadata=option("data", bounds=count(0, MAX_WORKERS)))
+    # None: measured at the start of a long enough run (0 unless loading a batch takes a share of a step)
+    num_workers: int | None = field(
+        default=None,
+        metadata=option("data", "data-loading processes (default: measured)", bounds=count(0, MAX_WORKERS)),
+    )
     pin_memory: bool | None = None  # default: on with CUDA
     persistent_workers: bool = True  # with num_workers > 0
 
@@ -147,6 +162,10 @@ class TrainConfig:
                 raise InvalidArgumentError(
                     f"{_named(name)} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}"
                 )
+        for name, hint in _hints().items():  # a switch is a bool (or None, where unset means "measure")
+            value, optional = getattr(self, name), set(typing.get_args(hint)) == {bool, type(None)}
+            if (hint is bool or optional) and not (isinstance(value, bool) or (optional and value is None)):
+                raise InvalidArgumentError(f"{_named(name)} must be True or False, got {value!r}")
         self._check_together()
         if (self.profile or self.checkpoint_every or self.resume) and self.out_dir is None:
             raise InvalidArgumentError(
@@ -232,8 +251,10 @@ def _argument(f: dataclasses.Field) -> tuple[str, dict[str, Any]]:
     if spec["help"]:
         kwargs["help"] = spec["help"]
     kind = _option_type(hint)
-    if kind is bool:
+    if kind is bool:  # a switch; one left unset (None) by default has a --no- flag too
         kwargs["action"] = "store_false" if f.default is True else "store_true"
+        if f.default is None:
+            kwargs["action"] = argparse.BooleanOptionalAction
         return flag, kwargs
     if typing.get_origin(kind) is Literal:
         kwargs["choices"] = typing.get_args(kind)

@@ -1,18 +1,13 @@
 """One training loop for every model in the zoo: `Trainer` with a `TrainConfig`.
 
 The batch -> loss computation is a small pluggable function (`zoo.training.loop.steps.StepFn`):
-`ClassificationStep` by default (cross-entropy; a model's routing ``aux_loss`` is added, see
-`forward_with_aux`), `DistillationStep` (the same, learning also from a frozen teacher's
-predictions), or any function returning a `StepOutput`, e.g. a contrastive-divergence step
-for DBN pretraining that sets the gradients itself; all of them live in `zoo.training.loop.steps`.
-Everything else is shared: the epoch loop, mixed precision, accumulation, clipping, EMA,
-early stopping, checkpoints with an exact resume and the best weights are here; its parts live
-beside it: `zoo.training.loop.train_config` (`TrainConfig` and its command-line options),
-`zoo.training.loop.optim` (parameter groups, optimizers, schedules), `zoo.training.loop.epochs`
-(the loader every epoch reads and the run's budget of steps), `zoo.training.loop.checkpoint`
-(the checkpoint files, `TrainState`, the random state), `zoo.training.loop.run_logs` (train.log,
-TensorBoard, metrics.csv/json, curves, the profiler), `zoo.training.loop.meter` (an epoch's loss
-and accuracy) and `zoo.training.loop.distributed` (the processes of torchrun, DDP or FSDP2).
+`ClassificationStep` by default, `DistillationStep`, or any function returning a `StepOutput`
+(e.g. a contrastive-divergence step for DBN pretraining that sets the gradients itself).
+Everything else is shared: the epoch loop, mixed precision (measured with ``precision="auto"``:
+`zoo.training.loop.speed`), accumulation, clipping, EMA, early stopping, checkpoints with an
+exact resume and the best weights. Its parts live beside it in `zoo.training.loop`: the config
+and its options, optimizers and schedules, epochs and loaders, checkpoint files, run logs, the
+meter, the processes of torchrun (DDP or FSDP2).
 
     trainer = Trainer(model, TrainConfig(epochs=10, lr=1e-3, precision="bf16", out_dir="run"))
     trainer.fit(train_set, val_set)
@@ -20,7 +15,6 @@ and accuracy) and `zoo.training.loop.distributed` (the processes of torchrun, DD
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
@@ -60,6 +54,7 @@ from zoo.training.loop.distributed import (
     average_gradients,
     gradient_sync,
     init_distributed,
+    lost_peer,
     pick_device,
     use_fsdp,
     wrap_model,
@@ -69,6 +64,7 @@ from zoo.training.loop.loaders import ShardSampler, build_loader
 from zoo.training.loop.meter import EpochMeter, count_correct, count_samples, take_first_samples
 from zoo.training.loop.optim import make_optimizer, make_scheduler, param_groups
 from zoo.training.loop.run_logs import RunLogs, check_finite, start_profiler
+from zoo.training.loop.speed import Setting, fixed_setting, tune, use_setting
 from zoo.training.loop.steps import ClassificationStep, StepFn, StepOutput, check_manual_step, move_to_device
 from zoo.training.loop.train_config import SCHEDULERS, TrainConfig
 
@@ -110,13 +106,16 @@ class Trainer:
         self.device = pick_device(cfg.device, local_rank)
         if cfg.precision == "fp16" and self.device.type != "cuda":
             raise InvalidArgumentError("precision='fp16' needs a CUDA device (it uses a GradScaler); use 'bf16' on CPU")
+        self.setting = Setting()  # "auto" starts as fp32, measured when `fit` sees the data
+        self.speed_report: Any = None  # what auto measured and chose (an OptimizeReport)
+        self.num_workers = cfg.num_workers or 0  # None: measured by `fit` (`zoo.training.loop.speed`)
+        self.loading_note = ""  # how num_workers was chosen
         self.out_dir = Path(cfg.out_dir) if cfg.out_dir else None
         self.is_main = self.rank == 0
         self._place_model(model)
         # after wrapping: FSDP replaces the parameters with sharded ones
         groups = param_groups(model, cfg.lr, cfg.weight_decay, lr_scale)
         self.optimizer = make_optimizer(groups, cfg, fused=self.device.type == "cuda" and not self.fsdp)
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
         self.scheduler: Any = None
         self.state = TrainState()
         self._ticked: float | None = None  # perf_counter of the last `_tick`, while `fit` runs
@@ -129,13 +128,12 @@ class Trainer:
     # -- setup ---------------------------------------------------------------------------------
 
     def _place_model(self, model: nn.Module) -> None:
-        """Put ``model`` on the device (NHWC, gradient checkpointing, compiled as asked), start
-        its EMA, and wrap it for DDP or FSDP: ``self.model`` stays the bare module, whose state
-        dict is what checkpoints hold; ``self.wrapped`` is what the steps call."""
+        """Put ``model`` on the device (gradient checkpointing as asked), start its EMA, run it
+        under the precision asked (`zoo.training.loop.speed.use_setting`) and wrap it for DDP or FSDP: ``self.model``
+        stays the bare module, whose state dict is what checkpoints hold; ``self.wrapped`` is
+        what the steps call."""
         cfg = self.config
         model.to(self.device)
-        if cfg.channels_last:
-            model.to(memory_format=torch.channels_last)
         if cfg.grad_checkpointing:
             if not hasattr(model, "set_grad_checkpointing"):
                 raise InvalidArgumentError(
@@ -153,8 +151,8 @@ class Trainer:
             if cfg.ema_decay is not None
             else None
         )
-        if cfg.compile:
-            model.compile(backend=cfg.compile_backend)
+        precision = "fp32" if cfg.precision == "auto" else cfg.precision
+        use_setting(self, fixed_setting(precision, cfg.channels_last, cfg.compile))
         self.wrapped = wrap_model(model, self.world_size, self.fsdp, self.device, cfg.find_unused_parameters)
 
     def _monitor_name(self, has_val: bool) -> str:
@@ -180,9 +178,9 @@ class Trainer:
         for i, batch in enumerate(micro_batches):
             last = i == len(micro_batches) - 1
             batch = move_to_device(
-                batch, self.device, non_blocking=self._pin_memory(), channels_last=self.config.channels_last
+                batch, self.device, non_blocking=self._pin_memory(), channels_last=self.setting.channels_last
             )
-            with gradient_sync(self.wrapped, last, self.world_size, self.fsdp), self._autocast():
+            with gradient_sync(self.wrapped, last, self.world_size, self.fsdp), self.setting.autocast(self.device):
                 out = self.step_fn(self.wrapped, batch)
             if out.loss.requires_grad:
                 self.scaler.scale(out.loss / len(micro_batches)).backward()
@@ -192,7 +190,7 @@ class Trainer:
             self._meter.update(out.loss, count_samples(batch), *count_correct(out), out.logs)
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         if manual:  # the step set .grad itself
-            check_manual_step(len(micro_batches), cfg.precision, self.fsdp)
+            check_manual_step(len(micro_batches), self.setting.precision, self.fsdp)
             average_gradients(params, self.world_size)
         if cfg.clip_grad_norm is not None:
             self.scaler.unscale_(self.optimizer)
@@ -214,6 +212,8 @@ class Trainer:
         if len(train_set) == 0:
             raise DataError("the training set is empty")
         epochs = plan_epochs(train_set, cfg, self.world_size, self.rank, self._loader)
+        if cfg.precision == "auto" or cfg.num_workers is None:
+            tune(self, epochs, train_set)
         self.monitor = self._monitor_name(val_set is not None)
         self.scheduler = make_scheduler(self.optimizer, cfg, epochs.steps_per_epoch, epochs.total_steps, self.monitor)
         self._data_signature = {"samples": len(train_set), "batch_size": cfg.batch_size, "world_size": self.world_size}
@@ -226,6 +226,10 @@ class Trainer:
         self._ticked = time.perf_counter()
         if self.out_dir is not None and self.is_main:
             self.logs.open(resumed is not None, self.state.global_step)
+        if self.speed_report is not None and self.is_main:
+            log.info("precision auto: %s", self.speed_report)
+        if self.loading_note and self.is_main:
+            log.info("data loading: %s", self.loading_note)
         profiler = start_profiler(self.out_dir, self.device, self.rank) if cfg.profile else None
 
         try:
@@ -233,6 +237,8 @@ class Trainer:
             while state.epoch < cfg.epochs and state.global_step < epochs.total_steps and not state.stopped_early:
                 elapsed, samples = self._train_epoch(epochs, profiler)
                 self._end_epoch(val_set, elapsed, samples)
+        except RuntimeError as error:  # a process of the torchrun group is gone: one line, the checkpoint kept
+            raise lost_peer(error, self.world_size, self.out_dir) or error  # noqa: B904 (else re-raised as it was)
         finally:
             self._ticked = None
             if profiler is not None:
@@ -248,7 +254,7 @@ class Trainer:
             cfg.batch_size,
             sampler=sampler,
             collate_fn=self.collate_fn,
-            num_workers=cfg.num_workers,
+            num_workers=self.num_workers,
             pin_memory=self._pin_memory(),
             generator=generator,
             **options,
@@ -371,9 +377,9 @@ class Trainer:
         meter, seen = EpochMeter(), 0
         for batch in loader:
             batch = move_to_device(
-                batch, self.device, non_blocking=self._pin_memory(), channels_last=self.config.channels_last
+                batch, self.device, non_blocking=self._pin_memory(), channels_last=self.setting.channels_last
             )
-            with self._autocast():
+            with self.setting.autocast(self.device):
                 out = self.eval_step_fn(model, batch)
             num = count_samples(batch)
             valid = max(min(num, sampler.num_valid - seen), 0)  # padded repeats at the end don't count
@@ -487,13 +493,6 @@ class Trainer:
             params = list(module.parameters(recurse=False))
             if isinstance(module, _NormBase) and params and not any(p.requires_grad for p in params):
                 module.eval()
-
-    def _autocast(self) -> contextlib.AbstractContextManager:
-        """Autocast to the config's bf16/fp16 precision (nothing for fp32)."""
-        precision = self.config.precision
-        if precision == "fp32":
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
 
     def _pin_memory(self) -> bool:
         """Pinned host memory for the loaders: the config's choice, else on with CUDA."""

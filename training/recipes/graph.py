@@ -76,11 +76,19 @@ RECIPES = {
             weight_decay=0.01,
             scheduler="cosine",
             warmup_epochs=2.0,
+            precision="fp32",  # as the published weights were trained
             seed=SEED,
         ),
         default=True,
         refine=TrainConfig(
-            epochs=200, batch_size=64, optimizer="adamw", lr=1e-3, weight_decay=0.0, scheduler="cosine", seed=SEED
+            epochs=200,
+            batch_size=64,
+            optimizer="adamw",
+            lr=1e-3,
+            weight_decay=0.0,
+            scheduler="cosine",
+            precision="fp32",
+            seed=SEED,
         ),
     ),
     "fashion-mnist-graphs": GraphRecipe(
@@ -95,6 +103,7 @@ RECIPES = {
             weight_decay=1e-4,
             scheduler="cosine",
             warmup_epochs=1.0,
+            precision="fp32",  # as the published weights were trained
             seed=SEED,
         ),
         slices=(None, SLICE),

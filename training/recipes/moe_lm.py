@@ -54,6 +54,7 @@ CONFIG = TrainConfig(
     scheduler="cosine",
     warmup_epochs=0.05,
     clip_grad_norm=1.0,
+    precision="fp32",  # as the published weights were trained (auto would measure)
     seed=SEED,
     log_every=25,
 )

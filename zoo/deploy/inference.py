@@ -22,23 +22,23 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import pydoc
 import statistics
 import time
 import warnings
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn as nn
 
 from zoo.architectures import ARCHS
+from zoo.bounds import Bounds
 from zoo.deploy import runtimes as runtime_candidates
 from zoo.deploy.exporter import output_tensors
+from zoo.deploy.int8 import has_torchao, quantize_int8
 from zoo.deploy.optimize_report import PRECISIONS, Candidate, OptimizeReport, remembered, write_cache
-from zoo.deploy.optimized import MAX_BATCH_GRAPHS, OptimizedModel, quiet_logger
-from zoo.devices import model_device
+from zoo.deploy.optimized import MAX_BATCH_GRAPHS, OptimizedModel
+from zoo.devices import has_amx, model_device
 from zoo.errors import InvalidArgumentError
 from zoo.store import registry
 
@@ -48,6 +48,8 @@ RELATIVE_TOLERANCE.update(runtime_candidates.RELATIVE_TOLERANCE)
 # what ``precision`` may name: the precisions, and a runtime candidate measured alone
 CHOICES = (*PRECISIONS, *runtime_candidates.RUNTIMES)
 _WARMUP_CALLS = 2  # the first call of a compiled candidate compiles it
+TIME_BUDGET_S = 60.0  # auto's default bound on its search (seconds)
+TIME_BUDGET = Bounds(1, 7 * 24 * 3600)
 
 
 def optimize(
@@ -61,6 +63,7 @@ def optimize(
     repeats: int = 5,
     max_batch_graphs: int = MAX_BATCH_GRAPHS,
     runtimes: bool = True,
+    time_budget_s: float | None = TIME_BUDGET_S,
 ) -> OptimizedModel:
     """The model made fast for inference on this machine, with the same call signature.
 
@@ -81,13 +84,12 @@ def optimize(
     (``pip install 'zoo[onnx]'``, ``'zoo[openvino]'``; `zoo.deploy.runtimes`): ``"onnxruntime"``,
     ``"onnxruntime-int8"``, ``"openvino"`` and ``"openvino-int8"``, each checked and timed like
     the others (a name may also be ``precision``, measured alone); the report lists those that are
-    not installed with the extra to install. Auto's cost is bounded: each candidate is built once
-    (a compile, export or conversion of seconds to a minute or two for a ResNet-50, the int8 ones
-    also running the calibration batches), called ``2 + repeats`` times in its check and once more
-    ``2 + repeats`` times in the final round, and nothing is retried; ``runtimes=False`` leaves
-    the runtimes' exports and conversions out. The result carries ``optimize_report``
-    (`OptimizeReport`)."""
-    _check_options(precision, min_agreement, repeats, max_batch_graphs)
+    not installed with the extra to install. Each candidate is built once (a compile, export or
+    conversion), called ``2 + repeats`` times in its check and again in the final round;
+    ``runtimes=False`` leaves the runtimes out. ``time_budget_s`` bounds auto's search (the most
+    promising candidates first, none once past the budget: docs/inference.md; ``None``: all).
+    The result carries ``optimize_report``."""
+    _check_options(precision, min_agreement, repeats, max_batch_graphs, time_budget_s)
     model.eval()
     args = _example_args(example_input)
     device = model_device(model)
@@ -95,15 +97,16 @@ def optimize(
     available, unavailable = _candidates(model, args, device)
     more, missing = runtime_candidates.candidates(args, device, runtimes or precision in runtime_candidates.RUNTIMES)
     available, unavailable = {**available, **more}, {**unavailable, **missing}
-    if precision != "auto" and precision not in available:
+    auto = precision == "auto"
+    if not auto and precision not in available:
         raise InvalidArgumentError(f"precision={precision!r} does not apply here: {unavailable[precision]}")
-    trials = _Trials(model, args, batches, available, repeats, min_agreement, strict=precision != "auto")
+    trials = _Trials(model, args, batches, available, repeats, min_agreement, not auto, time_budget_s if auto else None)
     report = OptimizeReport("eager", 1.0, [], torch.backends.cpu.get_cpu_capability(), has_amx(), str(device))
     report.cache_key = _cache_key(model, args, device, report, available)
-    if precision != "auto":
-        chosen = _measure_precision(trials, precision, report, unavailable)
-    else:
+    if auto:
         chosen = _choose_auto(trials, report, unavailable, cache)
+    else:
+        chosen = _measure_precision(trials, precision, report, unavailable)
     report.precision, report.speedup = chosen.name, chosen.speedup or 1.0
     result = trials.built[chosen.name]
     result.max_batch_graphs = max_batch_graphs
@@ -111,7 +114,11 @@ def optimize(
     return result
 
 
-def _check_options(precision: str, min_agreement: float, repeats: int, max_batch_graphs: int) -> None:
+def _check_options(
+    precision: str, min_agreement: float, repeats: int, max_batch_graphs: int, time_budget_s: float | None
+) -> None:
+    if time_budget_s is not None and (problem := TIME_BUDGET.problem(time_budget_s)):
+        raise InvalidArgumentError(f"time_budget_s {problem} (seconds), or None for no limit; got {time_budget_s!r}")
     if precision not in CHOICES:
         raise InvalidArgumentError(f"precision={precision!r} is not one of {', '.join(map(repr, CHOICES))}")
     if not 0.0 < min_agreement <= 1.0:
@@ -136,14 +143,20 @@ class _Trials:
         repeats: int,
         min_agreement: float,
         strict: bool,
+        budget: float | None = None,
     ) -> None:
         self.model, self.args, self.batches, self.available = model, args, batches, available
         self.repeats, self.min_agreement, self.strict = repeats, min_agreement, strict
         self.device = model_device(model)
+        self.budget, self.started, self.costs = budget, time.perf_counter(), []
         with torch.no_grad():
             self.references = [model(*batch) for batch in batches]
         self.classifier = _is_classifier(model, self.references[0])
-        (baseline_s,) = medians([model], args, repeats, self.device)
+        warmup = _WARMUP_CALLS
+        if budget is not None:  # eager is warm: time one call, and as many more as 10% of the budget allows
+            (first_s,) = medians([model], args, 1, self.device, warmup=0)
+            self.repeats, warmup = max(1, min(repeats, int(0.1 * budget / first_s))), 0
+        (baseline_s,) = medians([model], args, self.repeats, self.device, warmup=warmup)
         self.eager = Candidate("eager", baseline_s, 1.0, 1.0 if self.classifier else None, 0.0, passed=True)
         self.built: dict[str, nn.Module] = {"eager": OptimizedModel(model, model)}
         self.paired_eager_s: dict[str, float] = {}  # fp32 eager's median timed in turn with each candidate
@@ -165,7 +178,16 @@ class _Trials:
         for candidate, seconds in zip(others, times[1:]):
             candidate.median_s = seconds
 
+    def affordable(self) -> bool:
+        return fits(time.perf_counter() - self.started, self.costs, self.budget)
+
     def _measure(self, name: str) -> Candidate:
+        started = time.perf_counter()
+        candidate = self._measured(name)
+        self.costs.append(time.perf_counter() - started)
+        return candidate
+
+    def _measured(self, name: str) -> Candidate:
         candidate = Candidate(name)
         try:
             self.built[name] = built = _build(name, self.model, self.args, self.batches, self.available[name])
@@ -209,33 +231,63 @@ def _measure_precision(
 
 def _choose_auto(trials: _Trials, report: OptimizeReport, unavailable: dict[str, str], cache: bool) -> Candidate:
     """The candidate remembered for this key, if it still passes; else the fastest that passes of
-    all measured now (remembered when ``cache``)."""
-    choice = remembered(report.cache_key) if cache else None
-    if choice is not None and choice[0] in trials.available:
+    those measured now (remembered when ``cache``). A full search's choice serves a budgeted
+    search too; a budgeted one's only another budgeted one."""
+    budgeted = trials.budget is not None
+    keys = [report.cache_key + "|full"] + ([report.cache_key] if budgeted else [])
+    report.cache_key = keys[-1]  # where this search's choice is remembered
+    for choice in filter(None, (remembered(key) for key in keys) if cache else ()):
+        if choice[0] not in trials.available:
+            continue
         chosen = trials.measure([choice[0]] if choice[0] != "eager" else [])[-1]
         if chosen.passed:  # the report is the earlier call's, so is the speed-up
             report.candidates, report.cached = choice[1], True
             return next((c for c in choice[1] if c.name == chosen.name and c.speedup), chosen)
-    measured = trials.measure(n for n in trials.available if n != "eager")
-    trials.final_round([c for c in measured if c.passed])
+        break
+    names = [n for n in trials.available if n != "eager"]
+    measured = [trials.eager]
+    for name in search_order(names, trials.device) if budgeted else names:
+        if trials.affordable():
+            measured.append(trials._measure(name))
+        else:
+            note = f"not tried: auto's time budget ({trials.budget:g} s) was spent; time_budget_s=None tries all"
+            measured.append(Candidate(name, note=note))
+    passed = [c for c in measured if c.passed and c.name != "eager"]
+    if budgeted and len(passed) == 1:  # its pair with eager is one consistent measurement already
+        trials.eager.median_s = trials.paired_eager_s[passed[0].name]
+    else:
+        trials.final_round([c for c in measured if c.passed])
     report.candidates = measured + [Candidate(n, note=reason) for n, reason in unavailable.items()]
     chosen = pick(report.candidates)
     if cache:
-        write_cache(report.cache_key, chosen.name, report.candidates)
+        write_cache(keys[-1], chosen.name, report.candidates)
     return chosen
+
+
+# Auto's budgeted search tries the candidates in this order (those that apply): what measured
+# fastest first (results/: int8 ahead of bf16 on AVX512-BF16 CPUs, the runtimes' int8 next).
+SEARCH_ORDER = {
+    "cuda": ("fp16", "bf16", "fp32", "channels_last"),
+    "cpu-bf16": ("int8", "bf16", "openvino-int8", "onnxruntime-int8", "openvino", "fp32", "channels_last"),
+    "cpu": ("int8", "openvino-int8", "onnxruntime-int8", "openvino", "fp32", "channels_last", "onnxruntime"),
+}
+
+
+def fits(elapsed: float, costs: list[float], budget: float | None) -> bool:
+    """Whether another candidate fits in ``budget`` after ``elapsed`` seconds, if it costs what
+    those measured (``costs``) did on average; the first one always does."""
+    return budget is None or not costs or elapsed + statistics.mean(costs) <= budget
+
+
+def search_order(names: list[str], device: torch.device) -> list[str]:
+    """``names`` most promising first on this device (unknown names last, in their order)."""
+    order = SEARCH_ORDER["cuda" if device.type == "cuda" else "cpu-bf16" if "bf16" in names else "cpu"]
+    return sorted(names, key=lambda n: order.index(n) if n in order else len(order))
 
 
 def unavailable_precisions(model: nn.Module, example_input: Any) -> dict[str, str]:
     """Why each precision that does not apply to ``model`` on ``example_input`` here does not."""
     return _candidates(model, _example_args(example_input), model_device(model))[1]
-
-
-def has_amx() -> bool:
-    """Whether the CPU has AMX tiles (``amx_tile`` in /proc/cpuinfo; False where that file is missing)."""
-    try:
-        return "amx_tile" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
 
 
 def _candidates(model: nn.Module, args: tuple[Any, ...], device: torch.device) -> tuple[dict[str, Any], dict[str, str]]:
@@ -268,7 +320,7 @@ def _candidates(model: nn.Module, args: tuple[Any, ...], device: torch.device) -
             f"int8 quantization applies to the CNN image families ({families}) "
             f"on 4-D image batches, not {_architecture(model)}; use precision='fp32'"
         )
-    elif not _has_torchao():
+    elif not has_torchao():
         unavailable["int8"] = "int8 needs torchao, which is not installed: pip install zoo[int8]"
     else:
         available["int8"] = None
@@ -288,7 +340,7 @@ def _build(
     example_batch = len(args[0]) if image and _is_cnn(model) else None
     if name == "int8":
         optimized = OptimizedModel(
-            model, _quantize_int8(model, args, batches), compiled=True, example_batch=example_batch
+            model, quantize_int8(model, args, batches), compiled=True, example_batch=example_batch
         )
     elif name == "channels_last":
         return OptimizedModel(model, copy.deepcopy(model).to(memory_format=torch.channels_last), channels_last=True)
@@ -302,51 +354,6 @@ def _build(
         )
     optimized.max_batch_graphs = 1  # checking on calibration batches of other sizes compiles nothing more
     return optimized
-
-
-def _quantize_int8(model: nn.Module, args: tuple[Any, ...], batches: list[tuple[Any, ...]]) -> Callable[..., Any]:
-    """Static int8 post-training quantization: capture with ``torch.export`` (dynamic batch, so
-    calibration batches and later calls may have any size), calibrate observers on
-    ``batches``, convert, compile with inductor (freezing on)."""
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-    from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
-        X86InductorQuantizer,
-        get_default_x86_inductor_quantization_config,
-    )
-
-    # a batch of one would be specialised (export fixes sizes 0 and 1): capture on two rows
-    args = tuple(torch.cat([a, a]) if isinstance(a, torch.Tensor) and len(a) == 1 else a for a in args)
-    dynamic = tuple({0: torch.export.Dim.AUTO} if isinstance(a, torch.Tensor) else None for a in args)
-    with torch.no_grad():
-        captured = torch.export.export(model, args, dynamic_shapes=dynamic).module()
-    _mark_module_calls(captured)
-    quantizer = X86InductorQuantizer()
-    quantizer.set_global(get_default_x86_inductor_quantization_config())
-    prepared = prepare_pt2e(captured, quantizer)
-    with torch.no_grad():
-        for batch in batches:
-            prepared(*batch)
-    # one graph per batch size: with freezing on, inductor's int8 convolutions recompiled for a
-    # dynamic batch broke on their layout ("expected stride 1==784") in torch 2.14
-    return torch.compile(convert_pt2e(prepared), backend="inductor", dynamic=False)
-
-
-def _mark_module_calls(graph_module: torch.fx.GraphModule) -> None:
-    """Give every node traced from a ``torch.nn`` layer a source entry of its own call.
-
-    The x86 quantizer finds conv / add / ReLU patterns by the layer each node came from;
-    ``torch.export`` records that layer by name only, so a ReLU module called twice in one
-    block (torchvision's and zoo's ResNets) reads as one layer with two outputs and the
-    quantizer refuses it. The per-call key of ``nn_module_stack`` tells the calls apart."""
-    for node in graph_module.graph.nodes:
-        stack = node.meta.get("nn_module_stack")
-        if node.op != "call_function" or not stack or node.meta.get("source_fn_stack"):
-            continue
-        call_key, (_, layer) = list(stack.items())[-1]
-        if isinstance(layer, str):
-            layer = pydoc.locate(layer) if layer.startswith("torch.nn.") else None
-        if isinstance(layer, type):
-            node.meta["source_fn_stack"] = [(call_key, layer)]
 
 
 def _compare(
@@ -393,20 +400,24 @@ def _is_classifier(model: nn.Module, output: Any) -> bool:
 
 
 def medians(
-    runs: list[Callable[..., Any]], args: tuple[Any, ...], repeats: int, device: torch.device = torch.device("cpu")
+    runs: list[Callable[..., Any]],
+    args: tuple[Any, ...],
+    repeats: int,
+    device: torch.device = torch.device("cpu"),
+    warmup: int = _WARMUP_CALLS,
 ) -> list[float]:
-    """Median wall time of each ``run(*args)`` over ``repeats`` calls after a warm-up (a
+    """Median wall time of each ``run(*args)`` over ``repeats`` calls after ``warmup`` calls (a
     compiled run compiles there), the runs called in turn, so that a change in the machine's
     load meanwhile hits them alike."""
     times: list[list[float]] = [[] for _ in runs]
     with torch.no_grad():
-        for call in range(_WARMUP_CALLS + repeats):
+        for call in range(warmup + repeats):
             for run, measured in zip(runs, times):
                 start = time.perf_counter()
                 run(*args)
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
-                if call >= _WARMUP_CALLS:
+                if call >= warmup:
                     measured.append(time.perf_counter() - start)
     return [statistics.median(measured) for measured in times]
 
@@ -475,17 +486,6 @@ def _is_cnn(model: nn.Module) -> bool:
     quantizes it, and its samples are computed alone, so compiled graphs can be padded)."""
     spec = registry.find_spec(_architecture(model))
     return spec is not None and spec.int8
-
-
-def _has_torchao() -> bool:
-    """Whether torchao imports; its import logs a torch deprecation line (Enum constants for
-    torch.compile) that says nothing to a zoo user, so that logger is quiet meanwhile."""
-    with quiet_logger("torch.utils._pytree"):
-        try:
-            import torchao.quantization.pt2e  # noqa: F401
-        except ImportError:
-            return False
-    return True
 
 
 def _is_image_batch(args: tuple[Any, ...]) -> bool:

@@ -1,5 +1,7 @@
 """What `zoo.optimize` measured and chose (`Candidate`, `OptimizeReport`), and auto's choices
-remembered per machine, model and input shape in ``$ZOO_HOME/optimize.json``."""
+remembered per machine, model and input shape in ``$ZOO_HOME/optimize.json``; training's
+``precision="auto"`` (`zoo.training.loop.speed`) reports and remembers its own the same way,
+in ``train_speed.json``."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ class Candidate:
     speedup: float | None = None
     top1_agreement: float | None = None  # classifiers only
     max_abs_diff: float | None = None
+    loss_gap: float | None = None  # training: relative gap of its mean probe loss to fp32's
     passed: bool = False
     note: str = ""  # why it was skipped or failed
 
@@ -44,34 +47,37 @@ class OptimizeReport:
     device: str
     cached: bool = False
     cache_key: str = field(default="", repr=False)
+    baseline: str = "fp32 eager"  # what the speed-ups are over
 
     def __str__(self) -> str:
         lines = [
-            f"chose {self.precision} ({self.speedup:.2f}x fp32 eager) on {self.device}, "
+            f"chose {self.precision} ({self.speedup:.2f}x {self.baseline}) on {self.device}, "
             f"CPU {self.cpu_capability}, AMX {'yes' if self.amx else 'no'}{' (cached)' if self.cached else ''}"
         ]
+        width = max((len(c.name) for c in self.candidates), default=0) + 2
         for c in self.candidates:
             ms = f"{c.median_s * 1e3:.2f} ms" if c.median_s is not None else "-"
             agreement = f"top-1 {c.top1_agreement:.2%}" if c.top1_agreement is not None else ""
             diff = f"max diff {c.max_abs_diff:.2g}" if c.max_abs_diff is not None else ""
+            diff = f"loss gap {c.loss_gap:.2%}" if c.loss_gap is not None else diff
             status = "ok" if c.passed else f"not used: {c.note}"
-            lines.append(f"  {c.name:<17}{ms:>12}  {agreement:<15}{diff:<17}{status}")
+            lines.append(f"  {c.name:<{max(width, 17)}}{ms:>12}  {agreement:<15}{diff:<17}{status}")
         return "\n".join(lines)
 
 
-def _read_cache() -> dict[str, Any]:
+def _read_cache(file: str = CACHE_FILE) -> dict[str, Any]:
     """The remembered choices; an unreadable or damaged file counts as none."""
     try:
-        data = json.loads((download.zoo_home() / CACHE_FILE).read_text())
+        data = json.loads((download.zoo_home() / file).read_text())
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
-def remembered(key: str) -> tuple[str, list[Candidate]] | None:
+def remembered(key: str, file: str = CACHE_FILE) -> tuple[str, list[Candidate]] | None:
     """The precision auto chose before under ``key`` and the candidates it measured then, or
     None (nothing remembered, or an entry this version cannot read)."""
-    entry = _read_cache().get(key)
+    entry = _read_cache(file).get(key)
     if not isinstance(entry, dict) or not isinstance(entry.get("precision"), str):
         return None
     candidates = (
@@ -82,7 +88,7 @@ def remembered(key: str) -> tuple[str, list[Candidate]] | None:
     return None if None in candidates else (entry["precision"], candidates)
 
 
-_NUMBERS = ("median_s", "speedup", "top1_agreement", "max_abs_diff")
+_NUMBERS = ("median_s", "speedup", "top1_agreement", "max_abs_diff", "loss_gap")
 
 
 def _candidate(values: Any) -> Candidate | None:
@@ -104,11 +110,11 @@ def _candidate(values: Any) -> Candidate | None:
     return candidate if ok else None
 
 
-def write_cache(key: str, precision: str, candidates: list[Candidate]) -> None:
+def write_cache(key: str, precision: str, candidates: list[Candidate], file: str = CACHE_FILE) -> None:
     """Remember auto's choice; a read-only ``$ZOO_HOME`` just keeps nothing."""
-    data = _read_cache()
+    data = _read_cache(file)
     data[key] = {"precision": precision, "candidates": [asdict(c) for c in candidates]}
     try:
-        write_json(data, download.zoo_home() / CACHE_FILE)
+        write_json(data, download.zoo_home() / file)
     except OSError:
         pass

@@ -1,0 +1,254 @@
+"""``precision="auto"`` for training (`zoo.training.loop.speed`): the candidates there are, a
+choice that agrees with its own measurements (fixed timings), no pick of a candidate that
+failed its loss check, the probe's budget, remembering, a probe that leaves no trace, every
+family, and the loader's workers."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+from test_engine import ALL_FAMILIES, family_case
+from torch.utils.data import TensorDataset
+
+import zoo
+from zoo.errors import InvalidArgumentError
+from zoo.training.finetune.options import add_arguments
+from zoo.training.loop import speed
+from zoo.training.loop.epochs import plan_epochs
+from zoo.training.loop.speed import Setting, Trial
+from zoo.training.loop.trainer import TrainConfig, Trainer
+
+QUIET = dict(progress=False, tensorboard=False, plot=False)
+CPU = torch.device("cpu")
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def image_data(n: int = 64) -> TensorDataset:
+    g = torch.Generator().manual_seed(0)
+    return TensorDataset(torch.randn(n, 1, 8, 8, generator=g), torch.randint(0, 3, (n,), generator=g))
+
+
+def trainer(**config) -> Trainer:
+    torch.manual_seed(0)
+    model = zoo.load("resnet20", pretrained=False, in_chans=1, num_classes=3)
+    return Trainer(model, TrainConfig(batch_size=8, optimizer="sgd", lr=0.05, **QUIET, **config))
+
+
+def fixed_trials(times_ms: dict[str, float], losses: dict[str, float] | None = None, clock: list[float] | None = None):
+    """A stand-in for `speed.probe`: each setting takes its fixed time (added to ``clock``),
+    with its fixed loss."""
+    losses = losses or {}
+
+    def probe(trainer, setting, batches, hopeless_s):
+        seconds = times_ms[setting.name] / 1e3
+        if clock is not None:
+            clock[0] += seconds * len(batches)
+        return Trial([seconds] * speed.TIMED_STEPS, [losses.get(setting.name, 1.0)] * len(batches))
+
+    return probe
+
+
+@pytest.fixture
+def bf16_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+
+
+def test_candidates_follow_the_machine_and_the_batches(monkeypatch: pytest.MonkeyPatch, bf16_cpu) -> None:
+    settings, skipped = speed.candidates(CPU, image=True, fixed_shapes=True, channels_last=None, compile=None)
+    assert settings[0] == Setting("fp32")  # the reference first
+    names = {s.name for s in settings}
+    assert {"bf16+channels_last", "bf16", "fp32+channels_last", "bf16+channels_last+compile", "fp32+compile"} <= names
+    assert not skipped
+    # text or graph batches: no NHWC; batches that change shape: no compile
+    settings, skipped = speed.candidates(CPU, image=False, fixed_shapes=False, channels_last=None, compile=None)
+    assert {s.name for s in settings} == {"fp32", "bf16"} and "compile" in skipped
+    # a switch the user set stays as set
+    settings, _ = speed.candidates(CPU, image=True, fixed_shapes=True, channels_last=False, compile=False)
+    assert {s.name for s in settings} == {"fp32", "bf16"}
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    settings, skipped = speed.candidates(CPU, image=True, fixed_shapes=True, channels_last=None, compile=False)
+    assert {s.precision for s in settings} == {"fp32"} and "no native bf16" in skipped["bf16"]
+
+
+def test_setting_names_round_trip() -> None:
+    for setting in (Setting(), Setting("bf16", True, True), Setting("fp32", tf32=True), Setting("fp16", True)):
+        assert Setting.from_name(setting.name) == setting
+    assert Setting.from_name("int8") is None and Setting.from_name("bf16+turbo") is None
+
+
+def choose(tr: Trainer, total_steps: int = 100_000):
+    epochs = plan_epochs(image_data(), tr.config, 1, 0, tr._loader)
+    return speed.choose(tr, speed.first_batches(epochs.loader, 4), total_steps)
+
+
+def test_the_choice_agrees_with_its_own_measurements(monkeypatch: pytest.MonkeyPatch, bf16_cpu) -> None:
+    times = {"fp32": 100, "bf16+channels_last": 40, "bf16": 55, "fp32+channels_last": 80}
+    losses = {"fp32": 2.0, "bf16+channels_last": 2.5, "bf16": 2.02}  # bf16+channels_last departs by 25%
+    monkeypatch.setattr(speed, "probe", fixed_trials(times, losses))
+    report = choose(trainer(compile=False))
+    by_name = {c.name: c for c in report.candidates}
+    assert report.precision == "bf16" and report.speedup == pytest.approx(100 / 55)
+    assert (
+        not by_name["bf16+channels_last"].passed
+        and "departs from fp32's by 25.0%" in by_name["bf16+channels_last"].note
+    )
+    passed = [c for c in report.candidates if c.passed]
+    assert min(passed, key=lambda c: c.median_s).name == report.precision  # the fastest that passed
+    for c in passed:
+        assert c.speedup == pytest.approx(by_name["fp32"].median_s / c.median_s)
+    assert "chose bf16 (1.82x fp32)" in str(report)
+
+
+def test_a_candidate_with_a_non_finite_loss_is_never_picked(monkeypatch: pytest.MonkeyPatch, bf16_cpu) -> None:
+    times = {"fp32": 100, "bf16+channels_last": 10, "bf16": 20, "fp32+channels_last": 90}
+    monkeypatch.setattr(speed, "probe", fixed_trials(times, {"bf16+channels_last": math.nan, "bf16": math.inf}))
+    report = choose(trainer(compile=False))
+    assert report.precision == "fp32+channels_last"
+    assert all(not c.passed for c in report.candidates if c.name.startswith("bf16"))
+
+
+def test_the_probe_keeps_to_its_budget(monkeypatch: pytest.MonkeyPatch, bf16_cpu) -> None:
+    monkeypatch.setattr(speed, "probe", fixed_trials({"fp32": 100, "bf16+channels_last": 50, "bf16": 60}))
+    short = choose(trainer(compile=False), total_steps=50)  # 8 probe steps would be over 5% of 50
+    assert short.precision == "fp32" and all("not measured" in c.note for c in short.candidates[1:])
+    # time for the reference and about one more: the rest is not tried, and nothing is remembered
+    clock = [0.0]
+    monkeypatch.setattr(speed.time, "perf_counter", lambda: clock[0])
+    times = {"fp32": 100, "bf16+channels_last": 50, "bf16": 60, "fp32+channels_last": 90}
+    monkeypatch.setattr(speed, "probe", fixed_trials(times, clock=clock))
+    partial = choose(trainer(compile=False), total_steps=180)  # a budget of 0.9 s: fp32 and one more
+    tried = [c.name for c in partial.candidates if c.median_s]
+    assert tried == ["fp32", "bf16+channels_last"] and partial.precision == "bf16+channels_last"
+    assert all(c.note.startswith("not tried") for c in partial.candidates[2:])
+    # remembered for runs as short, measured again by one long enough to try every candidate
+    assert speed.remembered(partial.cache_key, speed.CACHE_FILE)[0] == "bf16+channels_last"
+    assert choose(trainer(compile=False), total_steps=180).cached
+    full = choose(trainer(compile=False), total_steps=100_000)
+    assert not full.cached and all(c.median_s for c in full.candidates)
+    assert choose(trainer(compile=False), total_steps=180).cached  # the full search's choice now
+
+
+def test_the_choice_is_remembered_per_machine_model_and_shape(monkeypatch: pytest.MonkeyPatch, bf16_cpu) -> None:
+    monkeypatch.setattr(speed, "probe", fixed_trials({"fp32": 100, "bf16": 50, "compile": 0}))
+    first = choose(trainer(channels_last=False, compile=False))
+    assert first.precision == "bf16" and not first.cached
+
+    def no_probe(*args):
+        raise AssertionError("a remembered choice is not measured again")
+
+    monkeypatch.setattr(speed, "probe", no_probe)
+    again = choose(trainer(channels_last=False, compile=False))
+    assert again.cached and again.precision == "bf16" and again.cache_key == first.cache_key
+
+
+def test_an_explicit_precision_is_not_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(speed, "choose", lambda *a: pytest.fail("an explicit precision skips the probe"))
+    tr = trainer(precision="fp32", max_steps=2)
+    tr.fit(image_data(16))
+    assert tr.setting == Setting("fp32") and tr.speed_report is None
+
+
+def test_a_probe_leaves_no_trace(monkeypatch: pytest.MonkeyPatch, bf16_cpu) -> None:
+    """auto measures every candidate for real, then trains in fp32 (forced here): the weights
+    equal those of a run asked for fp32, bit for bit, so each probe put everything back."""
+    monkeypatch.setattr(speed, "PROBE_SHARE", 100.0)  # every candidate, on a short run
+    monkeypatch.setattr(speed, "fastest", lambda candidates: candidates[0])
+    data = image_data(64)
+    plain = trainer(precision="fp32", max_steps=10, channels_last=False, compile=False, ema_decay=0.9)
+    plain.fit(data)
+    auto = trainer(precision="auto", max_steps=10, channels_last=None, compile=False, ema_decay=0.9)
+    auto.fit(data)
+    measured = [c for c in auto.speed_report.candidates if c.median_s]
+    assert {c.name for c in measured} == {"fp32", "bf16", "bf16+channels_last", "fp32+channels_last"}
+    assert all(c.loss_gap is not None and c.loss_gap < speed.LOSS_TOLERANCE for c in measured)
+    assert auto.setting == Setting("fp32") and auto.state.global_step == 10
+    for key, value in plain.model.state_dict().items():
+        assert torch.equal(value, auto.model.state_dict()[key]), key
+    for key, value in plain.ema.state_dict().items():
+        assert torch.equal(value, auto.ema.state_dict()[key]), key
+
+
+def test_auto_trains_with_what_it_chose(monkeypatch: pytest.MonkeyPatch, bf16_cpu) -> None:
+    monkeypatch.setattr(speed, "PROBE_SHARE", 100.0)  # every candidate, on a short run
+    monkeypatch.setattr(speed, "fastest", lambda candidates: next(c for c in candidates if c.name == "bf16"))
+    tr = trainer(max_steps=4, channels_last=False, compile=False)
+    autocasts = []
+    step = tr.step_fn
+
+    def watched(model: nn.Module, batch):
+        autocasts.append(torch.is_autocast_enabled("cpu"))
+        return step(model, batch)
+
+    tr.step_fn = watched
+    tr.fit(image_data(32))
+    assert tr.setting == Setting("bf16")
+    assert autocasts[-4:] == [True] * 4  # the run's own steps, after the probe's
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser
+
+
+def test_the_command_line_defaults_to_auto() -> None:
+    args = build_parser().parse_args(["resnet20", "--data", "x", "--out", "o", "--no-channels-last"])
+    assert args.precision == "auto" and args.channels_last is False and args.compile is None
+    assert args.num_workers is None
+    assert build_parser().parse_args(["resnet20", "--data", "x", "--out", "o", "--compile"]).compile is True
+
+
+@pytest.mark.parametrize(
+    ("load_ms", "step_ms", "cores", "workers"),
+    [(1, 100, 8, 0), (20, 100, 8, 2), (250, 100, 8, 4), (250, 100, 3, 2), (250, 100, 1, 0), (250, 100, 2, 0)],
+)
+def test_loader_workers_follow_the_measured_loading_share(monkeypatch, load_ms, step_ms, cores, workers) -> None:
+    """No workers while the main process loads a batch in 5% of a step or less, or when the
+    model's threads use every core; else enough to keep up on the spare cores (the model runs
+    on 1 thread here); the loader is rebuilt with them."""
+    monkeypatch.setattr(speed.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(speed.torch, "get_num_threads", lambda: 2 if cores == 2 else 1)
+    tr = trainer(precision="fp32")
+    data = image_data()
+    epochs = plan_epochs(data, tr.config, 1, 0, tr._loader)
+    speed.choose_workers(tr, epochs, data, [], load_ms / 1e3, step_ms / 1e3)
+    assert tr.num_workers == workers and epochs.loader.num_workers == workers
+    assert f"{workers} workers" in tr.loading_note
+
+
+def test_a_short_run_keeps_the_loader_in_the_main_process() -> None:
+    tr = trainer(precision="fp32", max_steps=3)
+    tr.fit(image_data(32))
+    assert tr.num_workers == 0 and "too short" in tr.loading_note
+
+
+@pytest.mark.parametrize("name", ALL_FAMILIES)
+def test_auto_measures_every_family_and_trains_with_a_candidate_that_passed(name, tmp_path, monkeypatch) -> None:
+    """CNNs on image batches, the MoE ViT, the MoE encoder on token batches, a graph model on
+    PyG batches, the DBN: each candidate that applies is measured on real steps, and the run
+    trains with the fastest that passed its loss check."""
+    monkeypatch.setattr(speed, "PROBE_SHARE", 100.0)  # every candidate, on a short run
+    model, train, val, collate = family_case(name, tmp_path)
+    config = TrainConfig(epochs=1, max_steps=4, batch_size=4, compile=False, **QUIET)
+    tr = Trainer(model, config, collate_fn=collate)
+    history = tr.fit(train, val)
+    report = tr.speed_report
+    measured = [c for c in report.candidates if c.median_s]
+    assert len(measured) >= 2 and history[-1]["step"] == 4, str(report)
+    chosen = next(c for c in report.candidates if c.name == report.precision)
+    assert chosen.passed and chosen is speed.fastest(report.candidates)
+    assert tr.setting == Setting.from_name(report.precision)
+    if name in ("moe_encoder", "gin_sum", "dbn"):  # NHWC only for image batches
+        assert not any("channels_last" in c.name for c in report.candidates)
+
+
+@pytest.mark.parametrize("switch", [{"channels_last": "yes"}, {"compile": 3}, {"tensorboard": None}])
+def test_a_switch_that_is_no_bool_is_refused_by_name(switch) -> None:
+    (name,) = switch
+    with pytest.raises(InvalidArgumentError, match=f"TrainConfig.{name} .* must be True or False"):
+        TrainConfig(**switch)

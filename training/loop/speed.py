@@ -1,0 +1,389 @@
+"""``precision="auto"``: the fastest way to train this model on this machine, measured on the
+run's own batches at the start of `Trainer.fit`.
+
+Each candidate `Setting` (fp32; bf16 autocast where the CPU or GPU runs bf16 natively;
+channels_last on image batches; ``torch.compile`` of the model when the run is long enough
+to earn its compile time back; on CUDA also TF32 and fp16 with a GradScaler) trains the same
+few batches from the same weights, through the Trainer's own `Trainer.train_step`; the model,
+optimizer, EMA and step count are restored after each. A candidate whose losses depart from
+fp32's by more than `LOSS_TOLERANCE` is dropped, one whose first timed step is more than
+`HOPELESS` times fp32's is stopped there, and the fastest of the rest trains. The probe
+spends at most `PROBE_SHARE` of the run's estimated time; a run too short for that trains in
+fp32 (or the setting remembered for it). Choices are remembered per machine, model and input
+shape in ``$ZOO_HOME/train_speed.json`` (one from a search the budget cut short until a run
+long enough to try every candidate), as `zoo.optimize` remembers its own; an explicit
+``precision`` skips all this. With ``num_workers=None`` the same first batches say whether the
+loader needs worker processes (`choose_workers`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import itertools
+import json
+import logging
+import math
+import os
+import statistics
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from tqdm.auto import tqdm
+
+from zoo.deploy.optimize_report import Candidate, OptimizeReport, remembered, write_cache
+from zoo.devices import has_amx
+from zoo.training.loop.meter import EpochMeter
+
+if TYPE_CHECKING:
+    from zoo.training.loop.epochs import Epochs
+
+Trainer = Any  # a zoo.training.loop.trainer.Trainer (which imports this module)
+
+log = logging.getLogger(__name__)
+
+CACHE_FILE = "train_speed.json"
+PROBE_SHARE = 0.05  # of the run's estimated time, at most, spent choosing
+LOSS_TOLERANCE = 0.05  # largest relative gap between a candidate's mean probe loss and fp32's
+HOPELESS = 2.0  # a first timed step this many times fp32's median ends the candidate's trial
+WARMUP_STEPS = 1  # untimed steps per candidate (a compiled one compiles its graphs there)
+TIMED_STEPS = 3
+NOT_TRIED = "not tried"
+COMPILE_GUESS_S = 30.0
+LOADING_SHARE = 0.05  # loading a batch in the main process up to this share of a step: no workers  # what a compile is assumed to cost before one is tried
+
+
+@dataclass(frozen=True)
+class Setting:
+    """How the Trainer runs its steps: autocast precision, NHWC memory format, torch.compile,
+    TF32 matmuls (CUDA)."""
+
+    precision: str = "fp32"
+    channels_last: bool = False
+    compile: bool = False
+    tf32: bool = False
+
+    @property
+    def name(self) -> str:
+        parts = [self.precision] + [n for n in ("tf32", "channels_last", "compile") if getattr(self, n)]
+        return "+".join(parts)
+
+    def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
+        """Autocast to this setting's bf16/fp16 (nothing for fp32)."""
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(device.type, dtype=torch.bfloat16 if self.precision == "bf16" else torch.float16)
+
+    @classmethod
+    def from_name(cls, name: str) -> Setting | None:
+        """The setting a `name` spells, or None when it spells none (an edited cache file)."""
+        precision, *flags = name.split("+")
+        known = {"tf32", "channels_last", "compile"}
+        if precision not in ("fp32", "bf16", "fp16") or not set(flags) <= known:
+            return None
+        return cls(precision, **{flag: True for flag in flags})
+
+
+def fixed_setting(precision: str, channels_last: bool | None, compile: bool | None) -> Setting:
+    """The setting of an explicit precision; unset switches are off."""
+    return Setting(precision, bool(channels_last), bool(compile))
+
+
+def candidates(
+    device: torch.device, image: bool, fixed_shapes: bool, channels_last: bool | None, compile: bool | None
+) -> tuple[list[Setting], dict[str, str]]:
+    """The settings worth measuring here, the fp32 reference first, then cheapest to try and
+    most promising first; and why the others are left out. A switch the user set is kept."""
+    skipped: dict[str, str] = {}
+    precisions = ["fp32"]
+    if device.type == "cuda":
+        precisions += (["bf16"] if torch.cuda.is_bf16_supported() else []) + ["fp16"]
+    elif torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        precisions.append("bf16")
+    else:
+        capability = torch.backends.cpu.get_cpu_capability()
+        skipped["bf16"] = f"this CPU ({capability}) has no native bf16 (no AVX512-BF16 or AMX): about 10x slower"
+    layouts = [False, True] if image else [False]
+    if channels_last is not None:
+        layouts = [channels_last and image]
+    compiles = [False, True] if fixed_shapes else [False]
+    if compile is not None:
+        compiles = [compile]
+    elif not fixed_shapes:
+        skipped["compile"] = "the batches change shape from one to the next (each shape would compile anew)"
+    reference = Setting("fp32", layouts[0], compiles[0])
+    settings = [reference]
+    for compiled, precision, layout in itertools.product(compiles, reversed(precisions), reversed(layouts)):
+        tf32s = [True, False] if device.type == "cuda" and precision == "fp32" else [False]
+        settings += [Setting(precision, layout, compiled, tf32) for tf32 in tf32s]
+    return list(dict.fromkeys(settings)), skipped
+
+
+@dataclass
+class Trial:
+    """One candidate's probe: seconds of each timed step and the loss of every step."""
+
+    seconds: list[float]
+    losses: list[float]
+    note: str = ""
+
+    @property
+    def median_s(self) -> float | None:
+        return statistics.median(self.seconds) if self.seconds else None
+
+
+def loss_gap(trial: Trial, reference: Trial) -> float:
+    """Relative gap between the mean losses of the steps both ran (inf when one is not finite)."""
+    n = min(len(trial.losses), len(reference.losses))
+    if n == 0:
+        return math.inf
+    mine, theirs = sum(trial.losses[:n]) / n, sum(reference.losses[:n]) / n
+    if not (math.isfinite(mine) and math.isfinite(theirs)):
+        return math.inf
+    return abs(mine - theirs) / max(abs(theirs), 1e-8)
+
+
+def judge(settings: Sequence[Setting], trials: Sequence[Trial]) -> list[Candidate]:
+    """The candidates as measured: speed-up over the reference (the first), loss gap, and
+    whether each passed (finite losses within `LOSS_TOLERANCE` of fp32's, a full trial)."""
+    reference = trials[0]
+    result = []
+    for setting, trial in zip(settings, trials):
+        gap = loss_gap(trial, reference)
+        candidate = Candidate(setting.name, trial.median_s, loss_gap=gap if math.isfinite(gap) else None)
+        if trial.note:
+            candidate.note = trial.note
+        elif gap > LOSS_TOLERANCE:
+            candidate.note = f"its loss departs from fp32's by {gap:.1%} (tolerance {LOSS_TOLERANCE:.0%})"
+        else:
+            candidate.passed = True
+        if candidate.median_s and reference.median_s:
+            candidate.speedup = reference.median_s / candidate.median_s
+        result.append(candidate)
+    return result
+
+
+def fastest(candidates: Sequence[Candidate]) -> Candidate:
+    """The fastest candidate that passed (the fp32 reference passes by definition)."""
+    passed = [c for c in candidates if c.passed and c.median_s]
+    return min(passed, key=lambda c: c.median_s) if passed else candidates[0]
+
+
+def use_setting(trainer: Trainer, setting: Setting) -> None:
+    """Run ``trainer``'s steps under ``setting`` from now on: memory format, compiled or not,
+    autocast, GradScaler, TF32 (CUDA). Before DDP/FSDP wrap the model, or single-process."""
+    model = trainer.model
+    model.to(memory_format=torch.channels_last if setting.channels_last else torch.contiguous_format)
+    if setting.compile != trainer.setting.compile:
+        if setting.compile:
+            model.compile(backend=trainer.config.compile_backend)
+        else:
+            model._compiled_call_impl = None  # what nn.Module.compile set
+    if trainer.device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = setting.tf32
+    trainer.scaler = torch.amp.GradScaler(trainer.device.type, enabled=setting.precision == "fp16")
+    trainer.setting = setting
+
+
+def tune(trainer: Trainer, epochs: Epochs, train_set: Any) -> None:
+    """Before the first epoch: the fastest setting (``precision="auto"``) and the loader's
+    workers (``num_workers=None``), measured on the run's first batches; under torchrun,
+    fp32 and no workers (a probe of one process cannot change how DDP/FSDP wrapped the model)."""
+    if trainer.world_size > 1:
+        log.info("precision auto: fp32 under torchrun; measure with one process, then pass --precision")
+        return
+    epochs.sampler.set_epoch(0)
+    started = time.perf_counter()
+    batches = first_batches(epochs.loader, WARMUP_STEPS + TIMED_STEPS)
+    load_s = (time.perf_counter() - started) / max(len(batches), 1)
+    step_s = None
+    if trainer.config.precision == "auto":
+        trainer.speed_report = report = choose(trainer, batches, epochs.total_steps)
+        use_setting(trainer, Setting.from_name(report.precision) or trainer.setting)
+        step_s = next((c.median_s for c in report.candidates if c.name == report.precision), None)
+        if trainer.config.progress and trainer.is_main:
+            how = "remembered" if report.cached else f"measured in {time.perf_counter() - started:.1f} s"
+            tqdm.write(f"precision auto: {report.precision} ({report.speedup:.2f}x fp32, {how})")
+    if trainer.config.num_workers is None:
+        choose_workers(trainer, epochs, train_set, batches, load_s, step_s)
+
+
+def choose_workers(
+    trainer: Trainer, epochs: Epochs, train_set: Any, batches: list[Any], load_s: float, step_s: float | None
+) -> None:
+    """No loader workers while the main process loads a batch (``load_s``) in under
+    `LOADING_SHARE` of a step, or when no core is spare (a CPU model's threads use them all: a
+    worker would slow the steps down), else enough to keep up on the spare cores; the step
+    timed here unless the precision probe did. A run too short to probe keeps none."""
+    if step_s is None and epochs.total_steps * PROBE_SHARE >= WARMUP_STEPS + TIMED_STEPS:
+        step_s = probe(trainer, trainer.setting, batches, None).median_s
+    if not step_s:
+        trainer.loading_note = "0 workers (the run is too short to measure)"
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    spare = cores - (torch.get_num_threads() if trainer.device.type == "cpu" else 1)
+    share = load_s / step_s
+    workers = 0 if share <= LOADING_SHARE or spare < 1 else min(spare, math.ceil(share) + 1)
+    trainer.loading_note = (
+        f"{workers} workers (a batch loads in {load_s * 1e3:.1f} ms in the main process, "
+        f"{share:.0%} of a {step_s * 1e3:.0f} ms step; {spare} of {cores} cores not computing)"
+    )
+    if workers:
+        trainer.num_workers = workers
+        options = {"persistent_workers": trainer.config.persistent_workers, "drop_last": epochs.loader.drop_last}
+        epochs.loader = trainer._loader(train_set, epochs.sampler, epochs.generator, **options)
+
+
+def choose(trainer: Trainer, batches: list[Any], total_steps: int) -> OptimizeReport:
+    """The fastest setting for ``trainer`` on this machine: remembered, or measured on the
+    run's first ``batches`` within `PROBE_SHARE` of its ``total_steps``; the trainer is left
+    as it was, its setting unchanged (see `use_setting`)."""
+    steps_each = WARMUP_STEPS + TIMED_STEPS
+    cfg, device = trainer.config, trainer.device
+    image, fixed = is_image_batch(batches[0]), len({describe(b) for b in batches}) == 1
+    settings, skipped = candidates(device, image, fixed, cfg.channels_last, cfg.compile)
+    report = OptimizeReport(settings[0].name, 1.0, [], torch.backends.cpu.get_cpu_capability(), has_amx(), str(device))
+    report.baseline = "fp32"
+    report.cache_key = cache_key(trainer, batches[0], settings)
+    known = remembered(report.cache_key, CACHE_FILE)
+    # a choice from a search the budget cut short stands until a run long enough to search all
+    partial = known is not None and any(c.note.startswith(NOT_TRIED) for c in known[1])
+    can_search_all = total_steps * PROBE_SHARE >= len(settings) * steps_each
+    if known is not None and Setting.from_name(known[0]) in settings and not (partial and can_search_all):
+        report.precision, report.candidates, report.cached = known[0], known[1], True
+        report.speedup = next((c.speedup for c in known[1] if c.name == known[0] and c.speedup), 1.0)
+        return report
+    if total_steps * PROBE_SHARE < 2 * steps_each:
+        note = (
+            f"not measured: {2 * steps_each} probe steps would be over {PROBE_SHARE:.0%} "
+            f"of this run's {total_steps} steps"
+        )
+        report.candidates = [Candidate(settings[0].name, passed=True, note="the reference")] + [
+            Candidate(s.name, note=note) for s in settings[1:]
+        ]
+        return report
+    trials = run_trials(trainer, settings, batches, total_steps)
+    measured = judge(settings, trials)
+    chosen = fastest(measured)
+    report.candidates = measured + [Candidate(name, note=why) for name, why in skipped.items()]
+    report.precision, report.speedup = chosen.name, chosen.speedup or 1.0
+    write_cache(report.cache_key, chosen.name, report.candidates, CACHE_FILE)
+    return report
+
+
+def run_trials(trainer: Trainer, settings: Sequence[Setting], batches: list[Any], total_steps: int) -> list[Trial]:
+    """Probe each setting in turn, the first (fp32) being the reference whose step time sets the
+    budget: a setting whose expected cost would take the probe past it is not tried."""
+    started = time.perf_counter()
+    trials = [probe(trainer, settings[0], batches, None)]
+    reference_s = trials[0].median_s or 0.0
+    budget = PROBE_SHARE * total_steps * reference_s
+    for setting in settings[1:]:
+        cost = len(batches) * reference_s + (COMPILE_GUESS_S if setting.compile else 0.0)
+        if time.perf_counter() - started + cost > budget:
+            note = f"{NOT_TRIED}: the probe's budget ({budget:.1f} s, {PROBE_SHARE:.0%} of the run) would be spent"
+            trials.append(Trial([], [], note))
+            continue
+        try:
+            trials.append(probe(trainer, setting, batches, HOPELESS * reference_s))
+        except Exception as error:  # noqa: BLE001 - a candidate that fails is recorded, the run goes on
+            trials.append(Trial([], [], f"failed: {type(error).__name__}: {' '.join(str(error).split())[:160]}"))
+    return trials
+
+
+def probe(trainer: Trainer, setting: Setting, batches: list[Any], hopeless_s: float | None) -> Trial:
+    """Train ``batches`` one optimizer step each under ``setting``, timing all but the first
+    `WARMUP_STEPS`; stopped when a timed step takes over ``hopeless_s``."""
+    seconds: list[float] = []
+    losses: list[float] = []
+    with trying(trainer, setting):
+        for index, batch in enumerate(batches):
+            start = time.perf_counter()
+            (output,) = trainer.train_step([batch])
+            losses.append(float(output.loss.detach()))  # waits for the device
+            if index < WARMUP_STEPS:
+                continue
+            seconds.append(time.perf_counter() - start)
+            if hopeless_s is not None and seconds[-1] > hopeless_s:
+                slower = seconds[-1] / hopeless_s * HOPELESS
+                return Trial(seconds, losses, f"stopped: its first timed step took {slower:.1f}x fp32's")
+    return Trial(seconds, losses)
+
+
+@contextlib.contextmanager
+def trying(trainer: Trainer, setting: Setting) -> Iterator[None]:
+    """``trainer`` under ``setting`` for a probe, then back as it was: weights and buffers,
+    optimizer and EMA state, step count, setting."""
+    before = trainer.setting
+    model_state = copy.deepcopy(trainer.model.state_dict())
+    optimizer_state = copy.deepcopy(trainer.optimizer.state_dict())
+    ema_state = copy.deepcopy(trainer.ema.state_dict()) if trainer.ema is not None else None
+    step = trainer.state.global_step
+    try:
+        use_setting(trainer, setting)
+        yield
+    finally:
+        use_setting(trainer, before)
+        trainer.model.load_state_dict(model_state)
+        trainer.optimizer.load_state_dict(optimizer_state)
+        if ema_state is not None:
+            trainer.ema.load_state_dict(ema_state)
+        trainer.state.global_step = step
+        trainer._meter = EpochMeter()  # what the probe's steps counted is forgotten
+
+
+def first_batches(loader: Any, count: int) -> list[Any]:
+    """The loader's first ``count`` batches (its batches again, in turn, when it has fewer)."""
+    batches: list[Any] = []
+    while len(batches) < count:
+        before = len(batches)
+        for batch in loader:
+            batches.append(batch)
+            if len(batches) == count:
+                break
+        if len(batches) == before:
+            break
+    return batches
+
+
+def is_image_batch(batch: Any) -> bool:
+    """Whether the batch's input (its first element) is a 4-D floating-point tensor."""
+    first = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
+    return isinstance(first, torch.Tensor) and first.ndim == 4 and first.is_floating_point()
+
+
+def describe(batch: Any) -> str:
+    """The shapes and dtypes of a batch's tensors (a graph batch by its type and size)."""
+    if isinstance(batch, torch.Tensor):
+        return f"{tuple(batch.shape)} {str(batch.dtype).removeprefix('torch.')}"
+    if isinstance(batch, (tuple, list)):
+        return "(" + ", ".join(describe(b) for b in batch) + ")"
+    if isinstance(batch, dict):
+        return "{" + ", ".join(f"{k}: {describe(v)}" for k, v in sorted(batch.items())) + "}"
+    return f"{type(batch).__name__}({getattr(batch, 'num_nodes', '')})"
+
+
+def cache_key(trainer: Trainer, batch: Any, settings: Sequence[Setting]) -> str:
+    """What the choice depends on: machine, threads, torch, model, step, the first batch's
+    shapes, the optimizer and the settings there were to try."""
+    device = trainer.device
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    model = trainer.model
+    params = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    parts = {
+        "device": device_name,
+        "cpu": torch.backends.cpu.get_cpu_capability(),
+        "amx": has_amx(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "model": f"{type(model).__name__} {params} params, {trainable} trainable",
+        "step": type(trainer.step_fn).__name__,
+        "optimizer": type(trainer.optimizer).__name__,
+        "batch": describe(batch),
+        "settings": ",".join(s.name for s in settings),
+    }
+    return json.dumps(parts, sort_keys=True)
