@@ -1,19 +1,30 @@
 """Processes and devices for `zoo.training.loop.trainer.Trainer`: joining the process group that
 ``torchrun`` describes, this process's device, and data parallelism: a model wrapped in
 DistributedDataParallel or sharded with FSDP2 block by block, and the gradient all-reduce
-skipped on all but the last micro-batch of an optimizer step."""
+skipped on all but the last micro-batch of an optimizer step; a group that lost a process
+ends in one `PeerLostError` line (`lost_peer`)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
 from zoo.devices import checked_device
-from zoo.errors import InvalidArgumentError
+from zoo.errors import InvalidArgumentError, ZooError
+from zoo.training.loop.checkpoint import LAST_CHECKPOINT, checkpoint_dir
+
+# What Gloo and NCCL say when another process of the group is gone (killed, its node lost).
+_PEER_GONE = ("connection closed by peer", "connection reset by peer", "broken pipe", "nccl", "gloo", "timed out")
+
+
+class PeerLostError(ZooError, RuntimeError):
+    """Another process of a torchrun group is gone (killed, or its node lost) and did not come
+    back: the run stops, its last checkpoint kept."""
 
 
 def init_distributed() -> tuple[int, int, int]:
@@ -102,3 +113,22 @@ def average_gradients(params: list[torch.Tensor], world_size: int) -> None:
         if param.grad is not None:
             dist.all_reduce(param.grad)
             param.grad /= world_size
+
+
+def lost_peer(error: BaseException, world_size: int, out_dir: Path | None) -> PeerLostError | None:
+    """``error`` as one clear `PeerLostError` when it is a collective of a torchrun group whose
+    other process is gone (None otherwise): which checkpoint of ``out_dir`` is kept, and how to go on."""
+    checkpoint = checkpoint_dir(out_dir) / LAST_CHECKPOINT if out_dir is not None else None
+    text = " ".join(str(error).split())
+    if world_size < 2 or not isinstance(error, RuntimeError) or not any(s in text.lower() for s in _PEER_GONE):
+        return None
+    kept = (
+        f"its last checkpoint {checkpoint} is kept: start the same torchrun command again (with every node) "
+        "and it resumes from there"
+        if checkpoint is not None and checkpoint.is_file()
+        else "no checkpoint was written yet: start the run again"
+    )
+    return PeerLostError(
+        f"another process of the {world_size}-process group is gone (its node was lost, or it was killed and did "
+        f"not come back: {text[:160]}); {kept}"
+    )

@@ -1,5 +1,6 @@
 """The samplers and loaders the Trainer reads datasets with: one seeded order per epoch, split
-across processes (`EpochSampler`, `ShardSampler`), and `build_loader`'s DataLoader options."""
+across processes (`EpochSampler`, `ShardSampler`), and `build_loader`'s DataLoader options
+(streams of shards read the samplers' epoch, rank and position themselves)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ class ShardSampler(Sampler[int]):
 
     def __init__(self, dataset: Dataset, num_replicas: int = 1, rank: int = 0) -> None:
         size = len(dataset)
+        self.num_replicas, self.rank = num_replicas, rank
         self.indices = list(range(rank, size, num_replicas))
         self.num_valid = len(self.indices)
         padded = -(-size // num_replicas)
@@ -53,7 +55,7 @@ def build_loader(
     dataset: Dataset,
     batch_size: int,
     *,
-    sampler: Sampler[int],
+    sampler: Sampler[int] | None,
     collate_fn: Callable[[list[Any]], Any] | None = None,
     num_workers: int = 0,
     pin_memory: bool = False,
@@ -62,7 +64,13 @@ def build_loader(
     drop_last: bool = False,
 ) -> DataLoader:
     """A DataLoader with worker options that only apply when there are workers; pass a
-    ``generator`` so the workers' seeds come from it rather than the global RNG."""
+    ``generator`` so the workers' seeds come from it rather than the global RNG. A stream
+    (`zoo.training.data.shards.ShardStream`) takes no sampler: it is bound to ``sampler``'s
+    epoch, rank and position instead, read when each epoch's iteration starts (so its workers
+    are never persistent)."""
+    bind = getattr(dataset, "bind_sampler", None)
+    if bind is not None:
+        dataset, sampler, persistent_workers = bind(sampler, batch_size), None, False
     return DataLoader(
         dataset,
         batch_size=batch_size,

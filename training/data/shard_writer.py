@@ -1,0 +1,151 @@
+"""``zoo shards DATA --out DIR``: WebDataset tar shards from any data zoo reads (an image folder,
+a ``.csv``/``.jsonl`` of text rows, a tensor file), written by webdataset's `TarWriter`, with the
+`MANIFEST` a run verifies them against: each shard's sample count and sha256, the data's kind,
+classes, class counts, channels and image size.
+
+Images from a folder keep their file's bytes (``KEY.png``/``.jpg``/``.webp``; other formats become
+PNG); uint8 image tensors become PNG; feature tensors ``KEY.npy``; text rows ``KEY.txt``; the label
+of each is ``KEY.cls`` (its class index). Shards are reproducible: the same data gives the same
+bytes (fixed member times and owners).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+from webdataset.writer import TarWriter
+
+from zoo.bounds import count
+from zoo.errors import DataError, InvalidArgumentError
+from zoo.store.files import atomic_path, write_json
+from zoo.training.data.kinds import DataSource, open_data
+from zoo.training.data.shard_files import MANIFEST, MANIFEST_FORMAT
+from zoo.training.data.shards import IMAGE_EXTENSIONS
+
+SHARD_SIZE = count(1, 10_000_000)  # samples per shard
+DEFAULT_SHARD_SIZE = 1000
+_PREFIX = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def write_shards(
+    data: str | os.PathLike | DataSource,
+    out: str | os.PathLike,
+    *,
+    shard_size: int = DEFAULT_SHARD_SIZE,
+    prefix: str = "train",
+    max_length: int = 512,
+) -> Path:
+    """Write ``data`` (a path `open_data` reads, or a `DataSource`) to ``out`` as shards of
+    ``shard_size`` samples named ``PREFIX-000000.tar`` ..., then their manifest; returns the
+    manifest's path. ``out`` must be missing or empty."""
+    problem = SHARD_SIZE.problem(shard_size)
+    if problem:
+        raise InvalidArgumentError(f"shard_size (--shard-size) {problem}, got {shard_size!r}")
+    if not _PREFIX.fullmatch(prefix):
+        raise InvalidArgumentError(f"--prefix {prefix!r}: use 1 to 64 letters, digits, '-' or '_'")
+    source = data if isinstance(data, DataSource) else open_data(data, max_length=max_length)
+    if source.kind == "graphs" or source.num_classes is None:
+        raise DataError(f"{source.description}: shards hold labelled images, tensors or text rows, not {source.kind}")
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InvalidArgumentError(f"--out {out} is not an empty folder; choose a new one")
+    out.mkdir(parents=True, exist_ok=True)
+    entries, counts, pending, index = [], [0] * source.num_classes, [], 0
+    for sample, label in _encoded(source):
+        counts[label] += 1
+        pending.append({"__key__": f"{index:09d}", **sample, "cls": str(label).encode()})
+        index += 1
+        if len(pending) == shard_size:
+            entries.append(_write_shard(out / f"{prefix}-{len(entries):06d}.tar", pending))
+            pending = []
+    if pending:
+        entries.append(_write_shard(out / f"{prefix}-{len(entries):06d}.tar", pending))
+    kind = "text" if source.kind == "text" else "images" if source.kind == "images" else "tensors"
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "kind": kind,
+        "classes": list(source.class_names or [str(i) for i in range(source.num_classes)]),
+        "class_counts": counts,
+        "channels": source.in_chans if kind == "images" else None,
+        "image_size": list(source.image_size) if kind == "images" and source.image_size else None,
+        "source": source.description,
+        "shards": entries,
+    }
+    return write_json(manifest, out / MANIFEST)
+
+
+def _encoded(source: DataSource) -> Iterator[tuple[dict[str, bytes], int]]:
+    """Each sample of ``source`` as the files of a WebDataset sample (without its label) and its label."""
+    dataset: Any = source.full()
+    files = getattr(dataset, "samples", None)  # an image folder: (path, label) pairs, copied as they are
+    if source.kind == "images" and isinstance(files, list):
+        for position, (path, label) in enumerate(files):
+            ext = Path(path).suffix.lower().lstrip(".")
+            if ext in IMAGE_EXTENSIONS:
+                yield {ext: Path(path).read_bytes()}, int(label)
+            else:
+                yield {"png": _png(dataset[position][0])}, int(label)
+        return
+    for index in range(len(dataset)):
+        sample, label = dataset[index]
+        label = int(label)
+        if source.kind == "text":
+            yield {"txt": str(sample).encode("utf-8")}, label
+        elif source.kind == "images":
+            yield {"png": _png(sample)}, label
+        else:
+            buffer = io.BytesIO()
+            np.save(buffer, torch.as_tensor(sample).numpy(), allow_pickle=False)
+            yield {"npy": buffer.getvalue()}, label
+
+
+def _png(image: Any) -> bytes:
+    """A PIL image or a uint8 [C, H, W] tensor as PNG bytes."""
+    if isinstance(image, torch.Tensor):
+        array = image.numpy()
+        image = Image.fromarray(array[0] if array.shape[0] == 1 else np.moveaxis(array, 0, -1))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _write_shard(path: Path, samples: list[dict[str, bytes]]) -> dict[str, Any]:
+    """One shard, written atomically; its manifest entry (name, samples, bytes, sha256)."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as stream:
+            writer = TarWriter(stream, encoder=False, mtime=0, user="zoo", group="zoo")
+            for sample in samples:
+                writer.write(sample)
+            writer.close()
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        while chunk := stream.read(2**20):
+            digest.update(chunk)
+    return {"name": path.name, "samples": len(samples), "bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``zoo shards``."""
+    parser.add_argument("data", help="an image folder, a .csv/.jsonl of text,label rows, or a .pt/.npz tensor file")
+    parser.add_argument("--out", required=True, help="an empty or new folder for the shards and manifest.json")
+    parser.add_argument(
+        "--shard-size",
+        type=SHARD_SIZE.parse,
+        default=DEFAULT_SHARD_SIZE,
+        help=f"samples per shard (default: {DEFAULT_SHARD_SIZE})",
+    )
+    parser.add_argument("--prefix", default="train", help="shard names: PREFIX-000000.tar, ... (default: train)")
