@@ -82,3 +82,13 @@ def test_transforms_equal_torchvision(name, weights):
 def test_default_weights_are_torchvision_default():
     assert zoo.info("resnet50").name == "resnet50.tv2_in1k"
     assert zoo.info("resnet18").name == "resnet18.tv_in1k"
+
+
+def test_recipes_publish_into_the_repositorys_weights_folder() -> None:
+    """What a recipe publishes lands beside the bundled weights, not inside training/."""
+    from pathlib import Path
+
+    from zoo.training.recipes.publish import WEIGHTS_DIR
+
+    assert WEIGHTS_DIR == Path(__file__).resolve().parents[1] / "weights"
+    assert (WEIGHTS_DIR / "resnet20.fmnist.safetensors").is_file()

@@ -20,6 +20,9 @@ from zoo.errors import DataError, DataNotFoundError, InvalidArgumentError
 from zoo.training.data.builtin import FASHION_MNIST_CLASSES, load_fashion_mnist
 from zoo.training.data.graph_datasets import graph_source
 from zoo.training.data.image_folders import image_folder_source
+from zoo.training.data.molecules import MoleculeOptions, is_molecule_file, molecule_source
+from zoo.training.data.shard_files import looks_like_shards
+from zoo.training.data.shards import shard_source
 from zoo.training.data.source import MAX_CLASS_INDEX, DataSource, samples_needed
 from zoo.training.data.tensor_files import tensor_file_source, tensor_source
 from zoo.training.data.text_files import TextBatches, text_source
@@ -27,10 +30,14 @@ from zoo.training.data.text_files import TextBatches, text_source
 __all__ = ["MAX_CLASS_INDEX", "DataSource", "TextBatches", "open_data", "samples_needed"]
 
 
-def open_data(source: str | os.PathLike | Dataset, *, max_length: int = 512) -> DataSource:
+def open_data(
+    source: str | os.PathLike | Dataset, *, max_length: int = 512, molecules: MoleculeOptions | None = None
+) -> DataSource:
     """Describe a dataset: an image folder (torchvision ImageFolder layout: one sub-folder per
     class), a ``.csv``/``.jsonl`` of ``text,label`` rows, a tensor file (``.pt``, ``.npz``,
-    ``.npy``), a PyG dataset object, or ``"fashion-mnist"`` (the offline copy).
+    ``.npy``), a PyG dataset object, or ``"fashion-mnist"`` (the offline copy); molecules: an
+    ``.sdf`` file or a ``.csv``/``.jsonl`` with a ``smiles`` column, read as ``molecules`` says
+    (`zoo.training.data.molecules`).
 
     Data that cannot be used as it is (malformed rows, wrong keys, fewer than two classes,
     unreadable images, ...) raises `zoo.errors.DataError` naming the file, the line for
@@ -42,6 +49,9 @@ def open_data(source: str | os.PathLike | Dataset, *, max_length: int = 512) -> 
             f"open_data takes a path or a torch_geometric dataset, got {type(source).__name__}; "
             "pass other datasets to Trainer.fit directly"
         )
+    if looks_like_shards(source):
+        skip_bad = molecules is not None and molecules.skip_bad_rows  # --skip-bad-rows: bad samples too
+        return shard_source(os.fspath(source), max_length=max_length, skip_bad=skip_bad)  # type: ignore[arg-type]
     if str(source) == "fashion-mnist":
         images, labels = load_fashion_mnist("train")
         return tensor_source(images, labels, list(FASHION_MNIST_CLASSES), "Fashion-MNIST (train split)")
@@ -54,11 +64,20 @@ def open_data(source: str | os.PathLike | Dataset, *, max_length: int = 512) -> 
             "a .pt/.npz/.npy tensor file, or 'fashion-mnist'"
         )
     suffix = path.suffix.lower()
+    if is_molecule_file(path):
+        return molecule_source(path, molecules)
+    if molecules is not None and molecules != MoleculeOptions():
+        raise InvalidArgumentError(
+            f"{path} holds no molecules (an .sdf, or a .csv/.jsonl with a smiles column), so --task, --label-field, "
+            "--split and --skip-bad-rows do not apply"
+        )
     if suffix in (".csv", ".jsonl"):
         return text_source(path, max_length)
     if suffix in (".pt", ".pth", ".npz", ".npy"):
         return tensor_file_source(path)
-    raise DataError(f"{path}: unknown data format {suffix!r}; use a folder of images, .csv, .jsonl, .pt, .npz or .npy")
+    raise DataError(
+        f"{path}: unknown data format {suffix!r}; use a folder of images, .csv, .jsonl, .pt, .npz, .npy or .sdf"
+    )
 
 
 def _is_pyg_dataset(source: object) -> bool:

@@ -37,9 +37,12 @@ class DataSource:
     collate_fn: Callable[[list[Any]], Any] | None = None
     class_counts: dict[str, int] | None = None  # samples of each class, in class_names order
     labels: Sequence[int] | torch.Tensor | None = None  # each sample's class index, in file order
+    target: dict[str, Any] | None = None  # regression (num_classes 1): the target's name, mean and std
 
     def describe_classes(self) -> str:
         """One line for the caller to print before training, e.g. ``3 classes: ant (6), bee (6), cow (5)``."""
+        if self.target is not None:
+            return f"regression of {self.target['name']}: mean {self.target['mean']:.4g}, std {self.target['std']:.4g}"
         if self.class_counts is None:
             return "unlabelled" if self.num_classes is None else f"{self.num_classes} classes"
         counts = ", ".join(f"{name} ({count})" for name, count in self.class_counts.items())

@@ -41,12 +41,14 @@ from zoo.store import registry
 from zoo.store.model_config import update_config
 from zoo.training.data.augment import Augment, default_preprocess, image_transforms
 from zoo.training.data.kinds import DataSource, open_data
+from zoo.training.data.molecules import MoleculeSource
 from zoo.training.finetune import card
 from zoo.training.finetune.distill import Distillation, distillation_step
 from zoo.training.finetune.options import FinetuneOptions, add_arguments, options_from_args
 from zoo.training.finetune.run_folder import evaluate_and_export, prepare_output
 from zoo.training.finetune.stages import MODES, apply_mode, layer_decay_scale, parameter_levels
-from zoo.training.loop.steps import StepFn
+from zoo.training.loop.checkpoint import elastic_resume
+from zoo.training.loop.steps import RegressionStep, StepFn, fold_standardisation
 from zoo.training.loop.train_config import TrainConfig, config_from_args
 from zoo.training.loop.trainer import Trainer
 
@@ -129,7 +131,11 @@ def load_for_data(
         kwargs.setdefault("in_chans", data.in_chans)
     elif data.kind == "graphs":
         kwargs.setdefault("in_channels", data.in_chans)
+        if isinstance(data, MoleculeSource):
+            kwargs.setdefault("edge_dim", data.edge_dim)
     head = registry.arch_spec(arch).finetune_head
+    if data.target is not None and "graph_regression" in registry.supported_heads(arch):
+        head = "graph_regression"
     if head is not None and head in registry.supported_heads(arch):
         kwargs.setdefault("head", head)
     _check_fits(name, arch, data)
@@ -161,8 +167,9 @@ def finetune(
     ``options.overwrite`` the files an earlier run wrote there are removed first."""
     options = options or FinetuneOptions()
     config = dataclasses.replace(config or TrainConfig(), out_dir=str(out))
+    config.resume = config.resume or elastic_resume(out)  # under torchrun --max-restarts: goes on from last.pt
     out = Path(out)
-    source = open_data(data, max_length=options.max_length)  # read (and refused) before anything in out changes
+    source = open_data(data, max_length=options.max_length, molecules=options.molecules)  # read before out changes
     val_source = _open_validation(source, options)
     torch.manual_seed(config.seed)  # the new head's initialisation
     model, base = load_for_data(name, source, options.pretrained, options.model_kwargs)  # refused before out changes
@@ -177,10 +184,10 @@ def finetune(
         history = trainer.fit(train_set, val_set)
         model, metrics = _best_model(model, trainer, history)
         if trainer.is_main:
-            update_config(model, weights=None, finetuned_from=base, class_names=source.class_names)
+            _record_data(model, source, base)
             model.requires_grad_(True)  # the returned model trains whole again
             zoo.save(model, out, overwrite=True)  # prepare_output let only a run's own files (a resumed run's) stay
-            ran = options.post_training and val_set is not None
+            ran = options.post_training and val_set is not None and source.target is None  # classifiers' report
             after = evaluate_and_export(model, val_set, source, config) if ran else None
             details = {
                 "name": name,
@@ -196,6 +203,10 @@ def finetune(
                 "stopped_early": trainer.state.stopped_early,
                 "epochs_run": len(history),
                 "distillation": str(options.distill) if options.distill else None,
+                "setting": trainer.setting.name,  # what precision auto chose, or the one asked for
+                "speed": str(trainer.speed_report) if trainer.speed_report is not None else None,
+                "loading": trainer.loading_note,
+                **_task_details(source, options),
             }
             card.write_card(out, model, details, metrics, after, config, options.command)
     return FinetuneResult(model, out, metrics, history)
@@ -226,7 +237,7 @@ def _open_validation(source: DataSource, options: FinetuneOptions) -> DataSource
     """The separate validation data (``options.val_data``), with the training data's classes."""
     if options.val_data is None:
         return None
-    val_source = open_data(options.val_data, max_length=options.max_length)
+    val_source = open_data(options.val_data, max_length=options.max_length, molecules=options.molecules)
     if val_source.class_names != source.class_names:
         raise DataError(
             f"the validation data's classes {val_source.class_names} differ from the training data's "
@@ -240,7 +251,16 @@ def _trainer(
 ) -> Trainer:
     """The Trainer of the run: layer-wise lr decay, and the teacher's step when distilling."""
     lr_scale = layer_decay_scale(model, options.layer_decay) if options.layer_decay is not None else None
-    if options.distill is not None:
+    if source.target is None and options.loss != "mse":
+        raise InvalidArgumentError(
+            f"--loss {options.loss} is a regression loss, and {source.description} holds classes"
+        )
+    if source.target is not None:
+        if options.distill is not None:
+            raise InvalidArgumentError("distillation (--teacher) is for classifiers; this data is a regression")
+        if step_fn is None:
+            step_fn = RegressionStep(source.target["mean"], source.target["std"], options.loss)
+    elif options.distill is not None:
         if step_fn is not None:
             raise InvalidArgumentError("pass a custom step_fn or a distill teacher, not both")
         step_fn = distillation_step(options.distill, source, model, config.label_smoothing)
@@ -286,15 +306,35 @@ def _image_preprocess(model: nn.Module, source: DataSource, image_size: int | No
     return preprocess, in_chans
 
 
+def _task_details(source: DataSource, options: FinetuneOptions) -> dict[str, Any]:
+    """The card's facts on the task: the regression target and loss, the validation split."""
+    split = source.split_by if isinstance(source, MoleculeSource) else "random"
+    return {"target": source.target, "loss": options.loss if source.target else None, "split": split}
+
+
+def _record_data(model: nn.Module, source: DataSource, base: str | None) -> None:
+    """Record in the model's configuration where it started, its classes, a regression's target
+    statistics and the molecule featurizer (predictions take SMILES and come back in the
+    target's units: the standardisation is folded into the head)."""
+    extra: dict[str, Any] = {"target": source.target}  # None for classes (a regression's start loses its own)
+    if isinstance(source, MoleculeSource):
+        extra["input_format"] = source.input_format
+    update_config(model, weights=None, finetuned_from=base, class_names=source.class_names, **extra)
+    if source.target is not None:
+        fold_standardisation(model, source.target["mean"], source.target["std"])
+
+
 # ---------------------------------------------------------------------------------------------
 # Command line
+
+_SHOWN = ("val_acc", "val_loss", "val_mae", "val_rmse", "val_r2")
 
 
 def run(args: argparse.Namespace, command: str | None = None) -> FinetuneResult:
     """Fine-tune from parsed `add_arguments` options and print where the result went."""
     config = config_from_args(args, out_dir=args.out)
     result = finetune(args.name, args.data, args.out, options_from_args(args, command), config=config)
-    shown = ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items() if k in ("val_acc", "val_loss"))
+    shown = ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items() if k in _SHOWN)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, only the process that saved
         print(f"saved {result.out} (best epoch {result.metrics.get('epoch')}{': ' + shown if shown else ''})")
     return result

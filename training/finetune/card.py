@@ -38,8 +38,7 @@ def write_card(
         "",
         f"- {details['data']}",
         f"- training samples: {details['train_samples']}, validation samples: {details['val_samples']}",
-        f"- classes ({model.num_classes}): {', '.join(model.pretrained_cfg.get('class_names') or [])}",
-        f"- preprocessing: `{json.dumps(model.pretrained_cfg.get('preprocess') or {})}`",
+        *_task_lines(model, details),
         "",
         "## Training",
         "",
@@ -49,9 +48,16 @@ def write_card(
         f"- trainable parameters: {details['trainable']:,} of {sum(p.numel() for p in model.parameters()):,}",
         f"- {config.optimizer}, lr {config.lr}, weight decay {config.weight_decay}, schedule {config.scheduler}, "
         f"batch {config.batch_size} x {config.accum_steps} accumulation, precision {config.precision}"
+        + (f" ({details['setting']})" if details.get("setting") else "")
         + (f", EMA {config.ema_decay}" if config.ema_decay else ""),
+        *([f"- data loading: {details['loading']}"] if details.get("loading") else []),
         *([f"- distillation: {details['distillation']}"] if details["distillation"] else []),
         f"- epochs run: {details['epochs_run']}" + (" (stopped early)" if details["stopped_early"] else ""),
+        *(
+            ["", "Precision auto measured (`zoo.training.loop.speed`):", "", "```", details["speed"], "```"]
+            if details.get("speed")
+            else []
+        ),
         "",
         "## Metrics (best epoch by " + details["monitor"] + ")",
         "",
@@ -60,10 +66,36 @@ def write_card(
         *(f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in metrics.items()),
         "",
         *_post_training_lines(after),
-        'Load it with `zoo.load("<this directory>")`; `zoo.transforms(model)` gives its preprocessing.',
+        _usage_line(model),
         "",
     ]
     write_bytes_atomic(out / CARD_FILE, "\n".join(lines).encode())
+
+
+def _task_lines(model: nn.Module, details: dict[str, Any]) -> list[str]:
+    """The card's lines on what the model predicts: the classes, or the regression target and
+    its standardisation; the validation split and the inputs' preprocessing."""
+    cfg = model.pretrained_cfg
+    target = details.get("target")
+    if target is None:
+        lines = [f"- classes ({model.num_classes}): {', '.join(cfg.get('class_names') or [])}"]
+    else:
+        lines = [
+            f"- regression of {target['name']!r}: {details.get('loss') or 'mse'} loss on the target standardised by "
+            f"mean {target['mean']:.6g} and std {target['std']:.6g} (folded into the head: the model outputs "
+            f"{target['name']} in its own units; MAE, RMSE and R² below are in them)"
+        ]
+    lines.append(f"- validation split: {details.get('split', 'random')}")
+    if cfg.get("input_format"):
+        return [*lines, f"- inputs: molecules as graphs ({cfg['input_format']}; RDKit, PyG's atom and bond features)"]
+    return [*lines, f"- preprocessing: `{json.dumps(cfg.get('preprocess') or {})}`"]
+
+
+def _usage_line(model: nn.Module) -> str:
+    """How to use the saved model."""
+    if model.pretrained_cfg.get("input_format"):
+        return 'Predict with `zoo predict <this directory> "CCO" "c1ccccc1O"`, or `zoo serve <this directory>`.'
+    return 'Load it with `zoo.load("<this directory>")`; `zoo.transforms(model)` gives its preprocessing.'
 
 
 def _post_training_lines(after: dict[str, Any] | None) -> list[str]:

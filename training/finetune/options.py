@@ -14,8 +14,10 @@ from typing import Any
 from zoo.bounds import Bounds, bounded, check_fields, count
 from zoo.errors import InvalidArgumentError
 from zoo.training.data.augment import Augment
+from zoo.training.data.molecules import SPLITS, TASKS, MoleculeOptions
 from zoo.training.finetune.distill import Distillation
 from zoo.training.finetune.stages import MODES
+from zoo.training.loop.steps import REGRESSION_LOSSES
 from zoo.training.loop.train_config import add_config_options
 
 MAX_IMAGE_SIZE = 4096  # pixels a side at most
@@ -39,7 +41,8 @@ class FinetuneOptions:
     The data: ``val_data`` replaces the fixed-seed hold-out of ``val_fraction``; ``limit``
     keeps that many training samples; ``image_size`` resizes images (the model's own size
     otherwise); ``augment`` is for images; ``max_length`` tokens are kept per text row.
-    ``distill`` adds a teacher's predictions to the loss. The run: ``post_training`` adds the
+    ``molecules`` says how a molecule file is read (label, task, split, bad rows); ``loss`` is
+    a regression's (mse or huber). ``distill`` adds a teacher's predictions to the loss. The run: ``post_training`` adds the
     evaluation report, exports, int8 and pruning (`zoo.training.finetune.post_training`); with
     ``overwrite`` the files an earlier run wrote to the output folder are removed first;
     ``command`` is the command line the model card records."""
@@ -56,6 +59,8 @@ class FinetuneOptions:
     augment: Augment | None = None
     max_length: int = field(default=512, metadata=bounded(count(1, MAX_TOKENS)))
     distill: Distillation | None = None
+    molecules: MoleculeOptions | None = None
+    loss: str = "mse"
     post_training: bool = True
     overwrite: bool = False
     command: str | None = None
@@ -65,6 +70,10 @@ class FinetuneOptions:
         if self.mode not in MODES:
             raise InvalidArgumentError(
                 f"FinetuneOptions.mode (--mode) must be one of {', '.join(MODES)}, got {self.mode!r}"
+            )
+        if self.loss not in REGRESSION_LOSSES:
+            raise InvalidArgumentError(
+                f"FinetuneOptions.loss (--loss) must be one of {', '.join(REGRESSION_LOSSES)}, got {self.loss!r}"
             )
 
 
@@ -90,7 +99,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "name", help="weight name (arch.tag), a directory written by zoo.save, or a bare architecture (from scratch)"
     )
     parser.add_argument(
-        "--data", required=True, help="image folder, .csv/.jsonl of text,label, .pt/.npz tensors, or fashion-mnist"
+        "--data",
+        required=True,
+        help="image folder, .csv/.jsonl of text,label or of smiles,label, .sdf molecules, .pt/.npz tensors, "
+        "or fashion-mnist",
     )
     parser.add_argument("--out", required=True, help="output directory: model, card, metrics, plots, logs, checkpoints")
     g = parser.add_argument_group("transfer")
@@ -112,6 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="architecture options, e.g. '{\"sizes\": [64, 32, 16]}'",
     )
     _data_arguments(parser.add_argument_group("data"))
+    _molecule_arguments(parser.add_argument_group("molecules"))
     _distillation_arguments(parser.add_argument_group("distillation"))
     for section in ("optimisation", "hardware"):
         add_config_options(parser.add_argument_group(section), section)
@@ -154,6 +167,25 @@ def _data_arguments(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--trivial-augment", action="store_true")
     g.add_argument("--random-erasing", type=_checked(Augment, "random_erasing"), default=0.0, metavar="P")
     add_config_options(g, "data")
+
+
+def _molecule_arguments(g: argparse._ArgumentGroup) -> None:
+    """The ``molecules`` options: which field is the label, the task, the split, bad rows, the loss."""
+    g.add_argument("--label-field", help="the label's column (CSV/JSONL) or data field (SDF; required there)")
+    g.add_argument("--task", choices=TASKS, default="auto", help="auto: numeric labels are regression, others classes")
+    g.add_argument(
+        "--split", choices=SPLITS, default="random", help="validation split: random, or by Bemis-Murcko scaffold"
+    )
+    g.add_argument(
+        "--skip-bad-rows", action="store_true", help="skip (and count) molecules RDKit cannot read, instead of stopping"
+    )
+    g.add_argument("--loss", choices=REGRESSION_LOSSES, default="mse", help="regression loss (standardised targets)")
+
+
+def molecules_from_args(args: argparse.Namespace) -> MoleculeOptions | None:
+    """The `MoleculeOptions` of the molecule options (None when all are left at their defaults)."""
+    options = MoleculeOptions(args.label_field, args.task, args.split, args.skip_bad_rows)
+    return None if options == MoleculeOptions() else options
 
 
 def _distillation_arguments(g: argparse._ArgumentGroup) -> None:
@@ -214,6 +246,8 @@ def options_from_args(args: argparse.Namespace, command: str | None = None) -> F
         augment=augment_from_args(args),
         max_length=args.max_length,
         distill=distillation_from_args(args),
+        molecules=molecules_from_args(args),
+        loss=args.loss,
         post_training=not args.no_post_training,
         overwrite=args.overwrite,
         command=command,

@@ -1,4 +1,4 @@
-"""Pictures of training: loss, accuracy and learning-rate curves (PNG, matplotlib's Agg canvas,
+"""Pictures of training: loss, accuracy (or regression error and R²) and learning-rate curves (PNG, matplotlib's Agg canvas,
 no pyplot state), written atomically."""
 
 from __future__ import annotations
@@ -29,7 +29,13 @@ def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
     return write_bytes_atomic(path, buffer.getvalue())
 
 
-_PANELS = (("loss", ("loss",)), ("accuracy / F1", ("acc", "f1")), ("learning rate", ("lr",)))
+_PANELS = (
+    ("loss", ("loss",)),
+    ("accuracy / F1", ("acc", "f1")),
+    ("MAE / RMSE", ("mae", "rmse")),
+    ("R²", ("_r2",)),
+    ("learning rate", ("lr",)),
+)
 
 
 def _spans_decades(values: list[float], decades: float = 2.0) -> bool:
@@ -40,7 +46,8 @@ def _spans_decades(values: list[float], decades: float = 2.0) -> bool:
 def plot_curves(rows: list[dict[str, float]], path: str | os.PathLike, x: str = "epoch") -> Path:
     """PNG of training curves from per-epoch (or per-step) rows such as ``{"epoch": 1,
     "train_loss": ..., "val_loss": ..., "val_acc": ..., "lr": ...}``: one panel for the keys
-    containing "loss", one for "acc"/"f1", one for "lr"; the loss and learning-rate panels are
+    containing "loss", one for "acc"/"f1", one for a regression's "mae"/"rmse", one for its
+    "_r2", one for "lr"; the loss and learning-rate panels are
     on a log scale when their values are positive and span two decades or more (a regression's
     loss falling from 1 to 1e-6 is flat otherwise); other keys are ignored.
     A key missing from some rows (validation every few epochs) is drawn where present."""
@@ -52,7 +59,9 @@ def plot_curves(rows: list[dict[str, float]], path: str | os.PathLike, x: str = 
     panels = [(title, [k for k in keys if any(tag in k.lower() for tag in tags)]) for title, tags in _PANELS]
     panels = [(title, names) for title, names in panels if names]
     if not panels:
-        raise InvalidArgumentError(f"no key containing 'loss', 'acc', 'f1' or 'lr' among {keys}; nothing to plot")
+        raise InvalidArgumentError(
+            f"no key containing 'loss', 'acc', 'f1', 'mae', 'rmse', '_r2' or 'lr' among {keys}; nothing to plot"
+        )
     fig = figure(figsize=(5.0 * len(panels), 4.0))
     for index, (title, names) in enumerate(panels):
         ax = fig.add_subplot(1, len(panels), index + 1)

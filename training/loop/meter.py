@@ -1,10 +1,12 @@
 """What `zoo.training.loop.trainer.Trainer` counts over an epoch: `EpochMeter` (running sums of the
 loss, correct predictions and logged scalars, kept on the device, summed over processes at the
 end) and what it reads off a batch and a step output: `count_samples`, `count_correct`, and
-`take_first_samples` for a last evaluation batch padded with repeats."""
+`take_first_samples` for a last evaluation batch padded with repeats. A regression step's
+``sum/`` logs (`zoo.training.loop.steps.regression_sums`) become ``mae``, ``rmse`` and ``r2``."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from zoo.training.loop.steps import StepOutput
+from zoo.training.loop.steps import StepOutput, regression_sums
 
 
 class EpochMeter:
@@ -37,7 +39,8 @@ class EpochMeter:
             self._add("correct", correct)
             self._add("counted", counted)
         for key, value in logs.items():
-            self._add(f"log:{key}", value.detach().float() if isinstance(value, torch.Tensor) else float(value))
+            value = value.detach().float() if isinstance(value, torch.Tensor) else float(value)
+            self._add(key if key.startswith("sum/") else f"log:{key}", value)
         self.steps += 1
 
     def _add(self, key: str, value: torch.Tensor | float) -> None:
@@ -63,6 +66,8 @@ class EpochMeter:
         for key, value in self.sums.items():
             if key.startswith("log:"):
                 out[f"{prefix}_{key[4:]}"] = float(value) / max(self.steps, 1)
+        if float(self.sums.get("sum/count", 0)):
+            out |= {f"{prefix}_{k}": v for k, v in regression_metrics(self.sums).items()}
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -70,6 +75,16 @@ class EpochMeter:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.sums, self.samples, self.steps = dict(state["sums"]), state["samples"], state["steps"]
+
+
+def regression_metrics(sums: Mapping[str, Any]) -> dict[str, float]:
+    """MAE, RMSE and R² (1 - SSE / total sum of squares; NaN when the targets do not vary)
+    from the ``sum/`` totals of `zoo.training.loop.steps.regression_sums`."""
+    n = float(sums["sum/count"])
+    squared = float(sums["sum/squared_error"])
+    spread = float(sums["sum/target_squared"]) - float(sums["sum/target"]) ** 2 / n
+    r2 = 1.0 - squared / spread if spread > 1e-12 * max(float(sums["sum/target_squared"]), 1.0) else math.nan
+    return {"mae": float(sums["sum/abs_error"]) / n, "rmse": math.sqrt(squared / n), "r2": r2}
 
 
 def count_correct(out: StepOutput) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -100,9 +115,14 @@ def count_samples(batch: Any) -> int:
 
 def take_first_samples(out: StepOutput, n: int) -> StepOutput:
     """The step output of the first ``n`` samples of a batch (the rest are padding): logits,
-    targets, and the cross-entropy recomputed on them when there are logits."""
+    targets, and the loss recomputed on them (a regression's from its per-sample loss and
+    ``sum/`` totals, else the cross-entropy) when there are logits."""
     if out.logits is None or out.targets is None or n == 0:
-        return StepOutput(out.loss.new_zeros(()), None, None, out.logs)
+        logs = {k: v for k, v in out.logs.items() if not k.startswith("sum/")}
+        return StepOutput(out.loss.new_zeros(()), None, None, logs)
     logits, targets = out.logits[:n], out.targets[:n]
+    if out.per_sample_loss is not None:
+        logs = {**out.logs, **regression_sums(logits, targets)} if "sum/count" in out.logs else out.logs
+        return StepOutput(out.per_sample_loss[:n].mean(), logits, targets, logs, out.per_sample_loss[:n])
     flat = logits.reshape(-1, logits.shape[-1]).float()
     return StepOutput(F.cross_entropy(flat, targets.reshape(-1)), logits, targets, out.logs)

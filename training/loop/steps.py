@@ -1,8 +1,9 @@
 """Training steps, batch -> loss: what one `zoo.training.loop.trainer.Trainer` step computes.
 
 `StepFn` is the type of a step (``step(model, batch) -> StepOutput``); `ClassificationStep`
-(cross-entropy, plus the model's auxiliary loss) and `DistillationStep` (the same, learning also
-from a frozen teacher) are the two the zoo ships. `forward_with_aux` is the one place that knows
+(cross-entropy, plus the model's auxiliary loss), `DistillationStep` (the same, learning also
+from a frozen teacher) and `RegressionStep` (MSE or Huber on standardised targets) are the
+ones the zoo ships. `forward_with_aux` is the one place that knows
 about routing/auxiliary losses. The batch helpers the steps and the evaluation loops share live
 here too: `split_batch` (inputs and targets) and `move_to_device`; `check_manual_step` refuses what a
 step that sets the gradients itself cannot do.
@@ -25,14 +26,17 @@ from zoo.errors import InvalidArgumentError
 @dataclass
 class StepOutput:
     """What one step function returns: the loss to minimise, and optionally the logits and
-    targets (for accuracy) and extra scalars to log (averaged over the epoch). A loss without
-    autograd history means the step has set the parameters' ``.grad`` itself (contrastive
-    divergence, say); the Trainer then only logs it, and averages the gradients over processes."""
+    targets (for accuracy) and extra scalars to log (averaged over the epoch; keys starting with
+    ``sum/`` are totals, summed over the epoch: `regression_sums`). A loss without autograd
+    history means the step has set the parameters' ``.grad`` itself (contrastive divergence,
+    say); the Trainer then only logs it, and averages the gradients over processes.
+    ``per_sample_loss`` lets the loss be recomputed on part of a batch (a padded last batch)."""
 
     loss: torch.Tensor
     logits: torch.Tensor | None = None
     targets: torch.Tensor | None = None
     logs: dict[str, torch.Tensor | float] = field(default_factory=dict)
+    per_sample_loss: torch.Tensor | None = None
 
 
 StepFn = Callable[[nn.Module, Any], StepOutput]
@@ -211,3 +215,75 @@ class DistillationStep(ClassificationStep):
         with torch.autocast(device.type, dtype=self.teacher_dtype, enabled=self.teacher_dtype is not None):
             logits = teacher(**inputs) if isinstance(inputs, Mapping) else teacher(inputs)
         return logits.float()
+
+
+REGRESSION_LOSSES = ("mse", "huber")
+
+
+def regression_sums(predictions: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The totals MAE, RMSE and R² are computed from over an epoch (``sum/`` logs, summed by
+    `zoo.training.loop.meter.EpochMeter`): values, absolute and squared errors, targets and
+    squared targets, all in the targets' units."""
+    predictions, targets = predictions.detach().float(), targets.detach().float()
+    error = predictions - targets
+    return {
+        "sum/count": torch.tensor(float(targets.numel()), device=targets.device),
+        "sum/abs_error": error.abs().sum(),
+        "sum/squared_error": error.square().sum(),
+        "sum/target": targets.sum(),
+        "sum/target_squared": targets.square().sum(),
+    }
+
+
+@dataclass
+class RegressionStep:
+    """MSE (or Huber, ``delta`` 1) between the model's outputs [N, K] and the targets
+    standardised by ``mean`` and ``std`` (the training set's), plus ``aux_loss_weight`` times
+    the model's auxiliary loss. The step output's ``logits`` are the predictions in the targets'
+    units (``output * std + mean``), and its ``sum/`` logs give MAE, RMSE and R² in them;
+    `fold_standardisation` puts the same map into the head after training."""
+
+    mean: float = 0.0
+    std: float = 1.0
+    loss: str = "mse"
+    aux_loss_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.loss not in REGRESSION_LOSSES or not self.std > 0:
+            raise InvalidArgumentError(
+                f"RegressionStep needs loss one of {', '.join(REGRESSION_LOSSES)} and std > 0, got loss={self.loss!r}, "
+                f"std={self.std}"
+            )
+
+    def __call__(self, model: nn.Module, batch: Any) -> StepOutput:
+        inputs, targets = split_batch(batch)
+        output, aux_loss, logs = forward_with_aux(model, inputs)
+        output = output.float().reshape(targets.shape[0], -1)
+        targets = targets.float().reshape(output.shape)
+        standard = (targets - self.mean) / self.std
+        if self.loss == "mse":
+            per_sample = F.mse_loss(output, standard, reduction="none").mean(-1)
+        else:
+            per_sample = F.huber_loss(output, standard, reduction="none").mean(-1)
+        loss = per_sample.mean()
+        if aux_loss is not None:
+            logs["aux_loss"] = aux_loss.detach()
+            loss = loss + self.aux_loss_weight * aux_loss
+        predictions = output.detach() * self.std + self.mean
+        logs |= regression_sums(predictions, targets)
+        return StepOutput(loss, predictions, targets, logs, per_sample.detach())
+
+
+@torch.no_grad()
+def fold_standardisation(model: nn.Module, mean: float, std: float) -> nn.Module:
+    """Make ``model`` output the targets' units: its linear head ``W h + b`` becomes
+    ``std * (W h + b) + mean`` (the map `RegressionStep` reports its predictions through)."""
+    head = model.get_classifier() if hasattr(model, "get_classifier") else None
+    if not isinstance(head, nn.Linear):
+        raise InvalidArgumentError(  # internal: every zoo model that regresses has a linear head
+            f"cannot fold the target standardisation into {type(head).__name__}: a linear head is needed"
+        )
+    head.weight.mul_(std)
+    if head.bias is not None:
+        head.bias.mul_(std).add_(mean)
+    return model

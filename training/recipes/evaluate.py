@@ -132,6 +132,37 @@ def fashion_mnist_graphs(model: nn.Module, limit: int | None = None) -> dict[str
     return _classify(model, ((batch, batch.y) for batch in loader))
 
 
+def _molecule_regression(name: str, model: nn.Module, limit: int | None) -> dict[str, float]:
+    """MAE, RMSE and R² (in the target's units) on the scaffold test split of a molecule set of
+    the RDKit wheel (`zoo.training.data.molecule_sets`), its first ``limit`` molecules or all."""
+    from torch_geometric.data import Batch
+
+    from zoo.training.data.molecule_sets import benchmark
+    from zoo.training.loop.meter import regression_metrics
+    from zoo.training.loop.steps import regression_sums
+
+    source, (_, _, test) = benchmark(name)
+    graphs = list(source.make_subset(test[:limit] if limit is not None else test, None))
+    batch = Batch.from_data_list(graphs).to(model_device(model))
+    model.eval()
+    with torch.inference_mode():
+        predictions = model(batch).float().reshape(-1)
+    sums = regression_sums(predictions, batch.y.float().reshape(-1))
+    return regression_metrics({k: float(v) for k, v in sums.items()})
+
+
+@task("nci-tpsa")
+def nci_tpsa(model: nn.Module, limit: int | None = None) -> dict[str, float]:
+    """TPSA of NCI molecules (the RDKit wheel's), scaffold test split."""
+    return _molecule_regression("nci-tpsa", model, limit)
+
+
+@task("chembl2321810")
+def chembl2321810(model: nn.Module, limit: int | None = None) -> dict[str, float]:
+    """Measured activity of the ChEMBL series CHEMBL2321810 (the RDKit wheel's), scaffold test split."""
+    return _molecule_regression("chembl2321810", model, limit)
+
+
 @task("stdlib-bytes")
 def stdlib_bytes(model: nn.Module, limit: int | None = None) -> dict[str, float]:
     """Language models on the standard-library test split: mean next-byte cross-entropy in bits

@@ -28,13 +28,15 @@ import safetensors.torch
 import torch
 import torch.nn as nn
 
+from zoo.bounds import count
 from zoo.deploy.bench import gmacs
 from zoo.errors import InvalidArgumentError, run_command
 from zoo.loading.build import load
 from zoo.store.files import write_bytes_atomic
 from zoo.training.loop.curves import plot_curves
+from zoo.training.loop.train_config import MAX_WORKERS
 
-WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
+WEIGHTS_DIR = Path(__file__).resolve().parents[2] / "weights"  # the repository's weights/ (training/recipes/publish.py)
 
 
 @dataclass
@@ -109,10 +111,12 @@ def publish(
     categories: str | None = None,
     default: bool = True,
     root: str | os.PathLike = WEIGHTS_DIR,
+    entry_fields: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write the weights, card, curves and entry of ``name`` (``arch.tag``) into ``root``;
     returns the entry. ``metrics`` maps an evaluation task (``task`` and its slices, such as
-    ``"fashion-mnist[:1000]"``) to what was measured on it."""
+    ``"fashion-mnist[:1000]"``) to what was measured on it; ``entry_fields`` are more
+    `zoo.store.registry.WeightInfo` fields (a molecule model's ``input_format`` and ``target``)."""
     arch, _, tag = name.partition(".")
     if not tag:
         raise InvalidArgumentError(f"weight names are arch.tag, e.g. {arch}.fmnist; got {name!r}")
@@ -145,6 +149,7 @@ def publish(
         "license": "Apache-2.0",
         "card": card_file,
         "default": default,
+        **(entry_fields or {}),
     }
     date = datetime.date.today().isoformat()
     card = _card(title, entry, provenance, date, curves_file if history else None)
@@ -217,16 +222,18 @@ def recipe_main(
     summary = " ".join(doc.split("\n\n")[0].split())  # the docstring's first paragraph
     parser = argparse.ArgumentParser(prog=f"python -m {module}", description=summary)
     parser.add_argument("target", choices=sorted(choices), help="the weights to train")
-    parser.add_argument(f"--{budget}", type=int, help=f"fewer {budget} than the recipe's (smoke tests)")
+    parser.add_argument(f"--{budget}", type=count().parse, help=f"fewer {budget} than the recipe's (smoke tests)")
     if limit:
-        parser.add_argument("--limit", type=int, help="train on this many samples only (smoke tests)")
+        parser.add_argument("--limit", type=count().parse, help="train on this many samples only (smoke tests)")
     parser.add_argument("--out", default=str(WEIGHTS_DIR), help="where the weights, card and entry go")
     if resumable:
         parser.add_argument(
             "--run-dir", help="keep checkpoints here and resume from them (default: a temporary directory)"
         )
     if workers:
-        parser.add_argument("--num-workers", type=int, default=0, help="data-loading processes (default: none)")
+        parser.add_argument(
+            "--num-workers", type=count(0, MAX_WORKERS).parse, default=0, help="data-loading processes (default: none)"
+        )
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     options = {"limit": args.limit} if limit else {}

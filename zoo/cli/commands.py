@@ -1,9 +1,10 @@
 """The commands that load models: ``zoo predict``, ``generate``, ``finetune``, ``eval``,
-``demo``, ``bench``, ``export`` (`zoo.cli.parser.COMMANDS` names each one's options and handler)."""
+``demo``, ``bench``, ``export``, ``shards`` (`zoo.cli.parser.COMMANDS` names each one's options and handler)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -20,6 +21,12 @@ from zoo.tokenizer import check_byte_lm, complete
 
 
 def run_predict(args: argparse.Namespace) -> int:
+    from zoo.loading.molecules import name_reads_molecules
+
+    if name_reads_molecules(args.name):  # a model fine-tuned on molecules: the arguments are SMILES
+        from zoo.cli.molecules import predict_smiles
+
+        return predict_smiles(args)
     for path in args.images:  # a missing, unreadable or truncated file is found before the model loads
         open_image(path, decode=False)
     model = zoo.load(args.name, device=args.device)
@@ -133,14 +140,13 @@ def run_bench(args: argparse.Namespace) -> int:
     from zoo.cli.bench import measure_targets
     from zoo.deploy import bench
 
-    batch_sizes = bench.parse_batch_sizes(args.batch)
     if args.csv:
         check_writable(args.csv)  # before minutes of measuring
     if args.peers and args.no_optimize:
         raise InvalidArgumentError("--peers shows the candidates zoo.optimize measures: leave out --no-optimize")
     reports: list = []
     targets = bench.select(args.patterns)
-    rows, skipped = measure_targets(targets, batch_sizes, args.repeats, optimize=not args.no_optimize, reports=reports)
+    rows, skipped = measure_targets(targets, args.batch, args.repeats, optimize=not args.no_optimize, reports=reports)
     print("\n".join(bench.machine_header()))
     print(bench.format_table(rows))
     if args.peers:
@@ -174,4 +180,16 @@ def run_export(args: argparse.Namespace) -> int:
         f"wrote {result.path} ({args.format}, {format_size(result.size_bytes)}, {batch}); {checked_in} matches "
         f"PyTorch within {result.max_abs_diff:.2g} (max abs diff), {result.seconds:.1f} s"
     )
+    return 0
+
+
+def run_shards(args: argparse.Namespace) -> int:
+    """``zoo shards``: write the shards and their manifest, and say how to train on them."""
+    from zoo.training.data.shard_writer import write_shards
+
+    manifest = write_shards(args.data, args.out, shard_size=args.shard_size, prefix=args.prefix)
+    shards = json.loads(manifest.read_text())["shards"]
+    total = sum(entry["samples"] for entry in shards)
+    spec = Path(args.out) / f"{args.prefix}-{{000000..{len(shards) - 1:06d}}}.tar"
+    print(f"wrote {len(shards)} shards ({total} samples) and {manifest}; train with --data '{spec}'")
     return 0

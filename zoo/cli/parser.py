@@ -10,21 +10,17 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 import shlex
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
-from zoo.errors import InvalidArgumentError, run_command
+from zoo.bounds import SEED, TEMPERATURE, TOP_K, TOP_P, count
+from zoo.errors import run_command
 
 PREDICT_BATCH_SIZE = 64
-
-
-class OptionValueError(InvalidArgumentError, argparse.ArgumentTypeError):
-    """An option's value that its type refuses: argparse says it in one line (exit 2), and a
-    direct call of a type below (`positive_int`...) gets a ZooError that is a ValueError."""
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -35,64 +31,15 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _whole_number(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise OptionValueError(f"must be a whole number, got {text!r}") from None
-
-
-def positive_int(text: str) -> int:
-    value = _whole_number(text)
-    if value < 1:
-        raise OptionValueError(f"must be 1 or more, got {value}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    value = _whole_number(text)
-    if value < 0:
-        raise OptionValueError(f"must be 0 or more, got {value}")
-    return value
-
-
-def _finite_float(text: str, low: float, high: float = math.inf, *, low_open: bool = False) -> float:
-    """The finite number ``text`` spells, from ``low`` (excluded with ``low_open``) to ``high``."""
-    wanted = (f"> {low:g}" if low_open else f">= {low:g}") if high == math.inf else f"in (0, {high:g}]"
-    try:
-        value = float(text)
-    except ValueError:
-        raise OptionValueError(f"must be a number {wanted}, got {text!r}") from None
-    if not math.isfinite(value) or value < low or (low_open and value == low) or value > high:
-        raise OptionValueError(f"must be a{' finite' * (not math.isfinite(value))} number {wanted}, got {text!r}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    return _finite_float(text, 0.0)
-
-
-def positive_float(text: str) -> float:
-    return _finite_float(text, 0.0, low_open=True)
-
-
-def fraction(text: str) -> float:
-    """A number in (0, 1], e.g. nucleus sampling's top-p."""
-    return _finite_float(text, 0.0, 1.0, low_open=True)
-
-
-def seed(text: str) -> int:
-    value = _whole_number(text)
-    if not 0 <= value < 2**32:
-        raise OptionValueError(f"must be from 0 to {2**32 - 1}, got {value}")
-    return value
-
-
-def port(text: str) -> int:
-    value = _whole_number(text)
-    if not 0 <= value <= 65535:
-        raise OptionValueError(f"must be from 0 to 65535, got {value}")
-    return value
+# The numeric options' bounds, declared once here (those of finetune, demo and serve live with the
+# fields they set): each option's ``type=`` is its `Bounds.parse`, so a value out of range stops the
+# command when it is parsed, before anything loads or runs.
+BATCH_SIZE = count(1, 65_536)  # images per forward pass, samples of an exported file's fixed batch
+MAX_NEW_TOKENS = count(0, 1_000_000)
+EVAL_LIMIT = count(1, 100_000_000)  # test samples
+REPEATS = count(1, 100_000)  # timed forward passes per measurement
+OPSET = count(1, 100)  # ONNX opsets are numbered from 1 (20 today)
+PORT = count(0, 65_535)  # 0: any free port
 
 
 def _list_arguments(p: argparse.ArgumentParser) -> None:
@@ -109,11 +56,11 @@ def _predict_arguments(p: argparse.ArgumentParser) -> None:
     from zoo.deploy.optimize_report import PRECISIONS  # light: the optimizer itself loads only with --optimize
 
     p.add_argument("name", help="arch.tag, or an architecture for its default weights")
-    p.add_argument("images", nargs="+", help="image files")
-    p.add_argument("--topk", type=positive_int, default=5, help="classes to show per image")
+    p.add_argument("images", nargs="+", help="image files; SMILES strings for a molecule model")
+    p.add_argument("--topk", type=TOP_K.parse, default=5, help="classes to show per image")
     p.add_argument(
         "--batch-size",
-        type=positive_int,
+        type=BATCH_SIZE.parse,
         default=PREDICT_BATCH_SIZE,
         help=f"images per forward pass (default: {PREDICT_BATCH_SIZE})",
     )
@@ -130,14 +77,14 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("prompt", help="the text to continue, e.g. 'def fib('")
     p.add_argument(
         "--max-new-tokens",
-        type=non_negative_int,
+        type=MAX_NEW_TOKENS.parse,
         default=200,
         help="bytes to generate at most (stops at end of file); printed as they come",
     )
-    p.add_argument("--temperature", type=non_negative_float, default=0.8, help="0 for greedy decoding")
-    p.add_argument("--top-k", type=positive_int, help="sample from the k most likely bytes only")
-    p.add_argument("--top-p", type=fraction, default=0.95, help="nucleus sampling threshold")
-    p.add_argument("--seed", type=seed, default=0)
+    p.add_argument("--temperature", type=TEMPERATURE.parse, default=0.8, help="0 for greedy decoding")
+    p.add_argument("--top-k", type=TOP_K.parse, help="sample from the k most likely bytes only")
+    p.add_argument("--top-p", type=TOP_P.parse, default=0.95, help="nucleus sampling threshold")
+    p.add_argument("--seed", type=SEED.parse, default=0)
     p.add_argument("--device", default="cpu")
 
 
@@ -147,9 +94,15 @@ def _finetune_arguments(p: argparse.ArgumentParser) -> None:
     finetune.add_arguments(p)
 
 
+def _shards_arguments(p: argparse.ArgumentParser) -> None:
+    from zoo.training.data import shard_writer
+
+    shard_writer.add_arguments(p)
+
+
 def _eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="weight name, e.g. resnet20.fmnist")
-    p.add_argument("--limit", type=positive_int, help="only the first N test samples (the card's slice, e.g. 1000)")
+    p.add_argument("--limit", type=EVAL_LIMIT.parse, help="only the first N test samples (the card's slice, e.g. 1000)")
 
 
 def _demo_arguments(p: argparse.ArgumentParser) -> None:
@@ -166,9 +119,14 @@ def _bench_arguments(p: argparse.ArgumentParser) -> None:
         help="weight names or fnmatch patterns ('resnet*'), or architectures (random weights); "
         "default: every entry whose weights are on this machine",
     )
-    p.add_argument("--batch", default="1", help="batch sizes separated by commas, e.g. 1,16 (default: 1)")
     p.add_argument(
-        "--repeats", type=positive_int, default=10, help="timed forward passes per measurement (default: 10)"
+        "--batch",
+        type=BATCH_SIZE.parse_list,
+        default=[1],
+        help="batch sizes separated by commas, e.g. 1,16 (default: 1)",
+    )
+    p.add_argument(
+        "--repeats", type=REPEATS.parse, default=10, help="timed forward passes per measurement (default: 10)"
     )
     p.add_argument("--csv", help="also write the table as CSV (timm's column names) to this file")
     p.add_argument("--no-optimize", action="store_true", help="time fp32 eager only, not zoo.optimize's choice")
@@ -193,8 +151,8 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="FILE", help="the file to write")
     batch = p.add_mutually_exclusive_group()
     batch.add_argument("--dynamic-batch", action="store_true", help="the file takes any batch size (the default)")
-    batch.add_argument("--batch", type=positive_int, metavar="N", help="fix the batch size at N instead")
-    p.add_argument("--opset", type=positive_int, metavar="N", help="ONNX opset (default: the exporter's, 20)")
+    batch.add_argument("--batch", type=BATCH_SIZE.parse, metavar="N", help="fix the batch size at N instead")
+    p.add_argument("--opset", type=OPSET.parse, metavar="N", help="ONNX opset (default: the exporter's, 20)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing FILE")
 
 
@@ -208,7 +166,7 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
         help="weight names (resnet20.fmnist, moe_lm.stdlib) or folders zoo.save / zoo finetune wrote",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
-    p.add_argument("--port", type=port, default=8000, help="port to listen on (default: 8000)")
+    p.add_argument("--port", type=PORT.parse, default=8000, help="port to listen on (default: 8000)")
     p.add_argument(
         "--optimize",
         choices=("auto", "fp32", "bf16", "int8"),
@@ -285,6 +243,11 @@ COMMANDS: dict[str, Command] = {
         _finetune_arguments,
         Handler("zoo.cli.commands", "run_finetune"),
     ),
+    "shards": Command(
+        "write WebDataset tar shards (and their manifest) from an image folder, text rows or tensors",
+        _shards_arguments,
+        Handler("zoo.cli.commands", "run_shards"),
+    ),
     "eval": Command(
         "re-measure a bundled weight file's card metrics", _eval_arguments, Handler("zoo.cli.commands", "run_eval")
     ),
@@ -338,20 +301,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.command_line = shlex.join(["zoo", *argv])
         return COMMANDS[args.command].run(args)
 
-    return run_command(run)
+    shown = warnings.formatwarning
+    warnings.formatwarning = _one_line_warning
+    try:
+        return run_command(run)
+    finally:
+        warnings.formatwarning = shown
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], *where: object, **line: object) -> str:
+    """A warning as the command line says it: ``zoo: warning: ...`` in one line, without the
+    file, line number and source line of the code that warned."""
+    return f"zoo: warning: {' '.join(str(message).split())}\n"
 
 
 __all__ = [
     "COMMANDS",
     "Command",
-    "OptionValueError",
     "build_parser",
-    "fraction",
     "main",
-    "non_negative_float",
-    "non_negative_int",
-    "port",
-    "positive_float",
-    "positive_int",
-    "seed",
 ]

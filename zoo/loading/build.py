@@ -197,6 +197,8 @@ def _load_registered(
         if entry is not None:
             preprocess = adapt_preprocess(entry.preprocess, getattr(model, "in_chans", None))
             config = config.replace(preprocess=preprocess, categories=entry.categories)
+            if weights is None and entry.input_format:  # molecules (zoo.loading.molecules); a new head has no target
+                config = config.replace(input_format=entry.input_format, target=None if new_head else entry.target)
     return set_config(model, config.replace(num_classes=model.num_classes))
 
 

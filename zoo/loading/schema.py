@@ -59,12 +59,29 @@ def _check(config: Any) -> None:
     _check_options(config.get("model_kwargs"))
     _check_preprocess(config.get("preprocess"))
     _check_classes(config, num_classes)
-    for name in ("weights", "finetuned_from"):
+    for name in ("weights", "finetuned_from", "input_format"):
         _string(config, name, required=False)
+    _check_target(config.get("target"))
     if not isinstance(config.get("features_only", False), bool):
         raise _Refusal("features_only", "must be true or false")
     if config.get("features_only"):
         _int_list("out_indices", config.get("out_indices"), low=-MAX_OPTION_ITEMS, high=MAX_OPTION_ITEMS)
+
+
+def _check_target(target: Any) -> None:
+    """A regression target: its name and the mean and std its standardisation used (finite, std > 0)."""
+    if target is None:
+        return
+    if not isinstance(target, dict) or set(target) - {"name", "mean", "std"}:
+        raise _Refusal("target", "must be an object with name, mean and std")
+    for stat in ("mean", "std"):
+        value = target.get(stat)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise _Refusal(f"target.{stat}", "must be a finite number")
+    if target["std"] <= 0:
+        raise _Refusal("target.std", "must be positive")
+    if not isinstance(target.get("name", ""), str) or len(target.get("name", "")) > 256:
+        raise _Refusal("target.name", "must be a string of at most 256 characters")
 
 
 def _string(config: dict[str, Any], field: str, required: bool) -> str | None:
@@ -152,6 +169,8 @@ def _check_classes(config: dict[str, Any], num_classes: int) -> None:
         raise _Refusal(
             "categories", "must name a class list shipped with zoo (letters, digits, '_', '.', '-'; no path)"
         )
+    if categories is not None:
+        _check_category_list(categories, num_classes)
     names = config.get("class_names")
     if names is None:
         return
@@ -159,3 +178,17 @@ def _check_classes(config: dict[str, Any], num_classes: int) -> None:
         raise _Refusal("class_names", "must be a list of class names (strings)")
     if len(names) != num_classes:
         raise _Refusal("class_names", f"has {len(names)} names for num_classes={num_classes}")
+
+
+def _check_category_list(categories: str, num_classes: int) -> None:
+    """A named class list is shipped with zoo and has one name per output of the head."""
+    try:
+        names = registry.load_categories(categories)
+    except WeightsError as error:
+        raise _Refusal("categories", str(error).removeprefix(f"categories={categories!r} ")) from None
+    if len(names) != num_classes:
+        raise _Refusal(
+            "categories",
+            f"names {categories!r}, a list of {len(names)} classes, but num_classes is {num_classes}: "
+            f"drop the field, or list the {num_classes} classes' names under 'class_names'",
+        )

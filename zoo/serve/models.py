@@ -18,6 +18,7 @@ import torch.nn as nn
 import zoo
 from zoo.deploy.exporter import example_input_for
 from zoo.errors import InvalidArgumentError, ZooError
+from zoo.loading.molecules import reads_molecules
 from zoo.serve.protocol import ModelMetadata, TensorMetadata
 from zoo.serve.serve_options import ServeConfig
 from zoo.store import registry
@@ -96,6 +97,8 @@ def load_served(source: str, config: ServeConfig) -> ServedModel:
     cfg = model.pretrained_cfg
     kind = registry.input_kind(cfg["architecture"])
     name = served_name(source)
+    if reads_molecules(cfg):  # SMILES in: zoo.serve.molecules
+        return _molecule_model(name, model, _documents(source, name))
     if kind not in SERVED_KINDS:
         raise InvalidArgumentError(
             f"{name} reads {kind}, which zoo serve does not take; it serves image and vector "
@@ -106,6 +109,11 @@ def load_served(source: str, config: ServeConfig) -> ServedModel:
         return _text_model(name, model, documents)
     if cfg.get("head") not in (None, "classification"):
         raise InvalidArgumentError(f"{name} has head {cfg.get('head')!r}; zoo serve serves classification heads")
+    if cfg.get("features_only") or not getattr(model, "num_classes", 0):  # as zoo predict refuses it
+        raise InvalidArgumentError(
+            f"{name} outputs feature maps, not class scores (a features-only model or one without a "
+            "classifier): zoo serve needs a classifier's weights"
+        )
     example = example_input_for(model, batch=1)
     names = cfg.get("class_names") or (registry.load_categories(cfg["categories"]) if cfg.get("categories") else None)
     served = ServedModel(
@@ -118,6 +126,19 @@ def load_served(source: str, config: ServeConfig) -> ServedModel:
     if config.optimize:
         served.runner = _optimized(model, example, config.optimize, config.max_batch)
     return served
+
+
+def _molecule_model(name: str, model: nn.Module, documents: Documents) -> ServedModel:
+    """A model fine-tuned on molecules: the v2 BYTES input ``smiles``, its values or class scores out."""
+    cfg = model.pretrained_cfg
+    output = "prediction" if cfg.get("target") is not None else "logits"
+    names = cfg.get("class_names")
+    return ServedModel(
+        name, model, "molecules",
+        inputs=[TensorSpec("smiles", "BYTES", (-1,))],
+        outputs=[TensorSpec(output, "FP32", (-1, cfg["num_classes"]))],
+        class_names=list(names) if names else None, documents=documents,
+    )  # fmt: skip
 
 
 def _text_model(name: str, model: nn.Module, documents: Documents) -> ServedModel:

@@ -76,6 +76,8 @@ def _describe(served: ServedModel) -> dict[str, Any]:
 def _description(served: ServedModel) -> str:
     if served.kind == "text":
         return f"byte-level language model, {served.context_length}-token context: POST /v1/completions"
+    if served.kind == "molecules":
+        return f'reads molecules (SMILES): POST /v1/models/{served.name}:predict with {{"smiles": [...]}}'
     classes = len(served.class_names) if served.class_names else served.outputs[0].shape[-1]
     what = "images" if served.kind == "images" else f"vectors of {served.inputs[0].shape[1]}"
     return f"classifies {what} into {classes} classes: POST /v1/models/{served.name}:predict"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 import time
 import uuid
@@ -15,16 +16,20 @@ from collections.abc import AsyncIterator, Awaitable
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import UploadFile
+from starlette.datastructures import FormData, UploadFile
+from starlette.exceptions import HTTPException
 
 from zoo.serve.completion import Completion, check_request
-from zoo.serve.errors import RequestError, bad_request, openai_error
+from zoo.serve.errors import RequestError, bad_request, internal_error, openai_error, too_large, unsupported
 from zoo.serve.inputs import image_rows, json_rows
 from zoo.serve.models import ServedModel
-from zoo.serve.protocol import CompletionRequest, PredictRequest, parse
+from zoo.serve.molecules import predict_smiles
+from zoo.serve.protocol import TOP_K, CompletionRequest, PredictRequest, parse
 from zoo.serve.server import ServerState, state_of
 
+log = logging.getLogger("zoo.serve")
 router = APIRouter(tags=["v1"])
+HOW_TO_SEND = 'send image files as a multipart form (curl -F image=@shirt.png) or JSON {"instances": [...]}'
 
 
 @router.post("/v1/models/{name}:predict")
@@ -33,9 +38,14 @@ async def predict(name: str, request: Request) -> dict[str, object]:
     JSON ``{"instances": [...], "top_k": 5}``."""
     state = state_of(request)
     served = state.get(name, kind="classifier")
+    if served.kind == "molecules":
+        return await predict_smiles(served, await request.body())
     limit = state.config.max_image_pixels
-    if request.headers.get("content-type", "").startswith("multipart/form-data"):
-        form = await request.form(max_files=state.config.max_batch, max_fields=4)
+    content_type = request.headers.get("content-type", "")
+    if content_type.startswith(("image/", "application/octet-stream")):
+        raise unsupported(f"the body is {content_type.split(';')[0]}: {HOW_TO_SEND}")
+    if content_type.startswith("multipart/form-data"):
+        form = await _form(request, state.config.max_batch)
         files = [(f.filename or key, await f.read()) for key, f in form.multi_items() if isinstance(f, UploadFile)]
         if not files:
             raise bad_request("the form holds no image file; send one or more files (e.g. curl -F image=@shirt.png)")
@@ -56,14 +66,30 @@ async def predict(name: str, request: Request) -> dict[str, object]:
     return {"model": name, "predictions": predictions}
 
 
-def _top_k(value: object) -> int:
+async def _form(request: Request, max_files: int) -> FormData:
+    """The multipart form of up to ``max_files`` files (--max-batch): more is a 413, as a batch
+    over the limit is elsewhere; a form that cannot be read a 400 saying how to send one."""
     try:
-        k = int(str(value if value is not None else 5))
-    except ValueError:
-        k = 0
-    if k < 1:
-        raise bad_request(f"top_k is a whole number, 1 or more; got {value!r}", param="top_k")
-    return k
+        return await request.form(max_files=max_files, max_fields=4)
+    except HTTPException as error:  # starlette's words for a multipart limit or a malformed form
+        if "Too many files" in str(error.detail):
+            raise too_large(
+                f"the form holds more than {max_files} files; this server classifies at most {max_files} images "
+                "per request (--max-batch): send them in smaller requests"
+            ) from None
+        if "Too many fields" in str(error.detail):
+            raise too_large("the form holds more than 4 fields besides its files: send image files and top_k") from None
+        raise bad_request(f"the multipart form cannot be read ({error.detail}): {HOW_TO_SEND}") from None
+
+
+def _top_k(value: object) -> int:
+    """``top_k`` from a query parameter or a form field: a whole number within `TOP_K`."""
+    text = str(value if value is not None else 5)
+    number = int(text) if text.isdecimal() else text
+    problem = TOP_K.problem(number)
+    if problem:
+        raise bad_request(f"top_k {problem}, got {text!r}", param="top_k")
+    return int(number)
 
 
 @router.get("/v1/models")
@@ -129,8 +155,11 @@ async def _stream(
             try:
                 async for piece in pieces:
                     yield event(index, piece, None) if isinstance(piece, str) else event(index, "", piece.finish_reason)
-            except RequestError as error:  # the answer has started: the error goes as an event, as OpenAI's do
-                yield f"event: error\ndata: {json.dumps({'error': openai_error(error)})}\n\n"
+            except Exception as error:  # the answer has started: the error goes as an event, as OpenAI's do
+                if not isinstance(error, RequestError):
+                    log.exception("zoo serve: a streamed completion of %s failed", served.name)
+                failure = error if isinstance(error, RequestError) else internal_error(error)
+                yield f"event: error\ndata: {json.dumps({'error': openai_error(failure)})}\n\n"
                 return
         yield "data: [DONE]\n\n"
     finally:

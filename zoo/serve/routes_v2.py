@@ -2,7 +2,9 @@
 metadata, and inference with JSON tensors or the binary tensor extension, plus Triton's
 classification extension (an output's top k as "score:index:label" strings). Classifiers take
 ``input`` (FP32, the preprocessed batch) and answer ``logits``; language models take
-``text_input`` (BYTES prompts) and answer ``text_output``, sampling options as parameters."""
+``text_input`` (BYTES prompts) and answer ``text_output``, sampling options as parameters.
+Server liveness and readiness are open (they say nothing of the models); everything else,
+a model's own readiness included, is behind the API key when there is one."""
 
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ from zoo.serve.completion import check_request
 from zoo.serve.errors import bad_request
 from zoo.serve.inputs import checked_input
 from zoo.serve.models import ServedModel
+from zoo.serve.molecules import infer_smiles
 from zoo.serve.protocol import (
+    TOP_K,
     CompletionRequest,
     InferenceRequest,
     InferenceResponse,
@@ -31,6 +35,8 @@ from zoo.serve.server import ServerState, state_of
 from zoo.serve.tensors import DATATYPES, HEADER_LENGTH, decode_inputs, encode_output, split_body
 
 EXTENSIONS = ["binary_tensor_data", "classification", "model_repository(read)"]
+SAMPLING = ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed")  # a language model's parameters
+PROTOCOL = ("binary_data_output", "sequence_id", "sequence_start", "sequence_end", "priority", "timeout")
 health = APIRouter(tags=["v2 health"])
 router = APIRouter(tags=["v2"])
 
@@ -46,8 +52,8 @@ async def ready(request: Request) -> Response:
     return Response(json.dumps({"ready": ok}), status_code=200 if ok else 503, media_type="application/json")
 
 
-@health.get("/v2/models/{name}/ready")
-@health.get("/v2/models/{name}/versions/{version}/ready")
+@router.get("/v2/models/{name}/ready")
+@router.get("/v2/models/{name}/versions/{version}/ready")
 async def model_ready(name: str, request: Request) -> dict[str, bool]:
     state = state_of(request)
     state.get(name)
@@ -78,6 +84,8 @@ async def infer(name: str, request: Request) -> Response:
         raise bad_request(f"{name} takes the input(s) {sorted(wanted)}; got {sorted(arrays)}")
     if served.kind == "text":
         outputs = {"text_output": await _complete(state, served, inference, arrays["text_input"])}
+    elif served.kind == "molecules":
+        outputs = await infer_smiles(served, arrays["smiles"])
     else:
         item = inference.inputs[0]
         rows = checked_input(served.inputs[0], arrays[item.name], name, item.datatype)
@@ -88,11 +96,21 @@ async def infer(name: str, request: Request) -> Response:
 async def _complete(
     state: ServerState, served: ServedModel, inference: InferenceRequest, prompts: np.ndarray
 ) -> np.ndarray:
-    """``text_output``: each prompt continued, with the request's parameters as sampling options."""
-    options = {k: v for k, v in (inference.parameters or {}).items() if k in CompletionRequest.model_fields}
+    """``text_output``: each prompt continued, with the request's parameters as sampling options
+    (one it does not know is refused, as /v1/completions refuses it)."""
+    parameters = inference.parameters or {}
+    unknown = sorted(set(parameters) - {*SAMPLING, *PROTOCOL})
+    if unknown:
+        raise bad_request(
+            f"{served.name} takes no parameter {', '.join(map(repr, unknown))}; its sampling parameters: "
+            f"{', '.join(SAMPLING)}",
+            param=unknown[0],
+        )
+    options = {k: v for k, v in parameters.items() if k in SAMPLING}
     try:
         texts = [p.decode("utf-8") for p in prompts.ravel()]
-        request = CompletionRequest(**{"max_tokens": 64, **options, "model": served.name, "prompt": texts})
+        default = min(64, state.config.max_tokens_limit)  # new tokens when the request does not say
+        request = CompletionRequest(**{"max_tokens": default, **options, "model": served.name, "prompt": texts})
     except UnicodeDecodeError:
         raise bad_request("text_input must be UTF-8 text", param="text_input") from None
     except ValidationError as error:
@@ -104,7 +122,7 @@ async def _complete(
 
 def _response(served: ServedModel, inference: InferenceRequest, outputs: dict[str, np.ndarray]) -> Response:
     """The answer with the outputs asked for (all by default), JSON or binary as asked."""
-    binary_default = bool((inference.parameters or {}).get("binary_data_output", False))
+    binary_default = _flag(inference.parameters, "binary_data_output", False)
     asked = inference.outputs or []
     unknown = [o.name for o in asked if o.name not in outputs]
     if unknown:
@@ -115,7 +133,7 @@ def _response(served: ServedModel, inference: InferenceRequest, outputs: dict[st
         k = parameters.get("classification")
         if k is not None:
             array = _classification(served, array, k)
-        part, raw = encode_output(name, array, bool(parameters.get("binary_data", binary_default)))
+        part, raw = encode_output(name, array, _flag(parameters, "binary_data", binary_default))
         parts.append(part)
         blobs.append(raw)
     header = InferenceResponse(model_name=served.name, model_version="1", id=inference.id, outputs=parts)
@@ -130,8 +148,9 @@ def _response(served: ServedModel, inference: InferenceRequest, outputs: dict[st
 def _classification(served: ServedModel, scores: np.ndarray, k: object) -> np.ndarray:
     if served.kind == "text" or scores.dtype not in DATATYPES:
         raise bad_request("classification applies to a classifier's logits only")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise bad_request(f"classification takes a whole number of classes, 1 or more; got {k!r}")
+    problem = TOP_K.problem(k)
+    if problem:
+        raise bad_request(f"classification (the number of classes to answer) {problem}, got {k!r}")
     top = torch.from_numpy(scores).topk(min(k, scores.shape[-1]), dim=-1)
     return np.array(
         [
@@ -140,3 +159,11 @@ def _classification(served: ServedModel, scores: np.ndarray, k: object) -> np.nd
         ],
         dtype=object,
     )
+
+
+def _flag(parameters: dict[str, object] | None, name: str, default: bool) -> bool:
+    """A true/false parameter (``binary_data``, ``binary_data_output``): a JSON boolean only."""
+    value = (parameters or {}).get(name, default)
+    if not isinstance(value, bool):
+        raise bad_request(f"parameter {name} is true or false, got {value!r}", param=name)
+    return value

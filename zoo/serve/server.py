@@ -15,6 +15,7 @@ from starlette.requests import Request
 
 from zoo.deploy.exporter import example_input_for
 from zoo.errors import InvalidArgumentError
+from zoo.loading.molecules import smiles_batch
 from zoo.serve.batching import Batcher, tensor_batches
 from zoo.serve.completion import MAX_WAITING, Completion, CompletionJob, run_completions
 from zoo.serve.errors import bad_request, not_found
@@ -93,6 +94,8 @@ class ServerState:
         if served.kind == "text":
             rows = [Continuation("def ", 8, seed=i) for i in range(batch)]
             return functools.partial(complete_batch, served.model, rows, temperature=0)
+        if served.kind == "molecules":
+            return functools.partial(served.forward, smiles_batch(["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1"]))
         return functools.partial(served.forward, example_input_for(served.model, batch=batch))
 
     async def stop(self) -> None:

@@ -26,6 +26,8 @@ class ModelConfig:
     categories: str | None = None  # a class-name list shipped with the weights
     class_names: list[str] | None = None  # class names carried by the model itself (fine-tuned, Hub)
     finetuned_from: str | None = None  # the weights `zoo finetune` started from
+    input_format: str | None = None  # what a non-image, non-token model reads, e.g. "smiles/onehot-v1"
+    target: dict[str, Any] | None = None  # regression: {"name", "mean", "std"}, folded into the head
     features_only: bool = False
     out_indices: tuple[int, ...] | list[int] | None = None
 
@@ -42,7 +44,7 @@ class ModelConfig:
     def to_dict(self) -> dict[str, Any]:
         """zoo's ``pretrained_cfg`` keys (class names, origin and feature levels only when set)."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        for optional in ("class_names", "finetuned_from"):
+        for optional in ("class_names", "finetuned_from", "input_format", "target"):
             if values[optional] is None:
                 del values[optional]
         if not self.features_only:

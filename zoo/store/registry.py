@@ -59,6 +59,8 @@ class WeightInfo:
     model_kwargs: dict[str, Any] = field(default_factory=dict)
     preprocess: dict[str, Any] = field(default_factory=dict)
     categories: str | None = None  # name of a list in weights/categories/
+    input_format: str | None = None  # what the model reads besides images and tokens: "smiles/onehot-v1"
+    target: dict[str, Any] | None = None  # regression: the target's name, mean and std (folded into the head)
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)  # by evaluation task
     eval_task: str | None = None  # training.evaluate task that re-measures `metrics` (zoo eval)
     num_params: int | None = None

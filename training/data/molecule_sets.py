@@ -1,0 +1,95 @@
+"""Real molecules that ship inside the RDKit wheel, offline, written as the CSV a user would
+bring (``smiles`` and one numeric column) and read the user's way (`molecule_source`), with
+the fixed scaffold split the molecule recipes and their evaluations share:
+
+- ``nci-tpsa``: the first molecules of NCI's 5,000 (``Data/NCI/first_5k.tpsa.csv``) and their
+  topological polar surface area (Ertl's TPSA, in Å², as the file gives it);
+- ``chembl2321810``: a ChEMBL series (``Contrib/FreeWilson/data/CHEMBL2321810.smi`` joined with
+  ``CHEMBL2321810_act.csv`` by ChEMBL id) and its measured activity (``Act``, a pIC50-like
+  negative log concentration, as the file gives it).
+"""
+
+from __future__ import annotations
+
+import csv
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from zoo.errors import DataError
+from zoo.loading.molecules import require_rdkit
+from zoo.training.data.molecules import MoleculeSource, molecule_source, scaffold_split
+
+SPLIT_SEED = 0  # the one split every model and seed of a comparison is measured on
+TEST_FRACTION = 0.1
+VAL_FRACTION = 0.1
+
+
+@dataclass(frozen=True)
+class MoleculeSet:
+    """One set: its label, how many molecules are used (the first ``size``) and a description."""
+
+    label: str
+    size: int | None
+    description: str
+
+
+SETS = {
+    "nci-tpsa": MoleculeSet(
+        "TPSA",
+        2000,
+        "the first 2,000 of NCI's 5,000 molecules in the RDKit wheel (Data/NCI/first_5k.tpsa.csv) with their "
+        "topological polar surface area (Å², the file's values)",
+    ),
+    "chembl2321810": MoleculeSet(
+        "Act",
+        None,
+        "the ChEMBL series CHEMBL2321810 in the RDKit wheel (Contrib/FreeWilson/data: SMILES joined with "
+        "CHEMBL2321810_act.csv by ChEMBL id) with its measured activity (Act, a negative log concentration)",
+    ),
+}
+
+
+def rdkit_root() -> Path:
+    """The installed RDKit package's folder (where its data files are)."""
+    return Path(require_rdkit().__file__).resolve().parent.parent
+
+
+def _rows(name: str) -> list[tuple[str, str]]:
+    """(SMILES, label) of the set, from the wheel's files."""
+    root = rdkit_root()
+    if name == "nci-tpsa":
+        text = (root / "Data" / "NCI" / "first_5k.tpsa.csv").read_text()
+        rows = [tuple(line.rsplit(",", 1)) for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    elif name == "chembl2321810":
+        folder = root / "Contrib" / "FreeWilson" / "data"
+        ids = dict(line.split()[::-1] for line in (folder / "CHEMBL2321810.smi").read_text().splitlines() if line)
+        with open(folder / "CHEMBL2321810_act.csv", newline="") as file:
+            rows = [(ids[row["Name"]], row["Act"]) for row in csv.DictReader(file) if row["Name"] in ids]
+    else:
+        raise DataError(f"no molecule set {name!r}; sets: {', '.join(SETS)}")
+    return [(smiles, value) for smiles, value in rows][: SETS[name].size]  # type: ignore[misc]
+
+
+def write_csv(name: str, path: Path) -> Path:
+    """The set as ``smiles,LABEL`` rows at ``path``."""
+    with open(path, "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["smiles", SETS[name].label])
+        writer.writerows(_rows(name))
+    return path
+
+
+@lru_cache(maxsize=2)
+def benchmark(name: str) -> tuple[MoleculeSource, tuple[list[int], list[int], list[int]]]:
+    """The set read as a user's CSV, and its training, validation and test indices: the test
+    molecules share no Bemis–Murcko scaffold with the others, the validation ones none with
+    the training ones (`scaffold_split`, seed `SPLIT_SEED`)."""
+    with tempfile.TemporaryDirectory() as folder:
+        source = molecule_source(write_csv(name, Path(folder) / f"{name}.csv"))
+    rest, test = scaffold_split(source.smiles, TEST_FRACTION, SPLIT_SEED)
+    train_of_rest, val_of_rest = scaffold_split(
+        [source.smiles[i] for i in rest], VAL_FRACTION / (1 - TEST_FRACTION), SPLIT_SEED
+    )
+    return source, ([rest[i] for i in train_of_rest], [rest[i] for i in val_of_rest], test)

@@ -1,0 +1,72 @@
+"""Models fine-tuned on molecules in ``zoo serve``: SMILES in, through the featurizer of
+training (`zoo.loading.molecules`), as ``POST /v1/models/NAME:predict`` with ``{"smiles":
+[...]}`` or as the v2 BYTES input ``smiles``; a regression's value (in the target's units) or
+a classifier's top classes out. A SMILES RDKit cannot read is a 400 naming it. Graph batches
+skip the tensor batcher: each request is one forward, run in a worker thread."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+
+from zoo.errors import InvalidArgumentError
+from zoo.loading.molecules import MAX_PREDICT_SMILES, smiles_batch
+from zoo.serve.errors import bad_request
+from zoo.serve.models import ServedModel
+from zoo.serve.protocol import TOP_K, parse, within
+
+
+class SmilesRequest(BaseModel):
+    """``{"smiles": ["CCO", ...], "top_k": 5}`` (top_k: classifiers only)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    smiles: list[str] = Field(min_length=1, max_length=MAX_PREDICT_SMILES)
+    top_k: Annotated[int, within(TOP_K)] = 5
+
+
+def molecule_outputs(served: ServedModel, smiles: list[str], where: str) -> torch.Tensor:
+    """The model's outputs [N, K] (float32, CPU) for ``smiles``; a bad SMILES is a 400 naming it."""
+    try:
+        batch = smiles_batch(smiles, where)
+    except InvalidArgumentError as error:
+        raise bad_request(str(error), param=where) from None
+    return served.forward(batch)
+
+
+async def predict_smiles(served: ServedModel, body: bytes) -> dict[str, Any]:
+    """The v1 answer: per SMILES its value (regression) or its top classes."""
+    request = parse(SmilesRequest, body)
+    outputs = await run_in_threadpool(molecule_outputs, served, request.smiles, "smiles")
+    target = served.model.pretrained_cfg.get("target")
+    if target is not None:
+        predictions = [
+            {"smiles": text, "value": row[0].item() if row.numel() == 1 else row.tolist(), "target": target["name"]}
+            for text, row in zip(request.smiles, outputs)
+        ]
+    else:
+        top = outputs.softmax(-1).topk(min(request.top_k, outputs.shape[-1]), dim=-1)
+        predictions = [
+            {
+                "smiles": text,
+                "classes": [
+                    {"label": served.label(i), "index": i, "score": p} for p, i in zip(v.tolist(), ix.tolist())
+                ],
+            }
+            for text, v, ix in zip(request.smiles, top.values, top.indices)
+        ]
+    return {"model": served.name, "predictions": predictions}
+
+
+async def infer_smiles(served: ServedModel, array: np.ndarray) -> dict[str, np.ndarray]:
+    """The v2 outputs for the BYTES input ``smiles`` (UTF-8 strings)."""
+    try:
+        smiles = [item.decode("utf-8") if isinstance(item, bytes) else str(item) for item in array.ravel()]
+    except UnicodeDecodeError:
+        raise bad_request("smiles must be UTF-8 text", param="smiles") from None
+    outputs = await run_in_threadpool(molecule_outputs, served, smiles, "smiles")
+    return {served.outputs[0].name: outputs.numpy()}
