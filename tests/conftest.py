@@ -1,5 +1,6 @@
 """Shared fixtures: every test gets its own empty ZOO_HOME (so no test touches the user's
-cache or inherits ZOO_OFFLINE), and `http_server` serves test bytes from 127.0.0.1."""
+cache or inherits ZOO_OFFLINE), `http_server` serves test bytes from 127.0.0.1, and `pngs` is
+a small image folder (two classes of four 28x28 gray images)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 from threadpoolctl import threadpool_limits
 
 MODES = ("ok", "truncate", "truncate_once", "error500_once")
@@ -185,3 +188,14 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture
+def pngs(tmp_path: Path) -> Path:
+    """An image folder: classes ``a`` and ``b``, four random 28x28 gray PNGs each."""
+    rng = np.random.default_rng(0)
+    for label in ("a", "b"):
+        (tmp_path / "pngs" / label).mkdir(parents=True)
+        for i in range(4):
+            Image.fromarray(rng.integers(0, 255, (28, 28), dtype=np.uint8)).save(tmp_path / "pngs" / label / f"{i}.png")
+    return tmp_path / "pngs"

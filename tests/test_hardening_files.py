@@ -32,16 +32,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 QUIET = ["--no-post-training", "--no-progress", "--no-tensorboard", "--max-steps", "1", "--batch-size", "4"]
 
 
-@pytest.fixture
-def pngs(tmp_path: Path) -> Path:
-    rng = np.random.default_rng(0)
-    for label in ("a", "b"):
-        (tmp_path / "pngs" / label).mkdir(parents=True)
-        for i in range(4):
-            Image.fromarray(rng.integers(0, 255, (28, 28), dtype=np.uint8)).save(tmp_path / "pngs" / label / f"{i}.png")
-    return tmp_path / "pngs"
-
-
 def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if "error:" in line]

@@ -9,9 +9,7 @@ import json
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
 from zoo.cli import main
 from zoo.errors import DataError, InvalidArgumentError
@@ -22,16 +20,6 @@ from zoo.training.loop.trainer import TrainConfig
 
 QUIET = dict(progress=False, tensorboard=False, plot=False)
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture
-def pngs(tmp_path: Path) -> Path:
-    rng = np.random.default_rng(0)
-    for label in ("a", "b"):
-        (tmp_path / "pngs" / label).mkdir(parents=True)
-        for i in range(4):
-            Image.fromarray(rng.integers(0, 255, (28, 28), dtype=np.uint8)).save(tmp_path / "pngs" / label / f"{i}.png")
-    return tmp_path / "pngs"
 
 
 def run(data: Path, out: Path, overwrite: bool = True, **config) -> None:

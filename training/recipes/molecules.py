@@ -34,6 +34,7 @@ from zoo.training.data.molecule_sets import SETS, benchmark
 from zoo.training.loop.steps import RegressionStep, fold_standardisation
 from zoo.training.loop.trainer import TrainConfig, Trainer
 from zoo.training.recipes.evaluate import evaluate
+from zoo.training.recipes.graph import RECIPES as GRAPH_RECIPES
 from zoo.training.recipes.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
 
 SEEDS = (0, 1, 2)
@@ -51,19 +52,9 @@ class MoleculeRecipe:
 
 
 def _config(epochs: int) -> TrainConfig:
-    return TrainConfig(
-        epochs=epochs,
-        batch_size=64,
-        optimizer="adamw",
-        lr=2e-3,
-        weight_decay=1e-4,
-        scheduler="cosine",
-        warmup_epochs=1.0,
-        precision="fp32",
-        progress=False,
-        tensorboard=False,
-        plot=False,
-    )
+    """The Fashion-MNIST graph recipe's optimisation (AdamW, cosine, fp32), over ``epochs``."""
+    graphs = GRAPH_RECIPES["fashion-mnist-graphs"].config
+    return dataclasses.replace(graphs, epochs=epochs, seed=0, progress=False, tensorboard=False, plot=False)
 
 
 RECIPES = {
