@@ -6,7 +6,10 @@ installed is listed with the extra to install. Tests of a runtime skip where it 
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -175,3 +178,33 @@ def test_zoo_bench_peers_prints_every_candidate_optimize_measured(monkeypatch, c
     assert "not used: top-1 agreement 97.00%" in table[3] and "pip install 'zoo[openvino]'" in table[4]
     assert main(["bench", "dbn.fmnist", "--peers", "--no-optimize"]) == 2
     assert "leave out --no-optimize" in capsys.readouterr().err
+
+
+RELEASED_OUT_OF_ORDER = textwrap.dedent(
+    """
+    import faulthandler, gc, signal, subprocess
+    import torch, torch.nn as nn
+    from zoo.deploy import runtimes
+
+    faulthandler.enable()  # an alternate signal stack, as pytest and many servers have
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handled SIGCHLD, as under torch's DataLoader
+    model, conversion = nn.Sequential(nn.Linear(8, 4)).eval(), runtimes.Conversion("openvino")
+    first = runtimes.build_runtime("openvino", model, (torch.randn(2, 8),), [], conversion)
+    second = runtimes.build_runtime("openvino", model, (torch.randn(2, 8),), [], conversion)
+    del first; gc.collect()
+    del second; gc.collect()
+    subprocess.run(["true"], check=True)  # its exit signals this process
+    print("lived")
+    """
+)
+
+
+def test_openvino_models_released_out_of_order_leave_signals_deliverable(tmp_path: Path) -> None:
+    """OpenVINO's CPU plugin gives each instance a signal stack and, released out of order, left an
+    unmapped one current: the next handled SIGCHLD then killed the process (SIGSEGV; it killed this
+    suite's worker in CI). `runtimes.keeping_signal_stack` puts the caller's stack back."""
+    _skip_unless_installed("openvino")
+    script = tmp_path / "released.py"
+    script.write_text(RELEASED_OUT_OF_ORDER)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "lived" in done.stdout, (done.returncode, done.stderr[-3000:])

@@ -18,8 +18,7 @@ SOURCES = ("pyproject.toml", "README.md", "zoo", "architectures", "training", "w
 
 
 def run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
-    # its own session: a signal the build's process tree sends to its group stays out of pytest's worker
-    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600, start_new_session=True)
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"{' '.join(map(str, args))} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 

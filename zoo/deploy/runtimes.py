@@ -28,11 +28,14 @@ candidate for these runtimes. The exported or converted model is made once per `
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.util
 import io
+import sys
 import tempfile
 import threading
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -116,16 +119,48 @@ def build_runtime(
     name: str, model: nn.Module, args: tuple[Any, ...], batches: list[tuple[Any, ...]], conversion: Conversion
 ) -> OptimizedModel:
     """Candidate ``name`` ready to run: the session or compiled model behind an `OptimizedModel`."""
-    converted = conversion.get(model, args)
-    if name == "onnxruntime":
-        run: Any = _SessionRun(_session(converted), model)
-    elif name == "onnxruntime-int8":
-        run = _SessionRun(_session(_quantize_onnx(converted, batches)), model)
-    elif name == "openvino":
-        run = _OpenVINORun(_compile_openvino(converted), model)
-    else:
-        run = _OpenVINORun(_compile_openvino(_quantize_nncf(converted, batches)), model)
+    with keeping_signal_stack():
+        converted = conversion.get(model, args)
+        if name == "onnxruntime":
+            run: Any = _SessionRun(_session(converted), model)
+        elif name == "onnxruntime-int8":
+            run = _SessionRun(_session(_quantize_onnx(converted, batches)), model)
+        elif name == "openvino":
+            run = _OpenVINORun(_compile_openvino(converted), model)
+        else:
+            run = _OpenVINORun(_compile_openvino(_quantize_nncf(converted, batches)), model)
     return OptimizedModel(model, run)
+
+
+class _SignalStack(ctypes.Structure):  # Linux's stack_t
+    _fields_ = (("ss_sp", ctypes.c_void_p), ("ss_flags", ctypes.c_int), ("ss_size", ctypes.c_size_t))
+
+
+SS_DISABLE = 2
+
+
+@contextlib.contextmanager
+def keeping_signal_stack() -> Iterator[None]:
+    """Runs its block, then puts back this thread's alternate signal stack as it found it.
+
+    OpenVINO's CPU plugin installs a signal stack of its own for each plugin instance (one per
+    ``openvino.Core``; NNCF makes its own) and, when the instance goes, puts back the stack it
+    found if its own is still current. Instances released out of order (as Python's collector
+    does) leave an unmapped stack current, and the next signal this thread handles (SIGCHLD under
+    torch's DataLoader handler, say) kills the process with SIGSEGV. With the stack put back here,
+    the plugin's stacks are never current when it releases them."""
+    libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+    found = _SignalStack()
+    if libc is None or libc.sigaltstack(None, ctypes.byref(found)) != 0:
+        yield
+        return
+    try:
+        yield
+    finally:
+        now = _SignalStack()
+        if libc.sigaltstack(None, ctypes.byref(now)) == 0 and (now.ss_sp, now.ss_size) != (found.ss_sp, found.ss_size):
+            found.ss_flags &= SS_DISABLE
+            libc.sigaltstack(ctypes.byref(found), None)
 
 
 def versions() -> str:
