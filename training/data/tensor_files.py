@@ -4,7 +4,6 @@ every way such a file can be wrong is a `DataError` naming the fix."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import torch
 from torch.utils.data import Dataset
 
 from zoo.errors import DataError
+from zoo.store.state_dict_files import read_torch_file
 from zoo.training.data.source import MAX_CLASS_INDEX, DataSource, check_classes, class_counts, first_line
 from zoo.training.data.text_rows import plural
 
@@ -176,36 +176,25 @@ def _class_name_list(names: Any, where: str) -> list[str]:
 
 
 def _load_tensor_file(path: Path) -> Any:
-    """What a tensor file holds: ``.pt`` through torch.load(weights_only=True) (tensors,
-    lists, dicts; no arbitrary objects), ``.npz``/``.npy`` through numpy without pickles."""
+    """What a tensor file holds: ``.pt`` through zoo's one torch file reader (weights only:
+    tensors, lists, dicts; no arbitrary objects), ``.npz``/``.npy`` through numpy without pickles."""
     suffix = path.suffix.lower()
     if path.stat().st_size == 0:
         raise DataError(f"{path} is empty (0 bytes); expected a {suffix} file of samples and labels")
+    if suffix not in (".npz", ".npy"):
+        fix = "write it with torch.save({'x': ..., 'y': ...}, path)"
+        return read_torch_file(path, DataError, fix, kind=f"{suffix} tensor file")
     try:
-        if suffix in (".npz", ".npy"):
-            loaded = np.load(path, allow_pickle=False)
-            if isinstance(loaded, np.lib.npyio.NpzFile):
-                with loaded:
-                    return {name: loaded[name] for name in loaded.files}
-            return loaded
-        return torch.load(path, map_location="cpu", weights_only=True)
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.lib.npyio.NpzFile):
+            with loaded:
+                return {name: loaded[name] for name in loaded.files}
+        return loaded
     except Exception as error:  # zip, pickle and format errors of all kinds
-        numpy = suffix in (".npz", ".npy")
-        how = "numpy.savez(path, x=..., y=...)" if numpy else "torch.save({'x': ..., 'y': ...}, path)"
         raise DataError(
-            f"{path} cannot be read as a {suffix} tensor file ({_load_error(error)}); write it with {how}"
+            f"{path} cannot be read as a {suffix} tensor file ({first_line(error).split('. ')[0]}); "
+            "write it with numpy.savez(path, x=..., y=...)"
         ) from error
-
-
-def _load_error(error: BaseException) -> str:
-    """The useful part of a loader's error: torch.load(weights_only=True) puts its reason
-    (an object other than tensors, lists, dicts and numbers; bytes that are no pickle)
-    after 'WeightsUnpickler error:' in a long message."""
-    match = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\.\s|\n|$)", str(error), re.S)
-    if match:
-        reason = " ".join(match.group(1).split())
-        return f"torch.load(weights_only=True) refuses it: {reason}; only tensors, lists, dicts and numbers are read"
-    return first_line(error).split(". ")[0]
 
 
 def tensor_file_source(path: Path) -> DataSource:

@@ -39,7 +39,7 @@ from zoo.architectures import ARCHS
 from zoo.errors import ChecksumError, DownloadError, InvalidArgumentError, WeightsError, WeightsNotFoundError
 from zoo.interop.hub_names import WEIGHT_SUFFIXES, HubRepo, endpoint
 from zoo.store import download, registry
-from zoo.store.files import write_json
+from zoo.store.files import read_json, write_json
 from zoo.store.registry import IMAGENET_MEAN, IMAGENET_STD, WeightInfo
 
 RECORDED_AT_FIRST_DOWNLOAD = "recorded-at-first-download"
@@ -153,12 +153,9 @@ def fetch_entry_file(entry: WeightInfo) -> Path:
 def _read_pin(path: Path, entry: WeightInfo) -> dict[str, str] | None:
     """The recorded first download of ``entry``, or None before it; a record for another source
     (the entry was edited) is ignored."""
-    try:
-        record = json.loads(path.read_text())
-    except FileNotFoundError:
+    if not path.exists():
         return None
-    except (OSError, ValueError) as error:
-        raise WeightsError(f"{path} is not readable JSON ({error}); delete it to record the download again") from None
+    record = read_json(path, download.MAX_RECORD_BYTES, fix="delete it to record the download again")
     if not isinstance(record, dict):
         raise WeightsError(f"{path} is not a download record (a JSON object); delete it to record the download again")
     same_source = (record.get("repo"), record.get("revision"), record.get("file")) == (

@@ -49,13 +49,16 @@ _TORCH_FIX = (
 )
 
 
-def read_torch_file(path: str | os.PathLike, error: type[ZooError] = WeightsError, fix: str = _TORCH_FIX) -> Any:
+def read_torch_file(
+    path: str | os.PathLike, error: type[ZooError] = WeightsError, fix: str = _TORCH_FIX, kind: str = "checkpoint"
+) -> Any:
     """What the pickled torch file ``path`` holds, read on the CPU with
     ``torch.load(weights_only=True)`` (never running code): the one reader of such files (weights,
-    training checkpoints). Whatever fails (a missing file, a folder, text, a truncated zip, a
-    pickle wanting code) is an ``error`` naming the file and saying ``fix``."""
+    training checkpoints, tensor data files). Whatever fails (a missing file, a folder, text, a
+    truncated zip, a pickle wanting code) is an ``error`` naming the file, what it should be
+    (``kind``) and saying ``fix``."""
     path = Path(path)
-    _check_file(path, error, "torch checkpoint")
+    _check_file(path, error, f"torch {kind}")
     try:
         return torch.load(path, weights_only=True, map_location="cpu")
     except Exception as err:  # bytes that are no checkpoint fail in any way (KeyError, IndexError, EOFError...)
@@ -63,12 +66,12 @@ def read_torch_file(path: str | os.PathLike, error: type[ZooError] = WeightsErro
         if isinstance(err, pickle.UnpicklingError) and wanted:
             raise error(
                 f"{path} cannot be loaded with torch.load(weights_only=True): it would import {wanted.group(1)}, "
-                "which a plain checkpoint never needs. zoo refuses to unpickle arbitrary code, so it does not load "
-                "such a checkpoint. If you trust the file, re-save its tensors as a plain state dict or as "
-                "safetensors and load that; if it is not a checkpoint, it is corrupt: delete it and fetch it again"
+                f"which a plain {kind} never needs. zoo refuses to unpickle arbitrary code, so it does not load "
+                f"such a {kind}. If you trust the file, re-save its tensors alone (plain tensors, lists and dicts, "
+                f"or safetensors) and load that; if it is not a {kind}, it is corrupt: delete it and fetch it again"
             ) from None
         raise error(
-            f"{path} is not a readable checkpoint ({_reason(err)}): it is truncated, corrupt or another kind of file; {fix}"
+            f"{path} is not a readable {kind} ({_reason(err)}): it is truncated, corrupt or another kind of file; {fix}"
         ) from None
 
 
