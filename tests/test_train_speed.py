@@ -252,3 +252,61 @@ def test_a_switch_that_is_no_bool_is_refused_by_name(switch) -> None:
     (name,) = switch
     with pytest.raises(InvalidArgumentError, match=f"TrainConfig.{name} .* must be True or False"):
         TrainConfig(**switch)
+
+
+TORCHRUN_SCRIPT = """
+import json, sys
+import torch, torch.distributed as dist, torch.nn as nn
+import zoo
+from zoo.training.loop import speed
+from zoo.training.loop.trainer import TrainConfig, Trainer
+
+speed.PROBE_SHARE = 100.0  # every candidate, on a short run
+# the first process picks a channels_last candidate, so the group changes memory format (DDP wrapped again)
+speed.fastest = lambda candidates: next(c for c in candidates if "channels_last" in c.name and c.passed)
+torch.set_num_threads(1)
+torch.manual_seed(0)
+model = zoo.load("resnet20", pretrained=False, in_chans=1, num_classes=3)
+g = torch.Generator().manual_seed(0)
+data = torch.utils.data.TensorDataset(torch.randn(64, 1, 8, 8, generator=g), torch.randint(0, 3, (64,), generator=g))
+config = TrainConfig(max_steps=12, batch_size=4, optimizer="sgd", lr=0.05, compile=False, progress=False,
+                     tensorboard=False, plot=False)
+trainer = Trainer(model, config)
+trainer.fit(data)
+weights = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
+gathered = [torch.empty_like(weights) for _ in range(trainer.world_size)]
+dist.all_gather(gathered, weights)
+report = trainer.speed_report
+print(json.dumps({"rank": trainer.rank, "setting": trainer.setting.name, "chosen": report.precision,
+                  "measured": [c.name for c in report.candidates if c.median_s],
+                  "ddp": type(trainer.wrapped).__name__, "in_sync": all(torch.equal(w, weights) for w in gathered),
+                  "loss": trainer.state.history[-1]["train_loss"]}))
+"""
+
+
+def test_under_torchrun_the_first_process_measures_and_every_process_trains_with_its_choice(tmp_path) -> None:
+    """Two Gloo processes (DDP): the first measures alone, both train with its channels_last
+    choice (DDP wrapped again for the new memory format) and stay in sync."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from test_engine import REPO
+
+    script = tmp_path / "auto_ddp.py"
+    script.write_text(TORCHRUN_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "ZOO_HOME": str(tmp_path / "home")}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]
+    done = subprocess.run(torchrun, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = sorted(
+        (json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")), key=lambda r: r["rank"]
+    )
+    assert [row["rank"] for row in rows] == [0, 1], done.stdout
+    chosen = rows[0]["chosen"]
+    assert "channels_last" in chosen and len(rows[0]["measured"]) >= 2, rows[0]
+    for row in rows:
+        assert row["setting"] == chosen and row["chosen"] == chosen, row  # the first process's choice, everywhere
+        assert row["ddp"] == "DistributedDataParallel" and row["in_sync"], row
+        assert math.isfinite(row["loss"]), row

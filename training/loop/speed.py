@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 
 from zoo.deploy.optimize_report import Candidate, OptimizeReport, remembered, write_cache
 from zoo.devices import has_amx
+from zoo.training.loop.distributed import wrap_model
 from zoo.training.loop.meter import EpochMeter
 
 if TYPE_CHECKING:
@@ -52,8 +53,8 @@ HOPELESS = 2.0  # a first timed step this many times fp32's median ends the cand
 WARMUP_STEPS = 1  # untimed steps per candidate (a compiled one compiles its graphs there)
 TIMED_STEPS = 3
 NOT_TRIED = "not tried"
-COMPILE_GUESS_S = 30.0
-LOADING_SHARE = 0.05  # loading a batch in the main process up to this share of a step: no workers  # what a compile is assumed to cost before one is tried
+COMPILE_GUESS_S = 30.0  # what a compile is assumed to cost before one is tried
+LOADING_SHARE = 0.05  # loading a batch in the main process up to this share of a step: no workers
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,8 @@ def fastest(candidates: Sequence[Candidate]) -> Candidate:
 
 def use_setting(trainer: Trainer, setting: Setting) -> None:
     """Run ``trainer``'s steps under ``setting`` from now on: memory format, compiled or not,
-    autocast, GradScaler, TF32 (CUDA). Before DDP/FSDP wrap the model, or single-process."""
+    autocast, GradScaler, TF32 (CUDA). A DDP model whose memory format this changes is wrapped
+    again by the caller (`tune`): DDP's gradient buckets take the layout they found."""
     model = trainer.model
     model.to(memory_format=torch.channels_last if setting.channels_last else torch.contiguous_format)
     if setting.compile != trainer.setting.compile:
@@ -190,10 +192,11 @@ def use_setting(trainer: Trainer, setting: Setting) -> None:
 
 def tune(trainer: Trainer, epochs: Epochs, train_set: Any) -> None:
     """Before the first epoch: the fastest setting (``precision="auto"``) and the loader's
-    workers (``num_workers=None``), measured on the run's first batches; under torchrun,
-    fp32 and no workers (a probe of one process cannot change how DDP/FSDP wrapped the model)."""
-    if trainer.world_size > 1:
-        log.info("precision auto: fp32 under torchrun; measure with one process, then pass --precision")
+    workers (``num_workers=None``), measured on the run's first batches. Under torchrun with DDP
+    the first process measures alone (`alone`) and every process trains with its choice
+    (`agreed`); FSDP trains in fp32 and the loaders of a torchrun group keep no workers."""
+    if trainer.world_size > 1 and trainer.fsdp:
+        log.info("precision auto: fp32 under FSDP; pass --precision to choose")
         return
     epochs.sampler.set_epoch(0)
     started = time.perf_counter()
@@ -201,14 +204,48 @@ def tune(trainer: Trainer, epochs: Epochs, train_set: Any) -> None:
     load_s = (time.perf_counter() - started) / max(len(batches), 1)
     step_s = None
     if trainer.config.precision == "auto":
-        trainer.speed_report = report = choose(trainer, batches, epochs.total_steps)
-        use_setting(trainer, Setting.from_name(report.precision) or trainer.setting)
+        report = None
+        if trainer.is_main:
+            with alone(trainer):
+                report = choose(trainer, batches, epochs.total_steps)
+        trainer.speed_report = report = agreed(trainer, report)
+        setting = Setting.from_name(report.precision) or trainer.setting
+        memory_format_changes = setting.channels_last != trainer.setting.channels_last
+        use_setting(trainer, setting)
+        if trainer.world_size > 1 and memory_format_changes:  # DDP's buckets follow the gradients' layout
+            trainer.wrapped = wrap_model(
+                trainer.model, trainer.world_size, False, trainer.device, trainer.config.find_unused_parameters
+            )
         step_s = next((c.median_s for c in report.candidates if c.name == report.precision), None)
         if trainer.config.progress and trainer.is_main:
             how = "remembered" if report.cached else f"measured in {time.perf_counter() - started:.1f} s"
             tqdm.write(f"precision auto: {report.precision} ({report.speedup:.2f}x fp32, {how})")
-    if trainer.config.num_workers is None:
+    if trainer.config.num_workers is None and trainer.world_size == 1:
         choose_workers(trainer, epochs, train_set, batches, load_s, step_s)
+
+
+@contextlib.contextmanager
+def alone(trainer: Trainer) -> Iterator[None]:
+    """``trainer``'s steps on its bare model, without DDP and its collectives, for a probe in one
+    process of a torchrun group (the others wait in `agreed`)."""
+    wrapped, world_size = trainer.wrapped, trainer.world_size
+    trainer.wrapped, trainer.world_size = trainer.model, 1
+    try:
+        yield
+    finally:
+        trainer.wrapped, trainer.world_size = wrapped, world_size
+
+
+def agreed(trainer: Trainer, report: OptimizeReport | None) -> OptimizeReport:
+    """The first process's ``report``, on every process of a torchrun group."""
+    if trainer.world_size == 1:
+        assert report is not None
+        return report
+    shared = [report]
+    torch.distributed.broadcast_object_list(
+        shared, src=0, device=trainer.device if trainer.device.type == "cuda" else None
+    )
+    return shared[0]
 
 
 def choose_workers(
