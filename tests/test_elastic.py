@@ -180,3 +180,12 @@ def test_a_node_that_never_comes_back_ends_the_run_in_one_line(tmp_path: Path) -
     assert f"its last checkpoint {out / 'checkpoints/last.pt'} is kept" in lines[0]
     checkpoint = torch.load(out / "checkpoints/last.pt", weights_only=True)
     assert checkpoint["state"]["global_step"] == 6  # the last good checkpoint, whole
+
+
+def test_an_elastic_group_without_its_own_store_per_round_is_warned() -> None:
+    from zoo.training.loop.distributed import restart_note
+
+    assert restart_note({}) is None and restart_note({"TORCHELASTIC_MAX_RESTARTS": "0"}) is None
+    assert restart_note({"TORCHELASTIC_MAX_RESTARTS": "3", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}) is None
+    note = restart_note({"TORCHELASTIC_MAX_RESTARTS": "3"})
+    assert note is not None and "--max-restarts 3" in note and "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in note

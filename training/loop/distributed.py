@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -40,7 +42,24 @@ def init_distributed() -> tuple[int, int, int]:
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
     dist.init_process_group(backend)
+    if dist.get_rank() == 0 and (note := restart_note(os.environ)):
+        warnings.warn(note, stacklevel=2)
     return dist.get_rank(), dist.get_world_size(), local_rank
+
+
+def restart_note(env: Mapping[str, str]) -> str | None:
+    """What an elastic group (``torchrun --max-restarts``) lacks to restart reliably: torch's
+    agents keep one key-value store across rendezvous rounds unless
+    ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, and a restarted worker may then read a dead one's
+    address and the group never meets again (seen in zoo's own elastic tests)."""
+    restarts = env.get("TORCHELASTIC_MAX_RESTARTS", "0")
+    if not restarts.isdigit() or int(restarts) == 0 or env.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE") == "1":
+        return None
+    return (
+        f"torchrun --max-restarts {restarts} without TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: after a worker dies, "
+        "the restarted group may never meet again; export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 where torchrun "
+        "starts (see the docs page 'Training on many machines')"
+    )
 
 
 def pick_device(requested: str | None, local_rank: int) -> torch.device:
