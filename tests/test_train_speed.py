@@ -104,6 +104,33 @@ def test_the_choice_agrees_with_its_own_measurements(monkeypatch: pytest.MonkeyP
     assert "chose bf16 (1.82x fp32)" in str(report)
 
 
+def test_a_final_round_in_turns_decides_between_the_fastest(monkeypatch: pytest.MonkeyPatch, bf16_cpu) -> None:
+    """bf16 looks fastest in its own probe (a quiet moment) and is slower when timed again in turns
+    with fp32 and the runner-up: the final round's times decide, and the report shows them."""
+    first = {"fp32": 100, "bf16+channels_last": 60, "bf16": 40, "fp32+channels_last": 80}
+    again = {"fp32": 100, "bf16+channels_last": 60, "bf16": 90}
+    calls: list[str] = []
+
+    def probe(trainer, setting, batches, hopeless_s):
+        seen = setting.name in calls
+        calls.append(setting.name)
+        seconds = (again if seen else first)[setting.name] / 1e3
+        return Trial([seconds] * (len(batches) - speed.WARMUP_STEPS), [1.0] * len(batches))
+
+    monkeypatch.setattr(speed, "probe", probe)
+    report = choose(trainer(compile=False))
+    by_name = {c.name: c for c in report.candidates}
+    rounds = [calls[4:7], calls[7:10], calls[10:]]  # the finalists in turns, each round one further along
+    assert rounds == [
+        ["fp32", "bf16", "bf16+channels_last"],
+        ["bf16", "bf16+channels_last", "fp32"],
+        ["bf16+channels_last", "fp32", "bf16"],
+    ]
+    assert report.precision == "bf16+channels_last" and by_name["bf16"].median_s == pytest.approx(0.090)
+    assert "timed again in turns" in by_name["bf16"].note and by_name["fp32+channels_last"].note == ""
+    assert report.speedup == pytest.approx(100 / 60) and "ok (timed again in turns" in str(report)
+
+
 def test_a_candidate_with_a_non_finite_loss_is_never_picked(monkeypatch: pytest.MonkeyPatch, bf16_cpu) -> None:
     times = {"fp32": 100, "bf16+channels_last": 10, "bf16": 20, "fp32+channels_last": 90}
     monkeypatch.setattr(speed, "probe", fixed_trials(times, {"bf16+channels_last": math.nan, "bf16": math.inf}))

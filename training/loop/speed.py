@@ -7,7 +7,8 @@ to earn its compile time back; on CUDA also TF32 and fp16 with a GradScaler) tra
 few batches from the same weights, through the Trainer's own `Trainer.train_step`; the model,
 optimizer, EMA and step count are restored after each. A candidate whose losses depart from
 fp32's by more than `LOSS_TOLERANCE` is dropped, one whose first timed step is more than
-`HOPELESS` times fp32's is stopped there, and the fastest of the rest trains. The probe
+`HOPELESS` times fp32's is stopped there; fp32 and the two fastest of the rest are timed again
+in turns (`final_round`), and the fastest by those times trains. The probe
 spends at most `PROBE_SHARE` of the run's estimated time; a run too short for that trains in
 fp32 (or the setting remembered for it). Choices are remembered per machine, model and input
 shape in ``$ZOO_HOME/train_speed.json`` (one from a search the budget cut short until a run
@@ -54,6 +55,7 @@ WARMUP_STEPS = 1  # untimed steps per candidate (a compiled one compiles its gra
 TIMED_STEPS = 3
 NOT_TRIED = "not tried"
 COMPILE_GUESS_S = 30.0  # what a compile is assumed to cost before one is tried
+FINAL_ROUNDS = 3  # of `final_round`
 LOADING_SHARE = 0.05  # loading a batch in the main process up to this share of a step: no workers
 
 
@@ -130,6 +132,7 @@ class Trial:
     seconds: list[float]
     losses: list[float]
     note: str = ""
+    final: bool = False  # its seconds are the final round's (`final_round`)
 
     @property
     def median_s(self) -> float | None:
@@ -161,6 +164,7 @@ def judge(settings: Sequence[Setting], trials: Sequence[Trial]) -> list[Candidat
             candidate.note = f"its loss departs from fp32's by {gap:.1%} (tolerance {LOSS_TOLERANCE:.0%})"
         else:
             candidate.passed = True
+            candidate.note = f"timed again in turns with the fastest ({FINAL_ROUNDS} rounds)" if trial.final else ""
         if candidate.median_s and reference.median_s:
             candidate.speedup = reference.median_s / candidate.median_s
         result.append(candidate)
@@ -328,7 +332,33 @@ def run_trials(trainer: Trainer, settings: Sequence[Setting], batches: list[Any]
             trials.append(probe(trainer, setting, batches, HOPELESS * reference_s))
         except Exception as error:  # noqa: BLE001 - a candidate that fails is recorded, the run goes on
             trials.append(Trial([], [], f"failed: {type(error).__name__}: {' '.join(str(error).split())[:160]}"))
+    final_round(trainer, settings, trials, batches, budget - (time.perf_counter() - started))
     return trials
+
+
+def final_round(
+    trainer: Trainer, settings: Sequence[Setting], trials: list[Trial], batches: list[Any], left_s: float
+) -> None:
+    """Time fp32 and the two fastest candidates that passed again, in turns (a warm-up and a
+    timed step each, `FINAL_ROUNDS` rounds, each round starting one further along), when the
+    probe's budget has ``left_s`` for it: a burst of other work during one candidate's probe
+    then cannot decide alone. Their step times become the final round's; losses stay the first."""
+    reference = trials[0]
+    passed = [
+        i for i, t in enumerate(trials) if i and t.seconds and not t.note and loss_gap(t, reference) <= LOSS_TOLERANCE
+    ]
+    finalists = [0, *sorted(passed, key=lambda i: trials[i].median_s or math.inf)[:2]]
+    if len(finalists) < 2 or not reference.seconds:
+        return
+    if FINAL_ROUNDS * (WARMUP_STEPS + 1) * sum(trials[i].median_s or 0.0 for i in finalists) > left_s:
+        return
+    seconds: dict[int, list[float]] = {i: [] for i in finalists}
+    for round_ in range(FINAL_ROUNDS):
+        turn = round_ % len(finalists)
+        for i in finalists[turn:] + finalists[:turn]:
+            seconds[i] += probe(trainer, settings[i], batches[: WARMUP_STEPS + 1], None).seconds
+    for i in finalists:
+        trials[i] = Trial(seconds[i], trials[i].losses, final=True)
 
 
 def probe(trainer: Trainer, setting: Setting, batches: list[Any], hopeless_s: float | None) -> Trial:

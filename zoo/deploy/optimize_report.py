@@ -60,7 +60,7 @@ class OptimizeReport:
             agreement = f"top-1 {c.top1_agreement:.2%}" if c.top1_agreement is not None else ""
             diff = f"max diff {c.max_abs_diff:.2g}" if c.max_abs_diff is not None else ""
             diff = f"loss gap {c.loss_gap:.2%}" if c.loss_gap is not None else diff
-            status = "ok" if c.passed else f"not used: {c.note}"
+            status = (f"ok ({c.note})" if c.note else "ok") if c.passed else f"not used: {c.note}"
             lines.append(f"  {c.name:<{max(width, 17)}}{ms:>12}  {agreement:<15}{diff:<17}{status}")
         return "\n".join(lines)
 
