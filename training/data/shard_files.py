@@ -36,6 +36,7 @@ MAX_FILES_PER_SAMPLE = 16
 URL_TIMEOUT_S = 60.0
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
+_META = re.compile(r"__[^/]*__($|/)")  # webdataset.tariterators' skip_meta
 
 
 @dataclass(frozen=True)
@@ -198,9 +199,10 @@ class _Hashed:
 
 def split_name(name: str) -> tuple[str, str] | None:
     """(KEY, EXT) of a member name (EXT lowercased), or None for names that are no sample file
-    (no extension; WebDataset's ``__meta__`` files)."""
+    (no extension, hidden files; WebDataset's ``__meta__`` files, by its own rule: a key such as
+    ``__0001`` is a sample there, so here too)."""
     folder, _, base = name.rpartition("/")
-    if "." not in base or base.startswith("__") or base.startswith("."):
+    if "." not in base or base.startswith(".") or _META.match(name):
         return None
     stem, _, ext = base.partition(".")
     return (f"{folder}/{stem}" if folder else stem), ext.lower()
@@ -258,9 +260,14 @@ class TarReader:
         self.stream, self.unread, self.size = stream, 0, 0
 
     def members(self) -> Iterator[tuple[str, int]]:
-        long_name = None
+        long_name, first = None, self._exact(2, eof_ok=True)
+        if first == b"\x1f\x8b":  # gzip's magic: compressed, not "damaged" (WebDataset reads .tar.gz)
+            raise DataError(
+                f"shard {self.stream.name} is gzip-compressed (.tar.gz); zoo streams uncompressed .tar shards: "
+                "gunzip it, or write the shards with `zoo shards`"
+            )
         while True:
-            header = self._exact(512, eof_ok=True)
+            header, first = first + self._exact(512 - len(first), eof_ok=not first), b""
             if not header or header.count(0) == 512:  # the end-of-archive blocks (or a missing end)
                 return
             size, kind = _checked_header(header)
