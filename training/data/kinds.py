@@ -58,6 +58,8 @@ def open_data(
     path = Path(source).expanduser()
     if path.is_dir():
         return image_folder_source(path)
+    if path.exists() and not path.is_file():
+        raise DataError(f"{path} is not a file or a folder (a FIFO, a socket or a device); --data takes a file")
     if not path.is_file():
         raise DataNotFoundError(
             f"{path} does not exist; --data takes an image folder, a .csv/.jsonl of text,label rows, "

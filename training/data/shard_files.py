@@ -14,6 +14,7 @@ import itertools
 import json
 import os
 import re
+import stat
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -24,7 +25,8 @@ from typing import IO, Any
 from braceexpand import braceexpand
 
 from zoo.errors import DataError, DataNotFoundError
-from zoo.training.data.source import first_line
+from zoo.loading.images import MAX_IMAGE_PIXELS
+from zoo.training.data.source import check_class_names, first_line
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "zoo-shards/1"
@@ -33,6 +35,8 @@ MAX_MEMBER_BYTES = 64 * 2**20  # one file inside a shard (an image, a label, a t
 MAX_SHARD_BYTES = 64 * 2**30  # one shard
 MAX_MANIFEST_BYTES = 64 * 2**20
 MAX_FILES_PER_SAMPLE = 16
+MIN_SAMPLE_BYTES = 1024  # a sample is at least two tar members, each a 512-byte header and its data
+MAX_SAMPLES = MAX_SHARD_BYTES // MIN_SAMPLE_BYTES  # samples one shard of a manifest may count
 URL_TIMEOUT_S = 60.0
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
@@ -119,7 +123,7 @@ def read_manifest(location: str) -> dict[str, Any] | None:
         raise DataError(f"{location} is over {MAX_MANIFEST_BYTES // 2**20} MiB; a shard manifest is much smaller")
     try:
         manifest = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as error:
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:
         raise DataError(f"{location} is not JSON ({first_line(error)}); rewrite it with `zoo shards`") from None
     check_manifest(location, manifest)
     return manifest
@@ -136,6 +140,27 @@ def check_manifest(location: str, manifest: Any) -> None:
     classes = manifest.get("classes")
     if not isinstance(classes, list) or len(classes) < 2 or not all(isinstance(c, str) for c in classes):
         raise DataError(f"{location}: classes should be a list of at least 2 class names; {fix}")
+    check_class_names(location, classes, "classes")
+    counts = manifest.get("class_counts")
+    if counts is not None and not (
+        isinstance(counts, list)
+        and len(counts) == len(classes)
+        and all(_whole(c, 0, MAX_SAMPLES * MAX_SHARDS) for c in counts)
+    ):
+        raise DataError(f"{location}: class_counts should be a whole number >= 0 for each class; {fix}")
+    if manifest["kind"] == "images":
+        channels, size = manifest.get("channels"), manifest.get("image_size")
+        if channels not in (None, 1, 3, 4) or isinstance(channels, bool):
+            raise DataError(f"{location}: channels should be 1, 3 or 4, got {str(channels)[:20]}; {fix}")
+        if size is not None and not (
+            isinstance(size, list)
+            and len(size) == 2
+            and all(_whole(n, 1, MAX_IMAGE_PIXELS) for n in size)
+            and size[0] * size[1] <= MAX_IMAGE_PIXELS
+        ):
+            raise DataError(
+                f"{location}: image_size should be [height, width] of at most {MAX_IMAGE_PIXELS:,} pixels; {fix}"
+            )
     shards = manifest.get("shards")
     if not isinstance(shards, list) or not shards or len(shards) > MAX_SHARDS:
         raise DataError(f"{location}: shards should be a list of 1 to {MAX_SHARDS} entries; {fix}")
@@ -143,11 +168,15 @@ def check_manifest(location: str, manifest: Any) -> None:
         where = f"{location}: shards[{index}]"
         if not isinstance(entry, dict) or not _NAME.fullmatch(str(entry.get("name"))) or entry["name"] in (".", ".."):
             raise DataError(f"{where}.name should be a file name beside the manifest (no folders); {fix}")
-        samples = entry.get("samples")
-        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-            raise DataError(f"{where}.samples should be a whole number >= 1; {fix}")
+        if not _whole(entry.get("samples"), 1, MAX_SAMPLES):
+            raise DataError(f"{where}.samples should be a whole number from 1 to {MAX_SAMPLES:,}; {fix}")
         if not isinstance(entry.get("sha256"), str) or not _SHA256.fullmatch(entry["sha256"]):
             raise DataError(f"{where}.sha256 should be 64 lowercase hex digits; {fix}")
+
+
+def _whole(value: Any, low: int, high: int) -> bool:
+    """Whether a manifest's ``value`` is a whole number (not a bool) from ``low`` to ``high``."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 class open_stream:  # noqa: N801 (a context manager used like open())
@@ -162,7 +191,9 @@ class open_stream:  # noqa: N801 (a context manager used like open())
             if is_url(self.url):
                 self.stream = urllib.request.urlopen(self.url, timeout=URL_TIMEOUT_S)  # noqa: S310 (http(s) only)
             else:
-                self.stream = open(self.url, "rb")  # noqa: SIM115 (closed by __exit__)
+                self.stream = _open_regular(self.url)
+        except DataError:
+            raise
         except (FileNotFoundError, urllib.error.HTTPError) as error:
             if isinstance(error, FileNotFoundError) or error.code == 404:
                 if self.missing_ok:
@@ -175,6 +206,21 @@ class open_stream:  # noqa: N801 (a context manager used like open())
 
     def __exit__(self, *exc: object) -> None:
         self.stream.close()
+
+
+def _open_regular(path: str) -> IO[bytes]:
+    """The local file ``path`` opened for reading, when it is a regular file (a link to one is
+    followed): a FIFO would block the open and every read, a device never end. Checked on the
+    opened file itself (non-blocking), so it cannot be swapped in between."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise DataError(f"{path} is not a file (a folder, a FIFO or a device); check the --data spec")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class _Hashed:

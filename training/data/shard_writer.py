@@ -27,10 +27,11 @@ from webdataset.writer import TarWriter
 
 from zoo.bounds import count
 from zoo.errors import DataError, InvalidArgumentError
-from zoo.store.files import atomic_path, write_json
+from zoo.store.files import atomic_files, atomic_path, write_json
 from zoo.training.data.kinds import DataSource, open_data
 from zoo.training.data.shard_files import MANIFEST, MANIFEST_FORMAT
 from zoo.training.data.shards import IMAGE_EXTENSIONS
+from zoo.training.data.source import check_class_names
 
 SHARD_SIZE = count(1, 10_000_000)  # samples per shard
 DEFAULT_SHARD_SIZE = 1000
@@ -47,7 +48,8 @@ def write_shards(
 ) -> Path:
     """Write ``data`` (a path `open_data` reads, or a `DataSource`) to ``out`` as shards of
     ``shard_size`` samples named ``PREFIX-000000.tar`` ..., then their manifest; returns the
-    manifest's path. ``out`` must be missing or empty."""
+    manifest's path. ``out`` must be missing or empty; the shards appear there all at once, at
+    the end (a run stopped on the way leaves none)."""
     problem = SHARD_SIZE.problem(shard_size)
     if problem:
         raise InvalidArgumentError(f"shard_size (--shard-size) {problem}, got {shard_size!r}")
@@ -56,32 +58,42 @@ def write_shards(
     source = data if isinstance(data, DataSource) else open_data(data, max_length=max_length)
     if source.kind == "graphs" or source.num_classes is None:
         raise DataError(f"{source.description}: shards hold labelled images, tensors or text rows, not {source.kind}")
+    if source.kind == "images" and source.in_chans not in (1, 3, 4):  # PNG's gray, RGB and RGBA
+        raise DataError(
+            f"{source.description}: images of {source.in_chans} channels; shards hold images of 1, 3 or 4 channels "
+            "(gray, RGB, RGBA)"
+        )
+    classes = list(source.class_names or [str(i) for i in range(source.num_classes)])
+    check_class_names(source.description, classes, "the class names")  # as a manifest's are read back
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InvalidArgumentError(f"--out {out} is not an empty folder; choose a new one")
-    out.mkdir(parents=True, exist_ok=True)
-    entries, counts, pending, index = [], [0] * source.num_classes, [], 0
-    for sample, label in _encoded(source):
-        counts[label] += 1
-        pending.append({"__key__": f"{index:09d}", **sample, "cls": str(label).encode()})
-        index += 1
-        if len(pending) == shard_size:
-            entries.append(_write_shard(out / f"{prefix}-{len(entries):06d}.tar", pending))
-            pending = []
-    if pending:
-        entries.append(_write_shard(out / f"{prefix}-{len(entries):06d}.tar", pending))
-    kind = "text" if source.kind == "text" else "images" if source.kind == "images" else "tensors"
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "kind": kind,
-        "classes": list(source.class_names or [str(i) for i in range(source.num_classes)]),
-        "class_counts": counts,
-        "channels": source.in_chans if kind == "images" else None,
-        "image_size": list(source.image_size) if kind == "images" and source.image_size else None,
-        "source": source.description,
-        "shards": entries,
-    }
-    return write_json(manifest, out / MANIFEST)
+    # written into a hidden staging folder inside ``out`` and moved out at the end, the manifest
+    # last: a run stopped on the way (Ctrl-C, an unreadable sample) leaves no shards behind
+    with atomic_files(out, last=[MANIFEST]) as staging:
+        entries, counts, pending, index = [], [0] * source.num_classes, [], 0
+        for sample, label in _encoded(source):
+            counts[label] += 1
+            pending.append({"__key__": f"{index:09d}", **sample, "cls": str(label).encode()})
+            index += 1
+            if len(pending) == shard_size:
+                entries.append(_write_shard(staging / f"{prefix}-{len(entries):06d}.tar", pending))
+                pending = []
+        if pending:
+            entries.append(_write_shard(staging / f"{prefix}-{len(entries):06d}.tar", pending))
+        kind = "text" if source.kind == "text" else "images" if source.kind == "images" else "tensors"
+        manifest = {
+            "format": MANIFEST_FORMAT,
+            "kind": kind,
+            "classes": classes,
+            "class_counts": counts,
+            "channels": source.in_chans if kind == "images" else None,
+            "image_size": list(source.image_size) if kind == "images" and source.image_size else None,
+            "source": source.description,
+            "shards": entries,
+        }
+        write_json(manifest, staging / MANIFEST)
+    return out / MANIFEST
 
 
 def _encoded(source: DataSource) -> Iterator[tuple[dict[str, bytes], int]]:
@@ -124,9 +136,11 @@ def _write_shard(path: Path, samples: list[dict[str, bytes]]) -> dict[str, Any]:
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as stream:
             writer = TarWriter(stream, encoder=False, mtime=0, user="zoo", group="zoo")
-            for sample in samples:
-                writer.write(sample)
-            writer.close()
+            try:
+                for sample in samples:
+                    writer.write(sample)
+            finally:  # also when stopped: a tar stream left open writes to its closed file when collected
+                writer.close()
     digest = hashlib.sha256()
     with open(path, "rb") as stream:
         while chunk := stream.read(2**20):

@@ -25,6 +25,7 @@ import itertools
 import json
 import logging
 import math
+import os
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from zoo.errors import DataError, InvalidArgumentError
 from zoo.loading.images import open_image
 from zoo.training.data.shard_files import (
     MANIFEST,
+    MIN_SAMPLE_BYTES,
     Shard,
     expand_spec,
     is_url,
@@ -56,6 +58,7 @@ SHUFFLE_BUFFER = 1000  # samples held to shuffle within a process's run (raw byt
 BUFFER = count(0, 1_000_000)
 IMAGE_EXTENSIONS = ("png", "jpg", "jpeg", "webp")
 LABEL_EXTENSIONS = ("cls", "txt", "json")
+CHECKED_EPOCH = 1_000_000  # samples an epoch may claim before each local shard's size is checked against its count
 Record = dict[str, Any]
 
 
@@ -103,7 +106,7 @@ class SampleDecoder:
         if ext == "json":
             try:
                 value = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):  # nested too deep for the parser, too
                 raise DataError(f"{where}: KEY.json is not JSON; write the class name or index") from None
             value = value.get("label") if isinstance(value, dict) else value
         if ext == "cls" or isinstance(value, int):
@@ -436,6 +439,16 @@ def _described(spec: str, urls: list[str]) -> tuple[dict[str, Any], list[Shard]]
         raise DataError(
             f"shard {missing[0]} is not in {manifest_location(missing[0])}; rewrite the manifest with `zoo shards`"
         )
+    # the sampler is sized by the counts before any read: past `CHECKED_EPOCH` samples, a count no
+    # local shard's bytes can hold is refused here (below it, reading finds a short shard, by sample)
+    claimed = sum(int(entries[url].samples or 0) for url in urls)
+    for url in urls if claimed > CHECKED_EPOCH else ():
+        size = None if is_url(url) else os.path.getsize(url)
+        if size is not None and int(entries[url].samples or 0) * MIN_SAMPLE_BYTES > size:
+            raise DataError(
+                f"{manifest_location(url)}: {entries[url].name} counts {entries[url].samples:,} samples, more than its "
+                f"{size:,} bytes can hold; rewrite the shards and their manifest with `zoo shards`"
+            )
     return first, [entries[url] for url in urls]  # type: ignore[return-value]
 
 
@@ -468,7 +481,9 @@ def scan_shards(urls: list[str]) -> tuple[dict[str, Any], list[Shard]]:
     info["class_counts"] = np.bincount(labels, minlength=len(classes)).tolist() if labels else None
     check_classes(urls[0], dict(zip(classes, info["class_counts"] or [])), "label samples of at least 2 classes")
     if kind == "images":
-        record = next(read_samples(Shard(urls[0])))
+        record = next((r for r in read_samples(Shard(urls[0])) if any(e in r for e in IMAGE_EXTENSIONS)), None)
+        if record is None:
+            raise DataError(f"shard {urls[0]} holds no image (KEY.{', KEY.'.join(IMAGE_EXTENSIONS)}) to size the model")
         ext = next(e for e in IMAGE_EXTENSIONS if e in record)
         image = open_image(io.BytesIO(record[ext]), decode=False, name=f"shard {urls[0]}, {record['__key__']}")
         info["channels"] = 1 if image.mode in ("L", "1", "I", "I;16", "F") else 3

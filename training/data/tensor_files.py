@@ -13,8 +13,16 @@ import torch
 from torch.utils.data import Dataset
 
 from zoo.errors import DataError
+from zoo.store.files import check_zip_inflation
 from zoo.store.state_dict_files import read_torch_file
-from zoo.training.data.source import MAX_CLASS_INDEX, DataSource, check_classes, class_counts, first_line
+from zoo.training.data.source import (
+    MAX_CLASS_INDEX,
+    DataSource,
+    check_class_names,
+    check_classes,
+    class_counts,
+    first_line,
+)
 from zoo.training.data.text_rows import plural
 
 _FEATURE_KEYS = (("x", "y"), ("images", "labels"), ("data", "targets"), ("features", "labels"))
@@ -164,26 +172,25 @@ def _checked_labels(
 
 
 def _class_name_list(names: Any, where: str) -> list[str]:
-    """The class names a file gives under 'classes': distinct strings."""
+    """The class names a file gives under 'classes': distinct printable strings, bounded."""
     if isinstance(names, np.ndarray):
         names = names.tolist()
-    if isinstance(names, str) or not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
-        raise DataError(f"{where}: 'classes' must be a list of class names (strings), got {type(names).__name__}")
-    if len(set(names)) != len(names):
-        twice = sorted({n for n in names if names.count(n) > 1})
-        raise DataError(f"{where}: 'classes' names {twice} more than once; each class needs its own name")
-    return list(names)
+    return check_class_names(where, names)
 
 
 def _load_tensor_file(path: Path) -> Any:
     """What a tensor file holds: ``.pt`` through zoo's one torch file reader (weights only:
     tensors, lists, dicts; no arbitrary objects), ``.npz``/``.npy`` through numpy without pickles."""
     suffix = path.suffix.lower()
+    if not path.is_file():
+        raise DataError(f"{path} is not a file (a folder, a FIFO or a device); expected a {suffix} file")
     if path.stat().st_size == 0:
         raise DataError(f"{path} is empty (0 bytes); expected a {suffix} file of samples and labels")
     if suffix not in (".npz", ".npy"):
         fix = "write it with torch.save({'x': ..., 'y': ...}, path)"
         return read_torch_file(path, DataError, fix, kind=f"{suffix} tensor file")
+    if suffix == ".npz":
+        check_zip_inflation(path, DataError, "save it uncompressed with numpy.savez(path, x=..., y=...)")
     try:
         loaded = np.load(path, allow_pickle=False)
         if isinstance(loaded, np.lib.npyio.NpzFile):

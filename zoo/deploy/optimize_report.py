@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import stat
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -65,11 +66,19 @@ class OptimizeReport:
         return "\n".join(lines)
 
 
+MAX_CACHE_BYTES = 16 * 2**20  # a choices file larger than this was not written by zoo: it counts as none
+
+
 def _read_cache(file: str = CACHE_FILE) -> dict[str, Any]:
-    """The remembered choices; an unreadable or damaged file counts as none."""
+    """The remembered choices; an unreadable, damaged or oversized file, or one that is no
+    regular file (a FIFO would block the read), counts as none."""
+    path = download.zoo_home() / file
     try:
-        data = json.loads((download.zoo_home() / file).read_text())
-    except (OSError, ValueError):
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_CACHE_BYTES:
+            return {}
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -100,7 +109,7 @@ def _candidate(values: Any) -> Candidate | None:
     numbers_ok = all(
         v is None or isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
         for v in (getattr(candidate, n) for n in _NUMBERS)
-    )
+    ) and all(v is None or v > 0 for v in (candidate.median_s, candidate.speedup))  # times and ratios are > 0
     ok = (
         numbers_ok
         and isinstance(candidate.name, str)

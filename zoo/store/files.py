@@ -8,14 +8,16 @@ import glob
 import json
 import os
 import secrets
+import stat
 import tempfile
 import time
+import zipfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from zoo.errors import InvalidArgumentError, WeightsError
+from zoo.errors import InvalidArgumentError, WeightsError, ZooError
 
 
 @contextmanager
@@ -141,12 +143,37 @@ def read_json(path: Path, max_bytes: int, *, name: str | None = None, fix: str =
     path is a cache's) and saying ``fix``. Its content is the caller's to check."""
     shown, advice = name or str(path), f"; {fix}" if fix else ""
     try:
-        size = path.stat().st_size
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):  # a FIFO would block the read, a device never end
+            raise WeightsError(f"{shown} is not a file (a folder, a FIFO or a device){advice}")
+        size = info.st_size
         if size > max_bytes:
             raise WeightsError(f"{shown} is {size:,} bytes, over the {max_bytes:,} such a file has{advice}")
         return json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise WeightsError(f"{shown} is not readable JSON ({error}){advice}") from None
+
+
+MAX_INFLATION = 100  # a zip member may inflate to this many times its compressed bytes...
+INFLATION_FREE_BYTES = 64 * 2**20  # ...once it inflates to more than this
+
+
+def check_zip_inflation(path: Path, error: type[ZooError], fix: str) -> None:
+    """Refuse the zip archive ``path`` (an .npz, a torch file) when a member would inflate far
+    beyond its compressed bytes (a zip bomb: a small file that decompresses into gigabytes), read
+    from its zip directory before any member is: an ``error`` naming the file and member, saying
+    ``fix``. Not a zip (or not a readable one): nothing to check, the file's reader says what it is."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return
+    for member in members:
+        if member.file_size > max(INFLATION_FREE_BYTES, MAX_INFLATION * member.compress_size):
+            raise error(
+                f"{path}: member {member.filename[:60]!r} declares {member.file_size:,} bytes from "
+                f"{member.compress_size:,} compressed, over {MAX_INFLATION}x (a zip bomb?); {fix}"
+            )
 
 
 LOCK_FILE = ".zoo-run.lock"  # in an output folder while a run writes it

@@ -25,6 +25,7 @@ from zoo.errors import (
     WeightsNotFoundError,
     ZooError,
 )
+from zoo.store.files import check_zip_inflation
 
 _WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "state_dict_ema")
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DDP, torch.compile
@@ -59,6 +60,7 @@ def read_torch_file(
     (``kind``) and saying ``fix``."""
     path = Path(path)
     _check_file(path, error, f"torch {kind}")
+    check_zip_inflation(path, error, f"torch.save never compresses; {fix}")
     try:
         return torch.load(path, weights_only=True, map_location="cpu")
     except Exception as err:  # bytes that are no checkpoint fail in any way (KeyError, IndexError, EOFError...)
