@@ -60,25 +60,23 @@ def test_class_names_of_a_tensor_file_are_printable_and_bounded(tmp_path: Path, 
         open_data(path)
 
 
-def test_a_million_class_names_are_refused_at_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("names", "match"),
+    [
+        ([f"c{i}" for i in range(1_000_000)], r"'classes' names 1,000,000 classes, over the 100,000"),
+        ([f"c{i}" for i in range(999_999)] + ["c0"], r"'classes' names 1,000,000 classes, over the 100,000"),
+        ([f"c{i}" for i in range(50_000)] + ["c7"], r"'classes' names \['c7'\] more than once"),
+    ],
+    ids=["a-million", "a-million-one-twice", "one-twice"],
+)
+def test_many_class_names_are_checked_at_once(tmp_path: Path, names: list[str], match: str) -> None:
     # the duplicate check was quadratic (names.count per name: hours for 10**6 names with one twice);
-    # without one twice, a 10**6-output head was built
-    names = [f"c{i}" for i in range(1_000_000)]
-    for listed in (names, names[:-1] + ["c0"]):
-        path = _tensor_file(tmp_path / "data.pt", classes=listed)
-        started = time.perf_counter()
-        with pytest.raises(DataError, match=r"data\.pt: 'classes' names 1,000,000 classes, over the 100,000"):
-            open_data(path)
-        assert time.perf_counter() - started < 30
-
-
-def test_twice_named_classes_are_found_quickly(tmp_path: Path) -> None:
-    names = [f"c{i}" for i in range(50_000)] + ["c7"]
+    # without one twice, a 10**6-output head was built. The bound guards against a hang, not a speed.
     path = _tensor_file(tmp_path / "data.pt", classes=names)
     started = time.perf_counter()
-    with pytest.raises(DataError, match=r"'classes' names \['c7'\] more than once"):
+    with pytest.raises(DataError, match=rf"data\.pt: {match}"):
         open_data(path)
-    assert time.perf_counter() - started < 10
+    assert time.perf_counter() - started < 60
 
 
 def test_an_npz_zip_bomb_is_refused_before_it_is_inflated(tmp_path: Path) -> None:
