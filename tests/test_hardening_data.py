@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from zoo.cli import main
 from zoo.deploy import optimize_report
@@ -298,7 +299,7 @@ def test_zoo_shards_refuses_class_names_it_could_not_read_back(tmp_path: Path, c
     rows.write_text("text,label\n" + "".join(f"row {i},{label}\n" for i, label in enumerate(labels)))
     assert main(["shards", str(rows), "--out", str(tmp_path / "s")]) == 2
     error = capsys.readouterr().err
-    assert error.count("\n") == 1 and "rows.csv" in error and "the class names[0] is 'a\\x1b[2Jb'" in error
+    assert error.count("\n") == 1 and "rows.csv" in error and "labels[0] is 'a\\x1b[2Jb'" in error
     assert not (tmp_path / "s").exists()
 
 
@@ -371,3 +372,16 @@ def test_the_json_reader_refuses_a_fifo_without_blocking(tmp_path: Path) -> None
     os.mkfifo(tmp_path / "config.json")
     with pytest.raises(WeightsError, match=r"config\.json is not a file \(a folder, a FIFO or a device\)"):
         read_json(tmp_path / "config.json", 2**20)
+
+
+def test_class_names_from_folders_and_text_rows_are_printable(tmp_path: Path) -> None:
+    # a folder or label named with a newline or escape codes forged lines in messages and the card
+    for name in ("cat", "dog\x1b[31m"):
+        (tmp_path / "images" / name).mkdir(parents=True)
+        Image.new("L", (8, 8)).save(tmp_path / "images" / name / "1.png")
+    with pytest.raises(DataError, match=r"images: class folders\[1\] is 'dog\\x1b\[31m': a class name is 1 to 256"):
+        open_data(tmp_path / "images")
+    rows = tmp_path / "rows.csv"
+    rows.write_text('text,label\nhello,cat\nworld,"dog\nzoo: error: forged"\n')
+    with pytest.raises(DataError, match=r"rows\.csv: labels\[1\] is 'dog\\nzoo: error: forged'"):
+        open_data(rows)

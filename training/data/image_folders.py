@@ -15,7 +15,7 @@ from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from zoo.errors import DataError
 from zoo.loading.images import open_image
-from zoo.training.data.source import DataSource, check_classes, class_counts, first_line
+from zoo.training.data.source import DataSource, check_class_names, check_classes, class_counts, first_line
 from zoo.training.data.text_rows import plural
 
 
@@ -63,6 +63,7 @@ def _scan_image_folder(root: Path) -> tuple[list[str], list[tuple[str, int]]]:
             f"{root} holds no class folders: an image folder has one sub-folder per class, each holding "
             f"that class's images ({extensions})"
         )
+    check_class_names(str(root), classes, "class folders")  # they go into messages, config and card
     samples: list[tuple[str, int]] = []
     seen: set[str] = set()  # real paths of the files taken: a file linked twice counts once
     for index, name in enumerate(classes):

@@ -13,7 +13,7 @@ from torch.utils.data import Dataset
 
 from zoo.errors import DataError
 from zoo.tokenizer import ByteTokenizer
-from zoo.training.data.source import MAX_CLASS_INDEX, DataSource, check_classes, class_counts
+from zoo.training.data.source import MAX_CLASS_INDEX, DataSource, check_class_names, check_classes, class_counts
 from zoo.training.data.text_rows import csv_rows, decode_text, jsonl_rows
 
 _CLASS_INDEX = re.compile(r"-?[0-9]+")
@@ -68,7 +68,7 @@ def text_source(path: Path, max_length: int) -> DataSource:
         if min(indices) > 0:
             hint = " (integer labels are class indices from 0: subtract 1 if yours start at 1)"
     else:
-        class_names = sorted(set(labels))
+        class_names = check_class_names(str(path), sorted(set(labels)), "labels")
         number = {name: i for i, name in enumerate(class_names)}
         indices = [number[label] for label in labels]
     targets = torch.tensor(indices, dtype=torch.long)
