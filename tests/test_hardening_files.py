@@ -350,3 +350,14 @@ def test_zoo_export_does_not_silently_replace_a_dangling_link(tmp_path: Path) ->
     (tmp_path / "m.onnx").symlink_to(tmp_path / "nowhere.onnx")
     with pytest.raises(InvalidArgumentError, match="m.onnx already exists"):
         check_destination(tmp_path / "m.onnx", "onnx")
+
+
+def test_the_module_entry_points_say_a_warning_in_one_line(tmp_path: Path) -> None:
+    """``python -m zoo.training.finetune`` (what torchrun starts) printed the warning code's file
+    and source line: warnings are one line in every entry point that goes through run_command."""
+    code = (
+        "import sys, warnings; from zoo.errors import run_command; "
+        "sys.exit(run_command(lambda: warnings.warn('two\\n lines') or 0, prog='python -m x'))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stderr == "python -m x: warning: two lines\n", run.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Callable
 
 from zoo.architectures._errors import InvalidArgumentError, ZooError  # the families raise them too
@@ -83,8 +84,11 @@ class WeightsNotFoundError(WeightsError, FileNotFoundError):
 def run_command(command: Callable[[], int], prog: str = "zoo") -> int:
     """Run a command-line entry point: a ZooError (or ValueError, OSError, RuntimeError) becomes
     one line on stderr and exit code 2; a reader that closed the pipe (``zoo list | head``) ends
-    it quietly; Ctrl-C ends it with one line and the shell's code 130. Every command of zoo's
-    goes through here."""
+    it quietly; Ctrl-C ends it with one line and the shell's code 130; a warning is one line,
+    ``PROG: warning: ...``, without the file and source line of the code that warned. Every
+    command of zoo's goes through here."""
+    shown = warnings.formatwarning
+    warnings.formatwarning = lambda message, *_, **__: f"{prog}: warning: {' '.join(str(message).split())}\n"
     try:
         return command()
     except BrokenPipeError:
@@ -96,3 +100,5 @@ def run_command(command: Callable[[], int], prog: str = "zoo") -> int:
     except (ZooError, ValueError, OSError, RuntimeError) as error:
         print(f"{prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
+    finally:
+        warnings.formatwarning = shown

@@ -12,7 +12,6 @@ import argparse
 import importlib
 import shlex
 import sys
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
@@ -301,18 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.command_line = shlex.join(["zoo", *argv])
         return COMMANDS[args.command].run(args)
 
-    shown = warnings.formatwarning
-    warnings.formatwarning = _one_line_warning
-    try:
-        return run_command(run)
-    finally:
-        warnings.formatwarning = shown
-
-
-def _one_line_warning(message: Warning | str, category: type[Warning], *where: object, **line: object) -> str:
-    """A warning as the command line says it: ``zoo: warning: ...`` in one line, without the
-    file, line number and source line of the code that warned."""
-    return f"zoo: warning: {' '.join(str(message).split())}\n"
+    return run_command(run)
 
 
 __all__ = [
