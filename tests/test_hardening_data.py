@@ -385,3 +385,14 @@ def test_class_names_from_folders_and_text_rows_are_printable(tmp_path: Path) ->
     rows.write_text('text,label\nhello,cat\nworld,"dog\nzoo: error: forged"\n')
     with pytest.raises(DataError, match=r"rows\.csv: labels\[1\] is 'dog\\nzoo: error: forged'"):
         open_data(rows)
+
+
+def test_zoo_shards_names_what_a_killed_run_left(tmp_path: Path, capsys) -> None:
+    # kill -9 leaves the staging folder in --out: the next run said only "not an empty folder"
+    (tmp_path / "s" / ".staging-abc123").mkdir(parents=True)
+    x = tmp_path / "x.pt"
+    torch.save({"x": torch.rand(4, 1, 8, 8), "y": torch.tensor([0, 1, 0, 1])}, x)
+    assert main(["shards", str(x), "--out", str(tmp_path / "s")]) == 2
+    error = capsys.readouterr().err
+    assert "holds only .staging-abc123, left by a zoo shards run that was killed" in error, error
+    assert (tmp_path / "s" / ".staging-abc123").is_dir()  # nothing of it deleted

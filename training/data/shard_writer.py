@@ -67,6 +67,12 @@ def write_shards(
     check_class_names(source.description, classes, "the class names")  # as a manifest's are read back
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        left = sorted(p.name for p in out.iterdir() if p.name.startswith(".staging-")) if out.is_dir() else []
+        if left and len(left) == len(list(out.iterdir())):  # what atomic_files leaves when a run is killed
+            raise InvalidArgumentError(
+                f"--out {out} holds only {', '.join(left)}, left by a zoo shards run that was killed "
+                "(or is still writing): once no such run is left, delete it, or choose a new folder"
+            )
         raise InvalidArgumentError(f"--out {out} is not an empty folder; choose a new one")
     # written into a hidden staging folder inside ``out`` and moved out at the end, the manifest
     # last: a run stopped on the way (Ctrl-C, an unreadable sample) leaves no shards behind
