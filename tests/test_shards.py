@@ -27,6 +27,7 @@ import torch
 from PIL import Image
 
 from zoo import cli
+from zoo.cli.parser import build_parser
 from zoo.errors import DataError
 from zoo.training.data.kinds import open_data
 from zoo.training.data.molecules import MoleculeOptions
@@ -34,6 +35,7 @@ from zoo.training.data.shard_files import Shard
 from zoo.training.data.shard_writer import write_shards
 from zoo.training.data.shards import ShardStream, plan
 from zoo.training.data.tensor_files import tensor_source
+from zoo.training.finetune.options import options_from_args
 from zoo.training.loop.loaders import EpochSampler, ShardSampler, build_loader
 
 REPO = Path(__file__).resolve().parent.parent
@@ -136,6 +138,13 @@ def test_zoo_finetune_streams_a_brace_range(tmp_path: Path, capsys: pytest.Captu
     assert metrics["history"][-1]["step"] == 3
     card = (tmp_path / "o/README.md").read_text()
     assert "shards" in card
+    # the shuffle buffer from the command line: checked, and what the run reads through
+    with pytest.raises(SystemExit) as refused:
+        cli.main([*argv, *options, "--shuffle-buffer", "-1"])
+    assert refused.value.code == 2 and "--shuffle-buffer: must be from 0 to 1000000" in capsys.readouterr().err
+    parsed = build_parser(["finetune"]).parse_args([*argv, "--shuffle-buffer", "7"])
+    buffer = options_from_args(parsed).shuffle_buffer
+    assert buffer == 7 and open_data(parsed.data, shuffle_buffer=buffer).buffer == 7
 
 
 def test_text_rows_and_tensors_become_shards(tmp_path: Path) -> None:

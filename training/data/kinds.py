@@ -22,7 +22,7 @@ from zoo.training.data.graph_datasets import graph_source
 from zoo.training.data.image_folders import image_folder_source
 from zoo.training.data.molecules import MoleculeOptions, is_molecule_file, molecule_source
 from zoo.training.data.shard_files import looks_like_shards
-from zoo.training.data.shards import shard_source
+from zoo.training.data.shards import SHUFFLE_BUFFER, shard_source
 from zoo.training.data.source import MAX_CLASS_INDEX, DataSource, samples_needed
 from zoo.training.data.tensor_files import tensor_file_source, tensor_source
 from zoo.training.data.text_files import TextBatches, text_source
@@ -31,7 +31,11 @@ __all__ = ["MAX_CLASS_INDEX", "DataSource", "TextBatches", "open_data", "samples
 
 
 def open_data(
-    source: str | os.PathLike | Dataset, *, max_length: int = 512, molecules: MoleculeOptions | None = None
+    source: str | os.PathLike | Dataset,
+    *,
+    max_length: int = 512,
+    molecules: MoleculeOptions | None = None,
+    shuffle_buffer: int = SHUFFLE_BUFFER,
 ) -> DataSource:
     """Describe a dataset: an image folder (torchvision ImageFolder layout: one sub-folder per
     class), a ``.csv``/``.jsonl`` of ``text,label`` rows, a tensor file (``.pt``, ``.npz``,
@@ -51,7 +55,7 @@ def open_data(
         )
     if looks_like_shards(source):
         skip_bad = molecules is not None and molecules.skip_bad_rows  # --skip-bad-rows: bad samples too
-        return shard_source(os.fspath(source), max_length=max_length, skip_bad=skip_bad)  # type: ignore[arg-type]
+        return shard_source(os.fspath(source), max_length=max_length, skip_bad=skip_bad, buffer=shuffle_buffer)  # type: ignore[arg-type]
     if str(source) == "fashion-mnist":
         images, labels = load_fashion_mnist("train")
         return tensor_source(images, labels, list(FASHION_MNIST_CLASSES), "Fashion-MNIST (train split)")

@@ -169,7 +169,9 @@ def finetune(
     config = dataclasses.replace(config or TrainConfig(), out_dir=str(out))
     config.resume = config.resume or elastic_resume(out)  # under torchrun --max-restarts: goes on from last.pt
     out = Path(out)
-    source = open_data(data, max_length=options.max_length, molecules=options.molecules)  # read before out changes
+    source = open_data(
+        data, max_length=options.max_length, molecules=options.molecules, shuffle_buffer=options.shuffle_buffer
+    )  # read before out changes
     val_source = _open_validation(source, options)
     torch.manual_seed(config.seed)  # the new head's initialisation
     model, base = load_for_data(name, source, options.pretrained, options.model_kwargs)  # refused before out changes
@@ -237,7 +239,12 @@ def _open_validation(source: DataSource, options: FinetuneOptions) -> DataSource
     """The separate validation data (``options.val_data``), with the training data's classes."""
     if options.val_data is None:
         return None
-    val_source = open_data(options.val_data, max_length=options.max_length, molecules=options.molecules)
+    val_source = open_data(
+        options.val_data,
+        max_length=options.max_length,
+        molecules=options.molecules,
+        shuffle_buffer=options.shuffle_buffer,
+    )
     if val_source.class_names != source.class_names:
         raise DataError(
             f"the validation data's classes {val_source.class_names} differ from the training data's "

@@ -15,6 +15,7 @@ from zoo.bounds import Bounds, bounded, check_fields, count
 from zoo.errors import InvalidArgumentError
 from zoo.training.data.augment import Augment
 from zoo.training.data.molecules import SPLITS, TASKS, MoleculeOptions
+from zoo.training.data.shards import BUFFER, SHUFFLE_BUFFER
 from zoo.training.finetune.distill import Distillation
 from zoo.training.finetune.stages import MODES
 from zoo.training.loop.steps import REGRESSION_LOSSES
@@ -29,6 +30,7 @@ FLAGS = {
     "limit": "--limit",
     "image_size": "--image-size",
     "max_length": "--max-length",
+    "shuffle_buffer": "--shuffle-buffer",
 }
 
 
@@ -40,7 +42,8 @@ class FinetuneOptions:
     ``model_kwargs`` are architecture options (e.g. ``{"sizes": [64, 32, 16]}`` for a DBN).
     The data: ``val_data`` replaces the fixed-seed hold-out of ``val_fraction``; ``limit``
     keeps that many training samples; ``image_size`` resizes images (the model's own size
-    otherwise); ``augment`` is for images; ``max_length`` tokens are kept per text row.
+    otherwise); ``augment`` is for images; ``max_length`` tokens are kept per text row;
+    ``shuffle_buffer`` samples are held to shuffle WebDataset shards (0: their own order).
     ``molecules`` says how a molecule file is read (label, task, split, bad rows); ``loss`` is
     a regression's (mse or huber). ``distill`` adds a teacher's predictions to the loss. The run: ``post_training`` adds the
     evaluation report, exports, int8 and pruning (`zoo.training.finetune.post_training`); with
@@ -58,6 +61,7 @@ class FinetuneOptions:
     image_size: int | None = field(default=None, metadata=bounded(count(1, MAX_IMAGE_SIZE)))
     augment: Augment | None = None
     max_length: int = field(default=512, metadata=bounded(count(1, MAX_TOKENS)))
+    shuffle_buffer: int = field(default=SHUFFLE_BUFFER, metadata=bounded(BUFFER))
     distill: Distillation | None = None
     molecules: MoleculeOptions | None = None
     loss: str = "mse"
@@ -153,6 +157,12 @@ def _data_arguments(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--max-length", type=_checked(FinetuneOptions, "max_length"), default=512, help="text: tokens kept per row"
     )
+    g.add_argument(
+        "--shuffle-buffer",
+        type=_checked(FinetuneOptions, "shuffle_buffer"),
+        default=SHUFFLE_BUFFER,
+        help="shards: samples held to shuffle them (memory is this many samples; 0 keeps the shards' order)",
+    )
     g.add_argument("--hflip", action="store_true", help="random horizontal flips")
     g.add_argument(
         "--crop-padding", type=_checked(Augment, "crop_padding"), default=0, help="pad by this and random-crop back"
@@ -245,6 +255,7 @@ def options_from_args(args: argparse.Namespace, command: str | None = None) -> F
         image_size=args.image_size,
         augment=augment_from_args(args),
         max_length=args.max_length,
+        shuffle_buffer=args.shuffle_buffer,
         distill=distillation_from_args(args),
         molecules=molecules_from_args(args),
         loss=args.loss,
