@@ -54,7 +54,18 @@ def open_image(
         raise ImageTooLargeError(f"{shown} is refused as a decompression bomb ({error})") from None
     except Exception as error:  # PIL raises OSError, SyntaxError, ValueError, EOFError... for bad bytes
         raise DataError(f"{shown} is not a readable image ({_first_line(error)}); remove it or replace it") from None
-    return image if channels is None or not decode else ConvertChannels(channels)(image)
+    return image if channels is None or not decode else _converter(channels)(image)
+
+
+_CONVERTERS: dict[int, ConvertChannels] = {}
+
+
+def _converter(channels: int) -> ConvertChannels:
+    """The one `ConvertChannels` to ``channels`` (made once: a module per image cost 5% of a
+    small JPEG's decoding); refused channel counts raise as ConvertChannels does."""
+    if channels not in _CONVERTERS:
+        _CONVERTERS[channels] = ConvertChannels(channels)
+    return _CONVERTERS[channels]
 
 
 def _check_size(name: str, image: Image.Image, max_pixels: int) -> None:
