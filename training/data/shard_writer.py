@@ -65,15 +65,7 @@ def write_shards(
         )
     classes = list(source.class_names or [str(i) for i in range(source.num_classes)])
     check_class_names(source.description, classes, "the class names")  # as a manifest's are read back
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        left = sorted(p.name for p in out.iterdir() if p.name.startswith(".staging-")) if out.is_dir() else []
-        if left and len(left) == len(list(out.iterdir())):  # what atomic_files leaves when a run is killed
-            raise InvalidArgumentError(
-                f"--out {out} holds only {', '.join(left)}, left by a zoo shards run that was killed "
-                "(or is still writing): once no such run is left, delete it, or choose a new folder"
-            )
-        raise InvalidArgumentError(f"--out {out} is not an empty folder; choose a new one")
+    out = _checked_out(Path(out))
     # written into a hidden staging folder inside ``out`` and moved out at the end, the manifest
     # last: a run stopped on the way (Ctrl-C, an unreadable sample) leaves no shards behind
     with atomic_files(out, last=[MANIFEST]) as staging:
@@ -100,6 +92,19 @@ def write_shards(
         }
         write_json(manifest, staging / MANIFEST)
     return out / MANIFEST
+
+
+def _checked_out(out: Path) -> Path:
+    """``out``, refused unless missing or an empty folder (naming what a killed run left there)."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        left = sorted(p.name for p in out.iterdir() if p.name.startswith(".staging-")) if out.is_dir() else []
+        if left and len(left) == len(list(out.iterdir())):  # what atomic_files leaves when a run is killed
+            raise InvalidArgumentError(
+                f"--out {out} holds only {', '.join(left)}, left by a zoo shards run that was killed "
+                "(or is still writing): once no such run is left, delete it, or choose a new folder"
+            )
+        raise InvalidArgumentError(f"--out {out} is not an empty folder; choose a new one")
+    return out
 
 
 def _encoded(source: DataSource) -> Iterator[tuple[dict[str, bytes], int]]:

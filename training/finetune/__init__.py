@@ -150,6 +150,13 @@ def load_for_data(
     return model, name if pretrained else None
 
 
+def _open_data(data: str | os.PathLike | Dataset, options: FinetuneOptions) -> DataSource:
+    """`open_data` with the options' text length, molecule reading and shards' shuffle buffer."""
+    return open_data(
+        data, max_length=options.max_length, molecules=options.molecules, shuffle_buffer=options.shuffle_buffer
+    )
+
+
 def finetune(
     name: str,
     data: str | os.PathLike | Dataset,
@@ -169,9 +176,7 @@ def finetune(
     config = dataclasses.replace(config or TrainConfig(), out_dir=str(out))
     config.resume = config.resume or elastic_resume(out)  # under torchrun --max-restarts: goes on from last.pt
     out = Path(out)
-    source = open_data(
-        data, max_length=options.max_length, molecules=options.molecules, shuffle_buffer=options.shuffle_buffer
-    )  # read before out changes
+    source = _open_data(data, options)  # read before out changes
     val_source = _open_validation(source, options)
     torch.manual_seed(config.seed)  # the new head's initialisation
     model, base = load_for_data(name, source, options.pretrained, options.model_kwargs)  # refused before out changes
@@ -239,12 +244,7 @@ def _open_validation(source: DataSource, options: FinetuneOptions) -> DataSource
     """The separate validation data (``options.val_data``), with the training data's classes."""
     if options.val_data is None:
         return None
-    val_source = open_data(
-        options.val_data,
-        max_length=options.max_length,
-        molecules=options.molecules,
-        shuffle_buffer=options.shuffle_buffer,
-    )
+    val_source = _open_data(options.val_data, options)
     if val_source.class_names != source.class_names:
         raise DataError(
             f"the validation data's classes {val_source.class_names} differ from the training data's "
