@@ -5,14 +5,13 @@ in ``train_speed.json``."""
 
 from __future__ import annotations
 
-import json
 import math
-import stat
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from zoo.errors import WeightsError
 from zoo.store import download
-from zoo.store.files import write_json
+from zoo.store.files import read_json, write_json
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")  # what zoo.optimize and --optimize take
 
@@ -70,15 +69,11 @@ MAX_CACHE_BYTES = 16 * 2**20  # a choices file larger than this was not written 
 
 
 def _read_cache(file: str = CACHE_FILE) -> dict[str, Any]:
-    """The remembered choices; an unreadable, damaged or oversized file, or one that is no
-    regular file (a FIFO would block the read), counts as none."""
-    path = download.zoo_home() / file
+    """The remembered choices, through zoo's one JSON reader (regular files up to
+    `MAX_CACHE_BYTES`: a FIFO would block the read); a file it refuses counts as none."""
     try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_CACHE_BYTES:
-            return {}
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
+        data = read_json(download.zoo_home() / file, MAX_CACHE_BYTES)
+    except WeightsError:
         return {}
     return data if isinstance(data, dict) else {}
 
