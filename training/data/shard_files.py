@@ -10,7 +10,6 @@ the name up to the first dot of its base name; names from a shard are keys only,
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
 import re
@@ -31,6 +30,7 @@ from zoo.training.data.source import check_class_names, first_line
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "zoo-shards/1"
 MAX_SHARDS = 100_000  # shards one spec may name
+MAX_SPEC_CHARS = 64 * 1024  # a --data spec's length
 MAX_MEMBER_BYTES = 64 * 2**20  # one file inside a shard (an image, a label, a text)
 MAX_SHARD_BYTES = 64 * 2**30  # one shard
 MAX_MANIFEST_BYTES = 64 * 2**20
@@ -40,6 +40,8 @@ MAX_SAMPLES = MAX_SHARD_BYTES // MIN_SAMPLE_BYTES  # samples one shard of a mani
 URL_TIMEOUT_S = 60.0
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
+_INT_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)(?:\.\.-?(\d+))?$")  # braceexpand's own patterns
+_CHAR_RANGE = re.compile(r"^([A-Za-z])\.\.([A-Za-z])(?:\.\.-?(\d+))?$")
 _META = re.compile(r"__[^/]*__($|/)")  # webdataset.tariterators' skip_meta
 
 
@@ -90,11 +92,25 @@ def expand_spec(spec: str) -> list[str]:
         if not urls:
             raise DataError(f"{path} holds no .tar shards; write some with `zoo shards DATA --out {path}`")
         return urls
-    urls = []
+    shown = spec if len(spec) <= 200 else spec[:200] + "..."
+    if len(spec) > MAX_SPEC_CHARS:
+        raise DataError(f"--data {shown!r} is over {MAX_SPEC_CHARS:,} characters; name the shards with a brace range")
+    urls: list[str] = []
     for part in filter(None, spec.split("::")):
-        urls += itertools.islice(braceexpand(part), MAX_SHARDS + 1 - len(urls))
-        if len(urls) > MAX_SHARDS:
-            raise DataError(f"--data {spec!r} names more than {MAX_SHARDS} shards; merge them into larger shards")
+        try:  # counted before any is made: braceexpand makes a whole range at once
+            names = brace_count(part)
+            if len(urls) + names > MAX_SHARDS:
+                raise DataError(
+                    f"--data {shown!r} names more than {MAX_SHARDS:,} shards, the limit of one spec (counted "
+                    "before expanding its braces); merge them into larger shards"
+                )
+            urls += braceexpand(part)
+        except RecursionError:
+            raise DataError(f"--data {shown!r}: braces nested too deep; check the braces") from None
+        except ValueError as error:  # braceexpand's UnbalancedBracesError
+            if isinstance(error, DataError):
+                raise
+            raise DataError(f"--data {shown!r}: {first_line(error)}; check the braces") from None
     if not urls:
         raise DataError(f"--data {spec!r} names no shards; e.g. 'shards/train-{{000000..000031}}.tar'")
     for url in urls:
@@ -102,7 +118,71 @@ def expand_spec(spec: str) -> list[str]:
             raise DataNotFoundError(
                 f"shard {url} (from --data {spec!r}) does not exist; check the brace range, e.g. {{000000..000031}}"
             )
-    return [url if is_url(url) else str(Path(url).expanduser()) for url in urls]
+    urls = [url if is_url(url) else str(Path(url).expanduser()) for url in urls]
+    _refuse_repeats(shown, urls)
+    return urls
+
+
+def _refuse_repeats(spec: str, urls: list[str]) -> None:
+    """Refuse a spec naming one shard twice (as written, or the same file by another path): its
+    samples would be read twice an epoch."""
+    seen: dict[str, str] = {}
+    for url in urls:
+        same = url if is_url(url) else os.path.realpath(url)
+        if same in seen:
+            also = "" if seen[same] == url else f" (as {seen[same]})"
+            raise DataError(
+                f"--data {spec!r} names shard {url} twice{also}: its samples would be read twice an epoch; "
+                "name each shard once"
+            )
+        seen[same] = url
+
+
+def brace_count(pattern: str) -> int:
+    """How many names ``braceexpand(pattern)`` makes, counted without making them (capped at
+    `MAX_SHARDS` + 1): braceexpand's grammar of ranges ``{a..b..step}`` and lists ``{x,y}``."""
+    total, start, depth, pos = 1, 0, 0, 0
+    while pos < len(pattern) and total <= MAX_SHARDS:
+        char = pattern[pos]
+        if char == "\\":
+            pos += 2
+            continue
+        if char == "{":
+            start = pos if depth == 0 else start
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                total *= _expression_count(pattern[start + 1 : pos])
+        pos += 1
+    return min(total, MAX_SHARDS + 1)
+
+
+def _expression_count(expression: str) -> int:
+    """Names one ``{...}`` of a brace pattern stands for (a range, a list, or itself in braces)."""
+    numbers = _INT_RANGE.match(expression)
+    if numbers:
+        if max(len(n or "") for n in numbers.groups()) > 20:
+            return MAX_SHARDS + 1  # (and int() refuses over 4,300 digits)
+        first, last, step = (int(n) if n else 1 for n in numbers.groups())
+        return abs(last - first) // (step or 1) + 1
+    letters = _CHAR_RANGE.match(expression)
+    if letters:
+        return len(list(braceexpand("{" + expression + "}")))  # at most 52
+    items, depth, start, pos = [], 0, 0, 0
+    while pos < len(expression):
+        char = expression[pos]
+        if char == "\\":
+            pos += 2
+            continue
+        depth += (char == "{") - (char == "}")
+        if char == "," and depth == 0:
+            items.append(expression[start:pos])
+            start = pos + 1
+        pos += 1
+    if depth or not items:
+        return brace_count(expression)  # a literal {...}
+    return sum(brace_count(item) for item in [*items, expression[start:]])
 
 
 def manifest_location(url: str) -> str:
