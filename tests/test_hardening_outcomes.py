@@ -5,6 +5,8 @@ loss check. Each now says so, or cannot happen."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -92,3 +94,57 @@ def test_a_shard_named_twice_is_refused_by_name(written: Path, capsys: pytest.Ca
     with pytest.raises(DataError, match=r"twice \(as .*train-000000\.tar\)"):
         expand_spec(f"{a}::{written}/../{written.name}/train-000000.tar")
     assert len(expand_spec(f"{a}::{b}")) == 2
+
+
+# --- 5: the precision speed cache ------------------------------------------------------------
+
+
+def test_a_remembered_precision_is_checked_against_fp32s_loss(
+    zoo_home: Path, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    # a model whose bf16 loss departs by 525% trained in bf16 when another model of the same key
+    # (class, parameters, batch shape) had been measured first
+    from test_train_speed import choose, fixed_trials, trainer
+
+    from zoo.training.loop import speed
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    monkeypatch.setattr(speed, "probe", fixed_trials({"fp32": 100, "bf16": 50}))
+    first = choose(trainer(channels_last=False, compile=False))
+    assert first.precision == "bf16" and not first.cached
+    monkeypatch.setattr(speed, "probe", fixed_trials({"fp32": 100, "bf16": 50}, {"fp32": 1.0, "bf16": 6.25}))
+    other = choose(trainer(channels_last=False, compile=False))
+    assert other.cache_key == first.cache_key and not other.cached and other.precision == "fp32"
+    assert "the remembered bf16 departs from fp32's loss on this model by 525.0%" in caplog.text
+    assert speed.remembered(first.cache_key, speed.CACHE_FILE)[0] == "fp32"  # what this model's search chose
+    # a run too short to check it trains in fp32
+    monkeypatch.setattr(speed, "probe", fixed_trials({"fp32": 100, "bf16": 50}))
+    assert choose(trainer(channels_last=False, compile=False)).precision == "fp32"
+    speed.write_cache(first.cache_key, "bf16", first.candidates, speed.CACHE_FILE)
+    short = choose(trainer(channels_last=False, compile=False), total_steps=50)
+    assert short.precision == "fp32" and not short.cached
+
+
+def test_runs_writing_the_speed_cache_at_once_keep_every_entry(zoo_home: Path) -> None:
+    # four runs writing at once kept three entries: no lock on the read-modify-write
+    code = textwrap.dedent(
+        """
+        import os, sys, time
+        from zoo.deploy.optimize_report import Candidate, write_cache
+        print("ready", flush=True)
+        while not os.path.exists(sys.argv[1]):
+            time.sleep(0.01)
+        for i in range(25):
+            write_cache(f"{sys.argv[2]}-{i}", "fp32", [Candidate("fp32", 0.01, 1.0, passed=True)], "train_speed.json")
+        """
+    )
+    go = zoo_home.parent / "go"
+    env = {**os.environ, "ZOO_HOME": str(zoo_home)}
+    runs = [
+        subprocess.Popen([sys.executable, "-c", code, str(go), f"run{n}"], env=env, stdout=subprocess.PIPE, text=True)
+        for n in range(4)
+    ]
+    assert all(run.stdout.readline() == "ready\n" for run in runs)  # type: ignore[union-attr]
+    go.touch()
+    assert [run.wait(timeout=120) for run in runs] == [0] * 4
+    assert len(json.loads((zoo_home / "train_speed.json").read_text())) == 100

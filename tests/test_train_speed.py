@@ -165,12 +165,16 @@ def test_the_choice_is_remembered_per_machine_model_and_shape(monkeypatch: pytes
     first = choose(trainer(channels_last=False, compile=False))
     assert first.precision == "bf16" and not first.cached
 
-    def no_probe(*args):
-        raise AssertionError("a remembered choice is not measured again")
+    probed: list[str] = []
 
-    monkeypatch.setattr(speed, "probe", no_probe)
+    def recheck_only(trainer, setting, batches, hopeless_s):
+        probed.append(setting.name)  # a remembered choice is not searched again, its loss only checked
+        return Trial([0.01] * speed.TIMED_STEPS, [1.0] * len(batches))
+
+    monkeypatch.setattr(speed, "probe", recheck_only)
     again = choose(trainer(channels_last=False, compile=False))
     assert again.cached and again.precision == "bf16" and again.cache_key == first.cache_key
+    assert sorted(probed) == ["bf16", "fp32"]
 
 
 def test_an_explicit_precision_is_not_measured(monkeypatch: pytest.MonkeyPatch) -> None:

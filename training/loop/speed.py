@@ -10,9 +10,11 @@ fp32's by more than `LOSS_TOLERANCE` is dropped, one whose first timed step is m
 `HOPELESS` times fp32's is stopped there; fp32 and the two fastest of the rest are timed again
 in turns (`final_round`), and the fastest by those times trains. The probe
 spends at most `PROBE_SHARE` of the run's estimated time; a run too short for that trains in
-fp32 (or the setting remembered for it). Choices are remembered per machine, model and input
-shape in ``$ZOO_HOME/train_speed.json`` (one from a search the budget cut short until a run
-long enough to try every candidate), as `zoo.optimize` remembers its own; an explicit
+fp32. Choices are remembered per machine, model and input shape in
+``$ZOO_HOME/train_speed.json`` (one from a search the budget cut short until a run long enough
+to try every candidate), as `zoo.optimize` remembers its own; a remembered choice is used
+only after its loss on the run's first batches is checked against fp32's again (another model
+of the same key may train differently in it), else the search runs anew. An explicit
 ``precision`` skips all this. With ``num_workers=None`` the same first batches say whether the
 loader needs worker processes (`choose_workers`).
 """
@@ -222,7 +224,11 @@ def tune(trainer: Trainer, epochs: Epochs, train_set: Any) -> None:
             )
         step_s = next((c.median_s for c in report.candidates if c.name == report.precision), None)
         if trainer.config.progress and trainer.is_main:
-            how = "remembered" if report.cached else f"measured in {time.perf_counter() - started:.1f} s"
+            how = (
+                "remembered, its loss checked again"
+                if report.cached
+                else f"measured in {time.perf_counter() - started:.1f} s"
+            )
             tqdm.write(f"precision auto: {report.precision} ({report.speedup:.2f}x fp32, {how})")
     if trainer.config.num_workers is None and trainer.world_size == 1:
         choose_workers(trainer, epochs, train_set, batches, load_s, step_s)
@@ -293,11 +299,15 @@ def choose(trainer: Trainer, batches: list[Any], total_steps: int) -> OptimizeRe
     # a choice from a search the budget cut short stands until a run long enough to search all
     partial = known is not None and any(c.note.startswith(NOT_TRIED) for c in known[1])
     can_search_all = total_steps * PROBE_SHARE >= len(settings) * steps_each
+    can_probe = total_steps * PROBE_SHARE >= 2 * steps_each
     if known is not None and Setting.from_name(known[0]) in settings and not (partial and can_search_all):
-        report.precision, report.candidates, report.cached = known[0], known[1], True
-        report.speedup = next((c.speedup for c in known[1] if c.name == known[0] and c.speedup), 1.0)
-        return report
-    if total_steps * PROBE_SHARE < 2 * steps_each:
+        # remembered for a model of the same key, which may train differently: its loss is
+        # checked against fp32's on this run's batches before it is used
+        if can_probe and rechecked(trainer, settings[0], Setting.from_name(known[0]), batches):  # type: ignore[arg-type]
+            report.precision, report.candidates, report.cached = known[0], known[1], True
+            report.speedup = next((c.speedup for c in known[1] if c.name == known[0] and c.speedup), 1.0)
+            return report
+    if not can_probe:
         note = (
             f"not measured: {2 * steps_each} probe steps would be over {PROBE_SHARE:.0%} "
             f"of this run's {total_steps} steps"
@@ -313,6 +323,25 @@ def choose(trainer: Trainer, batches: list[Any], total_steps: int) -> OptimizeRe
     report.precision, report.speedup = chosen.name, chosen.speedup or 1.0
     write_cache(report.cache_key, chosen.name, report.candidates, CACHE_FILE)
     return report
+
+
+def rechecked(trainer: Trainer, reference: Setting, setting: Setting, batches: list[Any]) -> bool:
+    """Whether ``setting``'s losses on ``batches`` stay within `LOSS_TOLERANCE` of
+    ``reference``'s (always for the reference itself); logged when they do not."""
+    if setting == reference:
+        return True
+    gap = loss_gap(probe(trainer, setting, batches, None), probe(trainer, reference, batches, None))
+    if gap <= LOSS_TOLERANCE:
+        return True
+    shown = f"{gap:.1%}" if math.isfinite(gap) else "a loss that is not finite"
+    log.warning(
+        "precision auto: the remembered %s departs from fp32's loss on this model by %s (tolerance %s); "
+        "measuring again",
+        setting.name,
+        shown,
+        f"{LOSS_TOLERANCE:.0%}",
+    )
+    return False
 
 
 def run_trials(trainer: Trainer, settings: Sequence[Setting], batches: list[Any], total_steps: int) -> list[Trial]:

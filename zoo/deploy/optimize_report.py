@@ -9,6 +9,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from filelock import FileLock, Timeout
+
 from zoo.errors import WeightsError
 from zoo.store import download
 from zoo.store.files import read_json, write_json
@@ -65,6 +67,7 @@ class OptimizeReport:
         return "\n".join(lines)
 
 
+LOCK_TIMEOUT_S = 60.0  # a run waits this long for another to finish writing its choice
 MAX_CACHE_BYTES = 16 * 2**20  # a choices file larger than this was not written by zoo: it counts as none
 
 
@@ -115,10 +118,13 @@ def _candidate(values: Any) -> Candidate | None:
 
 
 def write_cache(key: str, precision: str, candidates: list[Candidate], file: str = CACHE_FILE) -> None:
-    """Remember auto's choice; a read-only ``$ZOO_HOME`` just keeps nothing."""
-    data = _read_cache(file)
-    data[key] = {"precision": precision, "candidates": [asdict(c) for c in candidates]}
+    """Remember auto's choice: read, changed and written back (atomically) under a lock, so
+    that runs writing at once keep every entry; a read-only ``$ZOO_HOME`` just keeps nothing."""
     try:
-        write_json(data, download.zoo_home() / file)
-    except OSError:
+        lock = FileLock(download._subdir("locks") / f"{file}.lock", timeout=LOCK_TIMEOUT_S)
+        with lock:
+            data = _read_cache(file)
+            data[key] = {"precision": precision, "candidates": [asdict(c) for c in candidates]}
+            write_json(data, download.zoo_home() / file)
+    except (OSError, WeightsError, Timeout):  # read-only, or a lock another run never let go of
         pass
