@@ -5,10 +5,12 @@ loss check. Each now says so, or cannot happen."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 import textwrap
 from pathlib import Path
 
@@ -16,8 +18,9 @@ import pytest
 import torch
 
 from zoo.errors import DataError
+from zoo.training.data.brace_ranges import brace_count
 from zoo.training.data.kinds import open_data
-from zoo.training.data.shard_files import MAX_SHARDS, brace_count, expand_spec
+from zoo.training.data.shard_files import MAX_SHARDS, expand_spec
 from zoo.training.data.shard_writer import write_shards
 
 
@@ -148,3 +151,156 @@ def test_runs_writing_the_speed_cache_at_once_keep_every_entry(zoo_home: Path) -
     go.touch()
     assert [run.wait(timeout=120) for run in runs] == [0] * 4
     assert len(json.loads((zoo_home / "train_speed.json").read_text())) == 100
+
+
+# --- 3: one label reader: NaN, infinities and overflow refused by line or key ------------------
+
+_SMILES = ["CCO", "CCN", "CCC", "CCCl", "c1ccccc1", "CC(=O)O", "CCCC", "CCOC", "CN", "CO", "OCCO", "CCCN"]
+
+
+def _molecules(path: Path, labels: list[str]) -> Path:
+    path.write_text("smiles,y\n" + "".join(f"{s},{y}\n" for s, y in zip(_SMILES, labels)))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        ("nan", r"the label 'nan' is not a number \(NaN\)"),
+        ("-Infinity", r"the label '-Infinity' is infinite"),
+        ("1e999", r"the label '1e999' is infinite"),
+        ("1e308", r"the label '1e308' is past float32's range \(±3\.4e38\), which training uses"),
+    ],
+)
+def test_a_bad_number_among_numeric_molecule_labels_is_refused_by_line(tmp_path: Path, bad: str, why: str) -> None:
+    # one row `CCO,nan` turned a regression into a 4-class classifier with a class named 'nan'
+    pytest.importorskip("rdkit")
+    from zoo.training.data.molecules import molecule_source
+
+    path = _molecules(tmp_path / "m.csv", [str(i % 4) for i in range(11)] + [bad])
+    with pytest.raises(DataError, match=rf"m\.csv, line 13: {why}; a regression target .* needs finite numbers"):
+        molecule_source(path)
+
+
+def test_a_constant_regression_target_says_its_value(tmp_path: Path) -> None:
+    # labels of 1e308 were "every 'label' value is 8.44 ... must vary"
+    pytest.importorskip("rdkit")
+    from zoo.training.data.molecules import MoleculeOptions, molecule_source
+
+    with pytest.raises(DataError, match=r"every 'y' value is 3e\+38; a regression target must vary"):
+        molecule_source(_molecules(tmp_path / "m.csv", ["3e38"] * 12))
+    wide = molecule_source(_molecules(tmp_path / "w.csv", ["3e38", "-3e38"] * 6))
+    assert wide.target is not None and wide.target["std"] > 1e38  # float64 statistics: no overflow
+    # NaN among class names is a missing value, unless the user says it is a class
+    names = ["a", "b"] * 5 + ["a", "nan"]
+    with pytest.raises(DataError, match=r"line 13: the label 'nan' is not a number \(NaN\), a missing value"):
+        molecule_source(_molecules(tmp_path / "c.csv", names))
+    kept = molecule_source(_molecules(tmp_path / "c.csv", names), MoleculeOptions(task="classification"))
+    assert kept.class_names == ["a", "b", "nan"]
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_text_rows_refuse_a_nan_label_by_line(tmp_path: Path, suffix: str) -> None:
+    # a file of numeric labels with nan/inf failed with a misleading "60 classes ... hold-out" line
+    labels = [str(i % 2) for i in range(20)] + ["inf"]
+    path = tmp_path / f"t{suffix}"
+    if suffix == ".csv":
+        path.write_text("text,label\n" + "".join(f"row {i},{y}\n" for i, y in enumerate(labels)))
+    else:
+        path.write_text("".join(json.dumps({"text": f"row {i}", "label": y}) + "\n" for i, y in enumerate(labels)))
+    line = 22 if suffix == ".csv" else 21
+    with pytest.raises(DataError, match=rf"t{suffix}, line {line}: the label 'inf' is infinite, a missing value"):
+        open_data(path)
+
+
+def test_class_indices_of_thousands_of_digits_name_their_file_and_key(tmp_path: Path) -> None:
+    # Python's int-conversion limit, naming neither the shard nor the key
+    digits = "7" * 5000
+    path = tmp_path / "t.csv"
+    path.write_text("text,label\n" + "".join(f"row {i},{i % 2}\n" for i in range(10)) + f"last,{digits}\n")
+    with pytest.raises(DataError, match=r"t\.csv, line 12: label 7{40}; integer labels are class indices"):
+        open_data(path)
+    shard = tmp_path / "s" / "a.tar"
+    shard.parent.mkdir()
+    with tarfile.open(shard, "w") as tar:
+        for key, label in (("k0", b"0"), ("k1", b"1"), ("k2", digits.encode())):
+            for ext, data in (("npy", b"x"), ("cls", label)):  # scanned for labels, never decoded
+                info = tarfile.TarInfo(f"{key}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(DataError, match=r"shard .*a\.tar, sample 'k2': KEY\.cls holds '7{40}'; it should be a class"):
+        open_data(shard.parent)
+
+
+# --- 1: a hold-out of whole shards represents every class -------------------------------------
+
+
+def _folder(root: Path, per_class: int = 20) -> Path:
+    from test_shards import image_folder
+
+    return image_folder(root, per_class=per_class, size=4)
+
+
+def test_class_ordered_shards_hold_out_what_covers_the_classes_and_say_what_it_lacks(tmp_path: Path) -> None:
+    # 3 classes of 20 in shards of 15, written in class order: validation was the last shard, class
+    # 2 only ("val_acc 1.0000"), with no warning, and the card said "validation split: random"
+    write_shards(_folder(tmp_path / "images"), tmp_path / "ordered", shard_size=15, seed=None)
+    manifest = json.loads((tmp_path / "ordered" / "manifest.json").read_text())
+    assert manifest["shuffle_seed"] is None
+    assert [e["class_counts"] for e in manifest["shards"]] == [[15, 0, 0], [5, 10, 0], [0, 10, 5], [0, 0, 15]]
+    for folder in ("ordered", "scanned"):  # from the manifest, and from a scan of shards without one
+        if folder == "scanned":
+            (tmp_path / "ordered" / "manifest.json").rename(tmp_path / "manifest.json")
+        source = open_data(tmp_path / "ordered")
+        with pytest.warns(
+            UserWarning, match=r"validation \(1 shard \(train-000002\.tar\)\) holds no samples of 1 of 3 "
+        ):
+            train, val = source.split(0.1)
+        assert [s.name for s in val.shards] == ["train-000002.tar"] and len(train) == 45
+        lacking = "'ant'" if folder == "ordered" else "'0'"  # a scan knows the class indices only
+        assert source.split_note == (
+            f"chosen to cover the most classes: 1 shard (train-000002.tar) (whole shards; lacks {lacking})"
+        )
+
+
+def test_zoo_shards_shuffles_across_shards_by_default(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from zoo.cli import main
+
+    assert main(["shards", str(_folder(tmp_path / "images")), "--out", str(tmp_path / "s"), "--shard-size", "15"]) == 0
+    assert "(60 samples, shuffled with seed 0)" in capsys.readouterr().out
+    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    assert manifest["shuffle_seed"] == 0 and all(all(e["class_counts"]) for e in manifest["shards"])
+    source = open_data(tmp_path / "s")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, val = source.split(0.1)
+    assert [s.name for s in val.shards] == ["train-000003.tar"]
+    assert source.split_note == "the last 1 shard (train-000003.tar) (whole shards; all 3 classes)"
+    # the same seed, the same bytes
+    write_shards(tmp_path / "images", tmp_path / "again", shard_size=15, seed=0)
+    assert json.loads((tmp_path / "again" / "manifest.json").read_text())["shards"] == manifest["shards"]
+
+
+def test_a_manifests_per_shard_class_counts_are_checked(written: Path) -> None:
+    manifest = json.loads((written / "manifest.json").read_text())
+    manifest["shards"][0]["class_counts"] = [5, 5]
+    (written / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match=r"shards\[0\]\.class_counts should be its samples of each class, adding up"):
+        open_data(written)
+
+
+def test_the_card_says_how_validation_was_made() -> None:
+    # "validation split: random" when --val-data named a separate file
+    from zoo.training.data.source import DataSource
+    from zoo.training.finetune import FinetuneOptions, _task_details
+
+    source = DataSource("tensors", "t", 10, 2, ["a", "b"], lambda i, t: None)
+    assert _task_details(source, FinetuneOptions(val_data="val.pt"))["split"] == (
+        "none: the separate data val.pt (--val-data)"
+    )
+    assert _task_details(source, FinetuneOptions(val_fraction=0))["split"] == "none (--val-fraction 0)"
+    assert _task_details(source, FinetuneOptions())["split"] == "random"
+    source.split_note = "the last 1 shard (x.tar) (whole shards; all 2 classes)"
+    assert _task_details(source, FinetuneOptions())["split"] == source.split_note

@@ -150,7 +150,7 @@ def test_zoo_finetune_streams_a_brace_range(tmp_path: Path, capsys: pytest.Captu
 def test_text_rows_and_tensors_become_shards(tmp_path: Path) -> None:
     rows = tmp_path / "rows.csv"
     rows.write_text("text,label\n" + "".join(f"row {i},{'yes' if i % 2 else 'no'}\n" for i in range(9)))
-    write_shards(rows, tmp_path / "text", shard_size=4)
+    write_shards(rows, tmp_path / "text", shard_size=4, seed=None)  # in the file's order
     source = open_data(str(tmp_path / "text"))
     assert source.kind == "text" and source.class_names == ["no", "yes"]
     train, _ = source.split(0.0)
@@ -158,7 +158,7 @@ def test_text_rows_and_tensors_become_shards(tmp_path: Path) -> None:
     assert samples[1] == ("row 1", 1) and len(samples) == 9
     assert source.collate_fn(samples[:2])["input_ids"].shape[0] == 2
     torch.save({"x": torch.randn(6, 5), "y": torch.tensor([0, 1, 2, 0, 1, 2])}, tmp_path / "t.pt")
-    write_shards(tmp_path / "t.pt", tmp_path / "tensors", shard_size=4)
+    write_shards(tmp_path / "t.pt", tmp_path / "tensors", shard_size=4, seed=None)
     x, y = next(iter(open_data(str(tmp_path / "tensors")).full()))
     assert torch.equal(x, torch.load(tmp_path / "t.pt")["x"][0]) and y == 0
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from torch.utils.data import Dataset
 
 from zoo.errors import DataError, InvalidArgumentError
 from zoo.loading.molecules import INPUT_FORMAT, feature_sizes, graph_or_problem, parse_smiles, require_rdkit
+from zoo.training.data.labels import finite_number, is_number, number_problem
 from zoo.training.data.source import DataSource, check_classes, class_counts
 from zoo.training.data.text_rows import decode_text, plural
 
@@ -140,14 +142,14 @@ def molecule_source(path: Path, options: MoleculeOptions | None = None) -> Molec
     if len(graphs) < 2:
         raise DataError(f"{path}: {plural(len(graphs), 'usable molecule')}; training needs many")
     task = options.task if options.task != "auto" else ("regression" if _all_numbers(labels) else "classification")
+    if options.task == "auto" and task == "classification":
+        _refuse_missing_values(path, labels, lines)
     described = f"{path.name} ({len(graphs)} molecules{f', {skipped} skipped' if skipped else ''}, label {label_name!r}"
     if task == "regression":
         values = _numbers(path, labels, lines)
-        tensor = torch.tensor(values, dtype=torch.float32)
-        std = float(tensor.std()) if len(values) > 1 else 0.0
-        if not std > 0:
-            raise DataError(f"{path}: every {label_name!r} value is {values[0]}; a regression target must vary")
-        target = {"name": label_name, "mean": float(tensor.mean()), "std": std}
+        if len(set(values)) == 1:
+            raise DataError(f"{path}: every {label_name!r} value is {values[0]:g}; a regression target must vary")
+        target = {"name": label_name, "mean": statistics.fmean(values), "std": statistics.stdev(values)}
         for graph, value in zip(graphs, values):
             graph.y = torch.tensor([value], dtype=torch.float32)
         num_classes, class_names, counts, indices = 1, None, None, None
@@ -350,34 +352,39 @@ def _check_labels(path: Path, records: list[tuple[int, Any, str]]) -> None:
             raise DataError(f"{path}, line {line}: the label is empty; every molecule needs its label")
 
 
-def _number(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
 def _all_numbers(labels: list[str]) -> bool:
-    return all(_number(label) is not None for label in labels)
+    """Whether every label spells a number (NaN and infinities too: refused by line after)."""
+    return all(is_number(label) for label in labels)
 
 
 def _numbers(path: Path, labels: list[str], lines: list[int]) -> list[float]:
+    """The labels as regression targets; the first that is no finite float32 number, by line."""
     values = []
     for label, line in zip(labels, lines):
-        value = _number(label)
+        value = finite_number(label)
         if value is None:
+            why = number_problem(label) if is_number(label) else f"the label {label[:40]!r} is not a number"
             raise DataError(
-                f"{path}, line {line}: the label {label!r} is not a finite number; a regression (--task regression) "
-                "needs numbers, or pass --task classification"
+                f"{path}, line {line}: {why}; a regression target (chosen because the labels are numbers, or by "
+                "--task regression) needs finite numbers: fix or drop the row, or pass --task classification"
             )
         values.append(value)
     return values
 
 
+def _refuse_missing_values(path: Path, labels: list[str], lines: list[int]) -> None:
+    """Refuse a NaN or infinite label among class names: a missing value, not a class."""
+    for label, line in zip(labels, lines):
+        if is_number(label) and not math.isfinite(float(label)):
+            raise DataError(
+                f"{path}, line {line}: {number_problem(label)}, a missing value rather than a class; fill it "
+                "in or drop the row, or pass --task classification to keep it as a class"
+            )
+
+
 def _class_order(name: str) -> tuple[int, float, str]:
     """Numeric class names in numeric order, then the others alphabetically."""
-    value = _number(name)
+    value = finite_number(name)
     return (0, value, name) if value is not None else (1, 0.0, name)
 
 

@@ -25,6 +25,7 @@ from braceexpand import braceexpand
 
 from zoo.errors import DataError, DataNotFoundError
 from zoo.loading.images import MAX_IMAGE_PIXELS
+from zoo.training.data.brace_ranges import brace_count
 from zoo.training.data.source import check_class_names, first_line
 
 MANIFEST = "manifest.json"
@@ -40,8 +41,8 @@ MAX_SAMPLES = MAX_SHARD_BYTES // MIN_SAMPLE_BYTES  # samples one shard of a mani
 URL_TIMEOUT_S = 60.0
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
-_INT_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)(?:\.\.-?(\d+))?$")  # braceexpand's own patterns
-_CHAR_RANGE = re.compile(r"^([A-Za-z])\.\.([A-Za-z])(?:\.\.-?(\d+))?$")
+IMAGE_EXTENSIONS = ("png", "jpg", "jpeg", "webp")
+LABEL_EXTENSIONS = ("cls", "txt", "json")
 _META = re.compile(r"__[^/]*__($|/)")  # webdataset.tariterators' skip_meta
 
 
@@ -53,6 +54,7 @@ class Shard:
     url: str
     samples: int | None = None
     sha256: str | None = None
+    class_counts: tuple[int, ...] | None = None  # its samples of each class, when recorded
 
     @property
     def name(self) -> str:
@@ -98,7 +100,7 @@ def expand_spec(spec: str) -> list[str]:
     urls: list[str] = []
     for part in filter(None, spec.split("::")):
         try:  # counted before any is made: braceexpand makes a whole range at once
-            names = brace_count(part)
+            names = brace_count(part, MAX_SHARDS)
             if len(urls) + names > MAX_SHARDS:
                 raise DataError(
                     f"--data {shown!r} names more than {MAX_SHARDS:,} shards, the limit of one spec (counted "
@@ -136,53 +138,6 @@ def _refuse_repeats(spec: str, urls: list[str]) -> None:
                 "name each shard once"
             )
         seen[same] = url
-
-
-def brace_count(pattern: str) -> int:
-    """How many names ``braceexpand(pattern)`` makes, counted without making them (capped at
-    `MAX_SHARDS` + 1): braceexpand's grammar of ranges ``{a..b..step}`` and lists ``{x,y}``."""
-    total, start, depth, pos = 1, 0, 0, 0
-    while pos < len(pattern) and total <= MAX_SHARDS:
-        char = pattern[pos]
-        if char == "\\":
-            pos += 2
-            continue
-        if char == "{":
-            start = pos if depth == 0 else start
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                total *= _expression_count(pattern[start + 1 : pos])
-        pos += 1
-    return min(total, MAX_SHARDS + 1)
-
-
-def _expression_count(expression: str) -> int:
-    """Names one ``{...}`` of a brace pattern stands for (a range, a list, or itself in braces)."""
-    numbers = _INT_RANGE.match(expression)
-    if numbers:
-        if max(len(n or "") for n in numbers.groups()) > 20:
-            return MAX_SHARDS + 1  # (and int() refuses over 4,300 digits)
-        first, last, step = (int(n) if n else 1 for n in numbers.groups())
-        return abs(last - first) // (step or 1) + 1
-    letters = _CHAR_RANGE.match(expression)
-    if letters:
-        return len(list(braceexpand("{" + expression + "}")))  # at most 52
-    items, depth, start, pos = [], 0, 0, 0
-    while pos < len(expression):
-        char = expression[pos]
-        if char == "\\":
-            pos += 2
-            continue
-        depth += (char == "{") - (char == "}")
-        if char == "," and depth == 0:
-            items.append(expression[start:pos])
-            start = pos + 1
-        pos += 1
-    if depth or not items:
-        return brace_count(expression)  # a literal {...}
-    return sum(brace_count(item) for item in [*items, expression[start:]])
 
 
 def manifest_location(url: str) -> str:
@@ -252,6 +207,16 @@ def check_manifest(location: str, manifest: Any) -> None:
             raise DataError(f"{where}.samples should be a whole number from 1 to {MAX_SAMPLES:,}; {fix}")
         if not isinstance(entry.get("sha256"), str) or not _SHA256.fullmatch(entry["sha256"]):
             raise DataError(f"{where}.sha256 should be 64 lowercase hex digits; {fix}")
+        counts = entry.get("class_counts")
+        if counts is not None and not (
+            isinstance(counts, list)
+            and len(counts) == len(classes)
+            and all(_whole(c, 0, MAX_SAMPLES) for c in counts)
+            and sum(counts) == entry["samples"]
+        ):
+            raise DataError(
+                f"{where}.class_counts should be its samples of each class, adding up to its samples; {fix}"
+            )
 
 
 def _whole(value: Any, low: int, high: int) -> bool:
@@ -501,3 +466,11 @@ def _verify(shard: Shard, count: int, sha256: str) -> None:
             f"shard {shard.url} has sha256 {sha256[:16]}..., its manifest says {shard.sha256[:16]}...: the shard "
             "was damaged or replaced; rewrite it (and its manifest) with `zoo shards`"
         )
+
+
+def text_of(where: str, data: bytes) -> str:
+    """``data`` as UTF-8 text; else a `DataError` naming ``where``."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DataError(f"{where}: a text file that is not UTF-8; save it as UTF-8") from None

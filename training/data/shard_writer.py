@@ -25,12 +25,11 @@ import torch
 from PIL import Image
 from webdataset.writer import TarWriter
 
-from zoo.bounds import count
+from zoo.bounds import SEED, count
 from zoo.errors import DataError, InvalidArgumentError
 from zoo.store.files import atomic_files, atomic_path, write_json
 from zoo.training.data.kinds import DataSource, open_data
-from zoo.training.data.shard_files import MANIFEST, MANIFEST_FORMAT
-from zoo.training.data.shards import IMAGE_EXTENSIONS
+from zoo.training.data.shard_files import IMAGE_EXTENSIONS, MANIFEST, MANIFEST_FORMAT
 from zoo.training.data.source import check_class_names
 
 SHARD_SIZE = count(1, 10_000_000)  # samples per shard
@@ -45,11 +44,14 @@ def write_shards(
     shard_size: int = DEFAULT_SHARD_SIZE,
     prefix: str = "train",
     max_length: int = 512,
+    seed: int | None = 0,
 ) -> Path:
     """Write ``data`` (a path `open_data` reads, or a `DataSource`) to ``out`` as shards of
     ``shard_size`` samples named ``PREFIX-000000.tar`` ..., then their manifest; returns the
-    manifest's path. ``out`` must be missing or empty; the shards appear there all at once, at
-    the end (a run stopped on the way leaves none)."""
+    manifest's path. The samples are shuffled across the shards in an order ``seed`` fixes
+    (recorded in the manifest; None keeps the data's order), so that every shard, and a
+    hold-out of whole shards, holds every class. ``out`` must be missing or empty; the shards
+    appear there all at once, at the end (a run stopped on the way leaves none)."""
     problem = SHARD_SIZE.problem(shard_size)
     if problem:
         raise InvalidArgumentError(f"shard_size (--shard-size) {problem}, got {shard_size!r}")
@@ -70,15 +72,15 @@ def write_shards(
     # last: a run stopped on the way (Ctrl-C, an unreadable sample) leaves no shards behind
     with atomic_files(out, last=[MANIFEST]) as staging:
         entries, counts, pending, index = [], [0] * source.num_classes, [], 0
-        for sample, label in _encoded(source):
+        for sample, label in _encoded(source, seed):
             counts[label] += 1
             pending.append({"__key__": f"{index:09d}", **sample, "cls": str(label).encode()})
             index += 1
             if len(pending) == shard_size:
-                entries.append(_write_shard(staging / f"{prefix}-{len(entries):06d}.tar", pending))
+                entries.append(_write_shard(staging / f"{prefix}-{len(entries):06d}.tar", pending, len(classes)))
                 pending = []
         if pending:
-            entries.append(_write_shard(staging / f"{prefix}-{len(entries):06d}.tar", pending))
+            entries.append(_write_shard(staging / f"{prefix}-{len(entries):06d}.tar", pending, len(classes)))
         kind = "text" if source.kind == "text" else "images" if source.kind == "images" else "tensors"
         manifest = {
             "format": MANIFEST_FORMAT,
@@ -88,6 +90,7 @@ def write_shards(
             "channels": source.in_chans if kind == "images" else None,
             "image_size": list(source.image_size) if kind == "images" and source.image_size else None,
             "source": source.description,
+            "shuffle_seed": seed,  # the samples' order across shards (None: the data's own)
             "shards": entries,
         }
         write_json(manifest, staging / MANIFEST)
@@ -107,19 +110,24 @@ def _checked_out(out: Path) -> Path:
     return out
 
 
-def _encoded(source: DataSource) -> Iterator[tuple[dict[str, bytes], int]]:
-    """Each sample of ``source`` as the files of a WebDataset sample (without its label) and its label."""
+def _encoded(source: DataSource, seed: int | None) -> Iterator[tuple[dict[str, bytes], int]]:
+    """Each sample of ``source`` as the files of a WebDataset sample (without its label) and its
+    label, in an order ``seed`` shuffles (None: the data's order)."""
     dataset: Any = source.full()
+    order = range(len(dataset))
+    if seed is not None:
+        order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed)).tolist()
     files = getattr(dataset, "samples", None)  # an image folder: (path, label) pairs, copied as they are
     if source.kind == "images" and isinstance(files, list):
-        for position, (path, label) in enumerate(files):
+        for position in order:
+            path, label = files[position]
             ext = Path(path).suffix.lower().lstrip(".")
             if ext in IMAGE_EXTENSIONS:
                 yield {ext: Path(path).read_bytes()}, int(label)
             else:
                 yield {"png": _png(dataset[position][0])}, int(label)
         return
-    for index in range(len(dataset)):
+    for index in order:
         sample, label = dataset[index]
         label = int(label)
         if source.kind == "text":
@@ -142,8 +150,9 @@ def _png(image: Any) -> bytes:
     return buffer.getvalue()
 
 
-def _write_shard(path: Path, samples: list[dict[str, bytes]]) -> dict[str, Any]:
-    """One shard, written atomically; its manifest entry (name, samples, bytes, sha256)."""
+def _write_shard(path: Path, samples: list[dict[str, bytes]], num_classes: int) -> dict[str, Any]:
+    """One shard, written atomically; its manifest entry (name, samples, bytes, sha256, samples
+    of each class)."""
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as stream:
             writer = TarWriter(stream, encoder=False, mtime=0, user="zoo", group="zoo")
@@ -156,7 +165,9 @@ def _write_shard(path: Path, samples: list[dict[str, bytes]]) -> dict[str, Any]:
     with open(path, "rb") as stream:
         while chunk := stream.read(2**20):
             digest.update(chunk)
-    return {"name": path.name, "samples": len(samples), "bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+    counts = np.bincount([int(sample["cls"]) for sample in samples], minlength=num_classes).tolist()
+    entry = {"name": path.name, "samples": len(samples), "bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+    return entry | {"class_counts": counts}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,3 +185,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"samples per shard (default: {DEFAULT_SHARD_SIZE})",
     )
     parser.add_argument("--prefix", default="train", help="shard names: PREFIX-000000.tar, ... (default: train)")
+    parser.add_argument(
+        "--seed",
+        type=SEED.parse,
+        default=0,
+        help="the seed of the samples' shuffle across shards, recorded in the manifest (default: 0)",
+    )
+    parser.add_argument(
+        "--no-shuffle",
+        dest="shuffle",
+        action="store_false",
+        help="keep the data's order (class by class for a folder: a hold-out of whole shards then lacks classes)",
+    )

@@ -38,7 +38,10 @@ from torch.utils.data import IterableDataset, get_worker_info
 from zoo.bounds import count
 from zoo.errors import DataError, InvalidArgumentError
 from zoo.loading.images import open_image
+from zoo.training.data.labels import class_index
 from zoo.training.data.shard_files import (
+    IMAGE_EXTENSIONS,
+    LABEL_EXTENSIONS,
     MANIFEST,
     MIN_SAMPLE_BYTES,
     Shard,
@@ -47,8 +50,10 @@ from zoo.training.data.shard_files import (
     manifest_location,
     read_manifest,
     read_samples,
+    text_of,
 )
-from zoo.training.data.source import MAX_CLASS_INDEX, DataSource, check_classes
+from zoo.training.data.shard_labels import hold_out, scan_shards
+from zoo.training.data.source import MAX_CLASS_INDEX, DataSource
 from zoo.training.data.text_files import TextBatches
 from zoo.training.loop.loaders import EpochSampler, ShardSampler
 
@@ -56,8 +61,6 @@ log = logging.getLogger(__name__)
 
 SHUFFLE_BUFFER = 1000  # samples held to shuffle within a process's run (raw bytes, decoded after)
 BUFFER = count(0, 1_000_000)
-IMAGE_EXTENSIONS = ("png", "jpg", "jpeg", "webp")
-LABEL_EXTENSIONS = ("cls", "txt", "json")
 CHECKED_EPOCH = 1_000_000  # samples an epoch may claim before each local shard's size is checked against its count
 Record = dict[str, Any]
 
@@ -83,7 +86,7 @@ class SampleDecoder:
         if self.kind == "text":
             if "txt" not in record or "cls" not in record:
                 raise DataError(f"{where}: a text row needs KEY.txt (the text) and KEY.cls (its class index)")
-            return _text(where, record["txt"]), self.label(where, record, ("cls",))
+            return text_of(where, record["txt"]), self.label(where, record, ("cls",))
         if self.kind == "tensors":
             if "npy" not in record:
                 raise DataError(f"{where}: no KEY.npy; tensor shards hold KEY.npy + KEY.cls")
@@ -101,7 +104,7 @@ class SampleDecoder:
         ext = next((e for e in extensions if e in record), None)
         if ext is None:
             raise DataError(f"{where} has no label: add KEY.{' or KEY.'.join(extensions)}, or drop the sample")
-        text = _text(where, record[ext]).strip()
+        text = text_of(where, record[ext]).strip()
         value: Any = text
         if ext == "json":
             try:
@@ -110,10 +113,10 @@ class SampleDecoder:
                 raise DataError(f"{where}: KEY.json is not JSON; write the class name or index") from None
             value = value.get("label") if isinstance(value, dict) else value
         if ext == "cls" or isinstance(value, int):
-            try:
-                index = int(value)
-            except (TypeError, ValueError):
-                raise DataError(f"{where}: KEY.{ext} holds {text[:40]!r}, not a class index") from None
+            # digits bounded before they are converted (Python's own limit names no shard)
+            index = value if isinstance(value, int) else class_index(text, MAX_CLASS_INDEX)  # type: ignore[assignment]
+            if index is None or isinstance(index, bool):
+                raise DataError(f"{where}: KEY.{ext} holds {text[:40]!r}, not a class index 0, 1, ...")
         else:
             index = self.index.get(str(value), -1)
             if index < 0:
@@ -121,13 +124,6 @@ class SampleDecoder:
         if not 0 <= index < len(self.classes):
             raise DataError(f"{where}: class index {index}; the shards have classes 0 to {len(self.classes) - 1}")
         return index
-
-
-def _text(where: str, data: bytes) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise DataError(f"{where}: a text file that is not UTF-8; save it as UTF-8") from None
 
 
 def _array(where: str, data: bytes) -> torch.Tensor:
@@ -337,7 +333,8 @@ def _decoded(records: Iterator[Record], decode: Callable[[Record], Any], skip_ba
 @dataclass
 class ShardSource(DataSource):
     """Shards described from their manifest (or, local and without one, a scan): `split` holds
-    out the last whole shards for validation (``round(val_fraction * shards)``, at least one)."""
+    out whole shards for validation (``round(val_fraction * shards)``, at least one), the last
+    ones unless others cover more classes (`zoo.training.data.shard_holdout`)."""
 
     shards: list[Shard] = field(default_factory=list)
     decoder: SampleDecoder | None = None
@@ -366,8 +363,10 @@ class ShardSource(DataSource):
                 "leave none to train on; write more shards (zoo shards --shard-size), pass --val-data, "
                 "or --val-fraction 0"
             )
-        train = self._stream(self.shards[: len(self.shards) - held], train_transform)
-        val = self._stream(self.shards[len(self.shards) - held :], eval_transform) if held else None
+        out = hold_out(self.description, self.shards, held, self.class_names or [])
+        self.split_note = out.note
+        train = self._stream([s for i, s in enumerate(self.shards) if i not in out.held], train_transform)
+        val = self._stream([self.shards[i] for i in out.held], eval_transform) if held else None
         return train, val
 
     def full(self, transform: Callable[[Any], Any] | None = None) -> ShardStream:
@@ -433,7 +432,8 @@ def _described(spec: str, urls: list[str]) -> tuple[dict[str, Any], list[Shard]]
             raise DataError(f"{location}: its kind or classes differ from those of {folders[0]}; use one data set")
         base = location[: -len(MANIFEST)]
         for entry in manifest["shards"]:
-            entries[base + entry["name"]] = Shard(base + entry["name"], entry["samples"], entry["sha256"])
+            counts = tuple(entry["class_counts"]) if entry.get("class_counts") else None
+            entries[base + entry["name"]] = Shard(base + entry["name"], entry["samples"], entry["sha256"], counts)
     missing = [url for url in urls if url not in entries]
     if missing:
         raise DataError(
@@ -450,49 +450,3 @@ def _described(spec: str, urls: list[str]) -> tuple[dict[str, Any], list[Shard]]
                 f"{size:,} bytes can hold; rewrite the shards and their manifest with `zoo shards`"
             )
     return first, [entries[url] for url in urls]  # type: ignore[return-value]
-
-
-def scan_shards(urls: list[str]) -> tuple[dict[str, Any], list[Shard]]:
-    """Local shards without a manifest, read once: their kind, classes (``.cls`` indices, or
-    class names sorted), image channels and size, and each shard's count (no sha256 to check)."""
-    extensions: set[str] = set()
-    indices: list[int] = []
-    names: list[str] = []
-    shards = []
-    for url in urls:
-        number = 0
-        for record in read_samples(Shard(url), frozenset(LABEL_EXTENSIONS)):
-            number += 1
-            extensions |= set(record) - {"__key__"}
-            where = f"shard {url}, sample {record['__key__']!r}"
-            if "cls" in record:
-                indices.append(_scanned_index(where, record["cls"]))
-            elif "txt" in record or "json" in record:
-                names.append(_text(where, record.get("txt") or record["json"]).strip().strip('"'))
-        shards.append(Shard(url, number))
-    kind = "images" if extensions & set(IMAGE_EXTENSIONS) else "tensors" if "npy" in extensions else "text"
-    if kind == "text":
-        names = []
-    if indices and names:
-        raise DataError(f"{urls[0]}...: some samples are labelled by KEY.cls, others by name; use one of the two")
-    classes = [str(i) for i in range(max(indices) + 1)] if indices else sorted(set(names))
-    labels = indices or [classes.index(n) for n in names]
-    info: dict[str, Any] = {"kind": kind, "classes": classes}
-    info["class_counts"] = np.bincount(labels, minlength=len(classes)).tolist() if labels else None
-    check_classes(urls[0], dict(zip(classes, info["class_counts"] or [])), "label samples of at least 2 classes")
-    if kind == "images":
-        record = next((r for r in read_samples(Shard(urls[0])) if any(e in r for e in IMAGE_EXTENSIONS)), None)
-        if record is None:
-            raise DataError(f"shard {urls[0]} holds no image (KEY.{', KEY.'.join(IMAGE_EXTENSIONS)}) to size the model")
-        ext = next(e for e in IMAGE_EXTENSIONS if e in record)
-        image = open_image(io.BytesIO(record[ext]), decode=False, name=f"shard {urls[0]}, {record['__key__']}")
-        info["channels"] = 1 if image.mode in ("L", "1", "I", "I;16", "F") else 3
-        info["image_size"] = [image.height, image.width]
-    return info, shards
-
-
-def _scanned_index(where: str, data: bytes) -> int:
-    text = _text(where, data).strip()
-    if not text.isdigit() or int(text) >= MAX_CLASS_INDEX:
-        raise DataError(f"{where}: KEY.cls holds {text[:40]!r}; it should be a class index 0, 1, ...")
-    return int(text)

@@ -40,6 +40,7 @@ class DataSource:
     class_counts: dict[str, int] | None = None  # samples of each class, in class_names order
     labels: Sequence[int] | torch.Tensor | None = None  # each sample's class index, in file order
     target: dict[str, Any] | None = None  # regression (num_classes 1): the target's name, mean and std
+    split_note: str = ""  # how `split` made validation, in words for the card (when not a random draw)
 
     def describe_classes(self) -> str:
         """One line for the caller to print before training, e.g. ``3 classes: ant (6), bee (6), cow (5)``."""

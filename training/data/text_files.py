@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -13,6 +14,7 @@ from torch.utils.data import Dataset
 
 from zoo.errors import DataError
 from zoo.tokenizer import ByteTokenizer
+from zoo.training.data.labels import class_index, is_number, number_problem
 from zoo.training.data.source import MAX_CLASS_INDEX, DataSource, check_class_names, check_classes, class_counts
 from zoo.training.data.text_rows import csv_rows, decode_text, jsonl_rows
 
@@ -46,6 +48,16 @@ class _Rows(Dataset):
         return self.rows[index]
 
 
+def _check_numbers(path: Path, rows: list[tuple[int, str, str]]) -> None:
+    """Refuse a NaN or infinite label by line: a missing value, not a class."""
+    for line, _, label in rows:
+        if is_number(label) and not math.isfinite(float(label)):
+            raise DataError(
+                f"{path}, line {line}: {number_problem(label)}, a missing value rather than a class; fill it in or "
+                "drop the row"
+            )
+
+
 def text_source(path: Path, max_length: int) -> DataSource:
     """Texts and class indices; string labels are numbered in sorted order, integer labels
     (all of them digits) are class indices as they are. Batches are byte-level tokens
@@ -55,15 +67,18 @@ def text_source(path: Path, max_length: int) -> DataSource:
     if not rows:
         raise DataError(f"{path} holds no rows; expected one (text, label) row per sample")
     labels = [label for _, _, label in rows]
+    _check_numbers(path, rows)
     hint = ""
     if all(_CLASS_INDEX.fullmatch(label) for label in labels):
-        indices = [int(label) for label in labels]
-        for (line, _, _), index in zip(rows, indices):
-            if not 0 <= index < MAX_CLASS_INDEX:
+        indices = []
+        for line, _, label in rows:
+            index = class_index(label, MAX_CLASS_INDEX)  # digits bounded before they are converted
+            if index is None:
                 raise DataError(
-                    f"{path}, line {line}: label {index}; integer labels are class indices 0, 1, ... "
+                    f"{path}, line {line}: label {label[:40]}; integer labels are class indices 0, 1, ... "
                     f"(below {MAX_CLASS_INDEX}): renumber them or use class names"
                 )
+            indices.append(index)
         class_names = [str(i) for i in range(max(indices) + 1)]
         if min(indices) > 0:
             hint = " (integer labels are class indices from 0: subtract 1 if yours start at 1)"

@@ -314,8 +314,14 @@ def _image_preprocess(model: nn.Module, source: DataSource, image_size: int | No
 
 
 def _task_details(source: DataSource, options: FinetuneOptions) -> dict[str, Any]:
-    """The card's facts on the task: the regression target and loss, the validation split."""
+    """The card's facts on the task: the regression target and loss, how validation was made."""
     split = source.split_by if isinstance(source, MoleculeSource) else "random"
+    if options.val_data is not None:
+        split = f"none: the separate data {options.val_data} (--val-data)"
+    elif options.val_fraction == 0:
+        split = "none (--val-fraction 0)"
+    elif source.split_note:
+        split = source.split_note
     return {"target": source.target, "loss": options.loss if source.target else None, "split": split}
 
 

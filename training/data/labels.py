@@ -1,0 +1,47 @@
+"""One reader of label values for every data file (text rows, molecules, shard labels): a
+number is a regression target only when finite and within float32 (the dtype training uses),
+a class index is a whole number of bounded digits, anything else a class name. NaN, infinities
+and numbers past float32 are said by the caller by line or key, never turned into classes."""
+
+from __future__ import annotations
+
+import math
+import re
+
+FLOAT32_MAX = 3.4028234663852886e38
+MAX_NUMBER_CHARS = 100  # a numeric label longer than this is no label a person wrote
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|inf|infinity)", re.IGNORECASE)
+_INDEX = re.compile(r"\d{1,18}")
+
+
+def is_number(text: str) -> bool:
+    """Whether ``text`` spells a number (finite or not: ``nan``, ``inf`` and ``1e999`` do)."""
+    text = text.strip()
+    return len(text) <= MAX_NUMBER_CHARS and bool(_NUMBER.fullmatch(text))
+
+
+def number_problem(text: str) -> str | None:
+    """Why the number ``text`` cannot be a regression target (not finite, or past float32's
+    range), or None when it can; ``text`` must be a number (`is_number`)."""
+    value = float(text.strip())
+    if math.isnan(value):
+        return f"the label {text.strip()!r} is not a number (NaN)"
+    if math.isinf(value):
+        return f"the label {text.strip()[:40]!r} is infinite"
+    if abs(value) > FLOAT32_MAX:
+        return f"the label {text.strip()[:40]!r} is past float32's range (±3.4e38), which training uses"
+    return None
+
+
+def finite_number(text: str) -> float | None:
+    """``text`` as a regression target: a finite number float32 holds, or None."""
+    return float(text) if is_number(text) and number_problem(text) is None else None
+
+
+def class_index(text: str, limit: int) -> int | None:
+    """``text`` as a class index from 0 to ``limit`` - 1 (digits only, bounded before they are
+    converted), or None."""
+    text = text.strip()
+    if not _INDEX.fullmatch(text) or int(text) >= limit:
+        return None
+    return int(text)
