@@ -6,7 +6,7 @@
 # Here, once, before the first call (the data and any run to continue travel in .gpu/, which git ignores):
 #     mkdir -p .gpu/fashion-mnist && cp /usr/share/datasets/fashion-mnist/*.gz .gpu/fashion-mnist/
 # Then, one call each (carry: [".gpu"]):
-#     bash benchmarks/gpu_session.sh bench                  # tests/test_cuda.py, ResNet-50 and generation tables
+#     bash benchmarks/gpu_session.sh bench                  # ResNet-50, training and generation tables, tests/test_cuda.py
 #     bash benchmarks/gpu_session.sh train resnet56_long    # TRAIN_SECONDS (default 420) of a recipe, then stops
 # A training call brings its run folder back as $OUT/run-TARGET.part-*; copy those parts into
 # .gpu/ here and the next `train TARGET` call continues the run from its last epoch (the recipe's
@@ -33,12 +33,15 @@ setup() {
 }
 
 bench() {
+    # the most wanted table first: a call stopped at its limit still brings back what is in $OUT
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
-    timeout 150 "$py" -m pytest -q -p no:cacheprovider tests/test_cuda.py 2>&1 | tee "$out/test_cuda.txt"
-    timeout 300 "$py" benchmarks/cuda_inference.py --batch-sizes 1 64 256 --repeats 30 --profile \
+    timeout 230 "$py" benchmarks/cuda_inference.py --batch-sizes 1 64 256 --repeats 20 --profile \
         --csv "$out/cuda-inference.csv" 2>&1 | tee "$out/cuda_inference.txt"
-    timeout 240 "$py" benchmarks/generate.py --device cuda --batches 1 8 --repeats 5 --compile --hf-static \
+    timeout 150 "$py" benchmarks/train_throughput.py --device cuda --steps 300 --repeats 3 --epochs 2 --seeds 2 --subset 12000 \
+        --csv "$out/train-throughput-cuda.csv" 2>&1 | tr '\r' '\n' | grep -v 'it/s\]$' | tee "$out/train_throughput.txt"
+    timeout 150 "$py" benchmarks/generate.py --device cuda --batches 1 8 --repeats 3 --compile --hf-static \
         2>&1 | tee "$out/generate.txt"
+    timeout 90 "$py" -m pytest -q -p no:cacheprovider tests/test_cuda.py 2>&1 | tee "$out/test_cuda.txt"
 }
 
 train() {

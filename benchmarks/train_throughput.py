@@ -57,13 +57,14 @@ def tutorial_loop(model: nn.Module, data: TensorDataset, args, steps: int | None
     """The PyTorch tutorial's loop ("Optimizing Model Parameters"), with momentum, reading the
     samples in the Trainer's seeded order."""
     sampler = EpochSampler(data, seed=seed)
-    loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler, drop_last=True, pin_memory=_cuda(args))
+    model.to(args.device).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-    model.train()
     done = 0
     for epoch in range(epochs):
         sampler.set_epoch(epoch)
         for x, y in loader:
+            x, y = x.to(args.device, non_blocking=True), y.to(args.device, non_blocking=True)
             loss = F.cross_entropy(model(x), y)
             loss.backward()
             optimizer.step()
@@ -91,9 +92,9 @@ def lightning_run(precision: str) -> Run:
 
     def run(model: nn.Module, data: TensorDataset, args, steps: int | None, epochs: int, seed: int) -> dict:
         sampler = EpochSampler(data, seed=seed)
-        loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+        loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler, drop_last=True, pin_memory=_cuda(args))
         trainer = L.Trainer(
-            accelerator="cpu",
+            accelerator="gpu" if _cuda(args) else "cpu",
             devices=1,
             precision=precision,
             max_steps=steps or -1,
@@ -130,6 +131,7 @@ def zoo_run(
             channels_last=channels_last,
             compile=compile,
             seed=seed,
+            device=args.device,
             progress=False,
             tensorboard=False,
             plot=False,
@@ -148,10 +150,15 @@ def zoo_run(
     return run
 
 
+def _cuda(args: argparse.Namespace) -> bool:
+    return torch.device(args.device).type == "cuda"
+
+
 @torch.no_grad()
-def accuracy(model: nn.Module, data: TensorDataset) -> float:
-    model.eval().to(memory_format=torch.contiguous_format)
-    correct = sum(int((model(x).argmax(1) == y).sum()) for x, y in DataLoader(data, batch_size=500))
+def accuracy(model: nn.Module, data: TensorDataset, device: str) -> float:
+    model.eval().to(device=device, memory_format=torch.contiguous_format)
+    batches = DataLoader(data, batch_size=500)
+    correct = sum(int((model(x.to(device)).argmax(1).cpu() == y).sum()) for x, y in batches)
     return correct / len(data)
 
 
@@ -160,9 +167,17 @@ def fresh_model(seed: int) -> nn.Module:
     return zoo.load("resnet20", pretrained=False, in_chans=1, num_classes=10)
 
 
+def speed_data(args: argparse.Namespace) -> TensorDataset:
+    """``--steps`` batches of training images, tiled where the machine holds fewer (the GPU
+    machine is given part of Fashion-MNIST: speed does not depend on which images)."""
+    data = fashion_mnist("train", args.steps * args.batch_size)
+    reps = -(-args.steps * args.batch_size // len(data))
+    return TensorDataset(*(t.repeat(reps, *[1] * (t.dim() - 1)) for t in data.tensors)) if reps > 1 else data
+
+
 def throughput(variants: dict[str, Run], args: argparse.Namespace) -> dict[str, dict]:
     """Interleaved timed runs of every variant; median images/s and what auto chose."""
-    data = fashion_mnist("train", args.steps * args.batch_size)
+    data = speed_data(args)
     initial = fresh_model(0)
     for run in variants.values():  # warm-up: imports, oneDNN primitives, the allocator
         run(copy.deepcopy(initial), data, args, 2, 1, 0)
@@ -173,6 +188,8 @@ def throughput(variants: dict[str, Run], args: argparse.Namespace) -> dict[str, 
             for name, run in variants.items():
                 start = time.perf_counter()
                 extra = run(copy.deepcopy(initial), data, args, args.steps, 1, 0)
+                if _cuda(args):
+                    torch.cuda.synchronize()
                 rates[name].append(args.steps * args.batch_size / (time.perf_counter() - start))
                 chose[name] += [extra["chose"]] if "chose" in extra else []
                 bar.update()
@@ -188,12 +205,17 @@ def accuracies(variants: dict[str, Run], args: argparse.Namespace) -> dict[str, 
             for name, run in variants.items():
                 model = fresh_model(seed)
                 run(model, train, args, None, args.epochs, seed)
-                scores[name].append(accuracy(model, test))
+                scores[name].append(accuracy(model, test, args.device))
                 bar.update()
     return scores
 
 
-def machine() -> str:
+def machine(device: str = "cpu") -> str:
+    if torch.device(device).type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return (
+            f"{props.name} ({props.total_memory / 2**30:.0f} GiB), torch {torch.__version__}, CUDA {torch.version.cuda}"
+        )
     try:
         cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
@@ -220,29 +242,31 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--compile", action="store_true", help="also the fixed settings with torch.compile")
     parser.add_argument("--csv", type=Path, help="write the table here")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (the GPU's candidates: fp16, TF32)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    cuda = _cuda(args)
+    bf16 = torch.cuda.is_bf16_supported() if cuda else torch.ops.mkldnn._is_mkldnn_bf16_supported()
     variants: dict[str, Run] = {
         TUTORIAL: tutorial_loop,
         "Lightning 32-true": lightning_run("32-true"),
         **({"Lightning bf16-mixed": lightning_run("bf16-mixed")} if bf16 else {}),
+        **({"Lightning 16-mixed": lightning_run("16-mixed")} if cuda else {}),
         "zoo default (auto, probe counted)": zoo_run("auto"),
         "zoo fp32": zoo_run("fp32"),
         "zoo fp32 + channels_last": zoo_run("fp32", True),
         **({"zoo bf16 + channels_last": zoo_run("bf16", True)} if bf16 else {}),
+        **({"zoo fp16 + channels_last": zoo_run("fp16", True)} if cuda else {}),
     }
     remembered_home = tempfile.mkdtemp()
     if args.steps:  # one run that measures and remembers, as a user's first run on the machine
         variants[REMEMBERED] = zoo_run("auto", home=remembered_home)
-        variants[REMEMBERED](
-            fresh_model(0), fashion_mnist("train", args.steps * args.batch_size), args, args.steps, 1, 0
-        )
+        variants[REMEMBERED](fresh_model(0), speed_data(args), args, args.steps, 1, 0)
     if args.compile:
         variants["zoo fp32 + compile"] = zoo_run("fp32", False, True)
         if bf16:
             variants["zoo bf16 + channels_last + compile"] = zoo_run("bf16", True, True)
-    print(f"resnet20 on Fashion-MNIST 28x28 gray, batch {args.batch_size}, SGD; {machine()}")
+    print(f"resnet20 on Fashion-MNIST 28x28 gray, batch {args.batch_size}, SGD; {machine(args.device)}")
     speed = throughput(variants, args) if args.steps else {}
     scores = accuracies({k: v for k, v in variants.items() if k != REMEMBERED}, args) if args.epochs else {}
     rows = table(variants, speed, scores, args)
