@@ -304,3 +304,52 @@ def test_the_card_says_how_validation_was_made() -> None:
     assert _task_details(source, FinetuneOptions())["split"] == "random"
     source.split_note = "the last 1 shard (x.tar) (whole shards; all 2 classes)"
     assert _task_details(source, FinetuneOptions())["split"] == source.split_note
+
+
+# --- unclear outcomes -------------------------------------------------------------------------
+
+
+def test_a_name_of_thousands_of_characters_is_one_short_line(capsys: pytest.CaptureFixture) -> None:
+    # a raw OSError from zoo.load; the command line echoed all 5,000 characters
+    import zoo
+    from zoo.cli import main
+    from zoo.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match=r"^'a{40}'\.\.\. \(5,000 characters\) is neither a model name"):
+        zoo.load("a" * 5000)
+    with pytest.raises(InvalidArgumentError, match=r"\(300 characters\) is neither a model name nor a path"):
+        zoo.load("b" * 300)
+    assert main(["info", "a" * 5000]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) < 300 and "characters) is too long for a file name here" in err
+
+
+def test_an_empty_tar_says_it_is_empty(tmp_path: Path) -> None:
+    # "0 classes: a classifier needs at least 2"
+    (tmp_path / "s").mkdir()
+    tarfile.open(tmp_path / "s" / "a.tar", "w").close()
+    with pytest.raises(DataError, match=r"shard .*a\.tar holds no samples: an empty tar"):
+        open_data(tmp_path / "s")
+
+
+def test_an_unreadable_image_names_its_shard_and_key_not_a_bytesio(tmp_path: Path) -> None:
+    from zoo.loading.images import open_image
+    from zoo.training.data.shards import SampleDecoder
+
+    decode = SampleDecoder("images", ["a", "b"], 1)
+    with pytest.raises(DataError) as caught:
+        decode({"__shard__": "s.tar", "__key__": "k1", "png": b"not an image", "cls": b"0"})
+    assert str(caught.value).startswith("shard s.tar, sample 'k1' (png) is not a readable image (no image format")
+    with pytest.raises(DataError, match=r"^the image's bytes is not a readable image") as caught:
+        open_image(io.BytesIO(b"xx"))
+    assert "BytesIO" not in str(caught.value)
+
+
+def test_the_monitor_help_names_each_default() -> None:
+    # "(default val_acc)" while a regression picks its best epoch by val_loss
+    from zoo.cli.parser import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.choices and "finetune" in a.choices)  # type: ignore[operator]
+    text = " ".join(commands.choices["finetune"].format_help().split())  # type: ignore[index]
+    assert "val_acc for classes, val_loss for a regression or other steps, train_loss without validation" in text

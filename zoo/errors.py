@@ -3,6 +3,7 @@ or file, and the fix. The command line turns every ZooError into one line and ex
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import warnings
@@ -98,7 +99,19 @@ def run_command(command: Callable[[], int], prog: str = "zoo") -> int:
         print(f"\n{prog}: interrupted", file=sys.stderr)
         return 130
     except (ZooError, ValueError, OSError, RuntimeError) as error:
-        print(f"{prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
+        print(f"{prog}: error: {_one_line(error)}", file=sys.stderr)
         return 2
     finally:
         warnings.formatwarning = shown
+
+
+def _one_line(error: BaseException) -> str:
+    """The error's text on one line; a name too long for a path is named by its start and length
+    (the system's own message repeats it whole)."""
+    if isinstance(error, OSError) and error.errno == errno.ENAMETOOLONG and error.filename is not None:
+        name = os.fsdecode(error.filename)
+        return (
+            f"{name[:40]!r}... ({len(name):,} characters) is too long for a file name here (255 characters a "
+            "folder or file name, 4,096 a path); check the name or path"
+        )
+    return " ".join(str(error).split())

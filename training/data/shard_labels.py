@@ -111,6 +111,12 @@ def scan_shards(urls: list[str]) -> tuple[dict[str, Any], list[Shard]]:
                 names.append(text_of(where, record.get("txt") or record["json"]).strip().strip('"'))
         shards.append(Shard(url, number))
         ends.append(len(indices) + len(names))
+    empty = [shard.url for shard in shards if not shard.samples]
+    if empty:
+        raise DataError(
+            f"shard {empty[0]} holds no samples{f' (nor do {len(empty) - 1} more)' if len(empty) > 1 else ''}: "
+            "an empty tar; write the shards again with `zoo shards`, or leave it out of --data"
+        )
     kind = "images" if extensions & set(IMAGE_EXTENSIONS) else "tensors" if "npy" in extensions else "text"
     if kind == "text":
         names = []

@@ -108,7 +108,12 @@ class TrainConfig:
     )
     # metric that picks the best epoch; default val_acc/val_loss/train_loss
     monitor: str | None = field(
-        default=None, metadata=option("optimisation", "metric that picks the best epoch (default val_acc)")
+        default=None,
+        metadata=option(
+            "optimisation",
+            "metric that picks the best epoch (default: val_acc for classes, val_loss for a regression or "
+            "other steps, train_loss without validation data)",
+        ),
     )
     # speed and memory
     # auto: the fastest of fp32/bf16/fp16 x channels_last x compile, measured at the start of
@@ -242,19 +247,49 @@ def _option_type(hint: Any) -> Any:
     return hint
 
 
+GIVEN = "_given_config_options"  # the Namespace attribute that lists the options a command line gave
+
+
+class _Given(argparse.Action):
+    """Stores an option's value (a switch's ``const``) and records that the command line gave
+    it, so defaults that depend on the data (`given_options`) never override what a user typed."""
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option_string: Any = None) -> None:
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+        _record(namespace, self.dest)
+
+
+class _GivenSwitch(argparse.BooleanOptionalAction):
+    """``--flag`` / ``--no-flag``, recorded as given like `_Given`."""
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option_string: Any = None) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        _record(namespace, self.dest)
+
+
+def _record(namespace: argparse.Namespace, dest: str) -> None:
+    setattr(namespace, GIVEN, getattr(namespace, GIVEN, frozenset()) | {dest})
+
+
+def given_options(args: argparse.Namespace) -> frozenset[str]:
+    """The TrainConfig fields whose options the parsed command line gave explicitly."""
+    return getattr(args, GIVEN, frozenset())
+
+
 def _argument(f: dataclasses.Field) -> tuple[str, dict[str, Any]]:
     """The flag and ``add_argument`` keywords of the option of field ``f``."""
     spec, hint = f.metadata["option"], _hints()[f.name]
     own_flag = "--" + f.name.replace("_", "-")
     flag = spec["flag"] or (f"--no-{f.name.replace('_', '-')}" if f.default is True else own_flag)
-    kwargs: dict[str, Any] = {"dest": f.name, "default": f.default}
+    kwargs: dict[str, Any] = {"dest": f.name, "default": f.default, "action": _Given}
     if spec["help"]:
         kwargs["help"] = spec["help"]
     kind = _option_type(hint)
     if kind is bool:  # a switch; one left unset (None) by default has a --no- flag too
-        kwargs["action"] = "store_false" if f.default is True else "store_true"
+        kwargs |= {"nargs": 0, "const": f.default is not True}
         if f.default is None:
-            kwargs["action"] = argparse.BooleanOptionalAction
+            del kwargs["nargs"], kwargs["const"]
+            kwargs["action"] = _GivenSwitch
         return flag, kwargs
     if typing.get_origin(kind) is Literal:
         kwargs["choices"] = typing.get_args(kind)

@@ -34,7 +34,7 @@ def open_image(
     with ``decode=False`` only checked whole (PIL's ``verify``: a truncated PNG fails, a JPEG's
     data is read only when decoded) and returned undecoded. Over ``max_pixels`` it is refused
     before it is decoded (`ImageTooLargeError`)."""
-    shown = name or str(source)
+    shown = name or (str(source) if isinstance(source, str | os.PathLike) else "the image's bytes")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -53,7 +53,8 @@ def open_image(
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
         raise ImageTooLargeError(f"{shown} is refused as a decompression bomb ({error})") from None
     except Exception as error:  # PIL raises OSError, SyntaxError, ValueError, EOFError... for bad bytes
-        raise DataError(f"{shown} is not a readable image ({_first_line(error)}); remove it or replace it") from None
+        reason = _first_line(error) if "cannot identify image file" not in str(error) else "no image format PIL reads"
+        raise DataError(f"{shown} is not a readable image ({reason}); remove it or replace it") from None
     return image if channels is None or not decode else _converter(channels)(image)
 
 

@@ -9,6 +9,7 @@ commands take the source it returns, so nothing resolves the same name twice.
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from enum import Enum
@@ -19,6 +20,8 @@ from zoo.interop import hub_names, torchvision_weights
 from zoo.loading.saved import CONFIG_FILE, saved_folder
 from zoo.store import registry
 from zoo.store.registry import WeightInfo
+
+MAX_NAME_CHARS = 4096  # Linux's PATH_MAX: a longer name is no model's and no path
 
 
 @dataclass(frozen=True)
@@ -70,8 +73,15 @@ def resolve(name_or_path: str | os.PathLike | Source, weights: str | os.PathLike
         )
     if isinstance(name_or_path, str) and name_or_path.startswith(hub_names.HUB_PREFIX):
         return HubRepository(hub_names.parse_hub_name(name_or_path))
-    if not isinstance(name_or_path, str) or os.path.isdir(name_or_path) or not registry.is_registered(name_or_path):
-        saved = saved_folder(name_or_path)  # a folder, or the error that names what is wrong with it
+    if len(os.fspath(name_or_path)) > MAX_NAME_CHARS:
+        raise InvalidArgumentError(_too_long(os.fspath(name_or_path)))
+    if not isinstance(name_or_path, str) or _is_dir(name_or_path) or not registry.is_registered(name_or_path):
+        try:
+            saved = saved_folder(name_or_path)  # a folder, or the error that names what is wrong with it
+        except OSError as error:
+            if error.errno != errno.ENAMETOOLONG:
+                raise
+            raise InvalidArgumentError(_too_long(os.fspath(name_or_path))) from None
         if saved is not None:
             return SavedFolder(saved)
     name = str(name_or_path)
@@ -86,6 +96,22 @@ def resolve(name_or_path: str | os.PathLike | Source, weights: str | os.PathLike
     if hub_names.is_repo_reference(weights) and registry.arch_spec(arch).hf_checkpoints:
         return HFCheckpoint(arch, repo=hub_names.parse_repo(weights, f"weights={weights!r}"))
     return Registered(name, arch, entry, weights=str(weights))
+
+
+def _is_dir(path: str | os.PathLike) -> bool:
+    try:
+        return os.path.isdir(path)
+    except (OSError, ValueError):
+        return False
+
+
+def _too_long(text: str | bytes) -> str:
+    """The one line for a name too long to be a model name or a path this system opens."""
+    shown = repr(text[:40]) + ("..." if len(text) > 40 else "")
+    return (
+        f"{shown} ({len(text):,} characters) is neither a model name nor a path this system can open (at most "
+        f"{MAX_NAME_CHARS:,} characters, 255 a folder name); name a model such as 'resnet20.fmnist' or a saved folder"
+    )
 
 
 def architecture(arch: str) -> Registered:

@@ -168,9 +168,11 @@ def list_models(
 
 
 def _unknown(kind: str, name: str, known: Iterable[str]) -> UnknownModelError:
-    close = difflib.get_close_matches(name, list(known), n=5, cutoff=0.6)
+    """The error for a name the registry does not know, with close names (a long name is cut)."""
+    close = difflib.get_close_matches(name, list(known), n=5, cutoff=0.6) if len(name) <= 200 else []
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
-    return UnknownModelError(f"unknown {kind} {name!r}.{hint} See zoo.list_models() for every name.")
+    shown = repr(name) if len(name) <= 100 else f"{name[:60]!r}... ({len(name):,} characters)"
+    return UnknownModelError(f"unknown {kind} {shown}.{hint} See zoo.list_models() for every name.")
 
 
 def _architectures() -> list[str]:
