@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import Dataset
 
 from zoo.errors import DataError, InvalidArgumentError
-from zoo.loading.molecules import INPUT_FORMAT, feature_sizes, graph_or_problem, parse_smiles, require_rdkit
+from zoo.loading.molecules import INPUT_FORMAT, feature_sizes, graph_or_problem, is_read, parse_smiles, require_rdkit
 from zoo.training.data.labels import finite_number, is_number, number_problem
 from zoo.training.data.source import DataSource, check_classes, class_counts
 from zoo.training.data.text_rows import decode_text, plural
@@ -348,7 +348,7 @@ def _sdf_records(path: Path, label_field: str | None) -> tuple[list[tuple[int, A
 
 def _check_labels(path: Path, records: list[tuple[int, Any, str]]) -> None:
     for line, mol, label in records:
-        if not label and mol is not None:
+        if not label and is_read(mol):
             raise DataError(f"{path}, line {line}: the label is empty; every molecule needs its label")
 
 

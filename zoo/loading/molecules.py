@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -67,18 +68,45 @@ def _one_hot(codes: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
     return torch.cat(blocks, dim=1).float() if blocks else codes.float()
 
 
-def parse_smiles(smiles: str) -> Any | None:
-    """The RDKit molecule of ``smiles`` (None when RDKit cannot parse it, or it is empty or too long)."""
+@dataclass(frozen=True)
+class Unparsed:
+    """A SMILES zoo refuses before RDKit reads it, and why (`mol_problem` says it)."""
+
+    problem: str
+
+
+def smiles_problem(text: str) -> str | None:
+    """Why zoo refuses a (stripped) SMILES before RDKit reads it: empty, a NUL, over zoo's length limit."""
+    if not text:
+        return "it is empty"
+    if len(text) > MAX_SMILES_CHARS:
+        return f"it is {len(text):,} characters, over zoo's limit of {MAX_SMILES_CHARS:,} characters per SMILES"
+    if "\x00" in text:
+        return "it holds a NUL character"
+    return None
+
+
+def parse_smiles(smiles: str) -> Any | Unparsed | None:
+    """The RDKit molecule of ``smiles``; `Unparsed` when zoo refuses it unread (`smiles_problem`),
+    None when RDKit cannot parse it."""
     Chem = require_rdkit()
     text = smiles.strip()
-    if not text or len(text) > MAX_SMILES_CHARS or "\x00" in text:
-        return None
+    problem = smiles_problem(text)
+    if problem is not None:
+        return Unparsed(problem)
     with quiet_rdkit():
         return Chem.MolFromSmiles(text)
 
 
+def is_read(mol: Any) -> bool:
+    """Whether `parse_smiles` (or an SDF reader) gave a molecule: neither None nor `Unparsed`."""
+    return mol is not None and not isinstance(mol, Unparsed)
+
+
 def mol_problem(mol: Any) -> str | None:
-    """Why an RDKit molecule cannot be a graph (None: it can)."""
+    """Why an RDKit molecule (or what `parse_smiles` gave) cannot be a graph (None: it can)."""
+    if isinstance(mol, Unparsed):
+        return mol.problem
     if mol is None:
         return "RDKit cannot parse it"
     atoms = mol.GetNumAtoms()
@@ -121,6 +149,9 @@ def graph_or_problem(mol: Any) -> tuple[Any | None, str | None]:
 def smiles_batch(smiles: Sequence[str], where: str = "SMILES") -> Any:
     """One PyG ``Batch`` of the graphs of ``smiles`` (``zoo predict``, the server); a SMILES
     RDKit cannot parse raises `InvalidArgumentError` naming it and its position."""
+    import zoo.architectures.graph  # noqa: F401  (first: it imports PyG with its import-time warnings silenced)
+
+    # isort: split
     from torch_geometric.data import Batch
 
     if not smiles:
@@ -170,15 +201,18 @@ __all__ = [
     "INPUT_FORMAT",
     "MAX_ATOMS",
     "MAX_SMILES_CHARS",
+    "Unparsed",
     "check_molecule_model",
     "feature_sizes",
     "graph_or_problem",
+    "is_read",
     "mol_graph",
     "parse_smiles",
     "predict_molecules",
     "reads_molecules",
     "require_rdkit",
     "smiles_batch",
+    "smiles_problem",
 ]
 
 
