@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,70 @@ def test_predicting_with_a_molecule_model_prints_no_torch_jit_warning() -> None:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("CCO\t") and result.stderr == "", result.stderr
+
+
+# --- a CSV without a smiles column, given to a graph model -----------------------------------
+
+SMILES = ["CCO", "CCN", "CCC", "c1ccccc1", "CC(=O)O", "CCCl", "c1ccccc1O", "CCOC"]
+
+
+def test_a_csv_without_smiles_given_to_a_graph_model_names_the_smiles_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # "each row needs the fields ('text', 'label'); missing ['text', 'label']": the text reader's
+    from zoo.cli import main
+    from zoo.training.data.kinds import open_data
+    from zoo.training.data.molecules import MoleculeOptions
+
+    path = _csv(tmp_path / "mols.csv", ["smi", "y"], [[s, "1.0"] for s in SMILES])
+    assert main(["finetune", "gin3", "--data", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"zoo: error: {path}, line 1: gin3 reads graphs, which zoo's molecule reader makes from a .csv/.jsonl: it "
+        "wants a smiles column and a label column, and the first line names ['smi', 'y']; name the SMILES column "
+        "smiles\n"
+    )
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(DataError, match=r"gin3\.nci_tpsa reads graphs.*names \['text', 'label'\].*e\.g\. moe_encoder"):
+        open_data(
+            _csv(tmp_path / "t.csv", ["text", "label"], [["a", "x"]]),
+            molecules=MoleculeOptions(graph_model="gin3.nci_tpsa"),
+        )
+    # other models, and other files, read as before
+    with pytest.raises(DataError, match=r"missing \['text', 'label'\]"):
+        open_data(path)
+    mols = _csv(tmp_path / "m.csv", ["smiles", "y"], [[s, str(i)] for i, s in enumerate(SMILES)])
+    assert open_data(mols, molecules=MoleculeOptions(graph_model="gin3")).num_samples == 8
+
+
+# --- the task of a molecule file, said with its reason ---------------------------------------
+
+
+def test_the_task_of_a_molecule_file_is_said_with_its_reason(tmp_path: Path) -> None:
+    # integer 0/1 labels silently became a regression
+    from zoo.training.data.molecules import MoleculeOptions, molecule_source
+
+    binary = _csv(tmp_path / "binary.csv", ["smiles", "active"], [[s, str(i % 2)] for i, s in enumerate(SMILES)])
+    with pytest.warns(UserWarning, match=r"binary\.csv: the 'active' labels are only 0 and 1, trained as a regression"):
+        source = molecule_source(binary)
+    assert source.describe_classes().splitlines()[1] == (
+        "task: regression (the 'active' labels are numbers, only 0 and 1; pass --task classification for two classes)"
+    )
+    numbers = _csv(tmp_path / "n.csv", ["smiles", "y"], [[s, f"{i * 0.5}"] for i, s in enumerate(SMILES)])
+    assert molecule_source(numbers).task_note == (
+        "task: regression (the 'y' labels are numbers; pass --task classification for classes)"
+    )
+    words = _csv(
+        tmp_path / "w.csv", ["smiles", "kind"], [[s, ["polar", "apolar"][i % 2]] for i, s in enumerate(SMILES)]
+    )
+    assert (
+        molecule_source(words).task_note == "task: classification (the 'kind' labels are not all numbers, e.g. 'polar')"
+    )
+    asked = molecule_source(binary, MoleculeOptions(task="classification"))
+    assert asked.task_note == "task: classification (--task classification)" and asked.num_classes == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # asked for: no warning
+        assert (
+            molecule_source(binary, MoleculeOptions(task="regression")).task_note
+            == "task: regression (--task regression)"
+        )

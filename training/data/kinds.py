@@ -11,6 +11,7 @@ Each kind of data has its module: `zoo.training.data.image_folders`, `zoo.traini
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from zoo.errors import DataError, DataNotFoundError, InvalidArgumentError
 from zoo.training.data.builtin import FASHION_MNIST_CLASSES, load_fashion_mnist
 from zoo.training.data.graph_datasets import graph_source
 from zoo.training.data.image_folders import image_folder_source
-from zoo.training.data.molecules import MoleculeOptions, is_molecule_file, molecule_source
+from zoo.training.data.molecules import MoleculeOptions, is_molecule_file, molecule_source, no_smiles_column
 from zoo.training.data.shard_files import looks_like_shards
 from zoo.training.data.shards import SHUFFLE_BUFFER, shard_source
 from zoo.training.data.source import MAX_CLASS_INDEX, DataSource, samples_needed
@@ -72,7 +73,9 @@ def open_data(
     suffix = path.suffix.lower()
     if is_molecule_file(path):
         return molecule_source(path, molecules)
-    if molecules is not None and molecules != MoleculeOptions():
+    if molecules is not None and molecules.graph_model is not None and suffix in (".csv", ".jsonl"):
+        raise no_smiles_column(path, molecules.graph_model)
+    if molecules is not None and dataclasses.replace(molecules, graph_model=None) != MoleculeOptions():
         raise InvalidArgumentError(
             f"{path} holds no molecules (an .sdf, or a .csv/.jsonl with a smiles column), so --task, --label-field, "
             "--split and --skip-bad-rows do not apply"

@@ -12,6 +12,7 @@ import csv
 import json
 import math
 import statistics
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,12 +40,15 @@ _BAD_SHOWN = 5  # bad rows named in a warning when they are skipped
 class MoleculeOptions:
     """How a molecule file is read: ``label_field`` (the label column, or the SDF data field),
     ``task`` (auto: numbers are regression, strings classes), ``split`` (random or by scaffold)
-    and ``skip_bad_rows`` (skip molecules RDKit cannot read instead of refusing the file)."""
+    and ``skip_bad_rows`` (skip molecules RDKit cannot read instead of refusing the file).
+    ``graph_model`` names the model that reads graphs (``zoo finetune`` sets it): its .csv/.jsonl
+    must then be molecules, and one without a smiles column is refused as the molecule reader's."""
 
     label_field: str | None = None
     task: Literal["auto", "classification", "regression"] = "auto"
     split: Literal["random", "scaffold"] = "random"
     skip_bad_rows: bool = False
+    graph_model: str | None = None
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -63,6 +67,12 @@ class MoleculeSource(DataSource):
     split_by: str = "random"
     skipped: int = 0
     input_format: str = INPUT_FORMAT
+    task_note: str = ""
+
+    def describe_classes(self) -> str:
+        """As `DataSource.describe_classes`, then on a line of its own the task and why (`task_note`)."""
+        line = super().describe_classes()
+        return f"{line}\n{self.task_note}" if self.task_note else line
 
     def split(
         self,
@@ -107,17 +117,34 @@ def is_molecule_file(path: Path) -> bool:
         return True
     if suffix not in (".csv", ".jsonl"):
         return False
+    return any(name.lower() == "smiles" for name in _first_names(path) or [])
+
+
+def _first_names(path: Path) -> list[str] | None:
+    """The column names of a ``.csv``'s first line, or the keys of a ``.jsonl``'s first object
+    (None: no first line, or not a JSON object)."""
     with open(path, "rb") as file:
         first = file.read(4096).decode("utf-8", "replace").lstrip("\ufeff").splitlines()[:1]
     if not first:
-        return False
-    if suffix == ".csv":
-        return any(name.strip().lower() == "smiles" for name in next(csv.reader(first), []))
+        return None
+    if path.suffix.lower() == ".csv":
+        return [name.strip() for name in next(csv.reader(first), [])]
     try:
         row = json.loads(first[0])
     except ValueError:
-        return False
-    return isinstance(row, dict) and any(str(key).lower() == "smiles" for key in row)
+        return None
+    return [str(key) for key in row] if isinstance(row, dict) else None
+
+
+def no_smiles_column(path: Path, model: str) -> DataError:
+    """The error for a ``.csv``/``.jsonl`` without a smiles column given to ``model``, which reads graphs."""
+    names = _first_names(path) or []
+    text = " (rows of text and a label are for a model that reads text, e.g. moe_encoder)" if "text" in names else ""
+    return DataError(
+        f"{path}, line 1: {model} reads graphs, which zoo's molecule reader makes from a .csv/.jsonl: it wants a "
+        f"smiles column and a label column, and the first line names {[name[:40] for name in names[:20]]}; name "
+        f"the SMILES column smiles{text}"
+    )
 
 
 def molecule_source(path: Path, options: MoleculeOptions | None = None) -> MoleculeSource:
@@ -165,7 +192,29 @@ def molecule_source(path: Path, options: MoleculeOptions | None = None) -> Molec
         check_classes(str(path), counts, "add molecules of the other classes, or pass --task regression")
         num_classes = len(class_names)
         described += f", {num_classes} classes)"
-    return _source(graphs, smiles, described, num_classes, class_names, counts, indices, target, options, skipped)
+    source = _source(graphs, smiles, described, num_classes, class_names, counts, indices, target, options, skipped)
+    source.task_note = _task_note(path, task, options.task != "auto", label_name, labels)
+    return source
+
+
+def _task_note(path: Path, task: str, asked: bool, label_name: str, labels: list[str]) -> str:
+    """The line that says which task the labels get and why; labels of two integers only (a
+    binary activity column) that become a regression are also warned about, naming the fix."""
+    if asked:
+        return f"task: {task} (--task {task})"
+    if task == "classification":
+        example = next(label for label in labels if not is_number(label))
+        return f"task: classification (the {label_name!r} labels are not all numbers, e.g. {example[:40]!r})"
+    values = sorted({finite_number(label) or 0.0 for label in labels})
+    if len(values) == 2 and all(value.is_integer() for value in values):
+        pair, fix = f"only {values[0]:g} and {values[1]:g}", "pass --task classification for two classes"
+        warnings.warn(
+            f"{path}: the {label_name!r} labels are {pair}, trained as a regression because they are numbers; {fix}, "
+            "or --task regression to keep it without this warning",
+            stacklevel=3,
+        )
+        return f"task: regression (the {label_name!r} labels are numbers, {pair}; {fix})"
+    return f"task: regression (the {label_name!r} labels are numbers; pass --task classification for classes)"
 
 
 def _source(
@@ -210,8 +259,6 @@ def _graphs(
 ) -> tuple[list[Any], list[str], list[str], list[int]]:
     """The graphs, canonical SMILES, labels and lines of the usable records; the first bad one is
     refused by line unless ``skip`` (then they are counted, and the first few named, in a warning)."""
-    import warnings
-
     from rdkit import Chem
 
     graphs, smiles, labels, lines, bad = [], [], [], [], []

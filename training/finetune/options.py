@@ -193,8 +193,12 @@ def _molecule_arguments(g: argparse._ArgumentGroup) -> None:
 
 
 def molecules_from_args(args: argparse.Namespace) -> MoleculeOptions | None:
-    """The `MoleculeOptions` of the molecule options (None when all are left at their defaults)."""
-    options = MoleculeOptions(args.label_field, args.task, args.split, args.skip_bad_rows)
+    """The `MoleculeOptions` of the molecule options and of NAME when it reads graphs (None when
+    all are left at their defaults)."""
+    from zoo.loading.molecules import name_reads_graphs
+
+    graph_model = args.name if name_reads_graphs(args.name) else None
+    options = MoleculeOptions(args.label_field, args.task, args.split, args.skip_bad_rows, graph_model)
     return None if options == MoleculeOptions() else options
 
 

@@ -229,3 +229,21 @@ def name_reads_molecules(name: str) -> bool:
         return reads_molecules(read_saved_config(folder))
     entry = registry.find_weights(name) if registry.is_registered(name) else None
     return entry is not None and entry.input_format == INPUT_FORMAT
+
+
+def name_reads_graphs(name: str) -> bool:
+    """Whether ``name`` (weights, an architecture or a saved folder) is a model that reads graphs,
+    whose .csv/.jsonl data can only be molecules; False too when it names nothing (loading says so)."""
+    from zoo.loading.resolve import Registered, SavedFolder, resolve
+    from zoo.loading.saved import read_saved_config
+    from zoo.store import registry
+
+    try:
+        with warnings.catch_warnings():  # a folder shadowed by a registry name: zoo.load says so, once
+            warnings.simplefilter("ignore")
+            source = resolve(name)
+        if isinstance(source, SavedFolder):
+            return registry.input_kind(read_saved_config(source.path)["architecture"]) == "graphs"
+        return isinstance(source, Registered) and registry.input_kind(source.arch) == "graphs"
+    except (ZooError, OSError, KeyError):
+        return False
