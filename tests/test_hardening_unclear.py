@@ -125,3 +125,53 @@ def test_the_task_of_a_molecule_file_is_said_with_its_reason(tmp_path: Path) -> 
             molecule_source(binary, MoleculeOptions(task="regression")).task_note
             == "task: regression (--task regression)"
         )
+
+
+# --- zoo shards given shards ------------------------------------------------------------------
+
+
+def test_zoo_shards_given_shards_says_they_are_shards_already(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # "Subclasses of Dataset should implement __getitem__"
+    import torch
+
+    from zoo.cli import main
+    from zoo.training.data.shard_writer import write_shards
+
+    torch.save({"x": torch.randn(8, 3), "y": torch.arange(8) % 2}, tmp_path / "data.pt")
+    write_shards(tmp_path / "data.pt", tmp_path / "shards", shard_size=4)
+    for given in (tmp_path / "shards", tmp_path / "shards" / "train-000000.tar"):
+        assert main(["shards", str(given), "--out", str(tmp_path / "again")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"zoo: error: shards {given} (") and err.count("\n") == 1, err
+        assert "): these are shards already; zoo shards writes shards from an image folder, text rows or a" in err
+        assert not (tmp_path / "again").exists()
+
+
+# --- zoo serve: what a molecule model is sent --------------------------------------------------
+
+
+def test_a_molecule_model_refuses_images_and_numbers_on_its_smiles_input() -> None:
+    # a multipart image: "Invalid JSON: invalid number..."; FP32 on smiles: read as the SMILES '1.0'
+    from fastapi.testclient import TestClient
+
+    import zoo.serve
+
+    with TestClient(zoo.serve.app("gin3.nci_tpsa", threads=1)) as client:
+        path = "/v1/models/gin3.nci_tpsa:predict"
+        for answer in (
+            client.post(path, files={"image": ("shirt.png", b"\x89PNG\r\n\x1a\n", "image/png")}),
+            client.post(path, content=b"\x89PNG\r\n\x1a\n", headers={"content-type": "image/png"}),
+        ):
+            assert answer.status_code == 415, answer.text
+            assert answer.json()["error"].endswith(
+                ', and gin3.nci_tpsa reads molecules: send JSON {"smiles": ["CCO", ...]}'
+            )
+        infer = "/v2/models/gin3.nci_tpsa/infer"
+        numbers = {"inputs": [{"name": "smiles", "shape": [1], "datatype": "FP32", "data": [1.0]}]}
+        answer = client.post(infer, json=numbers)
+        assert (
+            answer.status_code == 400 and answer.json()["error"] == "input 'smiles' of gin3.nci_tpsa is BYTES; got FP32"
+        )
+        text = {"inputs": [{"name": "smiles", "shape": [1], "datatype": "BYTES", "data": ["CCO"]}]}
+        assert client.post(infer, json=text).status_code == 200
+        assert client.post(path, json={"smiles": ["CCO"]}).status_code == 200

@@ -30,6 +30,7 @@ from zoo.errors import DataError, InvalidArgumentError
 from zoo.store.files import atomic_files, atomic_path, write_json
 from zoo.training.data.kinds import DataSource, open_data
 from zoo.training.data.shard_files import IMAGE_EXTENSIONS, MANIFEST, MANIFEST_FORMAT
+from zoo.training.data.shards import ShardSource
 from zoo.training.data.source import check_class_names
 
 SHARD_SIZE = count(1, 10_000_000)  # samples per shard
@@ -58,6 +59,11 @@ def write_shards(
     if not _PREFIX.fullmatch(prefix):
         raise InvalidArgumentError(f"--prefix {prefix!r}: use 1 to 64 letters, digits, '-' or '_'")
     source = data if isinstance(data, DataSource) else open_data(data, max_length=max_length)
+    if isinstance(source, ShardSource):
+        raise DataError(
+            f"{source.description}: these are shards already; zoo shards writes shards from an image folder, text "
+            "rows or a tensor file, and zoo finetune trains on these as they are (--data with the same path)"
+        )
     if source.kind == "graphs" or source.num_classes is None:
         raise DataError(f"{source.description}: shards hold labelled images, tensors or text rows, not {source.kind}")
     if source.kind == "images" and source.in_chans not in (1, 3, 4):  # PNG's gray, RGB and RGBA
