@@ -38,10 +38,15 @@ async def predict(name: str, request: Request) -> dict[str, object]:
     JSON ``{"instances": [...], "top_k": 5}``."""
     state = state_of(request)
     served = state.get(name, kind="classifier")
+    content_type = request.headers.get("content-type", "")
     if served.kind == "molecules":
+        if content_type.startswith(("image/", "application/octet-stream", "multipart/form-data")):
+            raise unsupported(
+                f"the body is {content_type.split(';')[0]}, and {name} reads molecules: send JSON "
+                '{"smiles": ["CCO", ...]}'
+            )
         return await predict_smiles(served, await request.body())
     limit = state.config.max_image_pixels
-    content_type = request.headers.get("content-type", "")
     if content_type.startswith(("image/", "application/octet-stream")):
         raise unsupported(f"the body is {content_type.split(';')[0]}: {HOW_TO_SEND}")
     if content_type.startswith("multipart/form-data"):

@@ -79,9 +79,12 @@ async def infer(name: str, request: Request) -> Response:
     header, binary = split_body(await request.body(), request.headers.get(HEADER_LENGTH))
     inference = parse(InferenceRequest, header)
     arrays = decode_inputs(inference.inputs, binary)
-    wanted = {spec.name for spec in served.inputs}
-    if set(arrays) != wanted:
+    wanted = {spec.name: spec.datatype for spec in served.inputs}
+    if set(arrays) != set(wanted):
         raise bad_request(f"{name} takes the input(s) {sorted(wanted)}; got {sorted(arrays)}")
+    for item in inference.inputs:  # FP32 on a BYTES input would be read as the strings of its numbers
+        if item.datatype != wanted[item.name]:
+            raise bad_request(f"input {item.name!r} of {name} is {wanted[item.name]}; got {item.datatype}", item.name)
     if served.kind == "text":
         outputs = {"text_output": await _complete(state, served, inference, arrays["text_input"])}
     elif served.kind == "molecules":
