@@ -130,7 +130,7 @@ def _refuse_repeats(spec: str, urls: list[str]) -> None:
     samples would be read twice an epoch."""
     seen: dict[str, str] = {}
     for url in urls:
-        same = url if is_url(url) else os.path.realpath(url)
+        same = _same(url)
         if same in seen:
             also = "" if seen[same] == url else f" (as {seen[same]})"
             raise DataError(
@@ -138,6 +138,23 @@ def _refuse_repeats(spec: str, urls: list[str]) -> None:
                 "name each shard once"
             )
         seen[same] = url
+
+
+def _same(url: str) -> str:
+    """What names one shard: a URL as written, a file by its real path."""
+    return url if is_url(url) else os.path.realpath(url)
+
+
+def shared_shards(train: str | os.PathLike, val: str | os.PathLike) -> list[str]:
+    """The shards ``val`` names that ``train`` names too (the same file by any path); [] when
+    either names no shards or cannot be expanded (reading it says why)."""
+    if not (looks_like_shards(train) and looks_like_shards(val)):
+        return []
+    try:
+        trained = {_same(url) for url in expand_spec(os.fspath(train))}
+        return [url for url in expand_spec(os.fspath(val)) if _same(url) in trained]
+    except DataError:
+        return []
 
 
 def manifest_location(url: str) -> str:

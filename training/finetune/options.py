@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -15,6 +16,7 @@ from zoo.bounds import Bounds, bounded, check_fields, count
 from zoo.errors import InvalidArgumentError
 from zoo.training.data.augment import Augment
 from zoo.training.data.molecules import SPLITS, TASKS, MoleculeOptions
+from zoo.training.data.shard_files import shared_shards
 from zoo.training.data.shards import BUFFER, SHUFFLE_BUFFER
 from zoo.training.finetune.distill import Distillation
 from zoo.training.finetune.stages import MODES
@@ -245,8 +247,22 @@ def distillation_from_args(args: argparse.Namespace) -> Distillation | None:
     )
 
 
+def warn_shared_shards(data: str | os.PathLike, val_data: str | os.PathLike | None) -> None:
+    """Warn, naming them, of shards that ``val_data`` (--val-data) and ``data`` (--data) both name."""
+    shared = shared_shards(data, val_data) if val_data is not None else []
+    if val_data is not None and shared:
+        shown = ", ".join(shared[:3]) + (f" and {len(shared) - 3} more" if len(shared) > 3 else "")
+        warnings.warn(
+            f"--val-data {os.fspath(val_data)!r} names {len(shared)} shard(s) that --data trains on: {shown}; "
+            "validation on them says little of unseen data: validate on shards apart",
+            stacklevel=2,
+        )
+
+
 def options_from_args(args: argparse.Namespace, command: str | None = None) -> FinetuneOptions:
-    """The `FinetuneOptions` of parsed `add_arguments` options; ``command`` is the command line."""
+    """The `FinetuneOptions` of parsed `add_arguments` options (a --val-data that shares shards
+    with --data is warned about, `warn_shared_shards`); ``command`` is the command line."""
+    warn_shared_shards(args.data, args.val_data)
     return FinetuneOptions(
         mode=args.mode,
         stages=args.stages,
