@@ -175,3 +175,58 @@ def test_a_molecule_model_refuses_images_and_numbers_on_its_smiles_input() -> No
         text = {"inputs": [{"name": "smiles", "shape": [1], "datatype": "BYTES", "data": ["CCO"]}]}
         assert client.post(infer, json=text).status_code == 200
         assert client.post(path, json={"smiles": ["CCO"]}).status_code == 200
+
+
+# --- --val-data overlapping the training shards ------------------------------------------------
+
+
+def test_val_data_sharing_training_shards_is_warned_naming_them(tmp_path: Path) -> None:
+    # no word, and val_acc 1.0
+    import argparse
+
+    import torch
+
+    from zoo.training.data.shard_writer import write_shards
+    from zoo.training.finetune.options import add_arguments, options_from_args
+
+    torch.save({"x": torch.randn(12, 3), "y": torch.arange(12) % 2}, tmp_path / "data.pt")
+    write_shards(tmp_path / "data.pt", tmp_path / "s", shard_size=4)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    train, shard = f"{tmp_path}/s/train-{{000000..000002}}.tar", tmp_path / "s" / "train-000002.tar"
+    args = parser.parse_args(
+        ["dbn", "--data", train, "--val-data", f"{tmp_path}/s/../s/train-000002.tar", "--out", "o"]
+    )
+    with pytest.warns(UserWarning) as caught:
+        options_from_args(args)
+    assert [str(w.message) for w in caught] == [
+        f"--val-data '{tmp_path}/s/../s/train-000002.tar' names 1 shard(s) that --data trains on: "
+        f"{tmp_path}/s/../s/train-000002.tar; validation on them says little of unseen data: validate on shards apart"
+    ]
+    args = parser.parse_args(
+        ["dbn", "--data", f"{tmp_path}/s/train-00000{{0,1}}.tar", "--val-data", str(shard), "--out", "o"]
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        options_from_args(args)  # shards apart: no warning
+
+
+# --- the error prefix under torchrun ----------------------------------------------------------
+
+
+def test_the_module_torchrun_starts_names_itself_zoo_finetune(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # "python -m zoo.training.finetune: error:" under torchrun, "zoo: error:" elsewhere
+    from zoo.errors import run_command
+
+    code = "import sys; from zoo.training.finetune import main; sys.exit(main())"
+    args = ["resnet20", "--data", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")]
+    run = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2 and run.stderr.startswith(f"zoo finetune: error: {tmp_path / 'nowhere'} does not exist")
+    assert run.stderr.count("\n") == 1, run.stderr
+
+    def fails() -> int:
+        raise ZooError("a failure")
+
+    assert run_command(fails, prog="python -m zoo.training.finetune") == 2
+    assert run_command(fails, prog="python -m x") == 2  # others keep their names
+    assert capsys.readouterr().err == "zoo finetune: error: a failure\npython -m x: error: a failure\n"
