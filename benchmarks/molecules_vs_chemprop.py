@@ -1,0 +1,369 @@
+"""zoo's graph models against chemprop's D-MPNN on the same split files, each through its own command line.
+
+For each molecule set of `zoo.training.data.molecule_sets` (the RDKit wheel's), the fixed
+Bemis–Murcko scaffold split that the cards use (`benchmark(name)`: train / validation / test,
+80 / 10 / 10) is written as ``train.csv``, ``val.csv`` and ``test.csv`` (``smiles,LABEL``,
+RDKit's canonical SMILES) under ``--out/SET/``. Then, per seed:
+
+- chemprop (2.x, in its own environment; never a dependency of zoo):
+  ``chemprop train --data-path train.csv val.csv test.csv --task-type regression
+  --pytorch-seed S --data-seed S --num-workers W --accelerator cpu --devices 1 --output-dir DIR``
+  (its default epochs, 50, unless ``--chemprop-epochs``; three files are taken as train, val
+  and test as they are, no split), then ``chemprop predict --test-path test.csv --model-paths
+  DIR/model_0/best.pt --preds-path preds.csv --drop-extra-columns``;
+- each of zoo's models (``--zoo-models``, default gin3 gin_sum gin_sopool), as a user would:
+  ``zoo finetune ARCH --data train.csv --val-data val.csv --out DIR --seed S`` with zoo's
+  defaults, whatever they are when this runs (no other flags), then the saved folder's
+  predictions on test.csv (``zoo eval`` only re-measures registered cards, so: `zoo.load(DIR)`
+  and `predict_molecules` over the test SMILES in batches).
+
+Test MAE, RMSE and R² are computed here, for both, from the predictions and the labels of
+test.csv (`zoo.training.loop.meter.regression_metrics`'s formulas). The wall time of a run is
+that of its training command (start-up, featurisation, training and whatever the command does
+after it: zoo's post-training report included), with its CPU time beside it (user + system, all
+threads: less moved by other jobs on a shared machine); prediction time is in the CSV. Printed: the
+machine, then one Markdown table per set (mean ± std over the seeds); ``--out/results.csv``
+has one row per run. Runs go one after another; ``--sets``, ``--seeds`` and ``--limit``
+(training molecules) keep a smoke run short.
+
+    python3 -m venv /work/cp-env && /work/cp-env/bin/pip install chemprop   # once, outside the repository
+    .venv/bin/python benchmarks/molecules_vs_chemprop.py [--chemprop /work/cp-env/bin/chemprop]
+        [--sets nci-tpsa chembl2321810] [--seeds 0 1 2] [--limit N] [--chemprop-epochs N]
+        [--zoo-models gin3 gin_sum gin_sopool | --zoo-models] [--no-chemprop] [--threads 1]
+        [--out runs/molecules_vs_chemprop]
+
+``--zoo-models`` with no names runs chemprop only; ``--no-chemprop`` runs zoo's side only.
+``--threads N`` sets OMP_NUM_THREADS (and MKL's) for every command, chemprop's and zoo's alike:
+on a machine busy with other jobs, 1 (chemprop's epochs on 2 shared cores: about 19 s with 2
+threads waiting for each other, about 5 s with 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import zoo
+from zoo.loading.molecules import MAX_PREDICT_SMILES, predict_molecules
+from zoo.training.data.molecule_sets import SETS, benchmark
+from zoo.training.loop.meter import regression_metrics
+
+ZOO_MODELS = ("gin3", "gin_sum", "gin_sopool")
+CHEMPROP = "chemprop"
+CHEMPROP_WARMUP_EPOCHS = 2  # chemprop's default --warmup-epochs; it refuses --epochs at or below it
+LOG_TAIL = 40  # lines of a failed command's log shown
+
+
+@dataclass
+class Run:
+    """One model, one seed, on one set: test metrics and seconds."""
+
+    set: str
+    model: str
+    seed: int
+    mae: float
+    rmse: float
+    r2: float
+    train_s: float
+    train_cpu_s: float
+    predict_s: float
+    n_train: int
+    n_val: int
+    n_test: int
+    command: str
+
+
+def write_splits(name: str, folder: Path, limit: int | None) -> dict[str, Path]:
+    """train.csv / val.csv / test.csv of the set's scaffold split (the first ``limit`` training
+    molecules), ``smiles,LABEL`` with the labels as read (float32, shortest decimal form)."""
+    source, (train, val, test) = benchmark(name)
+    train = train[:limit] if limit is not None else train
+    label = SETS[name].label
+    values = [float(graph.y) for graph in source.make_subset(range(source.num_samples), None)]
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for split, indices in (("train", train), ("val", val), ("test", test)):
+        paths[split] = folder / f"{split}.csv"
+        with open(paths[split], "w", newline="") as file:
+            writer = csv.writer(file)
+            writer.writerow(["smiles", label])
+            writer.writerows((source.smiles[i], str(np.float32(values[i]))) for i in indices)
+    return paths
+
+
+def read_table(path: Path) -> tuple[list[str], list[float]]:
+    """The SMILES and the last column, as numbers, of a ``smiles,VALUE`` CSV."""
+    with open(path, newline="") as file:
+        rows = list(csv.reader(file))[1:]
+    return [row[0] for row in rows], [float(row[-1]) for row in rows]
+
+
+def metrics(predicted: Sequence[float], truth: Sequence[float]) -> dict[str, float]:
+    """MAE, RMSE and R² of the predictions (zoo's `regression_metrics` over float64 sums)."""
+    p, t = np.asarray(predicted, dtype=np.float64), np.asarray(truth, dtype=np.float64)
+    if p.shape != t.shape:
+        raise SystemExit(f"{len(p)} predictions for {len(t)} test molecules")
+    error = p - t
+    sums = {"sum/count": len(t), "sum/abs_error": float(np.abs(error).sum()),
+            "sum/squared_error": float(np.square(error).sum()), "sum/target": float(t.sum()),
+            "sum/target_squared": float(np.square(t).sum())}  # fmt: skip
+    return regression_metrics(sums)
+
+
+def child_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+THREADS: int | None = None  # --threads: OMP/MKL threads of each command (None: their own default)
+
+
+def timed(command: list[str], log: Path, cwd: Path) -> tuple[float, float]:
+    """Run ``command`` with its output in ``log``; the wall and CPU seconds (user + system, all
+    threads) it took. A failure stops the benchmark with the end of the log."""
+    env = dict(os.environ)
+    if THREADS is not None:
+        env |= {"OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS)}
+    start, cpu = time.perf_counter(), child_cpu_seconds()
+    with open(log, "w") as file:
+        code = subprocess.run(command, stdout=file, stderr=subprocess.STDOUT, cwd=cwd, env=env).returncode
+    seconds, cpu = time.perf_counter() - start, child_cpu_seconds() - cpu
+    if code != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-LOG_TAIL:])
+        raise SystemExit(f"{tail}\n\nfailed (exit {code}): {' '.join(command)}\nlog: {log}")
+    return seconds, cpu
+
+
+def run_chemprop(
+    chemprop: str, paths: dict[str, Path], folder: Path, seed: int, epochs: int | None, workers: int
+) -> tuple[list[float], tuple[float, float], float, str]:
+    """chemprop train on the three files, then chemprop predict on test.csv: the test
+    predictions, wall and CPU seconds of training, seconds of predicting, the training command."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    common = ["--num-workers", str(workers), "--accelerator", "cpu", "--devices", "1"]
+    train = [chemprop, "train", "--data-path", str(paths["train"]), str(paths["val"]), str(paths["test"]),
+             "--task-type", "regression", "--pytorch-seed", str(seed), "--data-seed", str(seed), *common,
+             "--output-dir", str(folder / "model")]  # fmt: skip
+    if epochs is not None:
+        train += ["--epochs", str(epochs)]
+    trained = timed(train, folder / "train.log", folder)
+    models = sorted((folder / "model").rglob("best.pt"))
+    if len(models) != 1:
+        raise SystemExit(f"chemprop train left {len(models)} best.pt files under {folder / 'model'}; expected one")
+    preds = folder / "preds.csv"
+    predict = [chemprop, "predict", "--test-path", str(paths["test"]), "--model-paths", str(models[0]),
+               "--preds-path", str(preds), "--drop-extra-columns", *common]  # fmt: skip
+    predict_s, _ = timed(predict, folder / "predict.log", folder)
+    _, predicted = read_table(preds)
+    return predicted, trained, predict_s, " ".join(train)
+
+
+def run_zoo(
+    zoo_cli: str, arch: str, paths: dict[str, Path], folder: Path, seed: int
+) -> tuple[list[float], tuple[float, float], float, str]:
+    """``zoo finetune`` with its defaults, then the saved model's predictions on test.csv."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    train = [zoo_cli, "finetune", arch, "--data", str(paths["train"]), "--val-data", str(paths["val"]),
+             "--out", str(folder / "model"), "--seed", str(seed)]  # fmt: skip
+    trained = timed(train, folder / "train.log", folder)
+    start = time.perf_counter()
+    model = zoo.load(str(folder / "model"))
+    smiles, _ = read_table(paths["test"])
+    predicted = [
+        float(value)
+        for at in range(0, len(smiles), MAX_PREDICT_SMILES)
+        for value in predict_molecules(model, smiles[at : at + MAX_PREDICT_SMILES], str(paths["test"]))
+    ]
+    return predicted, trained, time.perf_counter() - start, " ".join(train)
+
+
+def scored(
+    name: str,
+    model: str,
+    seed: int,
+    done: tuple[list[float], tuple[float, float], float, str],
+    sizes: dict[str, int],
+    truth: Sequence[float],
+) -> Run:
+    """The `Run` of ``run_chemprop`` / ``run_zoo``'s answer: its test metrics and seconds."""
+    predicted, (train_s, train_cpu_s), predict_s, command = done
+    scores = metrics(predicted, truth)
+    return Run(
+        name, model, seed, scores["mae"], scores["rmse"], scores["r2"], train_s, train_cpu_s, predict_s,
+        sizes["train"], sizes["val"], sizes["test"], command,
+    )  # fmt: skip
+
+
+def find_chemprop(given: str | None) -> str | None:
+    """The chemprop executable: ``given``, else chemprop on PATH."""
+    if given is not None:
+        return given if Path(given).is_file() and os.access(given, os.X_OK) else None
+    return shutil.which(CHEMPROP)
+
+
+def find_zoo() -> str:
+    """zoo's command line: beside this interpreter (the project's .venv), else on PATH."""
+    beside = Path(sys.executable).parent / "zoo"
+    found = str(beside) if beside.is_file() else shutil.which("zoo")
+    if found is None:
+        raise SystemExit("no zoo command beside this Python or on PATH; run with the project's .venv/bin/python")
+    return found
+
+
+def chemprop_versions(chemprop: str) -> str:
+    """chemprop's version and its environment's torch version (from the script's interpreter)."""
+    answer = subprocess.run([chemprop, "--version"], capture_output=True, text=True)
+    version = (answer.stdout.strip() or answer.stderr.strip()).splitlines()[-1:] or ["chemprop (version unknown)"]
+    torch_version = "unknown"
+    first = Path(chemprop).read_text(errors="replace").splitlines()[:1]
+    if first and first[0].startswith("#!"):
+        python = first[0][2:].strip().split()[0]
+        probe = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
+        torch_version = probe.stdout.strip() or torch_version
+    return f"{version[0]}, its torch {torch_version}"
+
+
+def machine() -> str:
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        cpu = "unknown CPU"
+    threads = f"OMP_NUM_THREADS={THREADS} per command" if THREADS else f"{torch.get_num_threads()} torch threads"
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    return f"{cpu}, {os.cpu_count()} CPUs, {threads}, zoo's torch {torch.__version__}; load average {load}"
+
+
+def cell(values: Sequence[float]) -> str:
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.3f} ± {spread:.3f}"
+
+
+def table(runs: Sequence[Run]) -> list[str]:
+    """Markdown rows: mean ± std over the seeds per model, wall and CPU seconds of training per run."""
+    lines = [
+        "| model | test MAE | test RMSE | test R² | wall time per run | CPU time per run | seeds |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for model in dict.fromkeys(run.model for run in runs):
+        mine = [run for run in runs if run.model == model]
+        r2 = [run.r2 for run in mine if not math.isnan(run.r2)]
+        lines.append(
+            f"| {model} | {cell([r.mae for r in mine])} | {cell([r.rmse for r in mine])} | "
+            f"{cell(r2) if r2 else 'nan'} | {statistics.mean(r.train_s for r in mine):.0f} s | "
+            f"{statistics.mean(r.train_cpu_s for r in mine):.0f} s | {len(mine)} |"
+        )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--limit", type=int, default=None, help="only the first N training molecules")
+    parser.add_argument("--chemprop", default=None, help="chemprop's executable (default: chemprop on PATH)")
+    parser.add_argument("--chemprop-epochs", type=int, default=None, help="default: chemprop's own (50)")
+    parser.add_argument("--chemprop-workers", type=int, default=0, help="chemprop's --num-workers (0: in-process)")
+    parser.add_argument("--no-chemprop", action="store_true", help="zoo's models only")
+    parser.add_argument("--zoo-models", nargs="*", default=list(ZOO_MODELS), help="none: chemprop only")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="OMP_NUM_THREADS of every command (default: theirs; 1 on a busy machine)",
+    )
+    parser.add_argument("--out", type=Path, default=Path("runs/molecules_vs_chemprop"))
+    args = parser.parse_args()
+    global THREADS
+    THREADS = args.threads
+    if args.chemprop_epochs is not None and args.chemprop_epochs <= CHEMPROP_WARMUP_EPOCHS:
+        parser.error(f"--chemprop-epochs must be above chemprop's {CHEMPROP_WARMUP_EPOCHS} warm-up epochs")
+    if args.no_chemprop and not args.zoo_models:
+        parser.error("nothing to run: --no-chemprop and no --zoo-models")
+
+    chemprop = None
+    if not args.no_chemprop:
+        chemprop = find_chemprop(args.chemprop)
+        if chemprop is None:
+            where = args.chemprop or "on PATH"
+            print(
+                f"chemprop not found ({where}); install it in its own environment "
+                "(python3 -m venv /work/cp-env && /work/cp-env/bin/pip install chemprop) and pass "
+                "--chemprop /work/cp-env/bin/chemprop, or use --no-chemprop",
+                file=sys.stderr,
+            )
+            sys.exit(2)
+    zoo_cli = find_zoo() if args.zoo_models else ""
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+
+    print(f"command: {Path(sys.executable).name} {' '.join(sys.argv)}")
+    print(f"machine: {machine()}")
+    if chemprop is not None:
+        epochs = args.chemprop_epochs or "its default"
+        print(
+            f"chemprop: {chemprop_versions(chemprop)} ({chemprop}), epochs {epochs}, --num-workers {args.chemprop_workers}"
+        )
+    if args.zoo_models:
+        print(f"zoo: {zoo_cli}, finetune with its defaults")
+    print(f"seeds {' '.join(map(str, args.seeds))}; training molecules: {args.limit or 'all'}; out {out}", flush=True)
+
+    runs: list[Run] = []
+    results = out / "results.csv"
+    for name in args.sets:
+        if benchmark(name)[0].target is None:
+            print(f"\n{name}: a classification set; this benchmark measures regression sets only, skipped")
+            continue
+        paths = write_splits(name, out / name, args.limit)
+        sizes = {split: len(read_table(path)[0]) for split, path in paths.items()}
+        truth = read_table(paths["test"])[1]
+        models = ([CHEMPROP] if chemprop is not None else []) + list(args.zoo_models)
+        for model in models:
+            for seed in args.seeds:
+                folder = out / name / model / f"seed{seed}"
+                if model == CHEMPROP:
+                    assert chemprop is not None  # internal: models holds chemprop only then
+                    done = run_chemprop(chemprop, paths, folder, seed, args.chemprop_epochs, args.chemprop_workers)
+                else:
+                    done = run_zoo(zoo_cli, model, paths, folder, seed)
+                run = scored(name, model, seed, done, sizes, truth)
+                (folder / "result.json").write_text(json.dumps(asdict(run), indent=2) + "\n")
+                runs.append(run)
+                print(
+                    f"{name} {model} seed {seed}: MAE {run.mae:.3f} RMSE {run.rmse:.3f} R² {run.r2:.3f} "
+                    f"({run.train_s:.0f} s training, {run.train_cpu_s:.0f} CPU s, {run.predict_s:.1f} s predicting)",
+                    flush=True,
+                )
+                with open(results, "w", newline="") as file:  # rewritten after each run: a stop keeps what ran
+                    writer = csv.DictWriter(file, fieldnames=list(asdict(run)))
+                    writer.writeheader()
+                    writer.writerows(asdict(r) for r in runs)
+        mine = [run for run in runs if run.set == name]
+        print(
+            f"\n### {name}: {SETS[name].label}, scaffold split: {sizes['train']} train, {sizes['val']} validation, "
+            f"{sizes['test']} test molecules\n"
+        )
+        print("\n".join(table(mine)) + "\n", flush=True)
+    print(f"per run: {results}")
+
+
+if __name__ == "__main__":
+    main()
