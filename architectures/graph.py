@@ -193,7 +193,9 @@ class GIN(LinearClassifier, nn.Module):
     read it out with ``readout`` ("sum", "second_order": SOPool bilinear, "third_order":
     ``ThirdOrderPooling`` with ``readout_kwargs``), then ``BatchRenorm``: the parts' scales are
     evened out by an affine map, so a count that the readout carries linearly stays linear.
-    ``node_classification`` skips the readout.
+    ``node_classification`` skips the readout. ``start_as_sum`` zeroes that affine map's scale
+    on the readout's parts after the first-order sum, so training starts from ``gin_sum`` and
+    opens each higher-order channel as it helps (gin3's default).
 
     ``forward_features(data)`` is the graph embedding [num_graphs, num_features] (node
     embeddings [num_nodes, num_features] for node_classification); ``forward_head`` is dropout
@@ -216,6 +218,7 @@ class GIN(LinearClassifier, nn.Module):
         readout_kwargs: dict[str, Any] | None = None,
         train_eps: bool = True,
         dropout: float = 0.0,
+        start_as_sum: bool = False,
         name: str = "gin",
     ) -> None:
         super().__init__()
@@ -227,6 +230,8 @@ class GIN(LinearClassifier, nn.Module):
 
         self._build_layers(in_channels, hidden_channels, num_layers, edge_dim, train_eps)
         self._build_readout(head, readout, readout_kwargs, hidden_channels * num_layers)
+        if start_as_sum:
+            self._gate_higher_orders()
         self.drop = nn.Dropout(dropout)
         if num_classes is None:
             num_classes = 1 if head == "graph_regression" else 2
@@ -270,6 +275,16 @@ class GIN(LinearClassifier, nn.Module):
             self.pool = ThirdOrderPooling(node_channels, **kwargs)
         self.num_features = self.pool.out_channels
         self.norm = BatchRenorm(self.num_features)
+
+    def _gate_higher_orders(self) -> None:
+        """Zero the readout norm's scale on every part after the first-order sum, so the model
+        starts as ``gin_sum`` and each higher-order channel enters as training opens its scale
+        (a gate the BatchRenorm's standardisation cannot undo, since it follows it). Without a
+        first-order part there is no sum to start as: nothing changes."""
+        pool = self.pool
+        if isinstance(pool, ThirdOrderPooling) and pool.first_order:
+            with torch.no_grad():
+                self.norm.weight[pool.in_channels :] = 0.0
 
     @property
     def needs_triangles(self) -> bool:
@@ -369,11 +384,24 @@ class GIN(LinearClassifier, nn.Module):
         return self.forward_head(self.forward_features(data))
 
 
-_GIN_ARGS = ("in_channels", "num_classes", "head", "hidden_channels", "num_layers", "edge_dim", "train_eps", "dropout")
+_GIN_ARGS = (
+    "in_channels",
+    "num_classes",
+    "head",
+    "hidden_channels",
+    "num_layers",
+    "edge_dim",
+    "train_eps",
+    "dropout",
+    "start_as_sum",
+)
 
 
 def _build(name: str, readout: str, defaults: dict[str, Any], kwargs: dict[str, Any]) -> GIN:
-    """Split ``kwargs`` into GIN's own and the readout's (``rank=``, ``triangle=``...)."""
+    """Split ``kwargs`` (over the ``defaults`` of both) into GIN's own and the readout's
+    (``rank=``, ``triangle=``...)."""
+    kwargs = {**{k: v for k, v in defaults.items() if k in _GIN_ARGS}, **kwargs}
+    defaults = {k: v for k, v in defaults.items() if k not in _GIN_ARGS}
     model_kwargs = {k: v for k, v in kwargs.items() if k in _GIN_ARGS}
     readout_kwargs = {**defaults, **{k: v for k, v in kwargs.items() if k not in _GIN_ARGS}}
     return GIN(readout=readout, readout_kwargs=readout_kwargs, name=name, **model_kwargs)
@@ -394,8 +422,12 @@ def gin_sopool(**kwargs: Any) -> GIN:
 
 @register_model(inputs="graphs", heads=GRAPH_HEADS, finetune_head="graph_classification", finetune_example="gin3")
 def gin3(**kwargs: Any) -> GIN:
-    """GIN with third-order pooling: moment (rank 32) and triangle (32 channels) parts. The
-    triangle part needs ``AddTriangles`` on the data; ``triangle=False`` or ``moment=False``
-    drops a part, ``first_order=True`` adds the sum readout, and the other
-    ``ThirdOrderPooling`` options pass through."""
-    return _build("gin3", "third_order", dict(moment=True, triangle=True), kwargs)
+    """GIN with third-order pooling on top of the sum: the first-order sum, the third-order
+    moment (rank 32, signed cube root, magnitude kept) and triangle (32 channels) parts, gated
+    so training starts as ``gin_sum`` (``start_as_sum``). The triangle part needs
+    ``AddTriangles`` on the data; ``triangle=False``, ``moment=False`` or ``first_order=False``
+    drops a part, and the other ``ThirdOrderPooling`` options pass through (the weights
+    published before 2026-11 use ``first_order=False, l2=True``: the parts without the sum,
+    moments L2-normalised per graph)."""
+    defaults = dict(first_order=True, moment=True, triangle=True, l2=False, start_as_sum=True)
+    return _build("gin3", "third_order", defaults, kwargs)

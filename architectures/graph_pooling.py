@@ -96,8 +96,11 @@ class ThirdOrderPooling(Aggregation):
       most 1 per channel.
 
     ``reduce="mean"`` divides every part by the graph's node count. ``normalize`` applies the
-    signed roots and then L2-normalises the second- and third-order moment vectors per graph,
-    as bilinear pooling does (Lin et al., 2015), for stable training.
+    signed roots to the second- and third-order moment vectors, and with ``l2`` then
+    L2-normalises them per graph, as bilinear pooling does (Lin et al., 2015). The per-graph L2
+    removes each graph's size and scale, which additive targets (a polar surface area, a count)
+    are made of: gin3 builds this readout with ``first_order=True, l2=False`` and leaves the
+    scales to the BatchRenorm after it.
     """
 
     def __init__(
@@ -112,6 +115,7 @@ class ThirdOrderPooling(Aggregation):
         first_order: bool = False,
         second_order: bool = False,
         normalize: bool = True,
+        l2: bool = True,
         eps: float = 1e-6,
     ) -> None:
         super().__init__()
@@ -125,7 +129,7 @@ class ThirdOrderPooling(Aggregation):
             raise InvalidArgumentError(f"rank must be >= 1, got {rank}")
         self.in_channels, self.rank, self.reduce_op = in_channels, rank, reduce
         self.moment, self.triangle, self.first_order, self.second_order = moment, triangle, first_order, second_order
-        self.center, self.normalize, self.eps = center, normalize, eps
+        self.center, self.normalize, self.l2, self.eps = center, normalize, l2, eps
         # One Linear per CP factor set: u, v, w (moment) and p, q (second order) side by side.
         self.factor_sets = 3 * moment + 2 * second_order  # u, v, w and p, q
         self.factors = nn.Linear(in_channels, rank * self.factor_sets, bias=False) if self.factor_sets else None
@@ -184,11 +188,11 @@ class ThirdOrderPooling(Aggregation):
         return torch.cat(parts, dim=-1)
 
     def _normalize(self, z: Tensor, power: int) -> Tensor:
-        """With ``normalize``: the signed ``power``-th root, then L2 normalisation per graph."""
+        """With ``normalize``: the signed ``power``-th root, then (``l2``) L2 normalisation per graph."""
         if not self.normalize:
             return z
         z = _signed_root(z, power, self.eps)
-        return z / z.norm(p=2, dim=-1, keepdim=True).clamp_min(self.eps)
+        return z / z.norm(p=2, dim=-1, keepdim=True).clamp_min(self.eps) if self.l2 else z
 
     def _triangles(self, phi: Tensor, index: Tensor, dim_size: int, triangle_index: Tensor) -> Tensor:
         """The triangle part per graph from the nodes' ``phi`` = tanh(Linear(h))."""

@@ -462,9 +462,10 @@ def test_default_sizes_readout_options_and_edge_features():
     # 4 layers of 64 channels, jumping knowledge: 256 node channels.
     assert zoo.load("gin_sum", pretrained=False).num_features == 256
     assert zoo.load("gin_sopool", pretrained=False, out_channels=8).num_features == 64
-    assert zoo.load("gin3", pretrained=False).num_features == 32 + 32
-    assert zoo.load("gin3", pretrained=False, triangle=False, rank=16).num_features == 16
-    assert zoo.load("gin3", pretrained=False, first_order=True, triangle_channels=8).num_features == 256 + 32 + 8
+    # gin3: the sum, then the moment (rank 32) and triangle (32 channels) parts on top of it
+    assert zoo.load("gin3", pretrained=False).num_features == 256 + 32 + 32
+    assert zoo.load("gin3", pretrained=False, triangle=False, first_order=False, rank=16).num_features == 16
+    assert zoo.load("gin3", pretrained=False, triangle_channels=8).num_features == 256 + 32 + 8
 
     batch = _batch(channels=3)
     batch.edge_attr = torch.randn(batch.num_edges, 2)
@@ -473,6 +474,38 @@ def test_default_sizes_readout_options_and_edge_features():
     out = model(batch)
     batch.edge_attr = batch.edge_attr + 1
     assert out.shape == (4, 4) and not torch.allclose(model(batch), out)
+
+
+def test_gin3_extends_the_sum_and_starts_as_gin_sum():
+    """gin3's default readout is gin_sum's sum with the third-order parts on top, gated shut at
+    the start: the untrained model's output ignores the moment and triangle parts, its features
+    begin with gin_sum's, and the gates receive gradients (so training opens them)."""
+    torch.manual_seed(0)
+    batch = _batch(channels=3)
+    gin3 = zoo.load("gin3", pretrained=False, in_channels=3, head="graph_regression", hidden_channels=8, num_layers=2)
+    gin_sum = zoo.load(
+        "gin_sum", pretrained=False, in_channels=3, head="graph_regression", hidden_channels=8, num_layers=2
+    )
+    shared = {k: v for k, v in gin3.state_dict().items() if k.startswith(("convs.", "norms."))}
+    gin_sum.load_state_dict(shared, strict=False)
+    assert gin3.pool.first_order and not gin3.pool.l2 and gin3.num_features == 16 + 32 + 32
+    with torch.no_grad():
+        before = gin3(batch)
+        torch.testing.assert_close(gin3.forward_features(batch)[:, :16], gin_sum.forward_features(batch))
+        gin3.pool.factors.weight.normal_()  # other moments, other triangles: the same output
+        batch.triangle_index = batch.triangle_index[:, :0]
+        torch.testing.assert_close(gin3(batch), before)
+    gin3.train()(batch).sum().backward()
+    assert gin3.norm.weight.grad[16:].abs().sum() > 0
+    # without the sum there is nothing to start as: no gate
+    parts_only = zoo.load("gin3", pretrained=False, first_order=False, l2=True, in_channels=3)
+    assert bool((parts_only.norm.weight == 1).all())
+
+
+def test_weights_published_before_the_sum_keep_their_readout():
+    for name in ("gin3.triangles_er", "gin3.fmnist"):
+        model = zoo.load(name)
+        assert not model.pool.first_order and model.pool.l2 and model.num_features == 64, name
 
 
 def test_training_grad_checkpointing_save_and_load(tmp_path):

