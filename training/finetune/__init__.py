@@ -142,13 +142,21 @@ def load_for_data(
     _check_fits(name, arch, data)
     if "." not in name:
         if pretrained:
-            tags = [w.name for w in registry.weights_for(arch)]
-            hint = f" For pretrained weights name them, e.g. {tags[0]}." if tags else ""
+            tags = [w.name for w in registry.weights_for(arch) if _weights_fit(w.model_kwargs, kwargs, data)]
+            hint = f" For pretrained weights that fit this data name them, e.g. {', '.join(tags[:2])}." if tags else ""
             message = f"{name!r} is a bare architecture: training it from scratch (random weights).{hint}"
             warnings.warn(message, stacklevel=3)
         return zoo.load(source, pretrained=False, num_classes=data.num_classes, **kwargs), None
     model = zoo.load(source, pretrained=pretrained, num_classes=data.num_classes, **kwargs)
     return model, name if pretrained else None
+
+
+def _weights_fit(entry_kwargs: Mapping[str, Any], kwargs: Mapping[str, Any], data: DataSource) -> bool:
+    """Whether weights built with ``entry_kwargs`` take this data's inputs: graphs need the same
+    node and edge feature sizes (a molecule model, not a triangle counter, for molecules)."""
+    if data.kind != "graphs":
+        return True
+    return all(entry_kwargs.get(k) == kwargs.get(k) for k in ("in_channels", "edge_dim"))
 
 
 def _open_data(data: str | os.PathLike | Dataset, options: FinetuneOptions) -> DataSource:
