@@ -100,6 +100,11 @@ def test_recorded_gmacs_equal_a_fresh_count(name):
         assert info.gmacs is None and measured is None
     else:
         assert info.gmacs == pytest.approx(measured, rel=0.01), f'{name}: set "gmacs": {measured}'
+    if info.torchvision_ops is not None:  # torchvision's counter sees fewer: a fused attention kernel counts nothing
+        seen = recipes_publish.architecture_gmacs(
+            info.arch, info.model_kwargs, info.num_classes, info.preprocess, attention=False
+        )
+        assert info.torchvision_ops == pytest.approx(seen, rel=0.01) and seen < measured, name
 
 
 def test_bench_command_writes_a_timm_style_csv(tmp_path, capsys):

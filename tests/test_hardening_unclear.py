@@ -230,3 +230,45 @@ def test_the_module_torchrun_starts_names_itself_zoo_finetune(tmp_path: Path, ca
     assert run_command(fails, prog="python -m zoo.training.finetune") == 2
     assert run_command(fails, prog="python -m x") == 2  # others keep their names
     assert capsys.readouterr().err == "zoo finetune: error: a failure\npython -m x: error: a failure\n"
+
+
+# --- torchvision's _ops means what torchvision's counter measures ------------------------------
+
+
+def test_the_torchvision_ops_of_moe_vit_are_what_torchvisions_counter_measures() -> None:
+    # meta["_ops"] 0.082 (attention counted on the math backend), torchvision's counter: 0.079
+    import math
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import zoo
+
+    aten = torch.ops.aten
+
+    class TorchvisionStyleCounter(TorchDispatchMode):
+        """MACs of matrix products and convolutions only, as torchvision's test counter has
+        formulas for (a fused attention kernel counts nothing)."""
+
+        macs = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            out = func(*args, **(kwargs or {}))
+            op = func._overloadpacket
+            if op in (aten.mm, aten.bmm):
+                self.macs += math.prod(args[0].shape) * args[1].shape[-1]
+            elif op is aten.addmm:
+                self.macs += math.prod(args[1].shape) * args[2].shape[-1]
+            elif op is aten.convolution:
+                self.macs += args[0].shape[0] * math.prod(args[1].shape) * math.prod(out.shape[2:])
+            return out
+
+    member = zoo.get_model_weights("moe_vit").FMNIST
+    model = zoo.get_model("moe_vit", weights="FMNIST").eval()
+    image = member.transforms()(torch.randn(1, 3, 512, 512))  # torchvision's get_ops feeds 512 px
+    with torch.no_grad(), TorchvisionStyleCounter() as counter:
+        model(image)
+    assert member.meta["_ops"] == round(counter.macs / 1e9, 3) == 0.079
+    assert zoo.info("moe_vit.fmnist").gmacs == 0.08231  # zoo's own count keeps attention
+    for arch in ("resnet20", "densenet_bc_40"):  # no attention: the two agree
+        assert zoo.get_model_weights(arch).DEFAULT.meta["_ops"] == round(zoo.info(f"{arch}.fmnist").gmacs, 3)

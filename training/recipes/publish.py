@@ -58,15 +58,24 @@ def architecture_gmacs(
     model_kwargs: dict[str, Any],
     num_classes: int,
     preprocess: dict[str, Any],
+    attention: bool = True,
 ) -> float | None:
-    """GMACs per sample of ``arch`` built with ``model_kwargs``, at its weights' input size.
-    Built on the meta device (shapes only, nothing computed) except models with
-    mixture-of-experts routing, whose expert batches depend on the data."""
+    """GMACs per sample of ``arch`` built with ``model_kwargs``, at its weights' input size
+    (``attention=False``: as torchvision's ``_ops``, `zoo.deploy.bench.count_macs`). Built on
+    the meta device (shapes only, nothing computed) except models with mixture-of-experts
+    routing, whose expert batches depend on the data."""
     with torch.device("meta"):
         model = load(arch, pretrained=False, num_classes=num_classes, **model_kwargs)
     if "return_aux" in inspect.signature(model.forward).parameters:  # routed: rebuild with real tensors
         model = load(arch, pretrained=False, num_classes=num_classes, **model_kwargs)
-    return gmacs(model, preprocess)
+    return gmacs(model, preprocess, attention)
+
+
+def _macs_fields(arch: str, model_kwargs: dict[str, Any], num_classes: int, preprocess: dict[str, Any]) -> dict:
+    """An entry's ``gmacs``, and its ``torchvision_ops`` where torchvision's counter sees fewer (attention)."""
+    counted = architecture_gmacs(arch, model_kwargs, num_classes, preprocess)
+    seen = architecture_gmacs(arch, model_kwargs, num_classes, preprocess, attention=False)
+    return {"gmacs": counted} if seen == counted else {"gmacs": counted, "torchvision_ops": seen}
 
 
 def hardware_description() -> str:
@@ -141,9 +150,7 @@ def publish(
         "metrics": {k: {m: float(f"{v:.6g}") for m, v in task_metrics.items()} for k, task_metrics in metrics.items()},
         "eval_task": task,
         "num_params": sum(p.numel() for p in model.parameters()),
-        "gmacs": architecture_gmacs(
-            arch, dict(model_kwargs or {}), int(getattr(model, "num_classes", 0)), dict(preprocess or {})
-        ),
+        **_macs_fields(arch, dict(model_kwargs or {}), int(getattr(model, "num_classes", 0)), dict(preprocess or {})),
         "file_size": len(blob),
         "recipe": provenance.command,
         "license": "Apache-2.0",

@@ -11,6 +11,7 @@ figure describes the weights; `zoo bench` skips them for the same reason.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import fnmatch
 import io
@@ -24,7 +25,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from zoo.deploy.exporter import example_input_for
 from zoo.deploy.inference import medians
@@ -36,27 +37,32 @@ from zoo.store.files import write_bytes_atomic
 from zoo.store.registry import WeightInfo
 
 TEXT_TOKENS = 256  # the sequence length text models are counted and timed at
+# the fused attention kernels FlopCounterMode has formulas for (torchvision's counter has none)
+_ATTENTION_OPS = [op for op in flop_registry if str(op).startswith("aten.") and "attention" in str(op)]
 
 
-def count_macs(model: nn.Module, example_input: Any) -> int:
+def count_macs(model: nn.Module, example_input: Any, attention: bool = True) -> int:
     """Multiply-accumulates of one ``model(example_input)``, counted by PyTorch's
     ``FlopCounterMode`` (which counts 2 FLOPs per multiply-accumulate of matrix products,
     convolutions and attention, and nothing for biases, norms, activations or pooling), halved:
     the convention of torchvision's and timm's published figures (ResNet-50: 4.09 G at 224 px).
     Attention runs on the math backend: the counter has no formula for the CPU's fused kernel,
-    which it would count as nothing."""
-    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+    which it would count as nothing. ``attention=False`` counts as torchvision's FLOP counter
+    measures its weights' ``_ops``: the model as it runs, a fused attention kernel as nothing."""
+    backend = sdpa_kernel(SDPBackend.MATH) if attention else contextlib.nullcontext()
+    uncounted = {} if attention else dict.fromkeys(_ATTENTION_OPS, lambda *args, **kwargs: 0)
+    with torch.no_grad(), backend, FlopCounterMode(display=False, custom_mapping=uncounted) as counter:
         model(example_input)
     return counter.get_total_flops() // 2
 
 
-def gmacs(model: nn.Module, preprocess: dict[str, Any]) -> float | None:
+def gmacs(model: nn.Module, preprocess: dict[str, Any], attention: bool = True) -> float | None:
     """GMACs per sample (4 significant digits, and at least 3 decimals: torchvision's ``_ops``
     is rounded to 3) at the weights' input size (``preprocess``), text at `TEXT_TOKENS` tokens;
-    None for graph models."""
+    None for graph models. ``attention=False``: as torchvision's ``_ops`` (`count_macs`)."""
     if registry.input_kind(model.pretrained_cfg["architecture"]) == "graphs":
         return None
-    macs = count_macs(model, _example(model, preprocess, 1)) / 1e9
+    macs = count_macs(model, _example(model, preprocess, 1), attention) / 1e9
     return round(macs, max(3, 3 - math.floor(math.log10(macs)))) if macs > 0 else 0.0
 
 

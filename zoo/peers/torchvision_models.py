@@ -52,15 +52,18 @@ class ModelWeights(Enum):
         """torchvision's meta keys with torchvision's meaning, filled from the entry: ``min_size``
         (the smallest input side the architecture runs on; image models only), ``_metrics`` as
         ``{"ImageNet-1K": {"acc@1": ..., "acc@5": ...}}`` (other datasets keep zoo's names),
-        ``_ops`` GMACs and ``_file_size`` MiB, both rounded to 3 decimals as torchvision's."""
+        ``_ops`` GMACs and ``_file_size`` MiB, both rounded to 3 decimals as torchvision's. ``_ops``
+        is what torchvision's FLOP counter measures on the model (a fused attention kernel counts
+        nothing there): the entry's ``torchvision_ops`` where that differs from its ``gmacs``."""
         info = self.info
+        ops = info.gmacs if info.torchvision_ops is None else info.torchvision_ops
         meta = {
             "categories": info.category_names(),
             "num_params": info.num_params,
             "recipe": info.recipe,
             "license": info.license,
             "_metrics": _torchvision_metrics(info.metrics),
-            "_ops": None if info.gmacs is None else round(info.gmacs, 3),
+            "_ops": None if ops is None else round(ops, 3),
             "_file_size": None if info.file_size is None else round(info.file_size / 2**20, 3),
             "_docs": info.card,
         }

@@ -65,6 +65,7 @@ class WeightInfo:
     eval_task: str | None = None  # training.evaluate task that re-measures `metrics` (zoo eval)
     num_params: int | None = None
     gmacs: float | None = None  # multiply-accumulates per sample at the entry's input size, zoo.deploy.bench.count_macs
+    torchvision_ops: float | None = None  # GMACs as torchvision's FLOP counter sees them, where not gmacs
     file_size: int | None = None
     recipe: str | None = None
     license: str | None = None
