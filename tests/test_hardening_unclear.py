@@ -107,6 +107,14 @@ def test_the_task_of_a_molecule_file_is_said_with_its_reason(tmp_path: Path) -> 
     assert source.describe_classes().splitlines()[1] == (
         "task: regression (the 'active' labels are numbers, only 0 and 1; pass --task classification for two classes)"
     )
+    floats = _csv(tmp_path / "f.csv", ["smiles", "active"], [[s, f"{i % 2}.0"] for i, s in enumerate(SMILES)])
+    with pytest.warns(UserWarning, match=r"the 'active' labels are only 0 and 1"):  # as pandas writes them
+        molecule_source(floats)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # two values, but no class numbers
+        molecule_source(
+            _csv(tmp_path / "huge.csv", ["smiles", "y"], [[s, ["3e38", "-3e38"][i % 2]] for i, s in enumerate(SMILES)])
+        )
     numbers = _csv(tmp_path / "n.csv", ["smiles", "y"], [[s, f"{i * 0.5}"] for i, s in enumerate(SMILES)])
     assert molecule_source(numbers).task_note == (
         "task: regression (the 'y' labels are numbers; pass --task classification for classes)"

@@ -206,7 +206,7 @@ def _task_note(path: Path, task: str, asked: bool, label_name: str, labels: list
         example = next(label for label in labels if not is_number(label))
         return f"task: classification (the {label_name!r} labels are not all numbers, e.g. {example[:40]!r})"
     values = sorted({finite_number(label) or 0.0 for label in labels})
-    if len(values) == 2 and all(value.is_integer() for value in values):
+    if len(values) == 2 and all(value.is_integer() and abs(value) < 1e9 for value in values):  # e.g. 0 and 1
         pair, fix = f"only {values[0]:g} and {values[1]:g}", "pass --task classification for two classes"
         warnings.warn(
             f"{path}: the {label_name!r} labels are {pair}, trained as a regression because they are numbers; {fix}, "
