@@ -190,33 +190,28 @@ def test_a_molecule_model_refuses_images_and_numbers_on_its_smiles_input() -> No
 
 def test_val_data_sharing_training_shards_is_warned_naming_them(tmp_path: Path) -> None:
     # no word, and val_acc 1.0
-    import argparse
-
     import torch
 
     from zoo.training.data.shard_writer import write_shards
-    from zoo.training.finetune.options import add_arguments, options_from_args
+    from zoo.training.finetune import FinetuneOptions, finetune
+    from zoo.training.loop.train_config import TrainConfig
 
     torch.save({"x": torch.randn(12, 3), "y": torch.arange(12) % 2}, tmp_path / "data.pt")
     write_shards(tmp_path / "data.pt", tmp_path / "s", shard_size=4)
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    train, shard = f"{tmp_path}/s/train-{{000000..000002}}.tar", tmp_path / "s" / "train-000002.tar"
-    args = parser.parse_args(
-        ["dbn", "--data", train, "--val-data", f"{tmp_path}/s/../s/train-000002.tar", "--out", "o"]
-    )
-    with pytest.warns(UserWarning) as caught:
-        options_from_args(args)
-    assert [str(w.message) for w in caught] == [
-        f"--val-data '{tmp_path}/s/../s/train-000002.tar' names 1 shard(s) that --data trains on: "
-        f"{tmp_path}/s/../s/train-000002.tar; validation on them says little of unseen data: validate on shards apart"
-    ]
-    args = parser.parse_args(
-        ["dbn", "--data", f"{tmp_path}/s/train-00000{{0,1}}.tar", "--val-data", str(shard), "--out", "o"]
-    )
+    train, val = f"{tmp_path}/s/train-{{000000..000002}}.tar", f"{tmp_path}/s/../s/train-000002.tar"
+    config = TrainConfig(epochs=1, progress=False, tensorboard=False, plot=False)
+    options = FinetuneOptions(val_data=val, post_training=False, model_kwargs={"sizes": [3, 4]})
+    with pytest.warns(UserWarning) as caught:  # from Python as from the command line: finetune warns
+        finetune("dbn", train, tmp_path / "run", options, config=config)
+    assert (
+        f"--val-data '{val}' names 1 shard(s) that --data trains on: {val}; validation on them says little of "
+        "unseen data: validate on shards apart"
+    ) in [str(w.message) for w in caught]
+    from zoo.training.finetune.options import warn_shared_shards
+
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        options_from_args(args)  # shards apart: no warning
+        warn_shared_shards(f"{tmp_path}/s/train-00000{{0,1}}.tar", tmp_path / "s" / "train-000002.tar")  # apart
 
 
 # --- the error prefix under torchrun ----------------------------------------------------------

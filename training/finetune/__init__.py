@@ -35,17 +35,18 @@ from torch.utils.data import Dataset
 import zoo
 from zoo.architectures import ARCHS
 from zoo.errors import DataError, InvalidArgumentError, run_command
+from zoo.loading.molecules import name_reads_graphs
 from zoo.loading.resolve import Registered, SavedFolder, architecture, resolve
 from zoo.loading.saved import read_saved_config
 from zoo.store import registry
 from zoo.store.model_config import update_config
 from zoo.training.data.augment import Augment, default_preprocess, image_transforms
 from zoo.training.data.kinds import DataSource, open_data
-from zoo.training.data.molecules import MoleculeSource
+from zoo.training.data.molecules import MoleculeOptions, MoleculeSource
 from zoo.training.finetune import card
 from zoo.training.finetune.defaults import with_data_defaults
 from zoo.training.finetune.distill import Distillation, distillation_step
-from zoo.training.finetune.options import FinetuneOptions, add_arguments, options_from_args
+from zoo.training.finetune.options import FinetuneOptions, add_arguments, options_from_args, warn_shared_shards
 from zoo.training.finetune.run_folder import evaluate_and_export, prepare_output
 from zoo.training.finetune.stages import MODES, apply_mode, layer_decay_scale, parameter_levels
 from zoo.training.loop.checkpoint import elastic_resume
@@ -159,11 +160,13 @@ def _weights_fit(entry_kwargs: Mapping[str, Any], kwargs: Mapping[str, Any], dat
     return all(entry_kwargs.get(k) == kwargs.get(k) for k in ("in_channels", "edge_dim"))
 
 
-def _open_data(data: str | os.PathLike | Dataset, options: FinetuneOptions) -> DataSource:
-    """`open_data` with the options' text length, molecule reading and shards' shuffle buffer."""
-    return open_data(
-        data, max_length=options.max_length, molecules=options.molecules, shuffle_buffer=options.shuffle_buffer
-    )
+def _open_data(data: str | os.PathLike | Dataset, options: FinetuneOptions, name: str) -> DataSource:
+    """`open_data` with the options' text length, molecule reading and shards' shuffle buffer;
+    when NAME reads graphs, a .csv/.jsonl can only be molecules (the reader says so by name)."""
+    molecules = options.molecules
+    if name_reads_graphs(name):
+        molecules = dataclasses.replace(molecules or MoleculeOptions(), graph_model=name)
+    return open_data(data, max_length=options.max_length, molecules=molecules, shuffle_buffer=options.shuffle_buffer)
 
 
 def finetune(
@@ -190,8 +193,8 @@ def finetune(
     config = dataclasses.replace(config or TrainConfig(), out_dir=str(out))
     config.resume = config.resume or elastic_resume(out)  # under torchrun --max-restarts: goes on from last.pt
     out = Path(out)
-    source = _open_data(data, options)  # read before out changes
-    val_source = _open_validation(source, options)
+    source = _open_data(data, options, name)  # read before out changes
+    val_source = _open_validation(data, source, options, name)
     torch.manual_seed(config.seed)  # the new head's initialisation
     model, base = load_for_data(name, source, options.pretrained, options.model_kwargs)  # refused before out changes
     main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun, one process checks and clears
@@ -258,11 +261,16 @@ def _datasets(
     return train_set, val_set
 
 
-def _open_validation(source: DataSource, options: FinetuneOptions) -> DataSource | None:
-    """The separate validation data (``options.val_data``), with the training data's classes."""
+def _open_validation(
+    data: str | os.PathLike | Dataset, source: DataSource, options: FinetuneOptions, name: str
+) -> DataSource | None:
+    """The separate validation data (``options.val_data``), with the training data's classes;
+    shards it shares with the training data are warned about by name."""
     if options.val_data is None:
         return None
-    val_source = _open_data(options.val_data, options)
+    if isinstance(data, (str, os.PathLike)):
+        warn_shared_shards(data, options.val_data)
+    val_source = _open_data(options.val_data, options, name)
     if val_source.class_names != source.class_names:
         raise DataError(
             f"the validation data's classes {val_source.class_names} differ from the training data's "

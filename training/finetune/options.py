@@ -195,12 +195,9 @@ def _molecule_arguments(g: argparse._ArgumentGroup) -> None:
 
 
 def molecules_from_args(args: argparse.Namespace) -> MoleculeOptions | None:
-    """The `MoleculeOptions` of the molecule options and of NAME when it reads graphs (None when
-    all are left at their defaults)."""
-    from zoo.loading.molecules import name_reads_graphs
-
-    graph_model = args.name if name_reads_graphs(args.name) else None
-    options = MoleculeOptions(args.label_field, args.task, args.split, args.skip_bad_rows, graph_model)
+    """The `MoleculeOptions` of the molecule options (None when all are left at their defaults;
+    `finetune` adds the model that reads graphs)."""
+    options = MoleculeOptions(args.label_field, args.task, args.split, args.skip_bad_rows)
     return None if options == MoleculeOptions() else options
 
 
@@ -261,8 +258,7 @@ def warn_shared_shards(data: str | os.PathLike, val_data: str | os.PathLike | No
 
 def options_from_args(args: argparse.Namespace, command: str | None = None) -> FinetuneOptions:
     """The `FinetuneOptions` of parsed `add_arguments` options (a --val-data that shares shards
-    with --data is warned about, `warn_shared_shards`); ``command`` is the command line."""
-    warn_shared_shards(args.data, args.val_data)
+    with --data is warned about by `finetune`, `warn_shared_shards`); ``command`` is the command line."""
     return FinetuneOptions(
         mode=args.mode,
         stages=args.stages,
