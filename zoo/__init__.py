@@ -3,9 +3,11 @@
     >>> import zoo
     >>> zoo.list_models("resnet*", pretrained=True)
     >>> model = zoo.load("resnet50.tv_in1k", num_classes=7)   # ImageNet body, fresh 7-way head
+    >>> result = zoo.finetune("resnet20.fmnist", "my_images/", "runs/mine", epochs=3)  # zoo finetune's flags
 
 The public names are imported when first used (PEP 562), so ``import zoo`` and ``zoo list``
-don't wait for torch's model families, torchvision or torch_geometric.
+don't wait for torch's model families, torchvision or torch_geometric (nor for the training
+loop: ``zoo.finetune``, ``zoo.Trainer``, ``zoo.TrainConfig``).
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ __version__ = "0.1.0"
 # public name -> the module that defines it
 _PUBLIC = {
     "ByteTokenizer": "zoo.tokenizer",
+    "TrainConfig": "zoo.training.loop.train_config",
+    "Trainer": "zoo.training.loop.trainer",
     "WeightInfo": "zoo.store.registry",
     "create_model": "zoo.peers.timm",
     "export": "zoo.deploy.exporter",
     "export_hf": "zoo.interop.hf_export",
+    "finetune": "zoo.training.finetune.keywords",
     "get_model": "zoo.peers.torchvision_models",
     "get_model_weights": "zoo.peers.torchvision_models",
     "get_weight": "zoo.peers.torchvision_models",
@@ -37,6 +42,8 @@ _PUBLIC = {
 }
 __all__ = [
     "ByteTokenizer",
+    "TrainConfig",
+    "Trainer",
     "UnknownModelError",
     "WeightInfo",
     "WeightsMismatchError",
@@ -44,6 +51,7 @@ __all__ = [
     "create_model",
     "export",
     "export_hf",
+    "finetune",
     "get_model",
     "get_model_weights",
     "get_weight",
@@ -68,6 +76,8 @@ if TYPE_CHECKING:
     from zoo.peers.torchvision_models import get_model, get_model_weights, get_weight
     from zoo.store.registry import WeightInfo, info, list_models
     from zoo.tokenizer import ByteTokenizer
+    # zoo.finetune, zoo.Trainer and zoo.TrainConfig come from zoo.training, above the facade: imported
+    # by name only (the rooms' order, tests/test_imports.py), never here
 
 
 def __getattr__(name: str) -> Any:
@@ -79,4 +89,6 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_PUBLIC})
+    """The API (`__all__`), the version and the module's own dunders; not the names this file
+    imports for itself (``importlib``, ``Any``) nor the submodules imported so far."""
+    return sorted({*__all__, "__version__", *(name for name in globals() if name.startswith("__"))})

@@ -62,6 +62,12 @@ class RunLogs:
             self._handler.close()
             self._handler = None
 
+    def show_epoch(self, metrics: Mapping[str, float], epoch: int) -> None:
+        """The epoch's line under the progress bar: its losses and accuracies, and its speed."""
+        shown = {k: v for k, v in metrics.items() if k in ("train_loss", "train_acc", "val_loss", "val_acc")}
+        summary = "  ".join(f"{k} {v:.4f}" for k, v in shown.items())
+        tqdm.write(f"epoch {epoch}/{self.config.epochs}  {summary}  {metrics['train_samples_per_s']:.0f} samples/s")
+
     def step(self, outputs: list[StepOutput], bar: tqdm, step: int, lr: float) -> None:
         """The mean loss of an optimizer step's micro-batches on the bar and in TensorBoard;
         a loss that is not finite stops the run here, with what to change."""

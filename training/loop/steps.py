@@ -220,6 +220,16 @@ class DistillationStep(ClassificationStep):
 REGRESSION_LOSSES = ("mse", "huber")
 
 
+def monitor_name(monitor: str | None, eval_step_fn: StepFn, has_val: bool) -> str:
+    """The metric that picks a run's best epoch: ``monitor`` when set, else val_acc for
+    classifiers, val_loss for other steps, train_loss without validation data."""
+    if monitor:
+        return monitor
+    if not has_val:
+        return "train_loss"
+    return "val_acc" if isinstance(eval_step_fn, ClassificationStep) else "val_loss"
+
+
 def regression_sums(predictions: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
     """The totals MAE, RMSE and R² are computed from over an epoch (``sum/`` logs, summed by
     `zoo.training.loop.meter.EpochMeter`): values, absolute and squared errors, targets and

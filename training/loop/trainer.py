@@ -9,8 +9,8 @@ exact resume and the best weights. Its parts live beside it in `zoo.training.loo
 and its options, optimizers and schedules, epochs and loaders, checkpoint files, run logs, the
 meter, the processes of torchrun (DDP or FSDP2).
 
-    trainer = Trainer(model, TrainConfig(epochs=10, lr=1e-3, precision="bf16", out_dir="run"))
-    trainer.fit(train_set, val_set)
+    trainer = Trainer(model, TrainConfig(epochs=10, lr=1e-3, precision="bf16", out_dir="run"), callbacks=[fn])
+    trainer.fit(train_set, val_set)  # fn(trainer, metrics) after each epoch; trainer.should_stop = True ends it
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from zoo.errors import CheckpointError, DataError, InvalidArgumentError
+from zoo.training.loop.callbacks import Callback, checked_callbacks, run_callbacks
 from zoo.training.loop.checkpoint import (
     BEST_CHECKPOINT,
     LAST_CHECKPOINT,
@@ -65,7 +66,14 @@ from zoo.training.loop.meter import EpochMeter, count_correct, count_samples, ta
 from zoo.training.loop.optim import make_optimizer, make_scheduler, param_groups
 from zoo.training.loop.run_logs import RunLogs, check_finite, start_profiler
 from zoo.training.loop.speed import Setting, fixed_setting, tune, use_setting
-from zoo.training.loop.steps import ClassificationStep, StepFn, StepOutput, check_manual_step, move_to_device
+from zoo.training.loop.steps import (
+    ClassificationStep,
+    StepFn,
+    StepOutput,
+    check_manual_step,
+    monitor_name,
+    move_to_device,
+)
 from zoo.training.loop.train_config import SCHEDULERS, TrainConfig
 
 __all__ = ["SCHEDULERS", "TrainConfig", "TrainState", "Trainer", "param_groups"]
@@ -77,8 +85,9 @@ class Trainer:
     """Trains ``model`` with ``config``; ``step_fn(model, batch) -> StepOutput`` computes
     the loss (default: `ClassificationStep`; it receives the model as wrapped for DDP/FSDP),
     ``eval_step_fn`` the validation one (default: a plain `ClassificationStep` for classification
-    and distillation steps, else ``step_fn`` itself),
-    ``lr_scale(name)`` multiplies each parameter's learning rate (see `param_groups`).
+    and distillation steps, else ``step_fn`` itself), ``lr_scale(name)`` multiplies each
+    parameter's learning rate (see `param_groups`); each of ``callbacks``, ``fn(trainer, metrics)``,
+    runs after every epoch's validation; setting ``trainer.should_stop = True`` ends the run there.
 
     Frozen normalisation layers (all parameters requires_grad=False) stay in eval mode while
     training, so their running statistics stay those of the pretrained weights.
@@ -95,8 +104,10 @@ class Trainer:
         eval_step_fn: StepFn | None = None,
         lr_scale: Callable[[str], float] | None = None,
         collate_fn: Callable[[list[Any]], Any] | None = None,
+        callbacks: Sequence[Callback] | None = None,
     ) -> None:
         self.config = cfg = config or TrainConfig()
+        self.callbacks, self.should_stop = checked_callbacks(callbacks), False
         self.step_fn = step_fn or ClassificationStep(label_smoothing=cfg.label_smoothing)
         if eval_step_fn is None and isinstance(self.step_fn, ClassificationStep):  # its subclasses too
             eval_step_fn = ClassificationStep(aux_loss_weight=self.step_fn.aux_loss_weight)
@@ -122,7 +133,7 @@ class Trainer:
         self._meter = EpochMeter()
         self._best_state: dict[str, torch.Tensor] | None = None
         self.logs = RunLogs(cfg, self.out_dir, log)
-        self.monitor = self._monitor_name(has_val=False)
+        self.monitor = monitor_name(cfg.monitor, self.eval_step_fn, has_val=False)
         self._data_signature: dict[str, int] | None = None
 
     # -- setup ---------------------------------------------------------------------------------
@@ -154,15 +165,6 @@ class Trainer:
         precision = "fp32" if cfg.precision == "auto" else cfg.precision
         use_setting(self, fixed_setting(precision, cfg.channels_last, cfg.compile))
         self.wrapped = wrap_model(model, self.world_size, self.fsdp, self.device, cfg.find_unused_parameters)
-
-    def _monitor_name(self, has_val: bool) -> str:
-        """The metric that picks the best epoch: the config's, else val_acc for classifiers,
-        val_loss for other steps, train_loss without validation data."""
-        if self.config.monitor:
-            return self.config.monitor
-        if not has_val:
-            return "train_loss"
-        return "val_acc" if isinstance(self.eval_step_fn, ClassificationStep) else "val_loss"
 
     # -- training ------------------------------------------------------------------------------
 
@@ -214,7 +216,7 @@ class Trainer:
         epochs = plan_epochs(train_set, cfg, self.world_size, self.rank, self._loader)
         if cfg.precision == "auto" or cfg.num_workers is None:
             tune(self, epochs, train_set)
-        self.monitor = self._monitor_name(val_set is not None)
+        self.monitor = monitor_name(cfg.monitor, self.eval_step_fn, val_set is not None)
         self.scheduler = make_scheduler(self.optimizer, cfg, epochs.steps_per_epoch, epochs.total_steps, self.monitor)
         self._data_signature = {"samples": len(train_set), "batch_size": cfg.batch_size, "world_size": self.world_size}
 
@@ -305,7 +307,7 @@ class Trainer:
 
     def _end_epoch(self, val_set: Dataset | None, elapsed: float, samples: int) -> None:
         """Measure the epoch just trained, judge it by ``monitor`` (best weights, plateau
-        schedule, early stopping), then checkpoint, log and print it."""
+        schedule, early stopping), print it, run the callbacks, then checkpoint and log it."""
         cfg, state = self.config, self.state
         metrics = self._epoch_metrics(val_set, elapsed, samples)
         value = metrics[self.monitor]
@@ -315,16 +317,15 @@ class Trainer:
         state.history.append(metrics)
         state.epoch += 1
         state.batches_done = 0
+        if cfg.progress and self.is_main:
+            self.logs.show_epoch(metrics, state.epoch)
+        by_callback = run_callbacks(self, metrics)  # trainer.should_stop: state.stopped_early, said in train.log
         if self.out_dir is not None:
             self.save_checkpoint()
             if self.is_main:
                 best = {"best_epoch": state.best_epoch, "best_metric": state.best_metric}
                 self.logs.epoch(state.history, {"monitor": self.monitor, **best, "stopped_early": state.stopped_early})
-        if cfg.progress and self.is_main:
-            shown = {k: v for k, v in metrics.items() if k in ("train_loss", "train_acc", "val_loss", "val_acc")}
-            summary = "  ".join(f"{k} {v:.4f}" for k, v in shown.items())
-            tqdm.write(f"epoch {state.epoch}/{cfg.epochs}  {summary}  {metrics['train_samples_per_s']:.0f} samples/s")
-        if state.stopped_early and self.is_main:
+        if state.stopped_early and self.is_main and not by_callback:
             log.info("early stopping: %s did not improve for %d epochs", self.monitor, state.bad_epochs)
 
     def _epoch_metrics(self, val_set: Dataset | None, elapsed: float, samples: int) -> dict[str, float]:

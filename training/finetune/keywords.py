@@ -1,0 +1,138 @@
+"""`zoo.finetune`: ``zoo finetune`` from Python, its long flags as keyword arguments.
+
+    >>> import zoo
+    >>> result = zoo.finetune("resnet20.fmnist", "digits/", "runs/digits", epochs=3, batch_size=32)
+    >>> result.metrics["val_acc"], zoo.load(result.out)
+
+Each flag of ``zoo finetune --help`` is a keyword with ``_`` for ``-`` (``--batch-size 32``:
+``batch_size=32``; a switch: ``hflip=True``), and so is each field of `TrainConfig`,
+`FinetuneOptions` and `MoleculeOptions`; a flag named unlike its field takes either name
+(``clip_grad=`` or ``clip_grad_norm=``, ``scratch=True`` or ``pretrained=False``). The
+`TrainConfig` fields a call names are the ones it gives: the others take the data's own
+defaults where it has some (molecules': `zoo.training.finetune.defaults`), as on the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from torch.utils.data import Dataset
+
+from zoo.errors import InvalidArgumentError
+from zoo.training import finetune as finetune_package
+from zoo.training.data.augment import Augment
+from zoo.training.data.molecules import MoleculeOptions
+from zoo.training.finetune.distill import Distillation
+from zoo.training.finetune.options import FinetuneOptions
+from zoo.training.loop.train_config import TrainConfig, option_fields
+
+__all__ = ["KEYWORDS", "finetune"]
+
+
+def _names(owner: type, *left_out: str) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(owner) if f.name not in left_out)
+
+
+TRAIN_FIELDS = _names(TrainConfig, "out_dir")  # out_dir is ``out``
+OPTION_FIELDS = _names(FinetuneOptions)
+MOLECULE_FIELDS = _names(MoleculeOptions, "graph_model")  # finetune sets the model that reads them
+AUGMENT_FIELDS = _names(Augment)  # --hflip, --crop-padding, ...: FinetuneOptions.augment
+DISTILL_FLAGS = {  # flag keyword -> Distillation field: FinetuneOptions.distill
+    "teacher": "teacher",
+    "distill_alpha": "alpha",
+    "distill_kind": "kind",
+    "distill_temperature": "temperature",
+    "teacher_bf16": "bf16",
+}
+# the flags named unlike their field: keyword -> (field, whether the flag's value is the field's inverse)
+RENAMED: dict[str, tuple[str, bool]] = {
+    **{
+        f.metadata["option"]["flag"].lstrip("-").replace("-", "_"): (f.name, False)
+        for f in option_fields()
+        if f.metadata["option"]["flag"]
+    },  # clip_grad, ema, early_stopping
+    **{f"no_{f.name}": (f.name, True) for f in option_fields() if f.default is True},  # no_progress, no_tensorboard
+    "scratch": ("pretrained", True),
+    "no_post_training": ("post_training", True),
+}
+KEYWORDS = frozenset({*TRAIN_FIELDS, *OPTION_FIELDS, *MOLECULE_FIELDS, *AUGMENT_FIELDS, *DISTILL_FLAGS, *RENAMED})
+
+
+def finetune(
+    name: str, data: str | os.PathLike | Dataset, out: str | os.PathLike, **flags: Any
+) -> finetune_package.FinetuneResult:
+    """Fine-tune NAME on ``data`` (a path ``--data`` takes, or a Dataset) and save the best
+    epoch's model, card, metrics and curves to ``out``, as ``zoo finetune NAME --data DATA
+    --out OUT`` does with the same flags, given as keywords: ``epochs=3, batch_size=32, lr=1e-3,
+    mode="partial", val_data="val/", task="regression", progress=False`` (the module
+    docstring says how flags become keywords). Returns the `FinetuneResult`: the model (best
+    epoch, on CPU), ``out``, the best epoch's metrics and the history. An unknown keyword is
+    an `InvalidArgumentError` naming it and the close ones."""
+    fields = _by_field(flags)
+    given = {key for key in fields if key in TRAIN_FIELDS}
+    config = TrainConfig(**{key: fields[key] for key in given}, out_dir=os.fspath(out))
+    options = _options(fields)
+    if options.command is None:
+        shown = ", ".join([repr(name), repr(os.fspath(data)) if isinstance(data, (str, os.PathLike)) else "DATASET"])
+        keywords = "".join(f", {key}={value!r}" for key, value in flags.items())
+        options = dataclasses.replace(options, command=f"zoo.finetune({shown}, {os.fspath(out)!r}{keywords})")
+    return finetune_package.finetune(name, data, out, options, config=config, given=given)
+
+
+def _by_field(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """``flags`` by field name (a renamed flag as its field, an inverted one's value inverted);
+    an unknown keyword, or a field named twice, refused by name."""
+    fields: dict[str, Any] = {}
+    for key, value in flags.items():
+        if key not in KEYWORDS:
+            raise InvalidArgumentError(_unknown(key))
+        field, inverted = RENAMED.get(key, (key, False))
+        if field in fields:
+            twins = sorted(k for k in flags if RENAMED.get(k, (k, False))[0] == field)
+            raise InvalidArgumentError(f"zoo.finetune(): {' and '.join(twins)} set the same thing; pass one of them")
+        if inverted and not isinstance(value, bool):
+            raise InvalidArgumentError(f"zoo.finetune(): {key} is a switch, True or False, got {value!r}")
+        fields[field] = not value if inverted else value
+    return fields
+
+
+def _unknown(key: str) -> str:
+    """The message for an unknown keyword: the close ones, and where the others are listed."""
+    close = difflib.get_close_matches(key, sorted(KEYWORDS), n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(f'{c}=' for c in close)}? " if close else ""
+    return (
+        f"zoo.finetune() got an unknown keyword {key}=: {hint}(its keywords are zoo finetune's long flags with _ "
+        "for -, e.g. epochs=, batch_size=, lr=, mode=, val_data=, task=, progress=; `zoo finetune --help` "
+        "lists them)"
+    )
+
+
+def _options(fields: dict[str, Any]) -> FinetuneOptions:
+    """The `FinetuneOptions` of the keywords: augmentation, teacher and molecule flags gathered
+    into their objects (each refused beside the object itself)."""
+    options = {key: fields[key] for key in OPTION_FIELDS if key in fields}
+    groups = (
+        ("augment", Augment, {key: key for key in AUGMENT_FIELDS}),
+        ("distill", Distillation, DISTILL_FLAGS),
+        ("molecules", MoleculeOptions, {key: key for key in MOLECULE_FIELDS}),
+    )
+    for option, owner, flag_fields in groups:
+        named = {flag_fields[key]: fields[key] for key in flag_fields if key in fields}
+        if not named:
+            continue
+        if option in options:
+            raise InvalidArgumentError(
+                f"zoo.finetune(): {', '.join(k for k in flag_fields if k in fields)} and {option}= set the same "
+                f"thing; pass the flags or {option}={owner.__name__}(...), not both"
+            )
+        if owner is Distillation and "teacher" not in named:
+            raise InvalidArgumentError(
+                f"zoo.finetune(): {', '.join(k for k in flag_fields if k in fields)} tune a teacher: add teacher="
+            )
+        value = owner(**named)
+        options[option] = None if owner is not Distillation and value == owner() else value
+    return FinetuneOptions(**options)
