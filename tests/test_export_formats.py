@@ -284,12 +284,12 @@ def test_cli_bad_input_is_one_line(
 
 def test_cli_fixed_batch(out: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = out / "dbn.pt2"
-    assert main(["export", "dbn.fmnist", "--format", "exported-program", "--batch", "3", "--out", str(path)]) == 0
+    assert main(["export", "dbn.fmnist", "--format", "exported-program", "--batch-size", "3", "--out", str(path)]) == 0
     assert "fixed batch of 3" in capsys.readouterr().out
     program = torch.export.load(path)
     assert [tuple(spec.meta["val"].shape) for spec in program.graph.find_nodes(op="placeholder")][-1] == (3, 784)
     with pytest.raises(SystemExit):
-        main(["export", "dbn.fmnist", "--format", "onnx", "--batch", "3", "--dynamic-batch", "--out", str(path)])
+        main(["export", "dbn.fmnist", "--format", "onnx", "--batch-size", "3", "--dynamic-batch", "--out", str(path)])
 
 
 @pytest.mark.parametrize("format,file", [("exported-program", "m.pt2"), ("torchscript", "m.pt")])
@@ -309,7 +309,7 @@ def test_capacity_factor_models_get_the_fixed_batch_hint(format: str, file: str,
     )
     example = torch.randint(0, 200, (2, 16))
     with pytest.raises(
-        ExportMismatchError, match=r"depends on the batch size .*dynamic_batch=False \(--batch N\)"
+        ExportMismatchError, match=r"depends on the batch size .*dynamic_batch=False \(--batch-size N\)"
     ) as error:
         zoo.export(model, out / file, format, example_input=example)
     assert "\n" not in str(error.value) and not (out / file).exists()

@@ -13,6 +13,7 @@ from tqdm import tqdm
 
 from zoo.deploy.bench import BenchRow, BenchTarget, gmacs, measure
 from zoo.deploy.optimize_report import OptimizeReport
+from zoo.devices import checked_device
 from zoo.errors import InvalidArgumentError, WeightsNotFoundError
 from zoo.loading.build import load
 from zoo.store import registry
@@ -25,20 +26,23 @@ def measure_targets(
     repeats: int,
     optimize: bool = False,
     reports: list[tuple[str, int, OptimizeReport]] | None = None,
+    device: str = "cpu",
 ) -> tuple[list[BenchRow], list[tuple[str, str]]]:
     """Measure every target at every batch size in fp32 eager and, with ``optimize``, as
     `zoo.optimize` chooses (precision "auto", which compiles and times its candidates
     on this machine, ONNX Runtime and OpenVINO among them where installed); returns the rows and
     the (name, reason) of the targets skipped: graph models, and published weights not in the
     cache. With ``optimize``, ``reports`` (a list) receives each row's (model, batch size,
-    `OptimizeReport`): every candidate's time, speed-up and agreement (`format_peers`)."""
+    `OptimizeReport`): every candidate's time, speed-up and agreement (`format_peers`). The
+    models run on ``device`` (checked before the first one loads)."""
     if repeats < 1:
         raise InvalidArgumentError(f"--repeats must be 1 or more, got {repeats}")
+    device = str(checked_device(device))
     rows: list[BenchRow] = []
     skipped: list[tuple[str, str]] = []
     progress = tqdm(total=len(targets) * len(batch_sizes), desc="zoo bench", unit="run", leave=False)
     for target in targets:
-        loaded = _load_or_skip(target, skipped)
+        loaded = _load_or_skip(target, skipped, device)
         if loaded is None:
             progress.update(len(batch_sizes))
             continue
@@ -55,14 +59,16 @@ def measure_targets(
     return rows, skipped
 
 
-def _load_or_skip(target: BenchTarget, skipped: list[tuple[str, str]]) -> tuple[nn.Module, dict[str, Any]] | None:
+def _load_or_skip(
+    target: BenchTarget, skipped: list[tuple[str, str]], device: str
+) -> tuple[nn.Module, dict[str, Any]] | None:
     """The target's model and preprocessing; None, with the reason added to ``skipped``, for a
     graph model or published weights not in the cache."""
     if registry.input_kind(target.name.split(".")[0]) == "graphs":
         skipped.append((target.name, GRAPH_SKIP_REASON))
         return None
     try:
-        return _load(target)
+        return _load(target, device)
     except WeightsNotFoundError:
         skipped.append(
             (
@@ -88,11 +94,11 @@ def _offline() -> Iterator[None]:
             os.environ["ZOO_OFFLINE"] = before
 
 
-def _load(target: BenchTarget) -> tuple[nn.Module, dict[str, Any]]:
-    """The model (eval mode, fp32) and the preprocessing its inputs follow."""
+def _load(target: BenchTarget, device: str) -> tuple[nn.Module, dict[str, Any]]:
+    """The model (eval mode, fp32, on ``device``) and the preprocessing its inputs follow."""
     if target.info is not None:
         with _offline():
-            return load(target.name), target.info.preprocess
+            return load(target.name, device=device), target.info.preprocess
     arch, default = registry.resolve(target.name)
-    model = load(arch, pretrained=False, **(default.model_kwargs if default else {}))
+    model = load(arch, pretrained=False, device=device, **(default.model_kwargs if default else {}))
     return model, default.preprocess if default else {}

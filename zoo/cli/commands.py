@@ -56,7 +56,7 @@ def run_predict(args: argparse.Namespace) -> int:
                 progress.write(f"zoo: {str(model.optimize_report).splitlines()[0]}", file=sys.stderr)
             with torch.no_grad():  # not inference_mode: an optimized model's compiled graph expects no_grad
                 probs = model(batch).softmax(dim=-1)
-            top = probs.topk(min(args.topk, probs.shape[-1]), dim=-1)
+            top = probs.topk(min(args.top_k, probs.shape[-1]), dim=-1)
             lines = []
             for path, values, indices in zip(paths, top.values, top.indices):
                 lines.append(path)
@@ -140,22 +140,24 @@ def run_bench(args: argparse.Namespace) -> int:
     from zoo.cli.bench import measure_targets
     from zoo.deploy import bench
 
-    if args.csv:
-        check_writable(args.csv)  # before minutes of measuring
+    if args.out:
+        check_writable(args.out)  # before minutes of measuring
     if args.peers and args.no_optimize:
         raise InvalidArgumentError("--peers shows the candidates zoo.optimize measures: leave out --no-optimize")
     reports: list = []
     targets = bench.select(args.patterns)
-    rows, skipped = measure_targets(targets, args.batch, args.repeats, optimize=not args.no_optimize, reports=reports)
-    print("\n".join(bench.machine_header()))
+    rows, skipped = measure_targets(
+        targets, args.batch_size, args.repeats, optimize=not args.no_optimize, reports=reports, device=args.device
+    )
+    print("\n".join(bench.machine_header(args.device)))
     print(bench.format_table(rows))
     if args.peers:
         print(f"\nevery candidate zoo.optimize measured\n{bench.format_peers(reports)}")
     for name, reason in skipped:
         print(f"skipped {name}: {reason}")
-    if args.csv:
-        bench.write_csv(rows, args.csv)
-        print(f"wrote {args.csv}")
+    if args.out:
+        bench.write_csv(rows, args.out)
+        print(f"wrote {args.out}")
     return 0
 
 
@@ -163,19 +165,19 @@ def run_export(args: argparse.Namespace) -> int:
     from zoo.deploy import exporter
 
     out = exporter.check_destination(args.out, args.format, args.overwrite)  # before the model loads
-    model = zoo.load(args.name)
-    example = exporter.example_input_for(model, batch=args.batch or exporter.EXAMPLE_BATCH)
+    model = zoo.load(args.name, device=args.device)
+    example = exporter.example_input_for(model, batch=args.batch_size or exporter.EXAMPLE_BATCH)
     result = zoo.export(
         model,
         out,
         args.format,
         example_input=example,
-        dynamic_batch=args.batch is None,
+        dynamic_batch=args.batch_size is None,
         opset=args.opset,
         overwrite=args.overwrite,
     )
     checked_in = "onnxruntime" if args.format == "onnx" else "the re-loaded file"
-    batch = f"fixed batch of {args.batch}" if args.batch else "any batch size"
+    batch = f"fixed batch of {args.batch_size}" if args.batch_size else "any batch size"
     print(
         f"wrote {result.path} ({args.format}, {format_size(result.size_bytes)}, {batch}); {checked_in} matches "
         f"PyTorch within {result.max_abs_diff:.2g} (max abs diff), {result.seconds:.1f} s"

@@ -25,6 +25,6 @@ def predict_smiles(args: argparse.Namespace) -> int:
             if not isinstance(result, dict):
                 print(f"{text}\t{result:.6g}{unit}" if isinstance(result, float) else f"{text}\t{result}")
                 continue
-            top = sorted(result.items(), key=lambda item: -item[1])[: args.topk]
+            top = sorted(result.items(), key=lambda item: -item[1])[: args.top_k]
             print("\n".join([text, *(f"  {p:7.2%}  {name}" for name, p in top)]))
     return 0

@@ -12,9 +12,10 @@ import argparse
 import importlib
 import shlex
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from zoo.bounds import SEED, TEMPERATURE, TOP_K, TOP_P, count
 from zoo.errors import run_command
@@ -30,6 +31,40 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+class _OldSpelling(argparse.Action):
+    """A flag's old spelling (``--topk`` for ``--top-k``): hidden from ``--help``, it sets what
+    the new flag sets and says in one line, as a warning, that it is deprecated and which flag
+    replaces it."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: argparse.Action, **kwargs: Any) -> None:
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=new.nargs,
+            const=new.const,
+            type=new.type,
+            choices=new.choices,
+            default=argparse.SUPPRESS,
+            metavar=new.metavar,
+            help=argparse.SUPPRESS,
+        )
+        self.new = new
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: Any = None
+    ) -> None:
+        flag = self.new.option_strings[0]
+        warnings.warn(f"{option_string} is deprecated and will go: use {flag}", FutureWarning, stacklevel=2)
+        self.new(parser, namespace, values, flag)
+
+
+def add_renamed(group: Any, old: str, new: argparse.Action) -> None:
+    """Add ``old`` to ``group`` as the deprecated, hidden spelling of the option ``new``
+    (what ``add_argument`` returned): one name per meaning across the commands, the old ones
+    still working (`tests/test_cli_flags.py` checks both)."""
+    group.add_argument(old, dest=new.dest, action=_OldSpelling, new=new)
+
+
 # The numeric options' bounds, declared once here (those of finetune, demo and serve live with the
 # fields they set): each option's ``type=`` is its `Bounds.parse`, so a value out of range stops the
 # command when it is parsed, before anything loads or runs.
@@ -39,6 +74,7 @@ EVAL_LIMIT = count(1, 100_000_000)  # test samples
 REPEATS = count(1, 100_000)  # timed forward passes per measurement
 OPSET = count(1, 100)  # ONNX opsets are numbered from 1 (20 today)
 PORT = count(0, 65_535)  # 0: any free port
+DEVICE_HELP = "where the model runs: cpu (the default), cuda or cuda:N"
 
 
 def _list_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,15 +91,15 @@ def _predict_arguments(p: argparse.ArgumentParser) -> None:
     from zoo.deploy.optimize_report import PRECISIONS  # light: the optimizer itself loads only with --optimize
 
     p.add_argument("name", help="arch.tag, or an architecture for its default weights")
-    p.add_argument("images", nargs="+", help="image files; SMILES strings for a molecule model")
-    p.add_argument("--topk", type=TOP_K.parse, default=5, help="classes to show per image")
+    p.add_argument("images", nargs="+", metavar="INPUT", help="image files; SMILES strings for a molecule model")
+    add_renamed(p, "--topk", p.add_argument("--top-k", type=TOP_K.parse, default=5, help="classes to show per input"))
     p.add_argument(
         "--batch-size",
         type=BATCH_SIZE.parse,
         default=PREDICT_BATCH_SIZE,
-        help=f"images per forward pass (default: {PREDICT_BATCH_SIZE})",
+        help=f"inputs per forward pass (default: {PREDICT_BATCH_SIZE})",
     )
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help=DEVICE_HELP)
     p.add_argument(
         "--optimize",
         choices=PRECISIONS,
@@ -84,7 +120,7 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=TOP_K.parse, help="sample from the k most likely bytes only")
     p.add_argument("--top-p", type=TOP_P.parse, default=0.95, help="nucleus sampling threshold")
     p.add_argument("--seed", type=SEED.parse, default=0)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help=DEVICE_HELP)
 
 
 def _finetune_arguments(p: argparse.ArgumentParser) -> None:
@@ -118,16 +154,19 @@ def _bench_arguments(p: argparse.ArgumentParser) -> None:
         help="weight names or fnmatch patterns ('resnet*'), or architectures (random weights); "
         "default: every entry whose weights are on this machine",
     )
-    p.add_argument(
-        "--batch",
+    batch_size = p.add_argument(
+        "--batch-size",
         type=BATCH_SIZE.parse_list,
         default=[1],
         help="batch sizes separated by commas, e.g. 1,16 (default: 1)",
     )
+    add_renamed(p, "--batch", batch_size)
     p.add_argument(
         "--repeats", type=REPEATS.parse, default=10, help="timed forward passes per measurement (default: 10)"
     )
-    p.add_argument("--csv", help="also write the table as CSV (timm's column names) to this file")
+    out = p.add_argument("--out", metavar="FILE", help="also write the table as CSV (timm's column names) to this file")
+    add_renamed(p, "--csv", out)
+    p.add_argument("--device", default="cpu", help=DEVICE_HELP + "; the models are timed there")
     p.add_argument("--no-optimize", action="store_true", help="time fp32 eager only, not zoo.optimize's choice")
     p.add_argument(
         "--peers",
@@ -150,9 +189,16 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="FILE", help="the file to write")
     batch = p.add_mutually_exclusive_group()
     batch.add_argument("--dynamic-batch", action="store_true", help="the file takes any batch size (the default)")
-    batch.add_argument("--batch", type=BATCH_SIZE.parse, metavar="N", help="fix the batch size at N instead")
+    add_renamed(
+        batch,
+        "--batch",
+        batch.add_argument("--batch-size", type=BATCH_SIZE.parse, metavar="N", help="fix the batch size at N instead"),
+    )
     p.add_argument("--opset", type=OPSET.parse, metavar="N", help="ONNX opset (default: the exporter's, 20)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing FILE")
+    p.add_argument(
+        "--device", default="cpu", help=DEVICE_HELP + "; the model is traced there (ONNX files run anywhere)"
+    )
 
 
 def _serve_arguments(p: argparse.ArgumentParser) -> None:
@@ -183,7 +229,7 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
         default=5.0,
         help="how long a request waits for others to share its forward (default: 5)",
     )
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help=DEVICE_HELP)
     p.add_argument(
         "--api-key",
         help="require 'Authorization: Bearer KEY' on every route but health (default: $ZOO_API_KEY, else none)",
@@ -228,7 +274,8 @@ COMMANDS: dict[str, Command] = {
     ),
     "info": Command("metadata of a weight entry", _info_arguments, Handler("zoo.cli.catalog", "run_info")),
     "predict": Command(
-        "top-k classes of images with pretrained weights",
+        "predict with pretrained or fine-tuned weights: top-k classes of images, or values or classes of "
+        "molecules from SMILES",
         _predict_arguments,
         Handler("zoo.cli.commands", "run_predict"),
     ),
@@ -238,7 +285,8 @@ COMMANDS: dict[str, Command] = {
         Handler("zoo.cli.commands", "run_generate"),
     ),
     "finetune": Command(
-        "fine-tune a model on an image folder, text,label file or tensors",
+        "fine-tune a model on image folders, text rows (.csv/.jsonl), tensors (.pt/.npz), WebDataset shards or "
+        "molecules (SMILES, SDF)",
         _finetune_arguments,
         Handler("zoo.cli.commands", "run_finetune"),
     ),
@@ -248,7 +296,9 @@ COMMANDS: dict[str, Command] = {
         Handler("zoo.cli.commands", "run_shards"),
     ),
     "eval": Command(
-        "re-measure a bundled weight file's card metrics", _eval_arguments, Handler("zoo.cli.commands", "run_eval")
+        "re-measure a weight entry's card metrics on its test set",
+        _eval_arguments,
+        Handler("zoo.cli.commands", "run_eval"),
     ),
     "demo": Command(
         "fine-tune a bundled model on handwritten digits against training from scratch",
@@ -256,7 +306,7 @@ COMMANDS: dict[str, Command] = {
         Handler("zoo.cli.commands", "run_demo"),
     ),
     "bench": Command(
-        "results table: params, GMACs, top-1 and measured inference speed",
+        "results table: params, GMACs, top-1 and measured inference speed on this machine (CPU or --device)",
         _bench_arguments,
         Handler("zoo.cli.commands", "run_bench"),
     ),
@@ -278,8 +328,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     ``zoo --help`` imports nothing heavy; without, every command gets them."""
     parser = OneLineParser(
         prog="zoo",
-        description="zoo: list models, show weight metadata, classify images, generate text, fine-tune, "
-        "evaluate, demo, benchmark, export, serve.",
+        description="zoo: list models, show weight metadata, predict (images, SMILES), generate text, fine-tune, "
+        "write shards, evaluate, demo, benchmark, export, serve. The same thing has the same flag in every command "
+        "(--top-k, --batch-size, --device, --out).",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     chosen = None if argv is None else next((a for a in argv if not a.startswith("-")), "")

@@ -137,11 +137,11 @@ def measure(
     optimized_rate = precision = report = None
     if optimize:  # timed in turn with fp32 eager, as optimize times its candidates
         optimized = optimize_model(model, x)
-        seconds, optimized_seconds = medians([model, optimized], (x,), repeats)
+        seconds, optimized_seconds = medians([model, optimized], (x,), repeats, x.device)
         report = optimized.optimize_report
         optimized_rate, precision = round(len(x) / optimized_seconds, 2), report.precision
     else:
-        (seconds,) = medians([model], (x,), repeats)
+        (seconds,) = medians([model], (x,), repeats, x.device)
     rate = len(x) / seconds
     row = BenchRow(
         model=target.name,
@@ -161,12 +161,14 @@ def measure(
     return row, report
 
 
-def machine_header() -> list[str]:
-    """What the speeds depend on: CPU capability, AMX, torch version, threads."""
+def machine_header(device: str = "cpu") -> list[str]:
+    """What the speeds depend on: CPU capability, AMX, torch version, threads; and the GPU
+    when the models run on one (``device``)."""
     from zoo.devices import has_amx
 
     amx = has_amx()
-    return [
+    gpu = [f"gpu: {torch.cuda.get_device_name(device)}"] if torch.device(device).type == "cuda" else []
+    return gpu + [
         f"cpu: {platform.processor() or platform.machine()}, capability {torch.backends.cpu.get_cpu_capability()}, "
         f"AMX {'present' if amx else 'absent'}",
         f"torch {torch.__version__}, {torch.get_num_threads()} threads",

@@ -157,7 +157,7 @@ def _fixed_batch_hint(model: nn.Module, dynamic_batch: bool, exporter: str, path
         problem = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
         raise ExportMismatchError(
             f"{exporter} could not export {type(model).__name__} for any batch size ({problem}): its code depends "
-            "on the batch size (an MoE's capacity_factor does); pass dynamic_batch=False (--batch N) for a file "
+            "on the batch size (an MoE's capacity_factor does); pass dynamic_batch=False (--batch-size N) for a file "
             "that takes the example's batch size only"
         ) from None
 
@@ -315,7 +315,7 @@ def export_onnx(
         if fixed:  # the exporter falls back to the example's sizes where the code depends on the batch size
             raise ExportMismatchError(
                 f"the ONNX exporter could not keep the batch dimension of {', '.join(fixed)} dynamic: "
-                f"{type(model).__name__}'s code depends on the batch size; pass dynamic_batch=False (--batch N) "
+                f"{type(model).__name__}'s code depends on the batch size; pass dynamic_batch=False (--batch-size N) "
                 "for a file that takes the example's batch size only"
             )
         with atomic_files(path.parent, last=(path.name,)) as staging:
