@@ -133,3 +133,19 @@ def test_zoo_help_says_what_each_command_takes(capsys: pytest.CaptureFixture) ->
     with pytest.raises(SystemExit):
         main(["predict", "--help"])
     assert "--topk" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["bench", "resnet20.fmnist", "--device", "tpu"], "device='tpu' is not a device torch knows"),
+        (["export", "resnet20.fmnist", "--format", "onnx", "--out", "{tmp}/m.onnx", "--device", "cuda"],
+         "--device cuda: an ONNX file runs on any device"),
+    ],
+)  # fmt: skip
+def test_device_is_checked_before_anything_runs(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert main([arg.replace("{tmp}", str(tmp_path)) for arg in argv]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("zoo: error: ") and message in line

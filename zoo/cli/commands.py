@@ -165,6 +165,11 @@ def run_export(args: argparse.Namespace) -> int:
     from zoo.deploy import exporter
 
     out = exporter.check_destination(args.out, args.format, args.overwrite)  # before the model loads
+    if args.format == "onnx" and args.device != "cpu":
+        raise InvalidArgumentError(
+            f"--device {args.device}: an ONNX file runs on any device (onnxruntime chooses), and is exported and "
+            "checked on the CPU; leave --device out (it applies to torchscript and exported-program files)"
+        )
     model = zoo.load(args.name, device=args.device)
     example = exporter.example_input_for(model, batch=args.batch_size or exporter.EXAMPLE_BATCH)
     result = zoo.export(

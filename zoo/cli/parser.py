@@ -197,7 +197,9 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--opset", type=OPSET.parse, metavar="N", help="ONNX opset (default: the exporter's, 20)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing FILE")
     p.add_argument(
-        "--device", default="cpu", help=DEVICE_HELP + "; the model is traced there (ONNX files run anywhere)"
+        "--device",
+        default="cpu",
+        help=DEVICE_HELP + "; torchscript and exported-program files are traced there (ONNX: cpu)",
     )
 
 
