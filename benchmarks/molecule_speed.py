@@ -73,7 +73,9 @@ def main() -> None:
     print(machine())
     print("| molecules | model | median s per epoch | x gin_sum |\n| --- | --- | ---: | ---: |")
     for name in args.sets:
-        times = {arch: statistics.median(t[1:]) for arch, t in epoch_seconds(name, args.epochs, args.batch_size).items()}
+        times = {
+            arch: statistics.median(t[1:]) for arch, t in epoch_seconds(name, args.epochs, args.batch_size).items()
+        }
         for arch, seconds in times.items():
             print(f"| {name} | {arch} | {seconds:.2f} | {seconds / times['gin_sum']:.2f} |", flush=True)
 

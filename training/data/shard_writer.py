@@ -38,6 +38,15 @@ DEFAULT_SHARD_SIZE = 1000
 _PREFIX = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
+def _check_shard_options(shard_size: int, prefix: str) -> None:
+    """Refuse a shard size out of bounds or a prefix that is not a plain name."""
+    problem = SHARD_SIZE.problem(shard_size)
+    if problem:
+        raise InvalidArgumentError(f"shard_size (--shard-size) {problem}, got {shard_size!r}")
+    if not _PREFIX.fullmatch(prefix):
+        raise InvalidArgumentError(f"--prefix {prefix!r}: use 1 to 64 letters, digits, '-' or '_'")
+
+
 def write_shards(
     data: str | os.PathLike | DataSource,
     out: str | os.PathLike,
@@ -53,11 +62,7 @@ def write_shards(
     (recorded in the manifest; None keeps the data's order), so that every shard, and a
     hold-out of whole shards, holds every class. ``out`` must be missing or empty; the shards
     appear there all at once, at the end (a run stopped on the way leaves none)."""
-    problem = SHARD_SIZE.problem(shard_size)
-    if problem:
-        raise InvalidArgumentError(f"shard_size (--shard-size) {problem}, got {shard_size!r}")
-    if not _PREFIX.fullmatch(prefix):
-        raise InvalidArgumentError(f"--prefix {prefix!r}: use 1 to 64 letters, digits, '-' or '_'")
+    _check_shard_options(shard_size, prefix)
     source = data if isinstance(data, DataSource) else open_data(data, max_length=max_length)
     if isinstance(source, ShardSource):
         raise DataError(

@@ -216,28 +216,43 @@ def finetune(
             zoo.save(model, out, overwrite=True)  # prepare_output let only a run's own files (a resumed run's) stay
             ran = options.post_training and val_set is not None and source.target is None  # classifiers' report
             after = evaluate_and_export(model, val_set, source, config) if ran else None
-            details = {
-                "name": name,
-                "base": base,
-                "data": source.description,
-                "mode": options.mode,
-                "stages": options.stages if options.mode == "partial" else None,
-                "layer_decay": options.layer_decay,
-                "trainable": trainable,
-                "train_samples": len(train_set),
-                "val_samples": len(val_set) if val_set is not None else 0,
-                "monitor": trainer.monitor,
-                "stopped_early": trainer.state.stopped_early,
-                "epochs_run": len(history),
-                "distillation": str(options.distill) if options.distill else None,
-                "setting": trainer.setting.name,  # what precision auto chose, or the one asked for
-                "speed": str(trainer.speed_report) if trainer.speed_report is not None else None,
-                "loading": trainer.loading_note,
-                "defaults": defaults,
-                **_task_details(source, options),
-            }
+            details = _details(name, base, source, options, trainer, (train_set, val_set), trainable, defaults)
+            details["epochs_run"] = len(history)
             card.write_card(out, model, details, metrics, after, config, options.command)
     return FinetuneResult(model, out, metrics, history)
+
+
+def _details(
+    name: str,
+    base: str | None,
+    source: DataSource,
+    options: FinetuneOptions,
+    trainer: Trainer,
+    datasets: tuple[Dataset, Dataset | None],
+    trainable: int,
+    defaults: str | None,
+) -> dict[str, Any]:
+    """What the card says of the run besides its config, metrics and epochs run."""
+    train_set, val_set = datasets
+    return {
+        "name": name,
+        "base": base,
+        "data": source.description,
+        "mode": options.mode,
+        "stages": options.stages if options.mode == "partial" else None,
+        "layer_decay": options.layer_decay,
+        "trainable": trainable,
+        "train_samples": len(train_set),  # type: ignore[arg-type]
+        "val_samples": len(val_set) if val_set is not None else 0,  # type: ignore[arg-type]
+        "monitor": trainer.monitor,
+        "stopped_early": trainer.state.stopped_early,
+        "distillation": str(options.distill) if options.distill else None,
+        "setting": trainer.setting.name,  # what precision auto chose, or the one asked for
+        "speed": str(trainer.speed_report) if trainer.speed_report is not None else None,
+        "loading": trainer.loading_note,
+        "defaults": defaults,
+        **_task_details(source, options),
+    }
 
 
 def _datasets(
