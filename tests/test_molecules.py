@@ -263,7 +263,7 @@ def test_molecule_recipe_tiny(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "gin3.chembl2321810.json").read_text())[0]["target"] == entry["target"]
 
 
-@pytest.mark.parametrize("name", ["gin3.nci_tpsa", "gin3.chembl2321810", "gin3.freesolv"])
+@pytest.mark.parametrize("name", ["gin3.nci_tpsa", "gin3.chembl2321810", "gin3.freesolv", "gin3.solubility"])
 def test_bundled_molecule_weights_predict_by_name(name, capsys):
     from zoo.store import registry
 
