@@ -226,6 +226,10 @@ def test_the_module_torchrun_starts_names_itself_zoo_finetune(tmp_path: Path, ca
     run = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
     assert run.returncode == 2 and run.stderr.startswith(f"zoo finetune: error: {tmp_path / 'nowhere'} does not exist")
     assert run.stderr.count("\n") == 1, run.stderr
+    run = subprocess.run(
+        [sys.executable, "-c", code, *args, "--epochs", "-1"], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 2 and run.stderr.splitlines()[-1].startswith("zoo finetune: error: argument --epochs")
 
     def fails() -> int:
         raise ZooError("a failure")

@@ -82,18 +82,12 @@ class WeightsNotFoundError(WeightsError, FileNotFoundError):
     """A weight file is neither in the cache nor allowed to be downloaded."""
 
 
-# the module a zoo command also runs as (torchrun -m starts it), named by that command in its lines
-_COMMAND_OF_MODULE = {"python -m zoo.training.finetune": "zoo finetune"}
-
-
 def run_command(command: Callable[[], int], prog: str = "zoo") -> int:
     """Run a command-line entry point: a ZooError (or ValueError, OSError, RuntimeError) becomes
     one line on stderr and exit code 2; a reader that closed the pipe (``zoo list | head``) ends
     it quietly; Ctrl-C ends it with one line and the shell's code 130; a warning is one line,
     ``PROG: warning: ...``, without the file and source line of the code that warned. Every
-    command of zoo's goes through here; a module that runs a zoo command is named as that
-    command (``zoo finetune: error:`` under torchrun too)."""
-    prog = _COMMAND_OF_MODULE.get(prog, prog)
+    command of zoo's goes through here."""
     shown = warnings.formatwarning
     warnings.formatwarning = lambda message, *_, **__: f"{prog}: warning: {' '.join(str(message).split())}\n"
     try:

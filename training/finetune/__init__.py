@@ -395,13 +395,19 @@ def run(args: argparse.Namespace, command: str | None = None) -> FinetuneResult:
     return result
 
 
+_COMMAND_OF_MODULE = {"zoo.training.finetune": "zoo finetune"}  # the module a zoo command also runs as
+
+
 def module_main(
     module: str, doc: str, action: Callable[[argparse.Namespace, str], object], argv: Sequence[str] | None = None
 ) -> int:
     """``python -m MODULE`` for the commands that take the `finetune` options (finetune,
     transfer): parse ``argv``, run ``action(args, command)`` with the command line recorded,
-    errors as one line and an exit code (`zoo.errors.run_command`)."""
-    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.splitlines()[0])
+    errors as one line and an exit code (`zoo.errors.run_command`). A module that runs a zoo
+    command (torchrun starts ``-m zoo.training.finetune``) is named as that command in its
+    usage, error and warning lines."""
+    prog = _COMMAND_OF_MODULE.get(module, f"python -m {module}")
+    parser = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
     add_arguments(parser)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
