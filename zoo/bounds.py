@@ -21,15 +21,20 @@ SEED_MAX = 2**32 - 1  # NumPy's seeds end here
 @dataclass(frozen=True)
 class Bounds:
     """A finite number from ``low`` to ``high`` (either may be None: unbounded; ``*_open``
-    excludes the limit itself); ``integer`` numbers are whole (counts have ``high`` `INT_MAX`)."""
+    excludes the limit itself); ``integer`` numbers are whole (counts have ``high`` `INT_MAX`);
+    ``words`` are taken besides the numbers (``("auto",)``: a value the program measures)."""
 
     low: float | None = None
     high: float | None = None
     low_open: bool = False
     high_open: bool = False
     integer: bool = False
+    words: tuple[str, ...] = ()
 
     def __str__(self) -> str:
+        return self._range() + "".join(f" or {word}" for word in self.words)
+
+    def _range(self) -> str:
         low, high = _show(self.low), _show(self.high)
         if self.integer and self.low is not None and self.high in (None, INT_MAX):
             return f"{low} or more"
@@ -43,6 +48,8 @@ class Bounds:
 
     def problem(self, value: Any) -> str | None:
         """Why ``value`` is not allowed ("must be ..."), or None when it is."""
+        if isinstance(value, str) and value in self.words:
+            return None
         if self.integer and (isinstance(value, bool) or not isinstance(value, int)):
             return f"must be a whole number {self}"
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -55,9 +62,12 @@ class Bounds:
             return f"must be at most {INT_MAX}"
         return f"must be {self}" if below or above else None
 
-    def parse(self, text: str) -> int | float:
+    def parse(self, text: str) -> int | float | str:
         """The number ``text`` spells, when it is in range: an argparse ``type=`` function (its
-        refusal is one line, ``argument --x: must be ..., got 'text'``, and exit 2)."""
+        refusal is one line, ``argument --x: must be ..., got 'text'``, and exit 2); one of
+        ``words`` is itself."""
+        if text in self.words:
+            return text
         try:
             value: int | float = int(text) if self.integer else float(text)
         except ValueError:

@@ -50,6 +50,8 @@ from zoo.training.finetune.options import FinetuneOptions, add_arguments, option
 from zoo.training.finetune.run_folder import evaluate_and_export, prepare_output
 from zoo.training.finetune.stages import MODES, apply_mode, layer_decay_scale, parameter_levels
 from zoo.training.loop.checkpoint import elastic_resume
+from zoo.training.loop.lr_finder import PLOT_FILE as LR_FINDER_PLOT
+from zoo.training.loop.lr_finder import resumed_lr
 from zoo.training.loop.steps import RegressionStep, StepFn, fold_standardisation
 from zoo.training.loop.train_config import TrainConfig, config_from_args, given_options
 from zoo.training.loop.trainer import Trainer
@@ -250,9 +252,17 @@ def _details(
         "setting": trainer.setting.name,  # what precision auto chose, or the one asked for
         "speed": str(trainer.speed_report) if trainer.speed_report is not None else None,
         "loading": trainer.loading_note,
+        "lr_auto": _lr_auto(trainer) if trainer.config.lr == "auto" else None,
         "defaults": defaults,
         **_task_details(source, options),
     }
+
+
+def _lr_auto(trainer: Trainer) -> str:
+    """What ``lr="auto"`` chose: the sweep's report, or for a resumed run the value its optimizer holds."""
+    if trainer.lr_report is not None:
+        return str(trainer.lr_report)
+    return f"{resumed_lr(trainer.optimizer):.3g} (chosen by the run this one resumes; its curve in {LR_FINDER_PLOT})"
 
 
 def _datasets(

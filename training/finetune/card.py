@@ -50,6 +50,7 @@ def write_card(
         f"batch {config.batch_size} x {config.accum_steps} accumulation, precision {config.precision}"
         + (f" ({details['setting']})" if details.get("setting") else "")
         + (f", EMA {config.ema_decay}" if config.ema_decay else ""),
+        *([f"- lr auto: {details['lr_auto']}"] if details.get("lr_auto") else []),
         *([f"- {details['defaults']}"] if details.get("defaults") else []),
         *([f"- data loading: {details['loading']}"] if details.get("loading") else []),
         *([f"- distillation: {details['distillation']}"] if details["distillation"] else []),

@@ -42,6 +42,7 @@ from zoo.training.data.source import DataSource
 from zoo.training.finetune import post_training as after_training
 from zoo.training.loop.checkpoint import BEST_CHECKPOINT, LAST_CHECKPOINT
 from zoo.training.loop.loaders import build_loader
+from zoo.training.loop.lr_finder import PLOT_FILE as LR_FINDER_PLOT
 from zoo.training.loop.steps import split_batch
 from zoo.training.loop.train_config import TrainConfig
 
@@ -335,6 +336,7 @@ RUN_OUTPUTS = (
     Output("metrics.csv"),
     Output("metrics.json"),
     Output("curves.png"),
+    Output(LR_FINDER_PLOT),
     Output("train.log"),
     Output("tensorboard", folder=True, writes=()),  # event files with unique names
     Output("checkpoints", folder=True, writes=(LAST_CHECKPOINT, BEST_CHECKPOINT)),

@@ -41,19 +41,26 @@ def param_groups(
     return list(groups.values())
 
 
+def start_lr(cfg: TrainConfig) -> float:
+    """The learning rate the optimizer is made with: ``cfg.lr``, or TrainConfig's default while
+    ``lr="auto"`` waits for the finder (`zoo.training.loop.lr_finder`) to set it."""
+    return TrainConfig.__dataclass_fields__["lr"].default if cfg.lr == "auto" else cfg.lr
+
+
 def make_optimizer(groups: list[dict[str, Any]], cfg: TrainConfig, fused: bool) -> torch.optim.Optimizer:
     """``cfg.optimizer`` over ``groups``; ``fused`` picks the fused kernels (CUDA without FSDP)."""
     fused_kernel = {"fused": True} if fused else {}
+    lr = start_lr(cfg)
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(
             groups,
-            lr=cfg.lr,
+            lr=lr,
             momentum=cfg.momentum,
             nesterov=cfg.nesterov,
             weight_decay=cfg.weight_decay,
             **fused_kernel,
         )
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, **fused_kernel)
+    return torch.optim.AdamW(groups, lr=lr, betas=cfg.betas, weight_decay=cfg.weight_decay, **fused_kernel)
 
 
 def make_scheduler(

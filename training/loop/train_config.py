@@ -57,7 +57,15 @@ class TrainConfig:
     accum_steps: int = field(default=1, metadata=option("optimisation", bounds=count()))
     # optimizer
     optimizer: Literal["adamw", "sgd"] = field(default="adamw", metadata=option("optimisation"))
-    lr: float = field(default=1e-3, metadata=option("optimisation", bounds=Bounds(0, MAX_LR, low_open=True)))
+    # "auto": a learning-rate range test on the run's first batches picks it (zoo.training.loop.lr_finder)
+    lr: float | Literal["auto"] = field(
+        default=1e-3,
+        metadata=option(
+            "optimisation",
+            "a number, or auto: a range test on the first batches picks it (curve in OUT/lr_finder.png)",
+            bounds=Bounds(0, MAX_LR, low_open=True, words=("auto",)),
+        ),
+    )
     # never applied to biases and normalisation weights
     weight_decay: float = field(default=0.05, metadata=option("optimisation", bounds=Bounds(0, 100)))
     momentum: float = field(default=0.9, metadata=option("optimisation", bounds=Bounds(0, 1, high_open=True)))  # SGD
@@ -188,7 +196,7 @@ class TrainConfig:
     def _check_together(self) -> None:
         """The rules between fields: the cosine floor at most the learning rate, the warmup
         shorter than the run, AdamW's two betas in [0, 1)."""
-        if self.min_lr > self.lr:
+        if self.lr != "auto" and self.min_lr > self.lr:  # auto: the finder's value is at least min_lr
             raise InvalidArgumentError(
                 f"{_named('min_lr')} must be at most lr ({self.lr:g}), got {self.min_lr:g}: "
                 "the schedule would raise the learning rate instead of lowering it"

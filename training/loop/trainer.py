@@ -62,8 +62,9 @@ from zoo.training.loop.distributed import (
 )
 from zoo.training.loop.epochs import Epochs, plan_epochs
 from zoo.training.loop.loaders import ShardSampler, build_loader
+from zoo.training.loop.lr_finder import find_lr
 from zoo.training.loop.meter import EpochMeter, count_correct, count_samples, take_first_samples
-from zoo.training.loop.optim import make_optimizer, make_scheduler, param_groups
+from zoo.training.loop.optim import make_optimizer, make_scheduler, param_groups, start_lr
 from zoo.training.loop.run_logs import RunLogs, check_finite, start_profiler
 from zoo.training.loop.speed import Setting, fixed_setting, tune, use_setting
 from zoo.training.loop.steps import (
@@ -119,13 +120,13 @@ class Trainer:
             raise InvalidArgumentError("precision='fp16' needs a CUDA device (it uses a GradScaler); use 'bf16' on CPU")
         self.setting = Setting()  # "auto" starts as fp32, measured when `fit` sees the data
         self.speed_report: Any = None  # what auto measured and chose (an OptimizeReport)
+        self.lr_report: Any = None  # what lr="auto" swept and chose (an LRFinderReport)
         self.num_workers = cfg.num_workers or 0  # None: measured by `fit` (`zoo.training.loop.speed`)
         self.loading_note = ""  # how num_workers was chosen
         self.out_dir = Path(cfg.out_dir) if cfg.out_dir else None
         self.is_main = self.rank == 0
         self._place_model(model)
-        # after wrapping: FSDP replaces the parameters with sharded ones
-        groups = param_groups(model, cfg.lr, cfg.weight_decay, lr_scale)
+        groups = param_groups(model, start_lr(cfg), cfg.weight_decay, lr_scale)  # after wrapping: FSDP shards them
         self.optimizer = make_optimizer(groups, cfg, fused=self.device.type == "cuda" and not self.fsdp)
         self.scheduler: Any = None
         self.state = TrainState()
@@ -214,13 +215,13 @@ class Trainer:
         if len(train_set) == 0:
             raise DataError("the training set is empty")
         epochs = plan_epochs(train_set, cfg, self.world_size, self.rank, self._loader)
+        resumed = resume_checkpoint(cfg.resume, self.out_dir, announce=self.is_main)
         if cfg.precision == "auto" or cfg.num_workers is None:
             tune(self, epochs, train_set)
+        self.lr_report = find_lr(self, epochs) if cfg.lr == "auto" and resumed is None else None  # resumed: its own
         self.monitor = monitor_name(cfg.monitor, self.eval_step_fn, val_set is not None)
         self.scheduler = make_scheduler(self.optimizer, cfg, epochs.steps_per_epoch, epochs.total_steps, self.monitor)
         self._data_signature = {"samples": len(train_set), "batch_size": cfg.batch_size, "world_size": self.world_size}
-
-        resumed = resume_checkpoint(cfg.resume, self.out_dir, announce=self.is_main)
         if resumed is not None:
             self.load_checkpoint(resumed)
         else:
@@ -228,10 +229,9 @@ class Trainer:
         self._ticked = time.perf_counter()
         if self.out_dir is not None and self.is_main:
             self.logs.open(resumed is not None, self.state.global_step)
-        if self.speed_report is not None and self.is_main:
-            log.info("precision auto: %s", self.speed_report)
-        if self.loading_note and self.is_main:
-            log.info("data loading: %s", self.loading_note)
+        notes = {"precision auto": self.speed_report, "data loading": self.loading_note, "lr auto": self.lr_report}
+        for name, note in [(name, note) for name, note in notes.items() if note and self.is_main]:
+            log.info("%s: %s", name, note)
         profiler = start_profiler(self.out_dir, self.device, self.rank) if cfg.profile else None
 
         try:
