@@ -190,7 +190,10 @@ def test_rules_between_options_are_one_line_before_anything_runs(options, proble
             lambda: TrainConfig(clip_grad_norm=-1.0),
             "TrainConfig.clip_grad_norm (--clip-grad) must be in (0, 1000000000], got -1.0",
         ),
-        (lambda: TrainConfig(lr=math.inf), "TrainConfig.lr (--lr) must be a finite number in (0, 1000] or auto, got inf"),
+        (
+            lambda: TrainConfig(lr=math.inf),
+            "TrainConfig.lr (--lr) must be a finite number in (0, 1000] or auto, got inf",
+        ),
         (lambda: TrainConfig(momentum=5), "TrainConfig.momentum (--momentum) must be in [0, 1), got 5"),
         (lambda: TrainConfig(epochs=2.5), "TrainConfig.epochs (--epochs) must be a whole number 1 or more"),
         (lambda: TrainConfig(batch_size=True), "TrainConfig.batch_size (--batch-size) must be a whole number"),
