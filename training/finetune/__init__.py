@@ -34,8 +34,8 @@ from torch.utils.data import Dataset
 
 import zoo
 from zoo.architectures import ARCHS
-from zoo.errors import DataError, InvalidArgumentError, run_command
-from zoo.loading.molecules import name_reads_graphs
+from zoo.errors import DataError, InvalidArgumentError, ZooError, run_command
+from zoo.loading.molecules import reads_graphs
 from zoo.loading.resolve import Registered, SavedFolder, architecture, resolve
 from zoo.loading.saved import read_saved_config
 from zoo.store import registry
@@ -101,7 +101,11 @@ class FinetuneResult:
 
 
 def load_for_data(
-    name: str, data: DataSource, pretrained: bool = True, model_kwargs: Mapping[str, Any] | None = None
+    name: str,
+    data: DataSource,
+    pretrained: bool = True,
+    model_kwargs: Mapping[str, Any] | None = None,
+    resolved: Any = None,
 ) -> tuple[nn.Module, str | None]:
     """The model NAME with a head of ``data.num_classes`` outputs (and for images, the data's
     channel count when it comes from the registry; text and graph data pick the
@@ -111,7 +115,7 @@ def load_for_data(
         raise DataError(
             f"{data.description} has no labels; fine-tuning a classifier needs them (use Trainer with a custom step)"
         )
-    source = resolve(name)  # once: zoo.load takes the source as it is
+    source = resolved if resolved is not None else resolve(name)  # once: zoo.load takes the source as it is
     if isinstance(source, SavedFolder):
         saved = read_saved_config(source.path)
         _check_fits(name, saved["architecture"], data)
@@ -162,11 +166,21 @@ def _weights_fit(entry_kwargs: Mapping[str, Any], kwargs: Mapping[str, Any], dat
     return all(entry_kwargs.get(k) == kwargs.get(k) for k in ("in_channels", "edge_dim"))
 
 
-def _open_data(data: str | os.PathLike | Dataset, options: FinetuneOptions, name: str) -> DataSource:
+def _resolved(name: str) -> Any:
+    """What NAME is (`resolve`), or None when it names nothing: `load_for_data` says so, after the data."""
+    try:
+        return resolve(name)
+    except (ZooError, OSError):
+        return None
+
+
+def _open_data(
+    data: str | os.PathLike | Dataset, options: FinetuneOptions, name: str, resolved: Any = None
+) -> DataSource:
     """`open_data` with the options' text length, molecule reading and shards' shuffle buffer;
-    when NAME reads graphs, a .csv/.jsonl can only be molecules (the reader says so by name)."""
+    when NAME (``resolved``) reads graphs, a .csv/.jsonl can only be molecules (the reader says so)."""
     molecules = options.molecules
-    if name_reads_graphs(name):
+    if reads_graphs(resolved):
         molecules = dataclasses.replace(molecules or MoleculeOptions(), graph_model=name)
     return open_data(data, max_length=options.max_length, molecules=molecules, shuffle_buffer=options.shuffle_buffer)
 
@@ -195,10 +209,11 @@ def finetune(
     config = dataclasses.replace(config or TrainConfig(), out_dir=str(out))
     config.resume = config.resume or elastic_resume(out)  # under torchrun --max-restarts: goes on from last.pt
     out = Path(out)
-    source = _open_data(data, options, name)  # read before out changes
-    val_source = _open_validation(data, source, options, name)
+    resolved = _resolved(name)
+    source = _open_data(data, options, name, resolved)  # read before out changes
+    val_source = _open_validation(data, source, options, name, resolved)
     torch.manual_seed(config.seed)  # the new head's initialisation
-    model, base = load_for_data(name, source, options.pretrained, options.model_kwargs)  # refused before out changes
+    model, base = load_for_data(name, source, options.pretrained, options.model_kwargs, resolved)  # before out changes
     main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun, one process checks and clears
     files = prepare_output(out, resume=bool(config.resume), overwrite=options.overwrite) if main_process else None
     with files.sealing() if files is not None else contextlib.nullcontext():
@@ -287,7 +302,7 @@ def _datasets(
 
 
 def _open_validation(
-    data: str | os.PathLike | Dataset, source: DataSource, options: FinetuneOptions, name: str
+    data: str | os.PathLike | Dataset, source: DataSource, options: FinetuneOptions, name: str, resolved: Any
 ) -> DataSource | None:
     """The separate validation data (``options.val_data``), with the training data's classes;
     shards it shares with the training data are warned about by name."""
@@ -295,7 +310,7 @@ def _open_validation(
         return None
     if isinstance(data, (str, os.PathLike)):
         warn_shared_shards(data, options.val_data)
-    val_source = _open_data(options.val_data, options, name)
+    val_source = _open_data(options.val_data, options, name, resolved)
     if val_source.class_names != source.class_names:
         raise DataError(
             f"the validation data's classes {val_source.class_names} differ from the training data's "

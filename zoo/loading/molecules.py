@@ -231,17 +231,15 @@ def name_reads_molecules(name: str) -> bool:
     return entry is not None and entry.input_format == INPUT_FORMAT
 
 
-def name_reads_graphs(name: str) -> bool:
-    """Whether ``name`` (weights, an architecture or a saved folder) is a model that reads graphs,
-    whose .csv/.jsonl data can only be molecules; False too when it names nothing (loading says so)."""
-    from zoo.loading.resolve import Registered, SavedFolder, resolve
+def reads_graphs(source: Any) -> bool:
+    """Whether a resolved name (`zoo.loading.resolve.resolve`: weights, an architecture or a saved
+    folder) is a model that reads graphs, whose .csv/.jsonl data can only be molecules; False too
+    when it is none of these, or its folder cannot be read (loading says so)."""
+    from zoo.loading.resolve import Registered, SavedFolder
     from zoo.loading.saved import read_saved_config
     from zoo.store import registry
 
     try:
-        with warnings.catch_warnings():  # a folder shadowed by a registry name: zoo.load says so, once
-            warnings.simplefilter("ignore")
-            source = resolve(name)
         if isinstance(source, SavedFolder):
             return registry.input_kind(read_saved_config(source.path)["architecture"]) == "graphs"
         return isinstance(source, Registered) and registry.input_kind(source.arch) == "graphs"
