@@ -11,6 +11,7 @@ import os
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -22,6 +23,20 @@ from zoo.training.loop.checkpoint import LAST_CHECKPOINT, checkpoint_dir
 
 # What Gloo and NCCL say when another process of the group is gone (killed, its node lost).
 _PEER_GONE = ("connection closed by peer", "connection reset by peer", "broken pipe", "nccl", "gloo", "timed out")
+
+
+T = TypeVar("T")
+
+
+def from_first_process(value: T | None, world_size: int, device: torch.device) -> T:
+    """The first process's ``value`` on every process of a torchrun group (what the first one
+    measured alone: precision auto's choice, the learning-rate finder's value)."""
+    if world_size == 1:
+        assert value is not None  # internal: the only process measured
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0, device=device if device.type == "cuda" else None)
+    return box[0]  # type: ignore[return-value]
 
 
 class PeerLostError(ZooError, RuntimeError):

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from zoo.errors import InvalidArgumentError
 from zoo.training.loop.checkpoint import rng_state, set_rng_state
 from zoo.training.loop.curves import figure, save_figure
+from zoo.training.loop.distributed import from_first_process
 from zoo.training.loop.optim import start_lr
 from zoo.training.loop.speed import alone, trying
 
@@ -145,7 +146,7 @@ def find_lr(trainer: Trainer, epochs: Epochs) -> LRFinderReport:
     if trainer.is_main:
         with alone(trainer), kept(trainer, epochs):
             report = sweep(trainer, epochs, sweep_steps(epochs.total_steps))
-    report = shared(trainer, report)
+    report = from_first_process(report, trainer.world_size, trainer.device)
     set_lr(trainer.optimizer, report.lr)
     if trainer.is_main:
         if trainer.out_dir is not None and trainer.config.plot:
@@ -216,18 +217,6 @@ def kept(trainer: Trainer, epochs: Epochs) -> Iterator[None]:
         epochs.sampler.set_epoch(position[0])
         epochs.sampler.skip = position[1]
         epochs.generator.set_state(position[2])
-
-
-def shared(trainer: Trainer, report: LRFinderReport | None) -> LRFinderReport:
-    """The first process's ``report``, on every process of a torchrun group."""
-    if trainer.world_size == 1:
-        assert report is not None
-        return report
-    box = [report]
-    torch.distributed.broadcast_object_list(
-        box, src=0, device=trainer.device if trainer.device.type == "cuda" else None
-    )
-    return box[0]
 
 
 def plot_sweep(report: LRFinderReport, path: Path) -> None:

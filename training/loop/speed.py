@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 
 from zoo.deploy.optimize_report import Candidate, OptimizeReport, remembered, write_cache
 from zoo.devices import has_amx
-from zoo.training.loop.distributed import wrap_model
+from zoo.training.loop.distributed import from_first_process, wrap_model
 from zoo.training.loop.meter import EpochMeter
 
 if TYPE_CHECKING:
@@ -200,7 +200,7 @@ def tune(trainer: Trainer, epochs: Epochs, train_set: Any) -> None:
     """Before the first epoch: the fastest setting (``precision="auto"``) and the loader's
     workers (``num_workers=None``), measured on the run's first batches. Under torchrun with DDP
     the first process measures alone (`alone`) and every process trains with its choice
-    (`agreed`); FSDP trains in fp32 and the loaders of a torchrun group keep no workers."""
+    (`from_first_process`); FSDP trains in fp32 and the loaders of a torchrun group keep no workers."""
     if trainer.world_size > 1 and trainer.fsdp:
         log.info("precision auto: fp32 under FSDP; pass --precision to choose")
         return
@@ -214,7 +214,7 @@ def tune(trainer: Trainer, epochs: Epochs, train_set: Any) -> None:
         if trainer.is_main:
             with alone(trainer):
                 report = choose(trainer, batches, epochs.total_steps)
-        trainer.speed_report = report = agreed(trainer, report)
+        trainer.speed_report = report = from_first_process(report, trainer.world_size, trainer.device)
         setting = Setting.from_name(report.precision) or trainer.setting
         memory_format_changes = setting.channels_last != trainer.setting.channels_last
         use_setting(trainer, setting)
@@ -237,25 +237,13 @@ def tune(trainer: Trainer, epochs: Epochs, train_set: Any) -> None:
 @contextlib.contextmanager
 def alone(trainer: Trainer) -> Iterator[None]:
     """``trainer``'s steps on its bare model, without DDP and its collectives, for a probe in one
-    process of a torchrun group (the others wait in `agreed`)."""
+    process of a torchrun group (the others wait in `from_first_process`)."""
     wrapped, world_size = trainer.wrapped, trainer.world_size
     trainer.wrapped, trainer.world_size = trainer.model, 1
     try:
         yield
     finally:
         trainer.wrapped, trainer.world_size = wrapped, world_size
-
-
-def agreed(trainer: Trainer, report: OptimizeReport | None) -> OptimizeReport:
-    """The first process's ``report``, on every process of a torchrun group."""
-    if trainer.world_size == 1:
-        assert report is not None
-        return report
-    shared = [report]
-    torch.distributed.broadcast_object_list(
-        shared, src=0, device=trainer.device if trainer.device.type == "cuda" else None
-    )
-    return shared[0]
 
 
 def choose_workers(
