@@ -44,7 +44,7 @@ from ._registry import register_model
 
 # the readouts live in graph_pooling.py; imported here, where they have always been importable from
 from .graph_pooling import Reduce, SecondOrderPooling, SumReadout, ThirdOrderPooling  # noqa: F401
-from .layers import LinearClassifier, check_input_dtype, check_int_option, check_rate_option
+from .layers import LinearClassifier, check_bool_options, check_input_dtype, check_int_option, check_rate_option
 
 GRAPH_HEADS = ("graph_classification", "graph_regression", "node_classification")
 
@@ -223,6 +223,7 @@ class GIN(LinearClassifier, nn.Module):
     ) -> None:
         super().__init__()
         _check_gin_options(head, readout, in_channels, num_layers, hidden_channels, edge_dim, dropout)
+        check_bool_options(train_eps=train_eps, start_as_sum=start_as_sum)
         self.name, self.head, self.readout_name = name, head, readout
         self.in_channels, self.edge_dim = in_channels, edge_dim
         self.pretrained_cfg: dict[str, Any] = {}

@@ -22,7 +22,7 @@ from torch_geometric.nn.aggr import Aggregation
 from torch_geometric.utils import scatter
 
 from ._errors import InvalidArgumentError
-from .layers import is_capturing
+from .layers import check_bool_options, is_capturing
 
 Reduce = Literal["sum", "mean"]
 
@@ -119,6 +119,10 @@ class ThirdOrderPooling(Aggregation):
         eps: float = 1e-6,
     ) -> None:
         super().__init__()
+        check_bool_options(
+            moment=moment, triangle=triangle, center=center, first_order=first_order,
+            second_order=second_order, normalize=normalize, l2=l2,
+        )  # fmt: skip
         if not (moment or triangle or first_order or second_order):
             raise InvalidArgumentError(
                 "ThirdOrderPooling needs at least one part: moment, triangle, first_order or second_order"

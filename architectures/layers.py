@@ -159,6 +159,14 @@ def check_int_option(name: str, value: Any, minimum: int = 1, what: str = "") ->
         raise InvalidArgumentError(f"{name}{what} must be an int >= {minimum}, got {value!r}")
 
 
+def check_bool_options(**options: Any) -> None:
+    """Raise an InvalidArgumentError naming the first option that is not True or False (a config
+    file's "no" or 1 would otherwise switch a part on silently)."""
+    for name, value in options.items():
+        if not isinstance(value, bool):
+            raise InvalidArgumentError(f"{name} must be true or false, got {value!r}")
+
+
 def check_float_option(
     name: str, value: Any, low: float, high: float = math.inf, *, low_open: bool = False, high_open: bool = True
 ) -> None:

@@ -6,6 +6,7 @@ readout beats sum pooling, heads, the model contract and errors on bad input."""
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from zoo.architectures.graph import (
     ThirdOrderPooling,
     triangles,
 )
-from zoo.errors import InvalidArgumentError
+from zoo.errors import InvalidArgumentError, ZooError
 from zoo.training.data.builtin import FASHION_MNIST_DIR, load_fashion_mnist
 from zoo.training.data.generated_graphs import (
     FashionMNISTGraphs,
@@ -252,6 +253,20 @@ def test_readout_options_are_refused_with_zoo_errors():
     ):
         with pytest.raises(InvalidArgumentError):
             make()
+    # a switch read from a config file is a bool: "no" or 2 would switch a part on silently
+    for name, value in (("l2", "no"), ("first_order", 2), ("moment", "x"), ("start_as_sum", [1]), ("train_eps", 0)):
+        with pytest.raises(InvalidArgumentError, match=f"{name} must be true or false, got"):
+            zoo.load("gin3", pretrained=False, **{name: value})
+
+
+def test_a_saved_gin3_whose_config_switches_are_not_bools_is_refused_naming_the_file(tmp_path):
+    folder = zoo.save(zoo.load("gin3", pretrained=False, in_channels=3), tmp_path / "g")
+    config = json.loads((folder / "config.json").read_text())
+    config["model_kwargs"]["l2"] = "no"
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ZooError, match="l2 must be true or false") as caught:
+        zoo.load(folder)
+    assert "config.json" in str(caught.value)
 
 
 # --- AddTriangles --------------------------------------------------------------------------

@@ -126,16 +126,19 @@ def load_saved(
     if len(registry.supported_heads(arch)) > 1:
         kwargs["head"] = config["head"]
     builder = registry.get_builder(arch)
-    if not pretrained:
-        model = build_architecture(builder, kwargs, arch)
-    else:
-        state_dict = load_state_dict_file(directory / WEIGHTS_FILE)
-        if config.get("features_only"):
-            state_dict = {k.removeprefix("model."): v for k, v in state_dict.items()}
-        try:
+    try:
+        if not pretrained:
+            model = build_architecture(builder, kwargs, arch)
+        else:
+            state_dict = load_state_dict_file(directory / WEIGHTS_FILE)
+            if config.get("features_only"):
+                state_dict = {k.removeprefix("model."): v for k, v in state_dict.items()}
             model = build_with_state_dict(builder, kwargs, state_dict, None)
-        except WeightsMismatchError as error:
-            raise WeightsMismatchError(f"{error}\n  (in {directory / WEIGHTS_FILE})") from None
+    except WeightsMismatchError as error:
+        raise WeightsMismatchError(f"{error}\n  (in {directory / WEIGHTS_FILE})") from None
+    except InvalidArgumentError as error:  # an option of the file's (or one given over it) the builder refuses
+        given = f", or the model_kwargs given over it ({sorted(model_kwargs)})" if model_kwargs else ""
+        raise InvalidArgumentError(f"{directory / CONFIG_FILE}, field model_kwargs{given}: {error}") from None
     if config.get("features_only"):
         model = FeatureExtractor(model, config["out_indices"])
     saved = ModelConfig.from_dict(config)
