@@ -156,6 +156,16 @@ class TrainConfig:
     # torch.profiler trace of a few steps into out_dir/profile
     profile: bool = field(default=False, metadata=option("run", "torch.profiler trace into OUT/profile"))
     tensorboard: bool = field(default=True, metadata=option("run"))
+    # MLflow (zoo[track]): a folder, file: URI or server; params, epoch metrics, curves, card, model
+    track: str | None = field(
+        default=None,
+        metadata=option(
+            "run", "log the run to MLflow: a folder (./mlruns), file: URI or http://HOST:PORT", metavar="URI"
+        ),
+    )
+    track_experiment: str | None = field(  # default "zoo"
+        default=None, metadata=option("run", "the MLflow experiment of --track (default: zoo)", metavar="NAME")
+    )
     progress: bool = field(default=True, metadata=option("run"))
     log_every: int = field(default=20, metadata=bounded(count()))  # optimizer steps between TensorBoard points
     plot: bool = True
@@ -206,6 +216,10 @@ class TrainConfig:
                 f"{_named('warmup_epochs')} must be below epochs ({self.epochs}), "
                 f"got {self.warmup_epochs:g}: the run would end before its learning rate is reached"
             )
+        for name in ("track", "track_experiment"):  # the URI's form: zoo.training.loop.tracking
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, str) and value.strip()):
+                raise InvalidArgumentError(f"{_named(name)} must be a non-empty string or None, got {value!r}")
         beta = Bounds(0, 1, high_open=True)
         betas = self.betas if isinstance(self.betas, (tuple, list)) and len(self.betas) == 2 else None
         if betas is None or any(beta.problem(b) for b in betas):
