@@ -62,6 +62,7 @@ def _check(config: Any) -> None:
     for name in ("weights", "finetuned_from", "input_format"):
         _string(config, name, required=False)
     _check_target(config.get("target"))
+    _check_multi_label(config.get("multi_label"), num_classes, config.get("target"))
     if not isinstance(config.get("features_only", False), bool):
         raise _Refusal("features_only", "must be true or false")
     if config.get("features_only"):
@@ -82,6 +83,30 @@ def _check_target(target: Any) -> None:
         raise _Refusal("target.std", "must be positive")
     if not isinstance(target.get("name", ""), str) or len(target.get("name", "")) > 256:
         raise _Refusal("target.name", "must be a string of at most 256 characters")
+
+
+def _check_multi_label(multi_label: Any, num_classes: int, target: Any) -> None:
+    """A multi-label head: one name and one decision threshold (a probability) per output, in
+    output order; the lengths are checked before the items are read."""
+    if multi_label is None:
+        return
+    if not isinstance(multi_label, dict) or set(multi_label) != {"names", "thresholds"}:
+        raise _Refusal("multi_label", "must be an object with names and thresholds (one of each per output)")
+    if target is not None:
+        raise _Refusal("multi_label", "and target cannot both be set: a head is multi-label or a regression")
+    for field in ("names", "thresholds"):
+        items = multi_label[field]
+        if not isinstance(items, list) or len(items) != num_classes:
+            size = len(items) if isinstance(items, list) else type(items).__name__
+            raise _Refusal(f"multi_label.{field}", f"must be a list of num_classes={num_classes} items, got {size}")
+    names = multi_label["names"]
+    if not all(isinstance(n, str) and 0 < len(n) <= 256 for n in names):
+        raise _Refusal("multi_label.names", "must hold label names: strings of 1 to 256 characters")
+    if len(set(names)) != len(names):
+        raise _Refusal("multi_label.names", "names a label more than once")
+    for i, value in enumerate(multi_label["thresholds"]):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+            raise _Refusal(f"multi_label.thresholds[{i}]", "must be a probability from 0 to 1")
 
 
 def _string(config: dict[str, Any], field: str, required: bool) -> str | None:
