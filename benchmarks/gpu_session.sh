@@ -8,6 +8,8 @@
 # Then, one call each (carry: [".gpu"]):
 #     bash benchmarks/gpu_session.sh bench                  # ResNet-50, training and generation tables, tests/test_cuda.py
 #     bash benchmarks/gpu_session.sh train resnet56_long    # TRAIN_SECONDS (default 420) of a recipe, then stops
+#     bash benchmarks/gpu_session.sh sweep [VARIANT...]     # benchmarks/molecule_sweep.py on .gpu/molecules.pt
+#         (written here first: .venv/bin/python benchmarks/molecule_sweep.py cache --out .gpu/molecules.pt)
 # A training call brings its run folder back as $OUT/run-TARGET.part-*; copy those parts into
 # .gpu/ here and the next `train TARGET` call continues the run from its last epoch (the recipe's
 # --run-dir). When the recipe ends, its weights, card, curves and entry are in $OUT/weights/.
@@ -60,12 +62,21 @@ train() {
     ls -la "$out"
 }
 
+sweep() {
+    # graph-model variants on the molecule sets: one process per run on the machine's cores, the GPU first
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
+    timeout --signal=INT "${SWEEP_SECONDS:-450}" "$py" benchmarks/molecule_sweep.py run --cache .gpu/molecules.pt \
+        --jobs "${JOBS:-14}" --device cuda --csv "$out/sweep.csv" ${1:+--variants "$@"} 2>&1 |
+        grep -v -i warn | tee "$out/sweep.txt"
+}
+
 setup
 case "$mode" in
 bench) bench ;;
 train) train "${@:2}" ;;
+sweep) sweep "${@:2}" ;;
 *)
-    echo "unknown mode $mode: bench or train TARGET" >&2
+    echo "unknown mode $mode: bench, train TARGET or sweep [VARIANT...]" >&2
     exit 2
     ;;
 esac

@@ -94,8 +94,7 @@ def _train(label: str, task: str, config: TrainConfig, seed: int, limit: int | N
         num_classes=1,
         in_channels=source.in_chans,
         edge_dim=source.edge_dim,
-        **MODEL_KWARGS,
-        **options,
+        **{**MODEL_KWARGS, **options},  # a variant may change the width or depth
     )
     config = dataclasses.replace(config, seed=seed)
     trainer = Trainer(model, config, step_fn=RegressionStep(mean, std), collate_fn=source.collate_fn)

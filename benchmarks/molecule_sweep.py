@@ -1,0 +1,229 @@
+"""Graph-model variants on the four molecule sets, many runs at once: the recipes' split, budget
+and test metrics (`zoo.training.recipes.molecules`), one process per run.
+
+The molecules are read by RDKit once, here (``cache``), into a file of plain tensors (the
+one-hot atom and bond features as their nonzero columns, loaded with ``weights_only=True``),
+so the runs need neither RDKit nor the sets' files: they can go to a machine with more cores
+or a GPU (``benchmarks/gpu_session.sh sweep``). ``run`` trains every variant of ``--variants``
+on every set and seed with `zoo.training.recipes.molecules._train` (the recipe's own training:
+`TrainConfig` from the data defaults, best epoch on validation, standardisation folded into the
+head) and measures the test split with `zoo.training.recipes.evaluate.evaluate`, ``--jobs``
+runs at a time (one thread each), and writes one CSV row per run and a Markdown table of
+mean ± std per set and variant.
+
+    .venv/bin/python benchmarks/molecule_sweep.py cache --out .gpu/molecules.pt
+    .venv/bin/python benchmarks/molecule_sweep.py run --cache .gpu/molecules.pt --jobs 2 \\
+        [--variants gin3 gin3_h128 ...] [--sets ...] [--seeds 0 1 2] [--device cpu|cuda] [--csv OUT.csv]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+SETS = ("nci-tpsa", "chembl2321810", "freesolv", "solubility")
+# variant -> (architecture, options on top of the recipe's MODEL_KWARGS)
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "gin3": ("gin3", {}),
+    "gin_sum": ("gin_sum", {}),
+    "gin_sopool": ("gin_sopool", {}),
+    "gin3_h128": ("gin3", {"hidden_channels": 128}),
+    "gin_sum_h128": ("gin_sum", {"hidden_channels": 128}),
+    "gin_sopool_h128": ("gin_sopool", {"hidden_channels": 128}),
+    "gin3_h128_l5": ("gin3", {"hidden_channels": 128, "num_layers": 5}),
+    "gin3_drop": ("gin3", {"dropout": 0.1}),
+    "gin3_h128_drop": ("gin3", {"hidden_channels": 128, "dropout": 0.1}),
+    "gin3_h256": ("gin3", {"hidden_channels": 256}),
+    "gin_sum_h256": ("gin_sum", {"hidden_channels": 256}),
+}
+_GRAPH_KEYS = ("x", "edge_attr")  # one-hot features, stored as their nonzero columns
+
+
+def write_cache(out: Path, sets: Sequence[str]) -> None:
+    """Each set's graphs (features as nonzero columns), splits and target, as plain tensors."""
+    from zoo.training.data.molecule_sets import benchmark
+
+    cache: dict[str, Any] = {}
+    for name in sets:
+        source, (train, val, test) = benchmark(name)
+        graphs = list(source.make_subset(range(source.num_samples), None))
+        entry: dict[str, Any] = {"split": [torch.tensor(s) for s in (train, val, test)], "target": source.target}
+        entry["sizes"] = torch.tensor([[g.num_nodes, g.edge_index.shape[1], g.triangle_index.shape[1]] for g in graphs])
+        for key in _GRAPH_KEYS:
+            dense = torch.cat([g[key] for g in graphs])
+            assert bool(((dense == 0) | (dense == 1)).all()), f"{name}: {key} is not one-hot"
+            rows, cols = dense.nonzero(as_tuple=True)
+            entry[key] = (
+                torch.bincount(rows, minlength=len(dense)).to(torch.uint8),
+                cols.to(torch.int16),
+                dense.shape[1],
+            )
+        entry["edge_index"] = torch.cat([g.edge_index for g in graphs], 1).to(torch.int16)
+        entry["triangle_index"] = torch.cat([g.triangle_index for g in graphs], 1).to(torch.int16)
+        entry["y"] = torch.cat([g.y for g in graphs])
+        entry["meta"] = {"in_chans": source.in_chans, "edge_dim": source.edge_dim, "description": source.description}
+        cache[name] = entry
+        print(f"{name}: {len(graphs)} molecules", flush=True)
+    torch.save(cache, out)
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
+
+
+def _dense(counts: torch.Tensor, cols: torch.Tensor, width: int) -> torch.Tensor:
+    rows = torch.repeat_interleave(torch.arange(len(counts)), counts.long())
+    dense = torch.zeros(len(counts), width)
+    dense[rows, cols.long()] = 1.0
+    return dense
+
+
+def _graphs(entry: dict[str, Any]) -> list[Any]:
+    from torch_geometric.data import Data
+
+    x, edge_attr = _dense(*entry["x"]), _dense(*entry["edge_attr"])
+    nodes, edges, triangles = (entry["sizes"][:, i].tolist() for i in range(3))
+    xs, eas, eis = x.split(nodes), edge_attr.split(edges), entry["edge_index"].long().split(edges, 1)
+    tis = entry["triangle_index"].long().split(triangles, 1)
+    ys = entry["y"].split(1)
+    return [Data(x=a, edge_index=b, edge_attr=c, triangle_index=d, y=e) for a, b, c, d, e in zip(xs, eis, eas, tis, ys)]
+
+
+def cached_benchmarks(path: Path) -> dict[str, Any]:
+    """set name -> (MoleculeSource, (train, val, test)), as `molecule_sets.benchmark` returns."""
+    from torch_geometric.loader.dataloader import Collater
+
+    from zoo.training.data.molecules import MoleculeSource, _Graphs
+
+    out = {}
+    for name, entry in torch.load(path, weights_only=True).items():
+        graphs, meta = _graphs(entry), entry["meta"]
+        source = MoleculeSource(
+            kind="graphs", description=meta["description"], num_samples=len(graphs), num_classes=1,
+            class_names=None, make_subset=lambda subset, _t, g=graphs: _Graphs([g[i] for i in subset]),
+            in_chans=meta["in_chans"], collate_fn=Collater(graphs), target=entry["target"],
+            edge_dim=meta["edge_dim"], split_by="scaffold",
+        )  # fmt: skip
+        out[name] = (source, tuple(s.tolist() for s in entry["split"]))
+    return out
+
+
+def _init(cache: str, device: str) -> None:
+    """A worker: one thread, the sets from the cache in place of RDKit's reading."""
+    torch.set_num_threads(1)
+    import zoo.training.data.molecule_sets as molecule_sets
+    import zoo.training.recipes.molecules as recipe
+
+    table = cached_benchmarks(Path(cache))
+    molecule_sets.benchmark = recipe.benchmark = table.__getitem__  # type: ignore[assignment]
+    recipe.VARIANTS.update(VARIANTS)
+    os.environ["ZOO_SWEEP_DEVICE"] = device
+
+
+def _one(job: tuple[str, str, int]) -> dict[str, Any]:
+    import dataclasses
+
+    from zoo.training.recipes.evaluate import evaluate
+    from zoo.training.recipes.molecules import _train, recipe_config
+
+    variant, name, seed = job
+    device = os.environ["ZOO_SWEEP_DEVICE"]
+    config = dataclasses.replace(recipe_config(name), device=device, num_workers=0)  # a pool worker has no children
+    start, note = time.perf_counter(), ""
+    try:
+        model, history = _train(variant, name, config, seed, None)
+    except Exception as error:  # noqa: BLE001  (a run that fails is a row that says why)
+        note = f"{type(error).__name__}: {error}"[:300]
+        if device == "cpu":
+            return {"set": name, "variant": variant, "seed": seed, "error": note}
+        device, start = "cpu", time.perf_counter()  # the accelerator failed: the same run on the CPU
+        model, history = _train(variant, name, dataclasses.replace(config, device="cpu"), seed, None)
+    seconds = time.perf_counter() - start
+    metrics = evaluate(model, name)
+    best = min(range(len(history)), key=lambda i: history[i].get("val_loss", float("inf")))
+    return {"set": name, "variant": variant, "seed": seed, **metrics, "epochs": len(history), "best_epoch": best + 1,
+            "val_loss": history[best].get("val_loss"), "seconds": round(seconds, 1), "device": device,
+            "note": note}  # fmt: skip
+
+
+def _table(rows: list[dict[str, Any]]) -> list[str]:
+    lines = ["| set | variant | test RMSE | test R² | val loss | s/run |", "| --- | --- | --- | --- | --- | --- |"]
+    for name in dict.fromkeys(r["set"] for r in rows):
+        for variant in dict.fromkeys(r["variant"] for r in rows if r["set"] == name):
+            done = [r for r in rows if r["set"] == name and r["variant"] == variant and "rmse" in r]
+            if not done:
+                continue
+
+            def cell(key: str, runs: list[dict[str, Any]] = done) -> str:
+                values = [float(r[key]) for r in runs]
+                spread = statistics.stdev(values) if len(values) > 1 else 0.0
+                return f"{statistics.mean(values):.3f} ± {spread:.3f}"
+
+            seconds = statistics.mean(float(r["seconds"]) for r in done)
+            lines.append(f"| {name} | {variant} | {cell('rmse')} | {cell('r2')} | {cell('val_loss')} | {seconds:.0f} |")
+    return lines
+
+
+def _cost(job: tuple[str, str, int]) -> float:
+    """A run's expected cost, to order the jobs: the set's size times the width's."""
+    variant, name, _ = job
+    width = VARIANTS[variant][1].get("hidden_channels", 64) / 64
+    return {"nci-tpsa": 4, "chembl2321810": 2, "freesolv": 1, "solubility": 2}[name] * width**1.5
+
+
+def run(args: argparse.Namespace) -> None:
+    jobs = [(v, s, seed) for s in args.sets for seed in args.seeds for v in args.variants]
+    jobs.sort(key=_cost, reverse=True)  # the longest first: the pool's last minutes are not one long run
+    rows: list[dict[str, Any]] = []
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(args.jobs, initializer=_init, initargs=(str(args.cache), args.device)) as pool:
+        try:
+            for row in pool.imap_unordered(_one, jobs):
+                rows.append(row)
+                print(row, flush=True)
+                if args.csv:
+                    _write(args.csv, rows)
+        except KeyboardInterrupt:  # a time limit: the table of the runs that finished
+            print(f"stopped: {len(rows)} of {len(jobs)} runs finished", flush=True)
+    print("\n".join(_table(rows)))
+
+
+def _write(path: Path, rows: list[dict[str, Any]]) -> None:
+    names = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=names)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="mode", required=True)
+    cache = sub.add_parser("cache")
+    cache.add_argument("--out", type=Path, required=True)
+    cache.add_argument("--sets", nargs="+", default=SETS, choices=SETS)
+    go = sub.add_parser("run")
+    go.add_argument("--cache", type=Path, required=True)
+    go.add_argument("--variants", nargs="+", default=["gin3", "gin_sum", "gin_sopool"], choices=sorted(VARIANTS))
+    go.add_argument("--sets", nargs="+", default=SETS, choices=SETS)
+    go.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    go.add_argument("--jobs", type=int, default=2)
+    go.add_argument("--device", default="cpu")
+    go.add_argument("--csv", type=Path)
+    args = parser.parse_args(argv)
+    if args.mode == "cache":
+        write_cache(args.out, args.sets)
+    else:
+        run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
