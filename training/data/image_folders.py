@@ -19,18 +19,18 @@ from zoo.training.data.source import DataSource, check_class_names, check_classe
 from zoo.training.data.text_rows import plural
 
 
-class _ImageFiles(Dataset):
+class ImageFiles(Dataset):
     """Images read by zoo's one image reader (`zoo.loading.images.open_image`, as ``zoo predict``
     reads them), brought to ``channels``, then transformed; a file it cannot read raises
     `DataError` naming it."""
 
-    def __init__(self, samples: list[tuple[str, int]], channels: int, transform: Callable[[Any], Any] | None) -> None:
+    def __init__(self, samples: list[tuple[str, Any]], channels: int, transform: Callable[[Any], Any] | None) -> None:
         self.samples, self.channels, self.transform = samples, channels, transform
 
     def __len__(self) -> int:
         return len(self.samples)
 
-    def __getitem__(self, index: int) -> tuple[Any, int]:
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
         path, label = self.samples[index]
         image = open_image(path, channels=self.channels)
         return (self.transform(image) if self.transform else image), label
@@ -120,24 +120,38 @@ def _check_jpeg_data(path: str) -> None:
         raise DataError(f"{path} is not a readable image ({first_line(error)}); remove it or replace it") from None
 
 
+def check_images(paths: Sequence[str], named: Callable[[int], str] | None = None) -> tuple[int, tuple[int, int]]:
+    """Every image read whole before any training starts (headers, size within the pixel
+    bound of `open_image`, a JPEG's data), and the channels (1 when the first 16 are all gray,
+    else 3) and size (the first's) the model gets. A bad file's `DataError` is prefixed by
+    ``named(index)`` when given (an image list's file and line)."""
+    modes, image_size = set(), None
+    for index, path in enumerate(paths):
+        try:
+            image = open_image(path, decode=False)
+            if image.format == "JPEG":
+                _check_jpeg_data(path)
+        except DataError as error:
+            if named is None:
+                raise
+            raise type(error)(f"{named(index)}: {error}") from None
+        if index < 16:
+            modes.add(image.mode)
+            image_size = image_size or (image.height, image.width)
+    assert image_size is not None, "check_images needs at least one path"
+    return (1 if modes <= {"L", "1", "I", "I;16", "I;16B", "I;16L", "F"} else 3), image_size
+
+
 def image_folder_source(root: Path) -> DataSource:
     """The images of ``root``'s class folders: gray (one channel) when the first images all are, else RGB."""
     classes, samples = _scan_image_folder(root)
     labels = torch.tensor([label for _, label in samples])
     counts = class_counts(labels, classes)
     check_classes(str(root), counts, "add a sub-folder of images for each class")
-    modes, image_size = set(), None
-    for index, (path, _) in enumerate(samples):  # every file checked whole before any training starts
-        image = open_image(path, decode=False)
-        if image.format == "JPEG":
-            _check_jpeg_data(path)
-        if index < 16:
-            modes.add(image.mode)
-            image_size = image_size or (image.height, image.width)
-    in_chans = 1 if modes <= {"L", "1", "I", "I;16", "I;16B", "I;16L", "F"} else 3
+    in_chans, image_size = check_images([path for path, _ in samples])
 
     def make_subset(indices: Sequence[int], transform: Callable[[Any], Any] | None) -> Dataset:
-        return _ImageFiles([samples[i] for i in indices], in_chans, transform)
+        return ImageFiles([samples[i] for i in indices], in_chans, transform)
 
     return DataSource(
         kind="images",

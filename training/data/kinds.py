@@ -11,7 +11,6 @@ Each kind of data has its module: `zoo.training.data.image_folders`, `zoo.traini
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from zoo.errors import DataError, DataNotFoundError, InvalidArgumentError
 from zoo.training.data.builtin import FASHION_MNIST_CLASSES, load_fashion_mnist
 from zoo.training.data.graph_datasets import graph_source
 from zoo.training.data.image_folders import image_folder_source
+from zoo.training.data.image_lists import image_list_source, is_image_list, metadata_file
 from zoo.training.data.molecules import MoleculeOptions, is_molecule_file, molecule_source, no_smiles_column
 from zoo.training.data.shard_files import looks_like_shards
 from zoo.training.data.shards import SHUFFLE_BUFFER, shard_source
@@ -37,12 +37,16 @@ def open_data(
     max_length: int = 512,
     molecules: MoleculeOptions | None = None,
     shuffle_buffer: int = SHUFFLE_BUFFER,
+    images: str | os.PathLike | None = None,
 ) -> DataSource:
     """Describe a dataset: an image folder (torchvision ImageFolder layout: one sub-folder per
-    class), a ``.csv``/``.jsonl`` of ``text,label`` rows, a tensor file (``.pt``, ``.npz``,
-    ``.npy``), a PyG dataset object, or ``"fashion-mnist"`` (the offline copy); molecules: an
-    ``.sdf`` file or a ``.csv``/``.jsonl`` with a ``smiles`` column, read as ``molecules`` says
-    (`zoo.training.data.molecules`).
+    class), an image list (a folder with ``metadata.csv``/``.jsonl``, or a ``.csv``/``.jsonl``
+    with a ``file_name`` column, its paths under ``images`` or its own folder:
+    `zoo.training.data.image_lists`), a ``.csv``/``.jsonl`` of ``text,label`` rows, a tensor file
+    (``.pt``, ``.npz``, ``.npy``), a PyG dataset object, or ``"fashion-mnist"`` (the offline copy);
+    molecules: an ``.sdf`` file or a ``.csv``/``.jsonl`` with a ``smiles`` column. ``molecules``
+    says how labels are read (`MoleculeOptions`: the label field, the task, the tags' delimiter;
+    for molecules the split and bad rows).
 
     Data that cannot be used as it is (malformed rows, wrong keys, fewer than two classes,
     unreadable images, ...) raises `zoo.errors.DataError` naming the file, the line for
@@ -61,29 +65,64 @@ def open_data(
         images, labels = load_fashion_mnist("train")
         return tensor_source(images, labels, list(FASHION_MNIST_CLASSES), "Fashion-MNIST (train split)")
     path = Path(source).expanduser()
-    if path.is_dir():
-        return image_folder_source(path)
+    reading = molecules or MoleculeOptions()
+    listed = _open_image_list_or_folder(path, reading, images)
+    if listed is not None:
+        return listed
     if path.exists() and not path.is_file():
         raise DataError(f"{path} is not a file or a folder (a FIFO, a socket or a device); --data takes a file")
     if not path.is_file():
         raise DataNotFoundError(
-            f"{path} does not exist; --data takes an image folder, a .csv/.jsonl of text,label rows, "
+            f"{path} does not exist; --data takes an image folder or list, a .csv/.jsonl of text,label rows, "
             "a .pt/.npz/.npy tensor file, or 'fashion-mnist'"
         )
-    suffix = path.suffix.lower()
     if is_molecule_file(path):
         return molecule_source(path, molecules)
-    if molecules is not None and molecules.graph_model is not None and suffix in (".csv", ".jsonl"):
-        raise no_smiles_column(path, molecules.graph_model)
-    if molecules is not None and dataclasses.replace(molecules, graph_model=None) != MoleculeOptions():
+    return _open_file(path, reading, max_length)
+
+
+def _open_image_list_or_folder(
+    path: Path, reading: MoleculeOptions, images: str | os.PathLike | None
+) -> DataSource | None:
+    """An image list (a folder with metadata.csv/.jsonl, or a list given with ``images``) or an
+    image folder; None when ``path`` is neither (a file without ``images``)."""
+    listed = (path if images is not None else metadata_file(path)) if path.is_dir() or images is not None else None
+    if listed is not None:
+        if images is not None and (not path.is_file() or path.suffix.lower() not in (".csv", ".jsonl")):
+            raise InvalidArgumentError(
+                f"--images goes with --data LIST.csv or LIST.jsonl (naming each image), got {path}"
+            )
+        root = Path(images).expanduser() if images is not None else path
+        return image_list_source(listed, root, reading.label_field, reading.task, reading.label_delimiter)
+    if not path.is_dir():
+        return None
+    if reading.label_field is not None or reading.task not in ("auto", "classification"):
         raise InvalidArgumentError(
-            f"{path} holds no molecules (an .sdf, or a .csv/.jsonl with a smiles column), so --task, --label-field, "
-            "--split and --skip-bad-rows do not apply"
+            f"{path} is an image folder (its sub-folders are the classes), so --task {reading.task} and "
+            "--label-field do not apply; list the images with their labels in metadata.csv for those"
         )
+    return image_folder_source(path)
+
+
+def _open_file(path: Path, reading: MoleculeOptions, max_length: int) -> DataSource:
+    """A file that holds no molecules: an image list, text rows or a tensor file."""
+    suffix = path.suffix.lower()
+    if reading.graph_model is not None and suffix in (".csv", ".jsonl"):
+        raise no_smiles_column(path, reading.graph_model)
+    if (reading.split, reading.skip_bad_rows) != ("random", False):
+        raise InvalidArgumentError(
+            f"{path} holds no molecules (an .sdf, or a .csv/.jsonl with a smiles column), so --split and "
+            "--skip-bad-rows do not apply"
+        )
+    if suffix in (".csv", ".jsonl") and is_image_list(path):
+        return image_list_source(path, None, reading.label_field, reading.task, reading.label_delimiter)
     if suffix in (".csv", ".jsonl"):
-        return text_source(path, max_length)
+        label = reading.label_field or "label"
+        return text_source(path, max_length, label, reading.task, reading.label_delimiter)
     if suffix in (".pt", ".pth", ".npz", ".npy"):
-        return tensor_file_source(path)
+        if reading.label_field is not None:
+            raise InvalidArgumentError(f"{path} is a tensor file (labels under y); --label-field is for tables")
+        return tensor_file_source(path, reading.task)
     raise DataError(
         f"{path}: unknown data format {suffix!r}; use a folder of images, .csv, .jsonl, .pt, .npz, .npy or .sdf"
     )

@@ -25,34 +25,42 @@ from zoo.errors import DataError, InvalidArgumentError
 from zoo.loading.molecules import INPUT_FORMAT, feature_sizes, graph_or_problem, is_read, parse_smiles, require_rdkit
 from zoo.training.data.labels import finite_number, is_number, number_problem
 from zoo.training.data.source import DataSource, check_classes, class_counts
+from zoo.training.data.targets import TABLE_TASKS
 from zoo.training.data.text_rows import decode_text, plural
 
 MOLECULE_SUFFIXES = (".sdf",)
 MAX_FILE_BYTES = 256 << 20  # a molecule file larger than this is refused
 MAX_MOLECULES = 500_000
 MAX_LABEL_NAME = 256  # characters of the label column's name (it is recorded in the model's config)
-TASKS = ("auto", "classification", "regression")
+TASKS = TABLE_TASKS  # molecules read the first three (multi-label is images', text rows' and tensors')
 SPLITS = ("random", "scaffold")
 _BAD_SHOWN = 5  # bad rows named in a warning when they are skipped
 
 
 @dataclass(frozen=True)
 class MoleculeOptions:
-    """How a molecule file is read: ``label_field`` (the label column, or the SDF data field),
-    ``task`` (auto: numbers are regression, strings classes), ``split`` (random or by scaffold)
-    and ``skip_bad_rows`` (skip molecules RDKit cannot read instead of refusing the file).
+    """How a labelled file is read: ``label_field`` (the label column, or the SDF data field;
+    image lists and text rows take it too), ``task`` (molecules' auto: numbers are regression,
+    strings classes; the others': `zoo.training.data.targets`), ``label_delimiter`` (between
+    the tags of a multi-label field), and for molecules ``split`` (random or by scaffold) and
+    ``skip_bad_rows`` (skip molecules RDKit cannot read instead of refusing the file).
     ``graph_model`` names the model that reads graphs (``zoo finetune`` sets it): its .csv/.jsonl
     must then be molecules, and one without a smiles column is refused as the molecule reader's."""
 
     label_field: str | None = None
-    task: Literal["auto", "classification", "regression"] = "auto"
+    task: Literal["auto", "classification", "regression", "multi-label"] = "auto"
     split: Literal["random", "scaffold"] = "random"
     skip_bad_rows: bool = False
     graph_model: str | None = None
+    label_delimiter: str = " "
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise InvalidArgumentError(f"task (--task) must be one of {', '.join(TASKS)}, got {self.task!r}")
+        if not isinstance(self.label_delimiter, str) or not 0 < len(self.label_delimiter) <= 8:
+            raise InvalidArgumentError(
+                f"label_delimiter (--label-delimiter) must be 1 to 8 characters, got {self.label_delimiter!r}"
+            )
         if self.split not in SPLITS:
             raise InvalidArgumentError(f"split (--split) must be one of {', '.join(SPLITS)}, got {self.split!r}")
 
@@ -67,12 +75,6 @@ class MoleculeSource(DataSource):
     split_by: str = "random"
     skipped: int = 0
     input_format: str = INPUT_FORMAT
-    task_note: str = ""
-
-    def describe_classes(self) -> str:
-        """As `DataSource.describe_classes`, then on a line of its own the task and why (`task_note`)."""
-        line = super().describe_classes()
-        return f"{line}\n{self.task_note}" if self.task_note else line
 
     def split(
         self,
@@ -117,10 +119,10 @@ def is_molecule_file(path: Path) -> bool:
         return True
     if suffix not in (".csv", ".jsonl"):
         return False
-    return any(name.lower() == "smiles" for name in _first_names(path) or [])
+    return any(name.lower() == "smiles" for name in first_names(path) or [])
 
 
-def _first_names(path: Path) -> list[str] | None:
+def first_names(path: Path) -> list[str] | None:
     """The column names of a ``.csv``'s first line, or the keys of a ``.jsonl``'s first object
     (None: no first line, or not a JSON object)."""
     with open(path, "rb") as file:
@@ -138,7 +140,7 @@ def _first_names(path: Path) -> list[str] | None:
 
 def no_smiles_column(path: Path, model: str) -> DataError:
     """The error for a ``.csv``/``.jsonl`` without a smiles column given to ``model``, which reads graphs."""
-    names = _first_names(path) or []
+    names = first_names(path) or []
     text = " (rows of text and a label are for a model that reads text, e.g. moe_encoder)" if "text" in names else ""
     return DataError(
         f"{path}, line 1: {model} reads graphs, which zoo's molecule reader makes from a .csv/.jsonl: it wants a "
@@ -150,6 +152,10 @@ def no_smiles_column(path: Path, model: str) -> DataError:
 def molecule_source(path: Path, options: MoleculeOptions | None = None) -> MoleculeSource:
     """The molecules of ``path`` as graphs with their labels (see the module docstring)."""
     options = options or MoleculeOptions()
+    if options.task == "multi-label":
+        raise InvalidArgumentError(
+            f"{path}: multi-label molecules are not read yet; --task takes classification or regression"
+        )
     require_rdkit()
     size = path.stat().st_size
     if size > MAX_FILE_BYTES:

@@ -40,16 +40,22 @@ class DataSource:
     class_counts: dict[str, int] | None = None  # samples of each class, in class_names order
     labels: Sequence[int] | torch.Tensor | None = None  # each sample's class index, in file order
     target: dict[str, Any] | None = None  # regression (num_classes 1): the target's name, mean and std
+    multi_label: bool = False  # targets are multi-hot [num_classes] rows; class_names name the labels
     split_note: str = ""  # how `split` made validation, in words for the card (when not a random draw)
+    task_note: str = ""  # which task the labels get and why, a line for the user (`zoo.training.data.targets`)
 
     def describe_classes(self) -> str:
-        """One line for the caller to print before training, e.g. ``3 classes: ant (6), bee (6), cow (5)``."""
+        """What the model learns, for the caller to print before training, e.g. ``3 classes: ant
+        (6), bee (6), cow (5)``, then on a line of its own the task and why (`task_note`)."""
         if self.target is not None:
-            return f"regression of {self.target['name']}: mean {self.target['mean']:.4g}, std {self.target['std']:.4g}"
-        if self.class_counts is None:
-            return "unlabelled" if self.num_classes is None else f"{self.num_classes} classes"
-        counts = ", ".join(f"{name} ({count})" for name, count in self.class_counts.items())
-        return f"{len(self.class_counts)} classes: {counts}"
+            line = f"regression of {self.target['name']}: mean {self.target['mean']:.4g}, std {self.target['std']:.4g}"
+        elif self.class_counts is None:
+            line = "unlabelled" if self.num_classes is None else f"{self.num_classes} classes"
+        else:
+            counts = ", ".join(f"{name} ({count})" for name, count in self.class_counts.items())
+            kind = "labels (samples with each)" if self.multi_label else "classes"
+            line = f"{len(self.class_counts)} {kind}: {counts}"
+        return f"{line}\n{self.task_note}" if self.task_note else line
 
     def split(
         self,

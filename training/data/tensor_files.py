@@ -23,6 +23,7 @@ from zoo.training.data.source import (
     class_counts,
     first_line,
 )
+from zoo.training.data.targets import read_targets
 from zoo.training.data.text_rows import plural
 
 _FEATURE_KEYS = (("x", "y"), ("images", "labels"), ("data", "targets"), ("features", "labels"))
@@ -70,18 +71,23 @@ def tensor_source(
     description: str,
     x_name: str = "the samples",
     y_name: str = "the labels",
+    task: str = "auto",
 ) -> DataSource:
     """Samples ``x`` (uint8 [N, H, W] or [N, C, H, W] are images, anything else feature rows)
-    with integer class indices ``y`` (or none), checked: one label per sample, labels 0..K-1,
-    finite inputs, at least two classes."""
+    with targets ``y`` (or none), checked: one per sample, finite inputs. Classes (``task``
+    auto or classification): integer indices 0..K-1, at least two classes; ``regression``:
+    finite numbers [N] (standardised for training); ``multi-label``: 0/1 rows [N, K]."""
     x, images = _checked_samples(x, description, x_name)
-    counts = None
-    if y is not None:
+    counts, fields = None, {}
+    if y is not None and task in ("regression", "multi-label"):
+        fields = _target_fields(y, class_names, description, len(x), (x_name, y_name), task)
+    elif y is not None:
         y, class_names = _checked_labels(y, class_names, description, len(x), (x_name, y_name))
         counts = class_counts(y, class_names)
         check_classes(description, counts, f"the file needs labels of at least two classes under {y_name}")
-    else:
-        class_names = None
+        fields = {"num_classes": len(class_names), "class_names": class_names, "class_counts": counts, "labels": y}
+    if fields.get("labels") is None and "values" in fields:
+        y = fields.pop("values")
 
     def make_subset(indices: Sequence[int], transform: Callable[[Any], Any] | None) -> Dataset:
         return _TensorSamples(x, y, indices, transform if images else None)
@@ -90,14 +96,48 @@ def tensor_source(
         kind="images" if images else "tensors",
         description=f"{description} ({len(x)} samples of shape {tuple(x.shape[1:])})",
         num_samples=len(x),
-        num_classes=len(class_names) if class_names is not None else None,
-        class_names=class_names,
         make_subset=make_subset,
         in_chans=x.shape[1] if images else None,
         image_size=tuple(x.shape[-2:]) if images else None,
-        class_counts=counts,
-        labels=y,
+        **({"num_classes": None, "class_names": None} | fields),
     )
+
+
+def _target_fields(
+    y: Any, class_names: Any, description: str, num_samples: int, names: tuple[str, str], task: str
+) -> dict[str, Any]:
+    """The `DataSource` fields of a regression's values [N] (or [N, 1]) or a multi-label's 0/1
+    rows [N, K] (``values``: the float targets per sample), read by `zoo.training.data.targets`."""
+    x_name, y_name = names
+    y = _as_tensor(y, description, y_name)
+    if len(y) != num_samples:
+        raise DataError(
+            f"{description}: {plural(num_samples, 'sample')} under {x_name} but {plural(len(y), 'label')} under "
+            f"{y_name}; they must pair up one to one"
+        )
+    if task == "regression":
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = y[:, 0]
+        if y.ndim != 1:
+            raise DataError(
+                f"{description}: {y_name} has shape {tuple(y.shape)}; a regression takes one value per sample"
+            )
+        rows = [(f"sample {i}", value) for i, value in enumerate(y.double().tolist())]
+        targets = read_targets(description, rows, y_name.strip("'"), "regression")
+    else:
+        if y.ndim != 2 or y.shape[1] < 1:
+            raise DataError(
+                f"{description}: {y_name} has shape {tuple(y.shape)}; multi-label takes one 0/1 row per sample, [N, labels]"
+            )
+        names_given = _class_name_list(class_names, description) if class_names is not None else None
+        columns = names_given or [str(i) for i in range(y.shape[1])]
+        if len(columns) != y.shape[1]:
+            raise DataError(
+                f"{description}: 'classes' names {len(columns)} labels, and {y_name} has {y.shape[1]} columns"
+            )
+        rows = [(f"sample {i}", row) for i, row in enumerate(y.tolist())]
+        targets = read_targets(description, rows, y_name.strip("'"), "multi-label", columns=columns)
+    return {**targets.source_fields(), "values": targets.values, "task_note": targets.note}
 
 
 def _checked_samples(x: Any, description: str, x_name: str) -> tuple[torch.Tensor, bool]:
@@ -204,7 +244,7 @@ def _load_tensor_file(path: Path) -> Any:
         ) from error
 
 
-def tensor_file_source(path: Path) -> DataSource:
+def tensor_file_source(path: Path, task: str = "auto") -> DataSource:
     """``.pt``: a tensor, an (x, y) pair or a dict with x/y (images/labels, data/targets,
     features/labels, plus optional class names under ``classes``); ``.npz``: arrays under
     those names; ``.npy``: one array of unlabelled samples."""
@@ -234,4 +274,4 @@ def tensor_file_source(path: Path) -> DataSource:
     else:
         kind = f"a list of {len(content)} items" if isinstance(content, (tuple, list)) else type(content).__name__
         raise DataError(f"{path}: expected a tensor, an (x, y) pair or a dict of tensors, got {kind}")
-    return tensor_source(x, y, class_names, str(path), x_name, y_name)
+    return tensor_source(x, y, class_names, str(path), x_name, y_name, task)

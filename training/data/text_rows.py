@@ -63,9 +63,10 @@ def _csv_error(path: Path, start: int, end: int, error: csv.Error) -> DataError:
     return DataError(f"{path}, line {start}: not valid CSV ({reason})")
 
 
-def csv_rows(path: Path, text: str) -> list[tuple[int, str, str]]:
-    """(line, text, label) of each row of a CSV with a header naming ``text`` and ``label``
-    (other columns are ignored), parsed with the csv module's strict rules."""
+def csv_rows(path: Path, text: str, label: str = "label") -> list[tuple[int, str, str]]:
+    """(line, text, label) of each row of a CSV with a header naming ``text`` and the column
+    ``label`` (--label-field; other columns are ignored), parsed with the csv module's strict rules."""
+    columns = ("text", label)
     csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))  # long texts are fine
     reader = csv.reader(_text_lines(text), strict=True)
     header: list[str] | None = None
@@ -82,16 +83,16 @@ def csv_rows(path: Path, text: str) -> list[tuple[int, str, str]]:
             continue  # a blank line
         if header is None:
             header = [name.strip() for name in fields]
-            missing = [c for c in TEXT_COLUMNS if c not in header]
+            missing = [c for c in columns if c not in header]
             if missing:
                 raise DataError(
-                    f"{path}, line {start}: each row needs the fields {TEXT_COLUMNS}; missing {missing}, found "
+                    f"{path}, line {start}: each row needs the fields {columns}; missing {missing}, found "
                     f"{header}: the first line must be a header naming the columns, e.g. {_CSV_EXAMPLE}"
                 )
-            twice = sorted({c for c in TEXT_COLUMNS if header.count(c) > 1})
+            twice = sorted({c for c in columns if header.count(c) > 1})
             if twice:
                 raise DataError(f"{path}, line {start}: the header names {twice} more than once")
-            text_at, label_at = header.index("text"), header.index("label")
+            text_at, label_at = header.index("text"), header.index(label)
             continue
         if len(fields) != len(header):
             columns = ",".join(header)
@@ -116,10 +117,14 @@ def csv_rows(path: Path, text: str) -> list[tuple[int, str, str]]:
     return rows
 
 
-def jsonl_rows(path: Path, text: str) -> list[tuple[int, str, str]]:
-    """(line, text, label) of each JSON object line; blank lines are skipped."""
+def jsonl_rows(path: Path, text: str, label: str = "label") -> list[tuple[int, str, Any]]:
+    """(line, text, label) of each JSON object line, the label under the key ``label``
+    (--label-field) as the line gives it: a string or a number (as text), a JSON number with a
+    fraction or a list of tags kept as they are (`zoo.training.data.targets` reads them);
+    blank lines are skipped."""
+    columns = ("text", label)
     example = '{"text": "great film", "label": "pos"}'
-    rows: list[tuple[int, str, str]] = []
+    rows: list[tuple[int, str, Any]] = []
     for number, line in enumerate(_text_lines(text), start=1):
         if not line.strip():
             continue
@@ -135,26 +140,25 @@ def jsonl_rows(path: Path, text: str) -> list[tuple[int, str, str]]:
                 f"{path}, line {number}: a JSON {_json_type(row)}, not an object; each line must be one JSON "
                 f"object such as {example}"
             )
-        missing = [c for c in TEXT_COLUMNS if c not in row]
+        missing = [c for c in columns if c not in row]
         if missing:
             raise DataError(
-                f"{path}, line {number}: each row needs the fields {TEXT_COLUMNS}; missing {missing}, found "
-                f"{sorted(row)}"
+                f"{path}, line {number}: each row needs the fields {columns}; missing {missing}, found {sorted(row)}"
             )
-        value, label = row["text"], row["label"]
+        value, found = row["text"], row[label]
         if not isinstance(value, str):
             raise DataError(f'{path}, line {number}: "text" must be a string, got a JSON {_json_type(value)}')
-        if isinstance(label, bool) or not isinstance(label, (str, int)):
+        if isinstance(found, bool) or not isinstance(found, (str, int, float, list)):
             raise DataError(
-                f'{path}, line {number}: "label" must be a class name (string) or class index (integer), got '
-                f"a JSON {_json_type(label)}"
+                f'{path}, line {number}: "{label}" must be a class name (string) or class index (integer), got '
+                f"a JSON {_json_type(found)} (a number with a fraction is a regression's, a list a multi-label's)"
             )
-        label = str(label).strip()
-        if not label:
+        found = found if isinstance(found, (float, list)) else str(found).strip()
+        if found == "":
             raise DataError(f"{path}, line {number}: the label is empty; every row needs its class")
         if not value.strip():
             raise DataError(f"{path}, line {number}: the text is empty; every row needs a text")
-        rows.append((number, value, label))
+        rows.append((number, value, found))
     return rows
 
 
@@ -164,3 +168,59 @@ def _json_type(value: Any) -> str:
     if isinstance(value, bool):
         return "boolean"
     return {dict: "object", list: "array", str: "string", int: "number", float: "number"}.get(type(value), "value")
+
+
+def table_records(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
+    """The columns and the (line, row) of each row of a table: a CSV with a header (the csv
+    module's strict rules; every row as many fields as the header, values as text) or JSON
+    lines (one object a line, values as JSON gives them; the columns are the first's keys);
+    blank lines are skipped, a malformed row is a `DataError` naming its line."""
+    if path.suffix.lower() == ".jsonl":
+        return _jsonl_records(path, text)
+    csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))
+    reader = csv.reader(_text_lines(text), strict=True)
+    header: list[str] | None = None
+    records: list[tuple[int, dict[str, Any]]] = []
+    while True:
+        start = reader.line_num + 1
+        try:
+            fields = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as error:
+            raise _csv_error(path, start, reader.line_num, error) from None
+        if not fields:
+            continue
+        if header is None:
+            header = [name.strip() for name in fields]
+            twice = sorted({name for name in header if header.count(name) > 1})
+            if twice or "" in header:
+                raise DataError(f"{path}, line {start}: the header names {twice or ['']} more than once or not at all")
+            continue
+        if len(fields) != len(header):
+            raise DataError(
+                f"{path}, line {start}: {plural(len(fields), 'field')} where the header ({','.join(header)}) has "
+                f"{len(header)}; fill in every column, and put a value holding a comma in double quotes"
+            )
+        records.append((start, dict(zip(header, fields))))
+    if header is None:
+        raise DataError(f"{path} is empty; expected a header line naming the columns, then one row per sample")
+    return header, records
+
+
+def _jsonl_records(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
+    records: list[tuple[int, dict[str, Any]]] = []
+    for number, line in enumerate(_text_lines(text), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line.rstrip("\r\n"))
+        except json.JSONDecodeError as error:
+            raise DataError(
+                f"{path}, line {number}: not valid JSON ({error.msg}, column {error.colno}); each line must be "
+                "one JSON object"
+            ) from None
+        if not isinstance(row, dict):
+            raise DataError(f"{path}, line {number}: a JSON {_json_type(row)}, not an object; each line must be one")
+        records.append((number, row))
+    return (list(records[0][1]) if records else []), records

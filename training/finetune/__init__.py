@@ -46,13 +46,16 @@ from zoo.training.data.molecules import MoleculeOptions, MoleculeSource
 from zoo.training.finetune import card
 from zoo.training.finetune.defaults import with_data_defaults
 from zoo.training.finetune.distill import Distillation, distillation_step
+from zoo.training.finetune.mlflow_run import finetune_tracking
+from zoo.training.finetune.multi_label import saved_thresholds
 from zoo.training.finetune.options import FinetuneOptions, add_arguments, options_from_args, warn_shared_shards
 from zoo.training.finetune.run_folder import evaluate_and_export, prepare_output
 from zoo.training.finetune.stages import MODES, apply_mode, layer_decay_scale, parameter_levels
 from zoo.training.loop.checkpoint import elastic_resume
 from zoo.training.loop.lr_finder import PLOT_FILE as LR_FINDER_PLOT
 from zoo.training.loop.lr_finder import resumed_lr
-from zoo.training.loop.steps import RegressionStep, StepFn, fold_standardisation
+from zoo.training.loop.steps import MultiLabelStep, RegressionStep, StepFn, fold_standardisation
+from zoo.training.loop.tracking import check_tracking
 from zoo.training.loop.train_config import TrainConfig, config_from_args, given_options
 from zoo.training.loop.trainer import Trainer
 
@@ -98,6 +101,7 @@ class FinetuneResult:
     out: Path
     metrics: dict[str, float]
     history: list[dict[str, float]]
+    mlflow_run_id: str | None = None  # with TrainConfig.track: the MLflow run (also in OUT/mlflow_run.json)
 
 
 def load_for_data(
@@ -182,7 +186,10 @@ def _open_data(
     molecules = options.molecules
     if reads_graphs(resolved):
         molecules = dataclasses.replace(molecules or MoleculeOptions(), graph_model=name)
-    return open_data(data, max_length=options.max_length, molecules=molecules, shuffle_buffer=options.shuffle_buffer)
+    return open_data(
+        data, max_length=options.max_length, molecules=molecules, shuffle_buffer=options.shuffle_buffer,
+        images=options.images,
+    )  # fmt: skip
 
 
 def finetune(
@@ -208,6 +215,7 @@ def finetune(
     given = ({f.name for f in dataclasses.fields(TrainConfig)} if config else set()) if given is None else given
     config = dataclasses.replace(config or TrainConfig(), out_dir=str(out))
     config.resume = config.resume or elastic_resume(out)  # under torchrun --max-restarts: goes on from last.pt
+    check_tracking(config.track)  # MLflow installed, its server answering: said before anything is read or trained
     out = Path(out)
     resolved = _resolved(name)
     source = _open_data(data, options, name, resolved)  # read before out changes
@@ -216,7 +224,8 @@ def finetune(
     model, base = load_for_data(name, source, options.pretrained, options.model_kwargs, resolved)  # before out changes
     main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun, one process checks and clears
     files = prepare_output(out, resume=bool(config.resume), overwrite=options.overwrite) if main_process else None
-    with files.sealing() if files is not None else contextlib.nullcontext():
+    tracking = finetune_tracking(config, out, name, data, source.description, options, main_process)
+    with files.sealing() if files is not None else contextlib.nullcontext(), tracking as tracker:
         if main_process and config.progress:
             print(f"data: {source.description}; {source.describe_classes()}")
         train_set, val_set = _datasets(model, source, val_source, options, config.seed)
@@ -228,15 +237,19 @@ def finetune(
         history = trainer.fit(train_set, val_set)
         model, metrics = _best_model(model, trainer, history)
         if trainer.is_main:
-            _record_data(model, source, base)
+            labels = (
+                saved_thresholds(model, val_set, source.collate_fn, config.batch_size) if source.multi_label else None
+            )
+            _record_data(model, source, base, labels[0] if labels else None)
             model.requires_grad_(True)  # the returned model trains whole again
             zoo.save(model, out, overwrite=True)  # prepare_output let only a run's own files (a resumed run's) stay
-            ran = options.post_training and val_set is not None and source.target is None  # classifiers' report
+            ran = options.post_training and val_set is not None and source.target is None and not source.multi_label
             after = evaluate_and_export(model, val_set, source, config) if ran else None
             details = _details(name, base, source, options, trainer, (train_set, val_set), trainable, defaults)
-            details["epochs_run"] = len(history)
+            details["epochs_run"], details["thresholds"] = len(history), labels[1] if labels else None
+            details["tracking"] = tracker.describe() if tracker is not None else None
             card.write_card(out, model, details, metrics, after, config, options.command)
-    return FinetuneResult(model, out, metrics, history)
+    return FinetuneResult(model, out, metrics, history, tracker.run_id if tracker is not None else None)
 
 
 def _details(
@@ -328,16 +341,23 @@ def _trainer(
         raise InvalidArgumentError(
             f"--loss {options.loss} is a regression loss, and {source.description} holds classes"
         )
+    eval_step_fn = None
+    if (source.target is not None or source.multi_label) and options.distill is not None:
+        raise InvalidArgumentError("distillation (--teacher) is for single-label classifiers; this data is not")
     if source.target is not None:
-        if options.distill is not None:
-            raise InvalidArgumentError("distillation (--teacher) is for classifiers; this data is a regression")
         if step_fn is None:
             step_fn = RegressionStep(source.target["mean"], source.target["std"], options.loss)
+    elif source.multi_label:
+        if step_fn is None:
+            step_fn, eval_step_fn = MultiLabelStep(), MultiLabelStep(keep_scores=True)
     elif options.distill is not None:
         if step_fn is not None:
             raise InvalidArgumentError("pass a custom step_fn or a distill teacher, not both")
         step_fn = distillation_step(options.distill, source, model, config.label_smoothing)
-    return Trainer(model.train(), config, step_fn=step_fn, lr_scale=lr_scale, collate_fn=source.collate_fn)
+    return Trainer(
+        model.train(), config, step_fn=step_fn, eval_step_fn=eval_step_fn, lr_scale=lr_scale,
+        collate_fn=source.collate_fn,
+    )  # fmt: skip
 
 
 def _best_model(
@@ -391,11 +411,13 @@ def _task_details(source: DataSource, options: FinetuneOptions) -> dict[str, Any
     return {"target": source.target, "loss": options.loss if source.target else None, "split": split}
 
 
-def _record_data(model: nn.Module, source: DataSource, base: str | None) -> None:
+def _record_data(model: nn.Module, source: DataSource, base: str | None, thresholds: list[float] | None) -> None:
     """Record in the model's configuration where it started, its classes, a regression's target
-    statistics and the molecule featurizer (predictions take SMILES and come back in the
-    target's units: the standardisation is folded into the head)."""
+    statistics, a multi-label's names and decision ``thresholds``, and the molecule featurizer
+    (predictions take SMILES and come back in the target's units: the standardisation is
+    folded into the head)."""
     extra: dict[str, Any] = {"target": source.target}  # None for classes (a regression's start loses its own)
+    extra["multi_label"] = {"names": source.class_names, "thresholds": thresholds} if source.multi_label else None
     if isinstance(source, MoleculeSource):
         extra["input_format"] = source.input_format
     update_config(model, weights=None, finetuned_from=base, class_names=source.class_names, **extra)
@@ -406,7 +428,7 @@ def _record_data(model: nn.Module, source: DataSource, base: str | None) -> None
 # ---------------------------------------------------------------------------------------------
 # Command line
 
-_SHOWN = ("val_acc", "val_loss", "val_mae", "val_rmse", "val_r2")
+_SHOWN = ("val_acc", "val_loss", "val_mae", "val_rmse", "val_r2", "val_map", "val_f1_micro", "val_f1_macro")
 
 
 def run(args: argparse.Namespace, command: str | None = None) -> FinetuneResult:
@@ -417,6 +439,8 @@ def run(args: argparse.Namespace, command: str | None = None) -> FinetuneResult:
     shown = ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items() if k in _SHOWN)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, only the process that saved
         print(f"saved {result.out} (best epoch {result.metrics.get('epoch')}{': ' + shown if shown else ''})")
+        if (run_id := result.mlflow_run_id) is not None:
+            print(f"MLflow run {run_id} (--track {args.track}); its model: runs:/{run_id}/model")
     return result
 
 

@@ -55,6 +55,7 @@ def write_card(
         *([f"- data loading: {details['loading']}"] if details.get("loading") else []),
         *([f"- distillation: {details['distillation']}"] if details["distillation"] else []),
         f"- epochs run: {details['epochs_run']}" + (" (stopped early)" if details["stopped_early"] else ""),
+        *([f"- tracked in MLflow: {details['tracking']} (mlflow_run.json)"] if details.get("tracking") else []),
         *(
             ["", "Precision auto measured (`zoo.training.loop.speed`):", "", "```", details["speed"], "```"]
             if details.get("speed")
@@ -78,8 +79,17 @@ def _task_lines(model: nn.Module, details: dict[str, Any]) -> list[str]:
     """The card's lines on what the model predicts: the classes, or the regression target and
     its standardisation; the validation split and the inputs' preprocessing."""
     cfg = model.pretrained_cfg
-    target = details.get("target")
-    if target is None:
+    target, multi_label = details.get("target"), cfg.get("multi_label")
+    if multi_label:
+        pairs = ", ".join(f"{n} ({t:.3g})" for n, t in zip(multi_label["names"], multi_label["thresholds"]))
+        lines = [
+            f"- multi-label, {model.num_classes} labels with their decision thresholds: {pairs}",
+            "- one sigmoid per label, binary cross-entropy; the model outputs logits, a label is predicted when its "
+            f"probability reaches its threshold; thresholds: {details.get('thresholds')}",
+            "- metrics: val_map is the mean average precision over the labels with a positive (scikit-learn's "
+            "average_precision_score, macro); val_f1_micro and val_f1_macro are at the thresholds",
+        ]
+    elif target is None:
         lines = [f"- classes ({model.num_classes}): {', '.join(cfg.get('class_names') or [])}"]
     else:
         lines = [

@@ -42,7 +42,8 @@ class FinetuneOptions:
     ``mode`` (see `zoo.training.finetune.stages`), the last ``stages`` in partial mode, ``layer_decay``.
     The model: ``pretrained=False`` starts NAME's architecture from random weights;
     ``model_kwargs`` are architecture options (e.g. ``{"sizes": [64, 32, 16]}`` for a DBN).
-    The data: ``val_data`` replaces the fixed-seed hold-out of ``val_fraction``; ``limit``
+    The data: ``images`` is the folder an image list's paths are under (the list's own folder
+    otherwise); ``val_data`` replaces the fixed-seed hold-out of ``val_fraction``; ``limit``
     keeps that many training samples; ``image_size`` resizes images (the model's own size
     otherwise); ``augment`` is for images; ``max_length`` tokens are kept per text row;
     ``shuffle_buffer`` samples are held to shuffle WebDataset shards (0: their own order).
@@ -58,6 +59,7 @@ class FinetuneOptions:
     pretrained: bool = True
     model_kwargs: Mapping[str, Any] | None = None
     val_data: str | os.PathLike | None = None
+    images: str | os.PathLike | None = None
     val_fraction: float = field(default=0.1, metadata=bounded(Bounds(0, 1, high_open=True)))
     limit: int | None = field(default=None, metadata=bounded(count()))
     image_size: int | None = field(default=None, metadata=bounded(count(1, MAX_IMAGE_SIZE)))
@@ -107,8 +109,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data",
         required=True,
-        help="image folder, .csv/.jsonl of text,label or of smiles,label, .sdf molecules, .pt/.npz tensors, "
-        "or fashion-mnist",
+        help="image folder; image list (a folder with metadata.csv/.jsonl, or a .csv/.jsonl with a file_name "
+        "column: see --images); .csv/.jsonl of text,label or of smiles,label; .sdf molecules; .pt/.npz tensors; "
+        "WebDataset shards; or fashion-mnist",
     )
     parser.add_argument("--out", required=True, help="output directory: model, card, metrics, plots, logs, checkpoints")
     g = parser.add_argument_group("transfer")
@@ -130,7 +133,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="architecture options, e.g. '{\"sizes\": [64, 32, 16]}'",
     )
     _data_arguments(parser.add_argument_group("data"))
-    _molecule_arguments(parser.add_argument_group("molecules"))
+    _molecule_arguments(parser.add_argument_group("labels and molecules"))
     _distillation_arguments(parser.add_argument_group("distillation"))
     for section in ("optimisation", "hardware"):
         add_config_options(parser.add_argument_group(section), section)
@@ -152,6 +155,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _data_arguments(g: argparse._ArgumentGroup) -> None:
     """The ``data`` options: validation, limits, sizes, augmentation, loader workers."""
+    g.add_argument(
+        "--images", metavar="DIR", help="image lists: the folder the list's paths are under (default: its own)"
+    )
     g.add_argument("--val-data", help="separate validation data (default: a fixed-seed hold-out)")
     g.add_argument("--val-fraction", type=_checked(FinetuneOptions, "val_fraction"), default=0.1)
     g.add_argument("--limit", type=_checked(FinetuneOptions, "limit"), help="use only this many training samples")
@@ -182,9 +188,25 @@ def _data_arguments(g: argparse._ArgumentGroup) -> None:
 
 
 def _molecule_arguments(g: argparse._ArgumentGroup) -> None:
-    """The ``molecules`` options: which field is the label, the task, the split, bad rows, the loss."""
-    g.add_argument("--label-field", help="the label's column (CSV/JSONL) or data field (SDF; required there)")
-    g.add_argument("--task", choices=TASKS, default="auto", help="auto: numeric labels are regression, others classes")
+    """The ``labels`` options: which field is the label, the task, the tags' delimiter, the loss;
+    the molecules' split and bad rows."""
+    g.add_argument(
+        "--label-field",
+        help="the label's column (image lists, text rows, molecules: when there are several) or SDF data field",
+    )
+    g.add_argument(
+        "--task",
+        choices=TASKS,
+        default="auto",
+        help="auto: molecules' numeric labels are regression; image lists' and text rows' are when not all whole, "
+        "lists of tags (or 0/1 columns) multi-label, others classes",
+    )
+    g.add_argument(
+        "--label-delimiter",
+        default=" ",
+        metavar="TEXT",
+        help="multi-label: what separates the tags of a CSV field (default a space)",
+    )
     g.add_argument(
         "--split", choices=SPLITS, default="random", help="validation split: random, or by Bemis-Murcko scaffold"
     )
@@ -197,7 +219,7 @@ def _molecule_arguments(g: argparse._ArgumentGroup) -> None:
 def molecules_from_args(args: argparse.Namespace) -> MoleculeOptions | None:
     """The `MoleculeOptions` of the molecule options (None when all are left at their defaults;
     `finetune` adds the model that reads graphs)."""
-    options = MoleculeOptions(args.label_field, args.task, args.split, args.skip_bad_rows)
+    options = MoleculeOptions(args.label_field, args.task, args.split, args.skip_bad_rows, None, args.label_delimiter)
     return None if options == MoleculeOptions() else options
 
 
@@ -266,6 +288,7 @@ def options_from_args(args: argparse.Namespace, command: str | None = None) -> F
         pretrained=not args.scratch,
         model_kwargs=args.model_kwargs,
         val_data=args.val_data,
+        images=args.images,
         val_fraction=args.val_fraction,
         limit=args.limit,
         image_size=args.image_size,

@@ -31,7 +31,7 @@ def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
 
 _PANELS = (
     ("loss", ("loss",)),
-    ("accuracy / F1", ("acc", "f1")),
+    ("accuracy / F1 / mAP", ("acc", "f1", "_map")),
     ("MAE / RMSE", ("mae", "rmse")),
     ("R²", ("_r2",)),
     ("learning rate", ("lr",)),
@@ -46,7 +46,7 @@ def _spans_decades(values: list[float], decades: float = 2.0) -> bool:
 def plot_curves(rows: list[dict[str, float]], path: str | os.PathLike, x: str = "epoch") -> Path:
     """PNG of training curves from per-epoch (or per-step) rows such as ``{"epoch": 1,
     "train_loss": ..., "val_loss": ..., "val_acc": ..., "lr": ...}``: one panel for the keys
-    containing "loss", one for "acc"/"f1", one for a regression's "mae"/"rmse", one for its
+    containing "loss", one for "acc"/"f1"/"_map" (a multi-label's), one for a regression's "mae"/"rmse", one for its
     "_r2", one for "lr"; the loss and learning-rate panels are
     on a log scale when their values are positive and span two decades or more (a regression's
     loss falling from 1 to 1e-6 is flat otherwise); other keys are ignored.
@@ -60,7 +60,7 @@ def plot_curves(rows: list[dict[str, float]], path: str | os.PathLike, x: str = 
     panels = [(title, names) for title, names in panels if names]
     if not panels:
         raise InvalidArgumentError(
-            f"no key containing 'loss', 'acc', 'f1', 'mae', 'rmse', '_r2' or 'lr' among {keys}; nothing to plot"
+            f"no key containing 'loss', 'acc', 'f1', '_map', 'mae', 'rmse', '_r2' or 'lr' among {keys}; nothing to plot"
         )
     fig = figure(figsize=(5.0 * len(panels), 4.0))
     for index, (title, names) in enumerate(panels):

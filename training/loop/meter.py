@@ -2,7 +2,9 @@
 loss, correct predictions and logged scalars, kept on the device, summed over processes at the
 end) and what it reads off a batch and a step output: `count_samples`, `count_correct`, and
 `take_first_samples` for a last evaluation batch padded with repeats. A regression step's
-``sum/`` logs (`zoo.training.loop.steps.regression_sums`) become ``mae``, ``rmse`` and ``r2``."""
+``sum/`` logs (`zoo.training.loop.steps.regression_sums`) become ``mae``, ``rmse`` and ``r2``; a
+multi-label step's ``cat/`` logs (the probabilities and targets of every sample) become ``map``,
+``f1_micro`` and ``f1_macro`` (`multi_label_metrics`)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -22,6 +25,7 @@ class EpochMeter:
 
     def __init__(self) -> None:
         self.sums: dict[str, torch.Tensor | float] = {}
+        self.kept: dict[str, list[torch.Tensor]] = {}  # ``cat/`` logs, concatenated at the end (not checkpointed)
         self.samples = 0
         self.steps = 0
 
@@ -39,6 +43,9 @@ class EpochMeter:
             self._add("correct", correct)
             self._add("counted", counted)
         for key, value in logs.items():
+            if key.startswith("cat/"):
+                self.kept.setdefault(key, []).append(value.detach().float())
+                continue
             value = value.detach().float() if isinstance(value, torch.Tensor) else float(value)
             self._add(key if key.startswith("sum/") else f"log:{key}", value)
         self.steps += 1
@@ -50,6 +57,10 @@ class EpochMeter:
         """Sum over every process (before `result`, under DDP/FSDP)."""
         if not (dist.is_available() and dist.is_initialized()):
             return
+        if self.kept:
+            gathered: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(gathered, {k: torch.cat(v).cpu() for k, v in self.kept.items()})
+            self.kept = {k: [part[k] for part in gathered if k in part] for k in self.kept}
         keys = sorted(self.sums)
         total = torch.tensor([float(self.sums[k]) for k in keys] + [self.samples, self.steps], dtype=torch.float64)
         dist.all_reduce(total)
@@ -68,6 +79,9 @@ class EpochMeter:
                 out[f"{prefix}_{key[4:]}"] = float(value) / max(self.steps, 1)
         if float(self.sums.get("sum/count", 0)):
             out |= {f"{prefix}_{k}": v for k, v in regression_metrics(self.sums).items()}
+        if "cat/scores" in self.kept:
+            scores, targets = (torch.cat(self.kept[k]).cpu().numpy() for k in ("cat/scores", "cat/targets"))
+            out |= {f"{prefix}_{k}": v for k, v in multi_label_metrics(scores, targets).items()}
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -85,6 +99,59 @@ def regression_metrics(sums: Mapping[str, Any]) -> dict[str, float]:
     spread = float(sums["sum/target_squared"]) - float(sums["sum/target"]) ** 2 / n
     r2 = 1.0 - squared / spread if spread > 1e-12 * max(float(sums["sum/target_squared"]), 1.0) else math.nan
     return {"mae": float(sums["sum/abs_error"]) / n, "rmse": math.sqrt(squared / n), "r2": r2}
+
+
+MIN_POSITIVES = 5  # validation positives a label needs for a threshold of its own
+
+
+def best_f1_threshold(scores: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
+    """The threshold on ``scores`` whose decisions (``score >= threshold``) give the best F1
+    against the 0/1 ``truth``, and that F1: halfway between the lowest score taken and the next
+    one below it (0.5 and F1 0 without positives)."""
+    positives = float(truth.sum())
+    if positives == 0 or len(scores) == 0:
+        return 0.5, 0.0
+    order = np.argsort(-scores, kind="stable")
+    ranked, hits = scores[order], truth[order]
+    last = np.flatnonzero(np.r_[ranked[1:] != ranked[:-1], True])  # the last sample of each run of equal scores
+    taken = last + 1.0
+    f1 = 2 * np.cumsum(hits)[last] / (taken + positives)  # 2TP / (2TP + FP + FN), TP + FP = taken
+    best = int(np.argmax(f1))
+    at = last[best]
+    below = ranked[at + 1] if at + 1 < len(ranked) else 0.0
+    return float((ranked[at] + below) / 2), float(f1[best])
+
+
+def multi_label_thresholds(scores: np.ndarray, targets: np.ndarray) -> list[float]:
+    """One decision threshold per label, chosen on validation for the best F1: each label's own
+    where it has `MIN_POSITIVES` positives or more (labels differ in frequency, so one threshold
+    for all under-calls the rare ones), else the best one over every label pooled (a threshold
+    fitted to two or three positives is noise)."""
+    pooled, _ = best_f1_threshold(scores.reshape(-1), targets.reshape(-1))
+    thresholds = []
+    for k in range(scores.shape[1]):
+        enough = targets[:, k].sum() >= MIN_POSITIVES
+        thresholds.append(best_f1_threshold(scores[:, k], targets[:, k])[0] if enough else pooled)
+    return thresholds
+
+
+def multi_label_metrics(scores: np.ndarray, targets: np.ndarray) -> dict[str, float]:
+    """mAP (scikit-learn's ``average_precision_score``, the macro mean over the labels with a
+    positive) and micro and macro F1 at the thresholds `multi_label_thresholds` chooses on the
+    same samples, of probabilities ``scores`` [N, K] against 0/1 ``targets`` [N, K]."""
+    from sklearn.metrics import average_precision_score
+
+    present = targets.sum(0) > 0
+    if not present.any():
+        return {"map": math.nan, "f1_micro": math.nan, "f1_macro": math.nan}
+    ap = float(average_precision_score(targets[:, present], scores[:, present], average="macro"))
+    decided = scores >= np.asarray(multi_label_thresholds(scores, targets))
+    tp = (decided & (targets > 0)).sum(0)
+    fp = (decided & (targets == 0)).sum(0)
+    fn = ((~decided) & (targets > 0)).sum(0)
+    micro = 2 * tp.sum() / max(2 * tp.sum() + fp.sum() + fn.sum(), 1)
+    macro = (2 * tp / np.maximum(2 * tp + fp + fn, 1))[present].mean()
+    return {"map": ap, "f1_micro": float(micro), "f1_macro": float(macro)}
 
 
 def count_correct(out: StepOutput) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -122,7 +189,8 @@ def take_first_samples(out: StepOutput, n: int) -> StepOutput:
         return StepOutput(out.loss.new_zeros(()), None, None, logs)
     logits, targets = out.logits[:n], out.targets[:n]
     if out.per_sample_loss is not None:
-        logs = {**out.logs, **regression_sums(logits, targets)} if "sum/count" in out.logs else out.logs
+        logs = {k: v[:n] if k.startswith("cat/") else v for k, v in out.logs.items()}
+        logs |= regression_sums(logits, targets) if "sum/count" in out.logs else {}
         return StepOutput(out.per_sample_loss[:n].mean(), logits, targets, logs, out.per_sample_loss[:n])
     flat = logits.reshape(-1, logits.shape[-1]).float()
     return StepOutput(F.cross_entropy(flat, targets.reshape(-1)), logits, targets, out.logs)

@@ -227,6 +227,8 @@ def monitor_name(monitor: str | None, eval_step_fn: StepFn, has_val: bool) -> st
         return monitor
     if not has_val:
         return "train_loss"
+    if isinstance(eval_step_fn, MultiLabelStep):
+        return "val_map"
     return "val_acc" if isinstance(eval_step_fn, ClassificationStep) else "val_loss"
 
 
@@ -282,6 +284,32 @@ class RegressionStep:
         predictions = output.detach() * self.std + self.mean
         logs |= regression_sums(predictions, targets)
         return StepOutput(loss, predictions, targets, logs, per_sample.detach())
+
+
+@dataclass
+class MultiLabelStep:
+    """Binary cross-entropy on logits (``BCEWithLogits``: one sigmoid per label) against
+    multi-hot targets [N, K], plus ``aux_loss_weight`` times the model's auxiliary loss. With
+    ``keep_scores`` (the evaluation step) the probabilities and targets go to the epoch's
+    meter as ``cat/`` logs, from which it computes mAP and the F1 scores at the thresholds
+    chosen on them (`zoo.training.loop.meter.multi_label_metrics`)."""
+
+    keep_scores: bool = False
+    aux_loss_weight: float = 1.0
+
+    def __call__(self, model: nn.Module, batch: Any) -> StepOutput:
+        inputs, targets = split_batch(batch)
+        logits, aux_loss, logs = forward_with_aux(model, inputs)
+        logits = logits.float().reshape(targets.shape[0], -1)
+        targets = targets.float().reshape(logits.shape)
+        per_sample = F.binary_cross_entropy_with_logits(logits, targets, reduction="none").mean(-1)
+        loss = per_sample.mean()
+        if aux_loss is not None:
+            logs["aux_loss"] = aux_loss.detach()
+            loss = loss + self.aux_loss_weight * aux_loss
+        if self.keep_scores:
+            logs |= {"cat/scores": logits.detach().sigmoid(), "cat/targets": targets.detach()}
+        return StepOutput(loss, logits.detach(), targets, logs, per_sample.detach())
 
 
 @torch.no_grad()
