@@ -40,6 +40,7 @@ from zoo.loading.saved import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE
 from zoo.store.files import LOCK_FILE, FolderLock, lock_folder, read_json, write_json
 from zoo.training.data.source import DataSource
 from zoo.training.finetune import post_training as after_training
+from zoo.training.finetune.mlflow_run import RUN_FILE as MLFLOW_RUN_FILE
 from zoo.training.loop.checkpoint import BEST_CHECKPOINT, LAST_CHECKPOINT
 from zoo.training.loop.loaders import build_loader
 from zoo.training.loop.lr_finder import PLOT_FILE as LR_FINDER_PLOT
@@ -347,6 +348,7 @@ RUN_OUTPUTS = (
     Output(after_training.REPORT_FILE),
     Output(after_training.CONFUSION_FILE),
     Output(after_training.SUMMARY_FILE),
+    Output(MLFLOW_RUN_FILE),
 )
 
 

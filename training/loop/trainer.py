@@ -75,6 +75,7 @@ from zoo.training.loop.steps import (
     monitor_name,
     move_to_device,
 )
+from zoo.training.loop.tracking import tracked
 from zoo.training.loop.train_config import SCHEDULERS, TrainConfig
 
 __all__ = ["SCHEDULERS", "TrainConfig", "TrainState", "Trainer", "param_groups"]
@@ -129,9 +130,8 @@ class Trainer:
         groups = param_groups(model, start_lr(cfg), cfg.weight_decay, lr_scale)  # after wrapping: FSDP shards them
         self.optimizer = make_optimizer(groups, cfg, fused=self.device.type == "cuda" and not self.fsdp)
         self.scheduler: Any = None
-        self.state = TrainState()
+        self.state, self._meter = TrainState(), EpochMeter()
         self._ticked: float | None = None  # perf_counter of the last `_tick`, while `fit` runs
-        self._meter = EpochMeter()
         self._best_state: dict[str, torch.Tensor] | None = None
         self.logs = RunLogs(cfg, self.out_dir, log)
         self.monitor = monitor_name(cfg.monitor, self.eval_step_fn, has_val=False)
@@ -226,7 +226,7 @@ class Trainer:
             self.load_checkpoint(resumed)
         else:
             seed_everything(cfg.seed + self.rank)
-        self._ticked = time.perf_counter()
+        state, self._ticked = self.state, time.perf_counter()
         if self.out_dir is not None and self.is_main:
             self.logs.open(resumed is not None, self.state.global_step)
         notes = {"precision auto": self.speed_report, "data loading": self.loading_note, "lr auto": self.lr_report}
@@ -235,10 +235,10 @@ class Trainer:
         profiler = start_profiler(self.out_dir, self.device, self.rank) if cfg.profile else None
 
         try:
-            state = self.state
-            while state.epoch < cfg.epochs and state.global_step < epochs.total_steps and not state.stopped_early:
-                elapsed, samples = self._train_epoch(epochs, profiler)
-                self._end_epoch(val_set, elapsed, samples)
+            with tracked(self):  # TrainConfig.track: MLflow (zoo.training.loop.tracking), ended as the run ends
+                while state.epoch < cfg.epochs and state.global_step < epochs.total_steps and not state.stopped_early:
+                    elapsed, samples = self._train_epoch(epochs, profiler)
+                    self._end_epoch(val_set, elapsed, samples)
         except RuntimeError as error:  # a process of the torchrun group is gone: one line, the checkpoint kept
             raise lost_peer(error, self.world_size, self.out_dir) or error  # noqa: B904 (else re-raised as it was)
         finally:
