@@ -15,6 +15,7 @@ import zoo
 from zoo.cli.catalog import format_size
 from zoo.errors import InvalidArgumentError
 from zoo.loading.images import open_image
+from zoo.loading.outputs import output_meaning
 from zoo.store import registry
 from zoo.store.files import check_writable
 from zoo.tokenizer import check_byte_lm, complete
@@ -23,6 +24,11 @@ from zoo.tokenizer import check_byte_lm, complete
 def run_predict(args: argparse.Namespace) -> int:
     from zoo.loading.molecules import name_reads_molecules
 
+    _check_predict_inputs(args)
+    if args.input is not None:
+        from zoo.cli.predict_files import predict_file
+
+        return predict_file(args)
     if name_reads_molecules(args.name):  # a model fine-tuned on molecules: the arguments are SMILES
         from zoo.cli.molecules import predict_smiles
 
@@ -36,8 +42,7 @@ def run_predict(args: argparse.Namespace) -> int:
             "without a classifier): zoo predict needs a classifier's weights"
         )
     preprocess = zoo.transforms(model)
-    cfg = model.pretrained_cfg
-    names = cfg.get("class_names") or (registry.load_categories(cfg["categories"]) if cfg.get("categories") else None)
+    meaning = output_meaning(model.pretrained_cfg)
     progress = tqdm(
         total=len(args.images), desc="zoo predict", unit="img", leave=False, disable=len(args.images) <= args.batch_size
     )
@@ -55,19 +60,36 @@ def run_predict(args: argparse.Namespace) -> int:
                 model = zoo.optimize(model, batch, args.optimize, max_batch_graphs=1)
                 progress.write(f"zoo: {str(model.optimize_report).splitlines()[0]}", file=sys.stderr)
             with torch.no_grad():  # not inference_mode: an optimized model's compiled graph expects no_grad
-                probs = model(batch).softmax(dim=-1)
-            top = probs.topk(min(args.top_k, probs.shape[-1]), dim=-1)
-            lines = []
-            for path, values, indices in zip(paths, top.values, top.indices):
-                lines.append(path)
-                lines += [
-                    f"  {p:7.2%}  {names[i] if names else i} ({i})" for p, i in zip(values.tolist(), indices.tolist())
-                ]
+                answers = meaning.answers(model(batch), args.top_k)
+            lines = [line for path, answer in zip(paths, answers) for line in answer_lines(path, answer)]
             progress.write("\n".join(lines), file=sys.stdout)
             progress.update(len(paths))
     finally:
         progress.close()  # clears the bar, also before an error message
     return 0
+
+
+def answer_lines(shown: str, answer: dict) -> list[str]:
+    """One input's answer as ``zoo predict`` prints it: the input, then its top classes or the
+    labels over their thresholds (percent, name, index) a line each; a value on the input's line."""
+    if "value" in answer:
+        value, target = answer["value"], answer.get("target")
+        text = " ".join(f"{v:.6g}" for v in value) if isinstance(value, list) else f"{value:.6g}"
+        return [f"{shown}\t{text}{f' ({target})' if target else ''}"]
+    found = answer.get("classes", answer.get("labels", []))
+    return [shown, *(f"  {item['score']:7.2%}  {item['label']} ({item['index']})" for item in found)]
+
+
+def _check_predict_inputs(args: argparse.Namespace) -> None:
+    """Inputs as arguments or from --input, one of the two; --format and --out go with --input."""
+    if args.input is not None and args.images:
+        raise InvalidArgumentError(
+            f"pass inputs as arguments or from a file (--input {args.input}), not both; put them all in the file"
+        )
+    if args.input is None and not args.images:
+        raise InvalidArgumentError("no inputs: pass image files or SMILES as arguments, or a file of them with --input")
+    if args.input is None and (args.format or args.out):
+        raise InvalidArgumentError("--format and --out write the rows of an --input file; add --input FILE")
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -106,12 +128,17 @@ def run_finetune(args: argparse.Namespace) -> int:
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    if args.data is not None:
+        return _eval_on_file(args)
+    if args.out or args.device != "cpu":
+        raise InvalidArgumentError("--out and --device go with --data FILE (scoring on your data); add --data")
     from zoo.training.recipes import evaluate
 
     if not registry.is_registered(args.name) and (Path(args.name).expanduser() / "config.json").is_file():
         raise InvalidArgumentError(
             f"{args.name} is a saved folder: zoo eval re-measures a registered entry's card (zoo list --pretrained); "
-            f"a fine-tuning run's own validation figures are in {Path(args.name) / 'metrics.json'}"
+            f"score it on your held-out data with --data FILE (its own validation figures: "
+            f"{Path(args.name) / 'metrics.json'})"
         )
     rows = evaluate.compare(args.name, args.limit)
     print(f"{'evaluation':<24}{'metric':<8}{'claimed':>10}{'measured':>10}")
@@ -127,6 +154,22 @@ def run_eval(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 1
+
+
+def _eval_on_file(args: argparse.Namespace) -> int:
+    """``zoo eval NAME --data FILE``: the task's metrics on the file, printed, and as JSON with --out."""
+    from zoo.training.scoring import format_scores, score_file
+
+    if args.limit is not None:
+        raise InvalidArgumentError("--limit takes the card's slice of its test set; with --data, score a shorter file")
+    if args.out:
+        check_writable(args.out)  # before the model runs
+    scores = score_file(args.name, args.data, device=args.device, batch_size=args.batch_size)
+    print("\n".join(format_scores(scores)))
+    if args.out:
+        Path(args.out).write_text(json.dumps(scores, indent=2) + "\n")
+        print(f"wrote {args.out}")
+    return 0
 
 
 def run_demo(args: argparse.Namespace) -> int:

@@ -90,8 +90,17 @@ def _info_arguments(p: argparse.ArgumentParser) -> None:
 def _predict_arguments(p: argparse.ArgumentParser) -> None:
     from zoo.deploy.optimize_report import PRECISIONS  # light: the optimizer itself loads only with --optimize
 
-    p.add_argument("name", help="arch.tag, or an architecture for its default weights")
-    p.add_argument("images", nargs="+", metavar="INPUT", help="image files; SMILES strings for a molecule model")
+    p.add_argument("name", help="arch.tag, a run folder, or an architecture for its default weights")
+    p.add_argument("images", nargs="*", metavar="INPUT", help="image files; SMILES strings for a molecule model")
+    p.add_argument(
+        "--input",
+        metavar="FILE",
+        help="read the inputs from a file instead: a .csv/.jsonl with a smiles, text or file_name column (an id "
+        "column is kept), a .txt of one SMILES, text or image path a line, or a folder of images",
+    )
+    p.add_argument("--format", choices=("csv", "jsonl"), help="with --input: rows out as CSV or JSON lines (default: "
+                   "the --out file's suffix, else jsonl)")  # fmt: skip
+    p.add_argument("--out", metavar="FILE", help="with --input: write the rows to FILE instead of stdout")
     add_renamed(p, "--topk", p.add_argument("--top-k", type=TOP_K.parse, default=5, help="classes to show per input"))
     p.add_argument(
         "--batch-size",
@@ -136,8 +145,24 @@ def _shards_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _eval_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", help="weight name, e.g. resnet20.fmnist")
+    p.add_argument("name", help="weight name (resnet20.fmnist), or with --data a run folder zoo finetune wrote")
     p.add_argument("--limit", type=EVAL_LIMIT.parse, help="only the first N test samples (the card's slice, e.g. 1000)")
+    p.add_argument(
+        "--data",
+        metavar="FILE",
+        help="score on this labelled data instead of the card's test set: anything zoo finetune --data takes "
+        "(image folder, text rows, tensors, shards, molecules)",
+    )
+    p.add_argument("--out", metavar="FILE", help="with --data: also write the metrics to FILE (JSON)")
+    p.add_argument(
+        "--batch-size",
+        type=BATCH_SIZE.parse,
+        default=PREDICT_BATCH_SIZE,
+        help=f"with --data: samples per forward pass (default: {PREDICT_BATCH_SIZE})",
+    )
+    p.add_argument(
+        "--device", default="cpu", help=DEVICE_HELP + " (with --data; the card's evaluation runs on the CPU)"
+    )
 
 
 def _demo_arguments(p: argparse.ArgumentParser) -> None:
@@ -276,8 +301,8 @@ COMMANDS: dict[str, Command] = {
     ),
     "info": Command("metadata of a weight entry", _info_arguments, Handler("zoo.cli.catalog", "run_info")),
     "predict": Command(
-        "predict with pretrained or fine-tuned weights: top-k classes of images, or values or classes of "
-        "molecules from SMILES",
+        "predict with pretrained or fine-tuned weights: top-k classes, labels or values of images, texts or "
+        "molecules from SMILES, as arguments or from a file (--input)",
         _predict_arguments,
         Handler("zoo.cli.commands", "run_predict"),
     ),
@@ -298,7 +323,7 @@ COMMANDS: dict[str, Command] = {
         Handler("zoo.cli.commands", "run_shards"),
     ),
     "eval": Command(
-        "re-measure a weight entry's card metrics on its test set",
+        "re-measure a weight entry's card metrics on its test set, or score any model on a labelled file (--data)",
         _eval_arguments,
         Handler("zoo.cli.commands", "run_eval"),
     ),

@@ -1,0 +1,226 @@
+"""``zoo eval RUN --data FILE``: a model (a ``zoo finetune`` run folder, a folder `zoo.save`
+wrote, or weights by name) scored on a held-out file of any kind the training readers take
+(`zoo.training.data.kinds.open_data`: image folders, text rows, tensors, shards, molecules).
+
+The file's labels are mapped to the model's outputs by name (the class names, label names or
+target the run saved), so a test file may hold fewer classes than the training data, in another
+order; a class the model does not know is refused by name. The metrics are the task's:
+accuracy and macro-F1 (and top-5 accuracy above five classes) for classes; mAP and micro and
+macro F1 at the saved thresholds for multi-label; MAE, RMSE and R² in the target's units for
+a regression."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+
+import zoo
+from zoo.errors import DataError, InvalidArgumentError
+from zoo.loading.outputs import OutputMeaning, describe_task, output_meaning
+from zoo.store import registry
+from zoo.training.data.kinds import DataSource, open_data
+from zoo.training.data.molecules import MoleculeOptions
+from zoo.training.finetune.report import classification_report
+from zoo.training.loop.meter import regression_metrics
+from zoo.training.loop.steps import move_to_device, regression_sums, split_batch
+
+TEXT_LENGTH = 512  # tokens per text, as zoo finetune's --max-length default
+TOP5_ABOVE = 5  # classes: top-5 accuracy is reported for models of more classes than this
+
+
+def score_file(
+    name: str, data: str | os.PathLike, *, device: str = "cpu", batch_size: int = 64, progress: bool = True
+) -> dict[str, Any]:
+    """The metrics of the model ``name`` on the labelled file ``data`` (see the module docstring),
+    with what was scored: ``{"model", "data", "task", "samples", <metrics>...}``."""
+    model = zoo.load(name, device=device).eval()
+    cfg = model.pretrained_cfg
+    if cfg.get("features_only") or not cfg.get("num_classes"):
+        raise InvalidArgumentError(
+            f"{name} outputs feature maps, not predictions (a features-only model or one without a head): "
+            "zoo eval --data scores a classifier's or a regression's weights"
+        )
+    meaning = output_meaning(cfg)
+    source = _open(name, data, model, meaning)
+    order = _label_order(name, data, source, meaning, int(cfg["num_classes"]))  # before the model runs
+    outputs, targets = _predict(model, source, batch_size, progress)
+    metrics = _metrics(meaning, outputs, _mapped(meaning, targets, order, outputs.shape[1]))
+    return {"model": name, "data": str(data), "task": describe_task(meaning), "samples": len(targets), **metrics}
+
+
+def _open(name: str, data: str | os.PathLike, model: nn.Module, meaning: OutputMeaning) -> DataSource:
+    """The file through the training readers, checked to hold what the model reads and labels of its task."""
+    reads = registry.input_kind(model.pretrained_cfg["architecture"])
+    if reads == "graphs":
+        source = _molecules(name, Path(data).expanduser(), meaning)
+    else:
+        length = min(TEXT_LENGTH, getattr(getattr(model, "config", None), "max_position_embeddings", TEXT_LENGTH))
+        source = open_data(data, max_length=length)
+    holds = source.kind if source.kind != "tensors" else "images" if source.image_size else "vectors"
+    if holds != reads:
+        raise DataError(f"{name} reads {reads}, and {source.description} holds {holds}: score it on {reads}")
+    if meaning.task == "regression" and source.target is None:
+        raise DataError(
+            f"{name} is a {describe_task(meaning)}, and {source.description} holds classes "
+            f"({source.describe_classes()[:120]}): score it on a file whose labels are numbers"
+        )
+    if meaning.task != "regression" and source.target is not None:
+        raise DataError(
+            f"{name} predicts {describe_task(meaning)}, and {source.description} holds numbers "
+            f"({source.describe_classes()}): score it on a file labelled with its classes"
+        )
+    return source
+
+
+def _molecules(name: str, path: Path, meaning: OutputMeaning) -> DataSource:
+    """A molecule file read for the model's task; a regression's label column is the target's
+    name when the file has one, else the reader's choice (the one column besides the SMILES)."""
+    if path.is_dir():
+        raise DataError(
+            f"{name} reads molecules, and {path} is a folder: score it on a .csv/.jsonl with a smiles column, or an .sdf"
+        )
+    task = "regression" if meaning.task == "regression" else "classification"
+    options = MoleculeOptions(task=task, graph_model=name)
+    if meaning.target_name:
+        try:
+            return open_data(
+                path, molecules=MoleculeOptions(task=task, graph_model=name, label_field=meaning.target_name)
+            )
+        except DataError:
+            pass  # no such column: the reader's own choice, and its error if it has none
+    return open_data(path, molecules=options)
+
+
+def _predict(
+    model: nn.Module, source: DataSource, batch_size: int, progress: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's float outputs [N, K] and the file's targets, in file order (on the CPU)."""
+    transform = zoo.transforms(model) if source.kind == "images" else None
+    loader = DataLoader(source.full(transform), batch_size=batch_size, shuffle=False, collate_fn=source.collate_fn)
+    device = next(model.parameters()).device
+    outputs, targets = [], []
+    shown = progress and source.num_samples > 4 * batch_size  # a bar for sets of several batches
+    bar = tqdm(total=source.num_samples, desc="zoo eval", unit="sample", leave=False, disable=not shown)
+    try:
+        with torch.no_grad():
+            for batch in loader:
+                inputs, target = split_batch(batch, other_batches="a file zoo's readers take")
+                inputs = move_to_device(inputs, device)
+                out = model(**inputs) if isinstance(inputs, Mapping) else model(inputs)
+                outputs.append(out.float().reshape(len(target), -1).cpu())
+                targets.append(target.cpu())
+                bar.update(len(target))
+    finally:
+        bar.close()
+    if not outputs:
+        raise DataError(f"{source.description} holds no samples to score")
+    return torch.cat(outputs), torch.cat(targets)
+
+
+def _label_order(
+    name: str, data: str | os.PathLike, source: DataSource, meaning: OutputMeaning, width: int
+) -> torch.Tensor | None:
+    """The model's output index of each of the file's classes (or labels), by name; None for a
+    regression. A class the model does not know is refused by name."""
+    if meaning.task == "regression":
+        return None
+    known = meaning.names or [str(i) for i in range(width)]  # a model without names: classes 0, 1, ...
+    index = {label: i for i, label in enumerate(known)}
+    unknown = [label for label in source.class_names or [] if label not in index]
+    if unknown:
+        what = ("label", "labels") if meaning.task == "multi_label" else ("class", "classes")
+        listed = ", ".join(map(repr, known[:12])) + (", ..." if len(known) > 12 else "")
+        more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+        raise DataError(
+            f"{data}: {what[0]} {unknown[0][:80]!r}{more} is not one of the {len(known)} {what[1]} {name} knows "
+            f"({listed}); drop its samples, or score a model trained on it"
+        )
+    return torch.tensor([index[label] for label in source.class_names or []], dtype=torch.long)
+
+
+def _mapped(meaning: OutputMeaning, targets: torch.Tensor, order: torch.Tensor | None, width: int) -> torch.Tensor:
+    """The file's targets in the model's terms: class indices (or multi-hot columns) renumbered by
+    ``order``; a regression's values as they are (the target's units)."""
+    if order is None:
+        return targets.float().reshape(len(targets), -1)
+    if meaning.task == "classes":
+        return order[targets.long().reshape(-1)]
+    hot = torch.zeros(len(targets), width)
+    hot[:, order] = targets.float().reshape(len(targets), -1)
+    return hot
+
+
+def _metrics(meaning: OutputMeaning, outputs: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:
+    if meaning.task == "regression":
+        return regression_metrics({k: float(v) for k, v in regression_sums(outputs, targets).items()})
+    if meaning.task == "multi_label":
+        thresholds = torch.tensor(meaning.thresholds or [0.5] * outputs.shape[1])
+        return multi_label_metrics(outputs.sigmoid(), targets, thresholds)
+    return class_metrics(outputs, targets, meaning.names)
+
+
+def class_metrics(outputs: torch.Tensor, targets: torch.Tensor, names: list[str] | None) -> dict[str, Any]:
+    """Accuracy and macro-F1 (fractions), top-5 accuracy above five classes, and per class."""
+    report = classification_report(outputs.argmax(-1), targets, outputs.shape[1], names)
+    metrics: dict[str, Any] = {"accuracy": report.accuracy, "macro_f1": report.macro_f1}
+    if outputs.shape[1] > TOP5_ABOVE:
+        hits = (outputs.topk(5, dim=-1).indices == targets.reshape(-1, 1)).any(-1)
+        metrics["top5"] = hits.double().mean().item()
+    return {**metrics, "per_class": report.to_dict()["per_class"]}
+
+
+def multi_label_metrics(probabilities: torch.Tensor, targets: torch.Tensor, thresholds: torch.Tensor) -> dict[str, Any]:
+    """mAP (average precision per label, over the labels with a positive sample; scikit-learn's
+    ``average_precision_score``), and micro and macro F1 of the decisions at ``thresholds``."""
+    truth = targets > 0.5
+    decided = probabilities >= thresholds
+    tp = (decided & truth).sum(0).double()
+    fp = (decided & ~truth).sum(0).double()
+    fn = (~decided & truth).sum(0).double()
+    denominator = 2 * tp + fp + fn
+    f1 = torch.where(denominator > 0, 2 * tp / denominator.clamp(min=1), torch.zeros_like(tp))
+    micro = 2 * tp.sum() / max(float(denominator.sum()), 1.0)
+    precisions = [average_precision(probabilities[:, j], truth[:, j]) for j in range(truth.shape[1])]
+    present = [p for p in precisions if not math.isnan(p)]
+    return {
+        "map": sum(present) / len(present) if present else math.nan,
+        "micro_f1": float(micro),
+        "macro_f1": f1.mean().item() if len(f1) else math.nan,
+    }
+
+
+def average_precision(scores: torch.Tensor, truth: torch.Tensor) -> float:
+    """The area under one label's precision-recall curve as scikit-learn sums it (precision at
+    each distinct score, weighted by the recall it adds); NaN for a label without positives."""
+    positives = int(truth.sum())
+    if positives == 0:
+        return math.nan
+    order = torch.argsort(scores, descending=True, stable=True)
+    scores, hits = scores[order], truth[order].double()
+    last_of_score = torch.ones(len(scores), dtype=torch.bool)
+    last_of_score[:-1] = scores[1:] != scores[:-1]  # ties count together, at their last position
+    tp = hits.cumsum(0)[last_of_score]
+    seen = torch.arange(1, len(scores) + 1, dtype=torch.double)[last_of_score]
+    recall_gain = torch.diff(tp, prepend=torch.zeros(1)) / positives
+    return float((recall_gain * tp / seen).sum())
+
+
+def format_scores(scores: Mapping[str, Any]) -> list[str]:
+    """The lines ``zoo eval --data`` prints: what was scored, then one metric a line."""
+    lines = [f"{scores['model']} on {scores['data']}: {scores['samples']} samples, {scores['task']}"]
+    for key, value in scores.items():
+        if key in ("model", "data", "task", "samples") or not isinstance(value, float):
+            continue
+        lines.append(f"  {key:<10}{value:.4f}")
+    return lines
+
+
+__all__ = ["average_precision", "class_metrics", "format_scores", "multi_label_metrics", "score_file"]

@@ -1,0 +1,222 @@
+"""``zoo predict NAME --input FILE``: every row of a file of SMILES, texts or image paths
+(`zoo.cli.input_rows`) through the model, in batches, out as JSON lines or CSV in the input's
+order, each with its line (and id, when the file has an id column). The answer is the one
+`zoo.loading.outputs` gives ``zoo serve`` too: the top-k classes, a regression's value in the
+target's units, or every label over its threshold. A row that cannot be predicted (a bad
+SMILES, a missing image) gets an ``error`` and the others go on; the count goes to stderr."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import json
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+import torch.nn as nn
+from tqdm import tqdm
+
+import zoo
+from zoo.cli.input_rows import COLUMNS, InputRow, check_input_file, read_inputs
+from zoo.errors import DataError, InvalidArgumentError, ZooError
+from zoo.loading.images import open_image
+from zoo.loading.molecules import graph_or_problem, parse_smiles, reads_molecules
+from zoo.loading.outputs import OutputMeaning, output_meaning
+from zoo.store import registry
+from zoo.store.files import check_writable
+from zoo.tokenizer import ByteTokenizer
+
+TEXT_LENGTH = 512  # tokens per text, as zoo finetune's --max-length default
+FORMATS = ("csv", "jsonl")
+
+
+def predict_file(args: argparse.Namespace) -> int:
+    """Run ``zoo predict NAME --input FILE`` (see the module docstring)."""
+    path = Path(args.input).expanduser()
+    check_input_file(path)  # before the model loads
+    form = output_format(args.format, args.out)
+    if args.out:
+        check_writable(args.out)
+    model = zoo.load(args.name, device=args.device).eval()
+    kind = model_input(model, args.name)
+    rows = read_inputs(path, kind)
+    meaning = output_meaning(model.pretrained_cfg)
+    run = _runner(model, kind)
+    top_k = min(args.top_k, model.pretrained_cfg.get("num_classes") or args.top_k)
+    with _opened(args.out) as stream:
+        write = _writer(form, stream, meaning, top_k, any(row.id is not None for row in rows))
+        bar = tqdm(total=len(rows), desc="zoo predict", unit="row", leave=False, disable=len(rows) <= args.batch_size)
+        try:
+            for start in range(0, len(rows), args.batch_size):
+                chunk = rows[start : start + args.batch_size]
+                for row, answer in zip(chunk, _answers(run, chunk, meaning, top_k)):
+                    write(row, answer)
+                bar.update(len(chunk))
+        finally:
+            bar.close()
+    return _summary(path, rows, args.out)
+
+
+def output_format(given: str | None, out: str | None) -> str:
+    """--format, else the --out file's suffix (.csv or .jsonl), else JSON lines."""
+    if given:
+        return given
+    suffix = Path(out).suffix.lower().lstrip(".") if out else ""
+    return suffix if suffix in FORMATS else "jsonl"
+
+
+def model_input(model: nn.Module, name: str) -> str:
+    """What a model's --input rows hold (molecules, text or images), refusing other models by name."""
+    cfg = model.pretrained_cfg
+    kind = "molecules" if reads_molecules(cfg) else registry.input_kind(cfg["architecture"])
+    if kind not in COLUMNS:
+        raise InvalidArgumentError(f"{name} reads {kind}; zoo predict --input takes models of images, texts or SMILES")
+    if cfg.get("features_only") or not cfg.get("num_classes"):
+        raise InvalidArgumentError(
+            f"{name} outputs feature maps, not predictions (a features-only model or one without a head): "
+            "zoo predict needs a classifier's or a regression's weights"
+        )
+    if kind == "text" and cfg.get("head") != "sequence_classification":
+        raise InvalidArgumentError(
+            f"{name} has head {cfg.get('head')!r}; zoo predict --input takes text classifiers (head "
+            "sequence_classification): continue prompts with zoo generate"
+        )
+    return kind
+
+
+Runner = Callable[[list[InputRow]], torch.Tensor | None]
+
+
+def _runner(model: nn.Module, kind: str) -> Runner:
+    """A function from a batch of rows to the model's outputs for the rows that can be read
+    (each row it cannot read gets its ``error``); None when none can."""
+    device = next(model.parameters()).device
+    if kind == "molecules":
+        return lambda rows: _molecules(model, device, rows)
+    if kind == "images":
+        preprocess = zoo.transforms(model)
+        return lambda rows: _images(model, device, preprocess, rows)
+    length = min(TEXT_LENGTH, getattr(model.config, "max_position_embeddings", TEXT_LENGTH))
+    tokenizer = ByteTokenizer()
+
+    def texts(rows: list[InputRow]) -> torch.Tensor:
+        ids, mask = tokenizer([row.value for row in rows], max_length=length)  # type: ignore[misc]
+        return model(input_ids=ids.to(device), attention_mask=mask.to(device))
+
+    return texts
+
+
+def _molecules(model: nn.Module, device: torch.device, rows: list[InputRow]) -> torch.Tensor | None:
+    import zoo.architectures.graph  # noqa: F401  (first: it imports PyG with its import-time warnings silenced)
+
+    # isort: split
+    from torch_geometric.data import Batch
+
+    graphs = []
+    for row in rows:
+        graph, problem = graph_or_problem(parse_smiles(row.value or ""))
+        if graph is None:
+            row.error = f"not a usable SMILES ({problem})"
+        else:
+            graphs.append(graph)
+    return model(Batch.from_data_list(graphs).to(device)) if graphs else None
+
+
+def _images(model: nn.Module, device: torch.device, preprocess: Any, rows: list[InputRow]) -> torch.Tensor | None:
+    images = []
+    for row in rows:
+        try:
+            images.append(preprocess(open_image(row.path or "", name=row.value)))
+        except ZooError as error:
+            row.error = str(error)
+    return model(torch.stack(images).to(device)) if images else None
+
+
+def _answers(run: Runner, rows: list[InputRow], meaning: OutputMeaning, top_k: int) -> list[dict[str, Any] | None]:
+    """Each row's answer, None for a row with an error, in the rows' order."""
+    readable = [row for row in rows if row.error is None]
+    with torch.no_grad():
+        outputs = run(readable) if readable else None  # a row it cannot read gets its error
+    answers = iter(meaning.answers(outputs, top_k) if outputs is not None else [])
+    return [next(answers) if row.error is None else None for row in rows]
+
+
+@contextlib.contextmanager
+def _opened(out: str | None) -> Iterator[IO[str]]:
+    if out is None:
+        yield sys.stdout
+        return
+    with open(out, "w", encoding="utf-8", newline="") as stream:
+        yield stream
+
+
+Write = Callable[[InputRow, dict[str, Any] | None], None]
+
+
+def _writer(form: str, stream: IO[str], meaning: OutputMeaning, top_k: int, ids: bool) -> Write:
+    """A function that writes one row's answer (or its error) to ``stream`` as ``form`` says."""
+    if form == "jsonl":
+
+        def write_json(row: InputRow, answer: dict[str, Any] | None) -> None:
+            head = {"line": row.line, **({"id": row.id} if ids else {}), "input": row.value}
+            stream.write(json.dumps({**head, **(answer or {"error": row.error})}, ensure_ascii=False) + "\n")
+
+        return write_json
+    columns = csv_columns(meaning, top_k)
+    table = csv.writer(stream)
+    table.writerow(["line", *(["id"] if ids else []), "input", *columns, "error"])
+
+    def write_csv(row: InputRow, answer: dict[str, Any] | None) -> None:
+        cells = csv_cells(answer, len(columns)) if answer is not None else [""] * len(columns)
+        table.writerow([row.line, *([row.id or ""] if ids else []), row.value or "", *cells, row.error or ""])
+
+    return write_csv
+
+
+def csv_columns(meaning: OutputMeaning, top_k: int) -> list[str]:
+    """The answer's CSV columns: label_1, score_1... (classes), value, or labels and scores."""
+    if meaning.task == "regression":
+        return ["value"]
+    if meaning.task == "multi_label":
+        return ["labels", "scores"]
+    return [f"{column}_{i}" for i in range(1, top_k + 1) for column in ("label", "score")]
+
+
+def csv_cells(answer: dict[str, Any], width: int) -> list[str]:
+    """One answer as CSV cells: multi-label names and scores joined by spaces (fastai's tags)."""
+    if "value" in answer:
+        value = answer["value"]
+        return [" ".join(f"{v:.6g}" for v in value) if isinstance(value, list) else f"{value:.6g}"]
+    if "labels" in answer:
+        found = answer["labels"]
+        return [" ".join(item["label"] for item in found), " ".join(f"{item['score']:.4f}" for item in found)]
+    cells = [cell for item in answer["classes"] for cell in (item["label"], f"{item['score']:.4f}")]
+    return cells + [""] * (width - len(cells))
+
+
+def _summary(path: Path, rows: list[InputRow], out: str | None) -> int:
+    """The count of rows not predicted on stderr; none predicted at all is an error."""
+    failed = [row for row in rows if row.error is not None]
+    where = f" in {out}" if out else ""
+    if failed and len(failed) == len(rows):
+        raise DataError(
+            f"{path}: none of its {len(rows)} rows could be predicted (line {failed[0].line}: {failed[0].error}); "
+            "check that the file holds what the model reads"
+        )
+    if failed:
+        first = failed[0]
+        print(
+            f"zoo predict: {len(failed)} of {len(rows)} rows not predicted (their error field{where} says why; "
+            f"the first, line {first.line}: {first.error})",
+            file=sys.stderr,
+        )
+    elif out:
+        print(f"zoo predict: wrote {len(rows)} rows to {out}", file=sys.stderr)
+    return 0
+
+
+__all__ = ["csv_cells", "csv_columns", "model_input", "output_format", "predict_file"]
