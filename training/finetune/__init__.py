@@ -51,6 +51,7 @@ from zoo.training.finetune.multi_label import saved_thresholds
 from zoo.training.finetune.options import FinetuneOptions, add_arguments, options_from_args, warn_shared_shards
 from zoo.training.finetune.run_folder import evaluate_and_export, prepare_output
 from zoo.training.finetune.stages import MODES, apply_mode, layer_decay_scale, parameter_levels
+from zoo.training.loop.callbacks import Callback
 from zoo.training.loop.checkpoint import elastic_resume
 from zoo.training.loop.lr_finder import PLOT_FILE as LR_FINDER_PLOT
 from zoo.training.loop.lr_finder import resumed_lr
@@ -201,6 +202,7 @@ def finetune(
     config: TrainConfig | None = None,
     step_fn: StepFn | None = None,
     given: Collection[str] | None = None,
+    callbacks: Sequence[Callback] | None = None,
 ) -> FinetuneResult:
     """Fine-tune NAME on ``data`` and save the best epoch's model to ``out`` (see the module
     docstring): ``options`` say which weights train, on what data, with what teacher and
@@ -210,7 +212,7 @@ def finetune(
     ``options.overwrite`` the files an earlier run wrote there are removed first. The config
     fields not in ``given`` take the data's own defaults where it has some (molecules:
     `zoo.training.finetune.defaults`); ``given`` is every field when a ``config`` is passed
-    without it, none without a ``config``."""
+    without it, none without a ``config``. ``callbacks`` are the Trainer's (`zoo.training.loop.callbacks`)."""
     options = options or FinetuneOptions()
     given = ({f.name for f in dataclasses.fields(TrainConfig)} if config else set()) if given is None else given
     config = dataclasses.replace(config or TrainConfig(), out_dir=str(out))
@@ -233,7 +235,7 @@ def finetune(
         if main_process and config.progress and defaults:
             print(defaults)
         trainable = apply_mode(model, options.mode, options.stages)
-        trainer = _trainer(model, source, options, config, step_fn)
+        trainer = _trainer(model, source, options, config, step_fn, callbacks)
         history = trainer.fit(train_set, val_set)
         model, metrics = _best_model(model, trainer, history)
         if trainer.is_main:
@@ -333,7 +335,12 @@ def _open_validation(
 
 
 def _trainer(
-    model: nn.Module, source: DataSource, options: FinetuneOptions, config: TrainConfig, step_fn: StepFn | None
+    model: nn.Module,
+    source: DataSource,
+    options: FinetuneOptions,
+    config: TrainConfig,
+    step_fn: StepFn | None,
+    callbacks: Sequence[Callback] | None = None,
 ) -> Trainer:
     """The Trainer of the run: layer-wise lr decay, and the teacher's step when distilling."""
     lr_scale = layer_decay_scale(model, options.layer_decay) if options.layer_decay is not None else None
@@ -356,7 +363,7 @@ def _trainer(
         step_fn = distillation_step(options.distill, source, model, config.label_smoothing)
     return Trainer(
         model.train(), config, step_fn=step_fn, eval_step_fn=eval_step_fn, lr_scale=lr_scale,
-        collate_fn=source.collate_fn,
+        collate_fn=source.collate_fn, callbacks=callbacks,
     )  # fmt: skip
 
 

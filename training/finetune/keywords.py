@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torch.utils.data import Dataset
@@ -28,6 +28,7 @@ from zoo.training.data.augment import Augment
 from zoo.training.data.molecules import MoleculeOptions
 from zoo.training.finetune.distill import Distillation
 from zoo.training.finetune.options import FinetuneOptions
+from zoo.training.loop.callbacks import Callback
 from zoo.training.loop.train_config import TrainConfig, option_fields
 
 __all__ = ["KEYWORDS", "finetune"]
@@ -63,7 +64,12 @@ KEYWORDS = frozenset({*TRAIN_FIELDS, *OPTION_FIELDS, *MOLECULE_FIELDS, *AUGMENT_
 
 
 def finetune(
-    name: str, data: str | os.PathLike | Dataset, out: str | os.PathLike, **flags: Any
+    name: str,
+    data: str | os.PathLike | Dataset,
+    out: str | os.PathLike,
+    *,
+    callbacks: Sequence[Callback] | None = None,
+    **flags: Any,
 ) -> finetune_package.FinetuneResult:
     """Fine-tune NAME on ``data`` (a path ``--data`` takes, or a Dataset) and save the best
     epoch's model, card, metrics and curves to ``out``, as ``zoo finetune NAME --data DATA
@@ -71,7 +77,8 @@ def finetune(
     mode="partial", val_data="val/", task="regression", progress=False`` (the module
     docstring says how flags become keywords). Returns the `FinetuneResult`: the model (best
     epoch, on CPU), ``out``, the best epoch's metrics and the history. An unknown keyword is
-    an `InvalidArgumentError` naming it and the close ones."""
+    an `InvalidArgumentError` naming it and the close ones. ``callbacks``, ``fn(trainer, metrics)``
+    after each epoch, are the Trainer's (`zoo.training.loop.callbacks`; ``zoo tune`` prunes with one)."""
     fields = _by_field(flags)
     given = {key for key in fields if key in TRAIN_FIELDS}
     config = TrainConfig(**{key: fields[key] for key in given}, out_dir=os.fspath(out))
@@ -80,7 +87,7 @@ def finetune(
         shown = ", ".join([repr(name), repr(os.fspath(data)) if isinstance(data, (str, os.PathLike)) else "DATASET"])
         keywords = "".join(f", {key}={value!r}" for key, value in flags.items())
         options = dataclasses.replace(options, command=f"zoo.finetune({shown}, {os.fspath(out)!r}{keywords})")
-    return finetune_package.finetune(name, data, out, options, config=config, given=given)
+    return finetune_package.finetune(name, data, out, options, config=config, given=given, callbacks=callbacks)
 
 
 def _by_field(flags: Mapping[str, Any]) -> dict[str, Any]:
