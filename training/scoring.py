@@ -11,6 +11,8 @@ a regression."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 import os
 from collections.abc import Mapping
@@ -37,10 +39,19 @@ TOP5_ABOVE = 5  # classes: top-5 accuracy is reported for models of more classes
 
 
 def score_file(
-    name: str, data: str | os.PathLike, *, device: str = "cpu", batch_size: int = 64, progress: bool = True
+    name: str,
+    data: str | os.PathLike,
+    *,
+    device: str = "cpu",
+    batch_size: int = 64,
+    progress: bool = True,
+    reading: MoleculeOptions | None = None,
+    images: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """The metrics of the model ``name`` on the labelled file ``data`` (see the module docstring),
-    with what was scored: ``{"model", "data", "task", "samples", <metrics>...}``."""
+    with what was scored: ``{"model", "data", "task", "samples", <metrics>...}``. ``reading``
+    says which field is the label and what separates tags (its task is the model's); ``images``
+    is the folder an image list's paths are under."""
     model = zoo.load(name, device=device).eval()
     cfg = model.pretrained_cfg
     if cfg.get("features_only") or not cfg.get("num_classes"):
@@ -49,54 +60,43 @@ def score_file(
             "zoo eval --data scores a classifier's or a regression's weights"
         )
     meaning = output_meaning(cfg)
-    source = _open(name, data, model, meaning)
+    source = _open(name, data, model, meaning, reading or MoleculeOptions(), images)
     order = _label_order(name, data, source, meaning, int(cfg["num_classes"]))  # before the model runs
     outputs, targets = _predict(model, source, batch_size, progress)
     metrics = _metrics(meaning, outputs, _mapped(meaning, targets, order, outputs.shape[1]))
     return {"model": name, "data": str(data), "task": describe_task(meaning), "samples": len(targets), **metrics}
 
 
-def _open(name: str, data: str | os.PathLike, model: nn.Module, meaning: OutputMeaning) -> DataSource:
-    """The file through the training readers, checked to hold what the model reads and labels of its task."""
+TASKS = {"classes": "classification", "regression": "regression", "multi_label": "multi-label"}
+
+
+def _open(
+    name: str,
+    data: str | os.PathLike,
+    model: nn.Module,
+    meaning: OutputMeaning,
+    reading: MoleculeOptions,
+    images: str | os.PathLike | None,
+) -> DataSource:
+    """The file through the training readers, read for the model's task, checked to hold what the model reads."""
     reads = registry.input_kind(model.pretrained_cfg["architecture"])
-    if reads == "graphs":
-        source = _molecules(name, Path(data).expanduser(), meaning)
-    else:
-        length = min(TEXT_LENGTH, getattr(getattr(model, "config", None), "max_position_embeddings", TEXT_LENGTH))
-        source = open_data(data, max_length=length)
+    if reads == "graphs" and Path(data).expanduser().is_dir():
+        raise DataError(
+            f"{name} reads molecules, and {data} is a folder: score it on a .csv/.jsonl with a smiles column"
+        )
+    reading = dataclasses.replace(reading, task=TASKS[meaning.task], graph_model=name if reads == "graphs" else None)
+    length = min(TEXT_LENGTH, getattr(getattr(model, "config", None), "max_position_embeddings", TEXT_LENGTH))
+    source = None
+    if reading.label_field is None and meaning.target_name:  # a regression's column is named as its target
+        with contextlib.suppress(DataError):
+            named = dataclasses.replace(reading, label_field=meaning.target_name)
+            source = open_data(data, max_length=length, molecules=named, images=images)
+    if source is None:
+        source = open_data(data, max_length=length, molecules=reading, images=images)
     holds = source.kind if source.kind != "tensors" else "images" if source.image_size else "vectors"
     if holds != reads:
         raise DataError(f"{name} reads {reads}, and {source.description} holds {holds}: score it on {reads}")
-    if meaning.task == "regression" and source.target is None:
-        raise DataError(
-            f"{name} is a {describe_task(meaning)}, and {source.description} holds classes "
-            f"({source.describe_classes()[:120]}): score it on a file whose labels are numbers"
-        )
-    if meaning.task != "regression" and source.target is not None:
-        raise DataError(
-            f"{name} predicts {describe_task(meaning)}, and {source.description} holds numbers "
-            f"({source.describe_classes()}): score it on a file labelled with its classes"
-        )
     return source
-
-
-def _molecules(name: str, path: Path, meaning: OutputMeaning) -> DataSource:
-    """A molecule file read for the model's task; a regression's label column is the target's
-    name when the file has one, else the reader's choice (the one column besides the SMILES)."""
-    if path.is_dir():
-        raise DataError(
-            f"{name} reads molecules, and {path} is a folder: score it on a .csv/.jsonl with a smiles column, or an .sdf"
-        )
-    task = "regression" if meaning.task == "regression" else "classification"
-    options = MoleculeOptions(task=task, graph_model=name)
-    if meaning.target_name:
-        try:
-            return open_data(
-                path, molecules=MoleculeOptions(task=task, graph_model=name, label_field=meaning.target_name)
-            )
-        except DataError:
-            pass  # no such column: the reader's own choice, and its error if it has none
-    return open_data(path, molecules=options)
 
 
 def _predict(
@@ -179,7 +179,9 @@ def class_metrics(outputs: torch.Tensor, targets: torch.Tensor, names: list[str]
 
 def multi_label_metrics(probabilities: torch.Tensor, targets: torch.Tensor, thresholds: torch.Tensor) -> dict[str, Any]:
     """mAP (average precision per label, over the labels with a positive sample; scikit-learn's
-    ``average_precision_score``), and micro and macro F1 of the decisions at ``thresholds``."""
+    ``average_precision_score``), and micro and macro F1 (over the labels with a positive sample,
+    as the training metrics) of the decisions at ``thresholds``: the names of ``val_map``,
+    ``val_f1_micro`` and ``val_f1_macro``."""
     truth = targets > 0.5
     decided = probabilities >= thresholds
     tp = (decided & truth).sum(0).double()
@@ -190,10 +192,11 @@ def multi_label_metrics(probabilities: torch.Tensor, targets: torch.Tensor, thre
     micro = 2 * tp.sum() / max(float(denominator.sum()), 1.0)
     precisions = [average_precision(probabilities[:, j], truth[:, j]) for j in range(truth.shape[1])]
     present = [p for p in precisions if not math.isnan(p)]
+    seen = truth.any(0)
     return {
         "map": sum(present) / len(present) if present else math.nan,
-        "micro_f1": float(micro),
-        "macro_f1": f1.mean().item() if len(f1) else math.nan,
+        "f1_micro": float(micro),
+        "f1_macro": f1[seen].mean().item() if seen.any() else math.nan,
     }
 
 

@@ -130,8 +130,13 @@ def run_finetune(args: argparse.Namespace) -> int:
 def run_eval(args: argparse.Namespace) -> int:
     if args.data is not None:
         return _eval_on_file(args)
-    if args.out or args.device != "cpu":
-        raise InvalidArgumentError("--out and --device go with --data FILE (scoring on your data); add --data")
+    flags = {
+        "--out": args.out, "--images": args.images, "--label-field": args.label_field,
+        "--device": args.device != "cpu", "--label-delimiter": args.label_delimiter != " ",
+    }  # fmt: skip
+    given = [flag for flag, value in flags.items() if value]
+    if given:
+        raise InvalidArgumentError(f"{', '.join(given)} go(es) with --data FILE (scoring on your data); add --data")
     from zoo.training.recipes import evaluate
 
     if not registry.is_registered(args.name) and (Path(args.name).expanduser() / "config.json").is_file():
@@ -164,7 +169,12 @@ def _eval_on_file(args: argparse.Namespace) -> int:
         raise InvalidArgumentError("--limit takes the card's slice of its test set; with --data, score a shorter file")
     if args.out:
         check_writable(args.out)  # before the model runs
-    scores = score_file(args.name, args.data, device=args.device, batch_size=args.batch_size)
+    from zoo.training.data.molecules import MoleculeOptions
+
+    reading = MoleculeOptions(label_field=args.label_field, label_delimiter=args.label_delimiter)
+    scores = score_file(
+        args.name, args.data, device=args.device, batch_size=args.batch_size, reading=reading, images=args.images
+    )
     print("\n".join(format_scores(scores)))
     if args.out:
         Path(args.out).write_text(json.dumps(scores, indent=2) + "\n")

@@ -154,6 +154,13 @@ def _eval_arguments(p: argparse.ArgumentParser) -> None:
         "(image folder, text rows, tensors, shards, molecules)",
     )
     p.add_argument("--out", metavar="FILE", help="with --data: also write the metrics to FILE (JSON)")
+    p.add_argument("--images", metavar="DIR", help="with --data LIST: the folder the list's paths are under")
+    p.add_argument(
+        "--label-field", help="with --data: the label's column when there are several (default: the target's name)"
+    )
+    p.add_argument(
+        "--label-delimiter", default=" ", metavar="TEXT", help="multi-label: what separates a CSV field's tags"
+    )
     p.add_argument(
         "--batch-size",
         type=BATCH_SIZE.parse,
