@@ -34,14 +34,14 @@ import torch
 SETS = ("nci-tpsa", "chembl2321810", "freesolv", "solubility")
 # variant -> (architecture, options on top of the recipe's MODEL_KWARGS)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    "gin3": ("gin3", {}),
+    "gin3": ("gin3", {}),  # its default width: 128 since 2026-11-28
+    "gin3_h64": ("gin3", {"hidden_channels": 64}),
     "gin_sum": ("gin_sum", {}),
     "gin_sopool": ("gin_sopool", {}),
     "gin3_h128": ("gin3", {"hidden_channels": 128}),
     "gin_sum_h128": ("gin_sum", {"hidden_channels": 128}),
     "gin_sopool_h128": ("gin_sopool", {"hidden_channels": 128}),
     "gin3_h128_l5": ("gin3", {"hidden_channels": 128, "num_layers": 5}),
-    "gin3_drop": ("gin3", {"dropout": 0.1}),
     "gin3_h128_drop": ("gin3", {"hidden_channels": 128, "dropout": 0.1}),
     "gin3_h256": ("gin3", {"hidden_channels": 256}),
     "gin_sum_h256": ("gin_sum", {"hidden_channels": 256}),

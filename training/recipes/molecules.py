@@ -47,11 +47,15 @@ ARCHS = ("gin3", "gin_sum", "gin_sopool")  # what the cards compare: labels of V
 # label -> (architecture, its options); "gin3, readout before 2026-11" is the replacement of the sum
 # that gin3's readout was until then: moment and triangles only, moments L2-normalised per graph
 VARIANTS = {label: (label, {}) for label in ARCHS} | {
-    "gin3, readout before 2026-11": ("gin3", {"first_order": False, "l2": True, "start_as_sum": False})
+    "gin3": ("gin3", GIN3),
+    "gin3, readout before 2026-11": (
+        "gin3",
+        {"hidden_channels": 64, "first_order": False, "l2": True, "start_as_sum": False},
+    ),
 }
-MODEL_KWARGS = {"hidden_channels": 64, "num_layers": 4, "head": "graph_regression"}
-# gin3's readout, written into the entries so the weights load whatever gin3's defaults become
-READOUT = {"first_order": True, "moment": True, "triangle": True, "l2": False}
+MODEL_KWARGS = {"num_layers": 4, "head": "graph_regression"}  # each model's own width: what zoo finetune gives
+# gin3's width and readout, written into the entries so the weights load whatever gin3's defaults become
+GIN3 = {"hidden_channels": 128, "first_order": True, "moment": True, "triangle": True, "l2": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,7 +221,7 @@ def run(
         wall_time_s=clock.seconds,
         hyperparameters=_hyperparameters(config),
     )
-    kwargs = {"in_channels": source.in_chans, "edge_dim": source.edge_dim, **MODEL_KWARGS, **READOUT}
+    kwargs = {"in_channels": source.in_chans, "edge_dim": source.edge_dim, **MODEL_KWARGS, **GIN3}
     entry = publish(
         model, recipe.name, title=recipe.title, task=task, metrics={task: evaluate(model, task)},
         provenance=provenance, history=history, model_kwargs=kwargs, default=False, root=out,
@@ -240,8 +244,9 @@ def run(
 
 def _hyperparameters(config: TrainConfig) -> dict[str, str]:
     return {
-        "model": f"{MODEL_KWARGS}, readouts: gin3 the sum + third-order moment (rank 32, signed cube root) + "
-        "triangles (32 channels), gated to start as the sum; gin_sopool bilinear second order; gin_sum sum",
+        "model": f"{MODEL_KWARGS}, each model's default width (gin3 128, gin_sum and gin_sopool 64), readouts: "
+        "gin3 the sum + third-order moment (rank 32, signed cube root) + triangles (32 channels), gated to start "
+        "as the sum; gin_sopool bilinear second order; gin_sum sum",
         "optimizer": f"{config.optimizer}, lr {config.lr}, weight decay {config.weight_decay}, batch "
         f"{config.batch_size}, {config.scheduler} schedule with {config.warmup_epochs:.2g} warmup epochs, "
         f"gradient norm clipped at {config.clip_grad_norm:g}, {config.epochs} epochs with early stopping after "
