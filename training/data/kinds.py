@@ -73,8 +73,8 @@ def open_data(
         raise DataError(f"{path} is not a file or a folder (a FIFO, a socket or a device); --data takes a file")
     if not path.is_file():
         raise DataNotFoundError(
-            f"{path} does not exist; --data takes an image folder or list, a .csv/.jsonl of text,label rows, "
-            "a .pt/.npz/.npy tensor file, or 'fashion-mnist'"
+            f"{path} does not exist; --data takes an image folder, a .csv/.jsonl of text,label rows, an image "
+            "list (a folder with metadata.csv), a .pt/.npz/.npy tensor file, or 'fashion-mnist'"
         )
     if is_molecule_file(path):
         return molecule_source(path, molecules)
