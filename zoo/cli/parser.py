@@ -319,8 +319,8 @@ COMMANDS: dict[str, Command] = {
         Handler("zoo.cli.commands", "run_generate"),
     ),
     "finetune": Command(
-        "fine-tune a model on image folders, text rows (.csv/.jsonl), tensors (.pt/.npz), WebDataset shards or "
-        "molecules (SMILES, SDF)",
+        "fine-tune a model on image folders, text rows (.csv/.jsonl), image lists (metadata.csv), tensors "
+        "(.pt/.npz), WebDataset shards or molecules (SMILES, SDF): classes, multi-label or regression",
         _finetune_arguments,
         Handler("zoo.cli.commands", "run_finetune"),
     ),
