@@ -39,6 +39,7 @@ _PUBLIC = {
     "register_model": "zoo.architectures",
     "save": "zoo.loading.saved",
     "transforms": "zoo.loading.transforms",
+    "tune": "zoo.training.finetune.tune",
 }
 __all__ = [
     "ByteTokenizer",
@@ -62,6 +63,7 @@ __all__ = [
     "register_model",
     "save",
     "transforms",
+    "tune",
 ]
 
 if TYPE_CHECKING:
@@ -76,7 +78,7 @@ if TYPE_CHECKING:
     from zoo.peers.torchvision_models import get_model, get_model_weights, get_weight
     from zoo.store.registry import WeightInfo, info, list_models
     from zoo.tokenizer import ByteTokenizer
-    # zoo.finetune, zoo.Trainer and zoo.TrainConfig come from zoo.training, above the facade: imported
+    # zoo.finetune, zoo.tune, zoo.Trainer and zoo.TrainConfig come from zoo.training, above the facade: imported
     # by name only (the rooms' order, tests/test_imports.py), never here
 
 

@@ -1,4 +1,4 @@
-"""The commands that load models: ``zoo predict``, ``generate``, ``finetune``, ``eval``,
+"""The commands that load models: ``zoo predict``, ``generate``, ``finetune``, ``tune``, ``eval``,
 ``demo``, ``bench``, ``export``, ``shards`` (`zoo.cli.parser.COMMANDS` names each one's options and handler)."""
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from zoo.tokenizer import check_byte_lm, complete
 def run_predict(args: argparse.Namespace) -> int:
     from zoo.loading.molecules import name_reads_molecules
 
+    for option in ("input", "format", "out"):  # a Namespace made in Python may leave them out
+        setattr(args, option, getattr(args, option, None))
     _check_predict_inputs(args)
     if args.input is not None:
         from zoo.cli.predict_files import predict_file
@@ -124,6 +126,13 @@ def run_finetune(args: argparse.Namespace) -> int:
     from zoo.training import finetune  # each command imports what it runs, so predict stays light
 
     finetune.run(args, command=args.command_line)
+    return 0
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    from zoo.training.finetune import tune
+
+    tune.run(args)
     return 0
 
 

@@ -138,6 +138,12 @@ def _finetune_arguments(p: argparse.ArgumentParser) -> None:
     finetune.add_arguments(p)
 
 
+def _tune_arguments(p: argparse.ArgumentParser) -> None:
+    from zoo.training.finetune import tune
+
+    tune.add_arguments(p)
+
+
 def _shards_arguments(p: argparse.ArgumentParser) -> None:
     from zoo.training.data import shard_writer
 
@@ -324,6 +330,11 @@ COMMANDS: dict[str, Command] = {
         _finetune_arguments,
         Handler("zoo.cli.commands", "run_finetune"),
     ),
+    "tune": Command(
+        "search zoo finetune's settings with Optuna (zoo[tune]): trials pruned early, resumable, the best saved",
+        _tune_arguments,
+        Handler("zoo.cli.commands", "run_tune"),
+    ),
     "shards": Command(
         "write WebDataset tar shards (and their manifest) from an image folder, text rows or tensors",
         _shards_arguments,
@@ -363,8 +374,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="zoo",
         description="zoo: list models, show weight metadata, predict (images, SMILES), generate text, fine-tune, "
-        "write shards, evaluate, demo, benchmark, export, serve. The same thing has the same flag in every command "
-        "(--top-k, --batch-size, --device, --out).",
+        "search fine-tuning settings, write shards, evaluate, demo, benchmark, export, serve. The same thing has the "
+        "same flag in every command (--top-k, --batch-size, --device, --out).",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     chosen = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
