@@ -23,10 +23,9 @@ from typing import Any
 import numpy as np
 import torch
 from PIL import Image
-from webdataset.writer import TarWriter
 
 from zoo.bounds import SEED, count
-from zoo.errors import DataError, InvalidArgumentError
+from zoo.errors import DataError, InvalidArgumentError, ZooError
 from zoo.store.files import atomic_files, atomic_path, write_json
 from zoo.training.data.kinds import DataSource, open_data
 from zoo.training.data.shard_files import IMAGE_EXTENSIONS, MANIFEST, MANIFEST_FORMAT
@@ -63,6 +62,7 @@ def write_shards(
     hold-out of whole shards, holds every class. ``out`` must be missing or empty; the shards
     appear there all at once, at the end (a run stopped on the way leaves none)."""
     _check_shard_options(shard_size, prefix)
+    _tar_writer()  # before reading the data: a missing extra is said first
     source = data if isinstance(data, DataSource) else open_data(data, max_length=max_length)
     if isinstance(source, ShardSource):
         raise DataError(
@@ -161,12 +161,21 @@ def _png(image: Any) -> bytes:
     return buffer.getvalue()
 
 
+def _tar_writer() -> Any:
+    """webdataset's `TarWriter`, or a `ZooError` naming the extra that installs it."""
+    try:
+        from webdataset.writer import TarWriter
+    except ImportError:
+        raise ZooError("zoo shards writes with webdataset, which is not installed: pip install 'zoo[shards]'") from None
+    return TarWriter
+
+
 def _write_shard(path: Path, samples: list[dict[str, bytes]], num_classes: int) -> dict[str, Any]:
     """One shard, written atomically; its manifest entry (name, samples, bytes, sha256, samples
     of each class)."""
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as stream:
-            writer = TarWriter(stream, encoder=False, mtime=0, user="zoo", group="zoo")
+            writer = _tar_writer()(stream, encoder=False, mtime=0, user="zoo", group="zoo")
             try:
                 for sample in samples:
                     writer.write(sample)
