@@ -85,6 +85,15 @@ def test_a_kaggle_list_with_images_elsewhere(tmp_path: Path) -> None:
         open_data(table, molecules=MoleculeOptions(label_field="label"))  # relative to the list's own folder
 
 
+def test_a_planet_style_list_names_images_without_their_extension(tmp_path: Path) -> None:
+    write_images(tmp_path / "train-jpg", 6)
+    rows = "".join(f"img/{i},{'haze primary' if i % 2 else 'clear'}\n" for i in range(6))
+    (tmp_path / "train_v2.csv").write_text("image_name,tags\n" + rows)
+    options = MoleculeOptions(task="multi-label")
+    source = open_data(tmp_path / "train_v2.csv", images=tmp_path / "train-jpg", molecules=options)
+    assert source.class_names == ["clear", "haze", "primary"] and source.full().samples[0][0].endswith("0.png")
+
+
 def test_one_zero_one_column_per_label_is_multi_label(tmp_path: Path) -> None:
     names = write_images(tmp_path)
     rows = "".join(f"{n},{i % 2},{int(i > 4)}\n" for i, n in enumerate(names))

@@ -3,8 +3,9 @@
 - a folder holding ``metadata.csv`` or ``metadata.jsonl`` (Hugging Face's ``imagefolder``
   convention): a ``file_name`` column, relative to the folder, and label columns;
 - a Kaggle-style ``train.csv``/``.jsonl`` with a path column (``file_name``, ``image``,
-  ``path``, ``filename``, ``file``, ``image_path``), relative to ``--images DIR`` or else to
-  the table's folder.
+  ``path``, ``filename``, ``file``, ``image_path``, ``image_name``, ``image_id``), relative to
+  ``--images DIR`` or else to the table's folder; a name without an extension (Kaggle's
+  ``train_0``) is the image of that name with an image extension (``train_0.jpg``).
 
 The label is the one other column, or the one ``--label-field`` names; several 0/1 columns
 are one column per label (multi-label). Targets are read by `zoo.training.data.targets`
@@ -21,6 +22,7 @@ from pathlib import Path, PureWindowsPath
 from typing import Any
 
 from torch.utils.data import Dataset
+from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from zoo.errors import DataError, DataNotFoundError
 from zoo.training.data.image_folders import ImageFiles, check_images
@@ -30,7 +32,7 @@ from zoo.training.data.targets import read_targets
 from zoo.training.data.text_rows import decode_text, plural, table_records
 
 METADATA_FILES = ("metadata.csv", "metadata.jsonl")
-PATH_COLUMNS = ("file_name", "image", "path", "filename", "file", "image_path")
+PATH_COLUMNS = ("file_name", "image", "path", "filename", "file", "image_path", "image_name", "image_id")
 MAX_LIST_BYTES = 64 << 20  # a list is read whole: 64 MiB is some millions of rows
 MAX_ROWS = 1_000_000
 MAX_PATH_CHARS = 4096
@@ -147,6 +149,15 @@ def _value(table: Path, line: int, row: dict[str, Any], column: str) -> Any:
     return row[column]
 
 
+def _with_extension(path: Path) -> Path:
+    """``path``, or for a name without an extension that names no file, the first image of
+    that name with one of torchvision's image extensions (``train_0`` -> ``train_0.jpg``)."""
+    if path.suffix or path.exists():
+        return path
+    found = (path.with_name(path.name + ext) for ext in IMG_EXTENSIONS)
+    return next((candidate for candidate in found if candidate.is_file()), path)
+
+
 def _image_path(table: Path, line: int, column: str, value: Any, root: Path, real_root: str) -> str:
     """The path of the image a row names, inside ``root``: an empty, absolute or outward path
     (``..``, a link out of the folder) and a missing file are refused by line."""
@@ -160,7 +171,7 @@ def _image_path(table: Path, line: int, column: str, value: Any, root: Path, rea
         raise DataError(f"{where}: {column!r} is the absolute path {value[:80]!r}; name images relative to {root}")
     if ".." in relative.parts or ".." in PureWindowsPath(value).parts:
         raise DataError(f"{where}: {column!r} {value[:80]!r} leads out of {root} (..); images must lie inside it")
-    full = root / relative
+    full = _with_extension(root / relative)
     real = os.path.realpath(full)
     if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
         raise DataError(

@@ -14,7 +14,7 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset
 
 from zoo.training.loop.meter import multi_label_thresholds
-from zoo.training.loop.steps import MultiLabelStep
+from zoo.training.loop.steps import MultiLabelStep, move_to_device
 
 DEFAULT_THRESHOLD = 0.5  # without validation data
 
@@ -28,11 +28,7 @@ def validation_scores(
     step, scores, targets = MultiLabelStep(keep_scores=True), [], []
     device = next(model.parameters()).device
     for batch in DataLoader(val_set, batch_size=batch_size, collate_fn=collate_fn):
-        if isinstance(batch, (list, tuple)):
-            batch = [part.to(device) if isinstance(part, torch.Tensor) else part for part in batch]
-        elif isinstance(batch, dict):
-            batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-        out = step(model, batch)
+        out = step(model, move_to_device(batch, device))
         scores.append(out.logs["cat/scores"].cpu())
         targets.append(out.logs["cat/targets"].cpu())
     return torch.cat(scores), torch.cat(targets)
