@@ -44,6 +44,9 @@ from zoo.training.recipes.publish import WEIGHTS_DIR, Provenance, Stopwatch, pub
 
 SEEDS = (0, 1, 2)
 ARCHS = ("gin3", "gin_sum", "gin_sopool")  # what the cards compare: labels of VARIANTS
+MODEL_KWARGS = {"num_layers": 4, "head": "graph_regression"}  # each model's own width: what zoo finetune gives
+# gin3's width and readout, written into the entries so the weights load whatever gin3's defaults become
+GIN3 = {"hidden_channels": 128, "first_order": True, "moment": True, "triangle": True, "l2": False}
 # label -> (architecture, its options); "gin3, readout before 2026-11" is the replacement of the sum
 # that gin3's readout was until then: moment and triangles only, moments L2-normalised per graph
 VARIANTS = {label: (label, {}) for label in ARCHS} | {
@@ -53,9 +56,6 @@ VARIANTS = {label: (label, {}) for label in ARCHS} | {
         {"hidden_channels": 64, "first_order": False, "l2": True, "start_as_sum": False},
     ),
 }
-MODEL_KWARGS = {"num_layers": 4, "head": "graph_regression"}  # each model's own width: what zoo finetune gives
-# gin3's width and readout, written into the entries so the weights load whatever gin3's defaults become
-GIN3 = {"hidden_channels": 128, "first_order": True, "moment": True, "triangle": True, "l2": False}
 
 
 @dataclasses.dataclass(frozen=True)
