@@ -12,6 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn as nn
 
@@ -19,6 +20,7 @@ import zoo
 from zoo.deploy.exporter import example_input_for
 from zoo.errors import InvalidArgumentError, ZooError
 from zoo.loading.molecules import reads_molecules
+from zoo.loading.outputs import OutputMeaning, output_meaning
 from zoo.serve.protocol import ModelMetadata, TensorMetadata
 from zoo.serve.serve_options import ServeConfig
 from zoo.store import registry
@@ -61,6 +63,7 @@ class ServedModel:
     runner: nn.Module | None = None  # what forward runs: zoo.optimize's module, else the model
     context_length: int = 0  # text: prompt + new tokens at most
     preprocess: Callable[[Any], torch.Tensor] | None = None  # images: the weights' own eval transforms
+    meaning: OutputMeaning | None = None  # what the outputs say (classes, values, labels); None: a language model
 
     @property
     def device(self) -> torch.device:
@@ -74,8 +77,14 @@ class ServedModel:
 
     def metadata(self) -> ModelMetadata:
         parameters: dict[str, Any] = {"kind": self.kind}
+        if self.meaning is not None:
+            parameters["task"] = self.meaning.task
         if self.class_names:
             parameters["class_names"] = self.class_names
+        if self.meaning is not None and self.meaning.task == "multi_label":
+            parameters["thresholds"] = self.meaning.thresholds
+        if self.meaning is not None and self.meaning.target:
+            parameters["target"] = self.meaning.target_name
         if self.context_length:
             parameters["context_length"] = self.context_length
         return ModelMetadata(
@@ -89,6 +98,30 @@ class ServedModel:
 
     def label(self, index: int) -> str:
         return self.class_names[index] if self.class_names and index < len(self.class_names) else str(index)
+
+    def answers(self, outputs: torch.Tensor, top_k: int) -> list[dict[str, Any]]:
+        """The v1 answer of each row of outputs: its top classes, value or labels over threshold
+        (`zoo.loading.outputs`, as ``zoo predict`` prints them)."""
+        return (self.meaning or OutputMeaning("classes", self.class_names)).answers(outputs, top_k)
+
+    def v2_outputs(self, outputs: torch.Tensor) -> dict[str, np.ndarray]:
+        """The v2 output tensors of the model's outputs [N, K]: ``logits`` (classes), ``prediction``
+        (regression, the target's units), or ``probabilities`` and ``decisions`` (multi-label:
+        sigmoid, and whether each reaches its label's threshold)."""
+        if self.meaning is not None and self.meaning.task == "multi_label":
+            probabilities = outputs.float().sigmoid()
+            thresholds = torch.tensor(self.meaning.thresholds or [0.5] * outputs.shape[-1])
+            return {"probabilities": probabilities.numpy(), "decisions": (probabilities >= thresholds).numpy()}
+        return {self.outputs[0].name: outputs.float().numpy()}
+
+
+def output_specs(meaning: OutputMeaning, width: int) -> list[TensorSpec]:
+    """The v2 outputs a model of this meaning answers (`ServedModel.v2_outputs`)."""
+    if meaning.task == "regression":
+        return [TensorSpec("prediction", "FP32", (-1, width))]
+    if meaning.task == "multi_label":
+        return [TensorSpec("probabilities", "FP32", (-1, width)), TensorSpec("decisions", "BOOL", (-1, width))]
+    return [TensorSpec("logits", "FP32", (-1, width))]
 
 
 def load_served(source: str, config: ServeConfig) -> ServedModel:
@@ -105,23 +138,27 @@ def load_served(source: str, config: ServeConfig) -> ServedModel:
             "classifiers and byte-level language models"
         )
     documents = _documents(source, name)
+    if kind == "text" and cfg.get("head") == "sequence_classification":
+        return _text_classifier(name, model, documents)
     if kind == "text":
         return _text_model(name, model, documents)
     if cfg.get("head") not in (None, "classification"):
-        raise InvalidArgumentError(f"{name} has head {cfg.get('head')!r}; zoo serve serves classification heads")
+        raise InvalidArgumentError(
+            f"{name} has head {cfg.get('head')!r}; zoo serve serves classification heads (classes, values, labels)"
+        )
     if cfg.get("features_only") or not getattr(model, "num_classes", 0):  # as zoo predict refuses it
         raise InvalidArgumentError(
             f"{name} outputs feature maps, not class scores (a features-only model or one without a "
             "classifier): zoo serve needs a classifier's weights"
         )
     example = example_input_for(model, batch=1)
-    names = cfg.get("class_names") or (registry.load_categories(cfg["categories"]) if cfg.get("categories") else None)
+    meaning = output_meaning(cfg)
     served = ServedModel(
         name, model, kind,
         inputs=[TensorSpec("input", "FP32", (-1, *example.shape[1:]))],
-        outputs=[TensorSpec("logits", "FP32", (-1, cfg["num_classes"]))],
-        class_names=list(names) if names else None, documents=documents,
-        preprocess=zoo.transforms(model) if kind == "images" else None,
+        outputs=output_specs(meaning, cfg["num_classes"]),
+        class_names=meaning.names, documents=documents,
+        preprocess=zoo.transforms(model) if kind == "images" else None, meaning=meaning,
     )  # fmt: skip
     if config.optimize:
         served.runner = _optimized(model, example, config.optimize, config.max_batch)
@@ -131,13 +168,26 @@ def load_served(source: str, config: ServeConfig) -> ServedModel:
 def _molecule_model(name: str, model: nn.Module, documents: Documents) -> ServedModel:
     """A model fine-tuned on molecules: the v2 BYTES input ``smiles``, its values or class scores out."""
     cfg = model.pretrained_cfg
-    output = "prediction" if cfg.get("target") is not None else "logits"
-    names = cfg.get("class_names")
+    meaning = output_meaning(cfg)
     return ServedModel(
         name, model, "molecules",
         inputs=[TensorSpec("smiles", "BYTES", (-1,))],
-        outputs=[TensorSpec(output, "FP32", (-1, cfg["num_classes"]))],
-        class_names=list(names) if names else None, documents=documents,
+        outputs=output_specs(meaning, cfg["num_classes"]),
+        class_names=meaning.names, documents=documents, meaning=meaning,
+    )  # fmt: skip
+
+
+def _text_classifier(name: str, model: nn.Module, documents: Documents) -> ServedModel:
+    """A text classifier (or regression, or multi-label) fine-tuned on text rows: the v2 BYTES
+    input ``text``, byte tokens as in training (`zoo.serve.texts`)."""
+    cfg = model.pretrained_cfg
+    meaning = output_meaning(cfg)
+    return ServedModel(
+        name, model, "texts",
+        inputs=[TensorSpec("text", "BYTES", (-1,))],
+        outputs=output_specs(meaning, cfg["num_classes"]),
+        class_names=meaning.names, documents=documents, meaning=meaning,
+        context_length=min(512, model.config.max_position_embeddings),
     )  # fmt: skip
 
 

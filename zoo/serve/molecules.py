@@ -42,23 +42,8 @@ async def predict_smiles(served: ServedModel, body: bytes) -> dict[str, Any]:
     """The v1 answer: per SMILES its value (regression) or its top classes."""
     request = parse(SmilesRequest, body)
     outputs = await run_in_threadpool(molecule_outputs, served, request.smiles, "smiles")
-    target = served.model.pretrained_cfg.get("target")
-    if target is not None:
-        predictions = [
-            {"smiles": text, "value": row[0].item() if row.numel() == 1 else row.tolist(), "target": target["name"]}
-            for text, row in zip(request.smiles, outputs)
-        ]
-    else:
-        top = outputs.softmax(-1).topk(min(request.top_k, outputs.shape[-1]), dim=-1)
-        predictions = [
-            {
-                "smiles": text,
-                "classes": [
-                    {"label": served.label(i), "index": i, "score": p} for p, i in zip(v.tolist(), ix.tolist())
-                ],
-            }
-            for text, v, ix in zip(request.smiles, top.values, top.indices)
-        ]
+    answers = served.answers(outputs, request.top_k)  # a value, top classes or labels over threshold
+    predictions = [{"smiles": text, **answer} for text, answer in zip(request.smiles, answers)]
     return {"model": served.name, "predictions": predictions}
 
 
@@ -68,5 +53,4 @@ async def infer_smiles(served: ServedModel, array: np.ndarray) -> dict[str, np.n
         smiles = [item.decode("utf-8") if isinstance(item, bytes) else str(item) for item in array.ravel()]
     except UnicodeDecodeError:
         raise bad_request("smiles must be UTF-8 text", param="smiles") from None
-    outputs = await run_in_threadpool(molecule_outputs, served, smiles, "smiles")
-    return {served.outputs[0].name: outputs.numpy()}
+    return served.v2_outputs(await run_in_threadpool(molecule_outputs, served, smiles, "smiles"))

@@ -78,6 +78,12 @@ def _description(served: ServedModel) -> str:
         return f"byte-level language model, {served.context_length}-token context: POST /v1/completions"
     if served.kind == "molecules":
         return f'reads molecules (SMILES): POST /v1/models/{served.name}:predict with {{"smiles": [...]}}'
-    classes = len(served.class_names) if served.class_names else served.outputs[0].shape[-1]
-    what = "images" if served.kind == "images" else f"vectors of {served.inputs[0].shape[1]}"
-    return f"classifies {what} into {classes} classes: POST /v1/models/{served.name}:predict"
+    what = served.kind if served.kind in ("images", "texts") else f"vectors of {served.inputs[0].shape[1]}"
+    route = f"POST /v1/models/{served.name}:predict" + (' with {"texts": [...]}' if served.kind == "texts" else "")
+    meaning = served.meaning
+    if meaning is not None and meaning.task == "regression":
+        return f"predicts {meaning.target_name or 'a value'} of {what}: {route}"
+    count = len(served.class_names) if served.class_names else served.outputs[0].shape[-1]
+    if meaning is not None and meaning.task == "multi_label":
+        return f"tags {what} with any of {count} labels (each over its threshold): {route}"
+    return f"classifies {what} into {count} classes: {route}"

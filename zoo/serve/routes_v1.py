@@ -1,6 +1,7 @@
-"""zoo's convenience routes: ``POST /v1/models/{name}:predict`` (image files or JSON rows in,
-top-k class names and scores out, through the weights' own preprocessing: the numbers of
-``zoo predict``), and for language models OpenAI's ``POST /v1/completions`` (streamed as
+"""zoo's convenience routes: ``POST /v1/models/{name}:predict`` (image files, JSON rows, SMILES
+or texts in; the top-k classes, a regression's value in the target's units, or the labels
+over their thresholds out, through the weights' own preprocessing: the answers of ``zoo
+predict``), and for language models OpenAI's ``POST /v1/completions`` (streamed as
 server-sent events with ``stream: true``) and ``GET /v1/models``."""
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from zoo.serve.models import ServedModel
 from zoo.serve.molecules import predict_smiles
 from zoo.serve.protocol import TOP_K, CompletionRequest, PredictRequest, parse
 from zoo.serve.server import ServerState, state_of
+from zoo.serve.texts import predict_texts
 
 log = logging.getLogger("zoo.serve")
 router = APIRouter(tags=["v1"])
@@ -46,6 +48,11 @@ async def predict(name: str, request: Request) -> dict[str, object]:
                 '{"smiles": ["CCO", ...]}'
             )
         return await predict_smiles(served, await request.body())
+    if served.kind == "texts":
+        if not content_type.startswith("application/json"):
+            raise unsupported(f"the body is {content_type.split(';')[0] or 'untyped'}, and {name} reads texts: send "
+                              'JSON {"texts": ["...", ...]}')  # fmt: skip
+        return await predict_texts(served, await request.body())
     limit = state.config.max_image_pixels
     if content_type.startswith(("image/", "application/octet-stream")):
         raise unsupported(f"the body is {content_type.split(';')[0]}: {HOW_TO_SEND}")
@@ -60,12 +67,7 @@ async def predict(name: str, request: Request) -> dict[str, object]:
         body = parse(PredictRequest, await request.body())
         top_k = body.top_k if request.query_params.get("top_k") is None else _top_k(request.query_params["top_k"])
         rows, names = await run_in_threadpool(json_rows, served, body.instances, limit), None
-    probabilities = (await state.classify(served, rows)).softmax(dim=-1)
-    top = probabilities.topk(min(top_k, probabilities.shape[-1]), dim=-1)
-    predictions = [
-        {"classes": [{"label": served.label(i), "index": i, "score": p} for p, i in zip(v.tolist(), ix.tolist())]}
-        for v, ix in zip(top.values, top.indices)
-    ]
+    predictions = served.answers(await state.classify(served, rows), top_k)  # classes, values or labels
     for prediction, file in zip(predictions, names or []):
         prediction["file"] = file
     return {"model": name, "predictions": predictions}

@@ -1,7 +1,9 @@
 """Open Inference Protocol v2 over REST (KServe, Triton, MLServer): health, server and model
 metadata, and inference with JSON tensors or the binary tensor extension, plus Triton's
 classification extension (an output's top k as "score:index:label" strings). Classifiers take
-``input`` (FP32, the preprocessed batch) and answer ``logits``; language models take
+``input`` (FP32, the preprocessed batch) and answer ``logits`` (a regression ``prediction`` in
+the target's units; a multi-label model ``probabilities`` and ``decisions``, each probability
+against its label's threshold); text classifiers take ``text`` (BYTES); language models take
 ``text_input`` (BYTES prompts) and answer ``text_output``, sampling options as parameters.
 Server liveness and readiness are open (they say nothing of the models); everything else,
 a model's own readiness included, is behind the API key when there is one."""
@@ -33,6 +35,7 @@ from zoo.serve.protocol import (
 )
 from zoo.serve.server import ServerState, state_of
 from zoo.serve.tensors import DATATYPES, HEADER_LENGTH, decode_inputs, encode_output, split_body
+from zoo.serve.texts import infer_texts
 
 EXTENSIONS = ["binary_tensor_data", "classification", "model_repository(read)"]
 SAMPLING = ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed")  # a language model's parameters
@@ -89,10 +92,12 @@ async def infer(name: str, request: Request) -> Response:
         outputs = {"text_output": await _complete(state, served, inference, arrays["text_input"])}
     elif served.kind == "molecules":
         outputs = await infer_smiles(served, arrays["smiles"])
+    elif served.kind == "texts":
+        outputs = await infer_texts(served, arrays["text"])
     else:
         item = inference.inputs[0]
         rows = checked_input(served.inputs[0], arrays[item.name], name, item.datatype)
-        outputs = {"logits": (await state.classify(served, rows)).numpy()}
+        outputs = served.v2_outputs(await state.classify(served, rows))
     return _response(served, inference, outputs)
 
 
@@ -135,7 +140,7 @@ def _response(served: ServedModel, inference: InferenceRequest, outputs: dict[st
         array = outputs[name]
         k = parameters.get("classification")
         if k is not None:
-            array = _classification(served, array, k)
+            array = _classification(served, name, array, k)
         part, raw = encode_output(name, array, _flag(parameters, "binary_data", binary_default))
         parts.append(part)
         blobs.append(raw)
@@ -148,9 +153,9 @@ def _response(served: ServedModel, inference: InferenceRequest, outputs: dict[st
     )
 
 
-def _classification(served: ServedModel, scores: np.ndarray, k: object) -> np.ndarray:
-    if served.kind == "text" or scores.dtype not in DATATYPES:
-        raise bad_request("classification applies to a classifier's logits only")
+def _classification(served: ServedModel, name: str, scores: np.ndarray, k: object) -> np.ndarray:
+    if served.kind == "text" or scores.dtype not in DATATYPES or name not in ("logits", "probabilities"):
+        raise bad_request("classification applies to a classifier's logits (a multi-label's probabilities) only")
     problem = TOP_K.problem(k)
     if problem:
         raise bad_request(f"classification (the number of classes to answer) {problem}, got {k!r}")

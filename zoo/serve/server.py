@@ -96,6 +96,10 @@ class ServerState:
             return functools.partial(complete_batch, served.model, rows, temperature=0)
         if served.kind == "molecules":
             return functools.partial(served.forward, smiles_batch(["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1"]))
+        if served.kind == "texts":
+            from zoo.serve.texts import text_outputs
+
+            return functools.partial(text_outputs, served, ["a short text"] * batch)
         return functools.partial(served.forward, example_input_for(served.model, batch=batch))
 
     async def stop(self) -> None:

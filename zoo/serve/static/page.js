@@ -86,9 +86,16 @@ function imageBox(model) {
     try {
       const response = await api(`/v1/models/${encodeURIComponent(model.name)}:predict?top_k=5`, { method: "POST", body: form });
       const { predictions } = await response.json();
-      const classes = predictions[0].classes;
-      result.dataset.top = classes[0].label;
-      result.replaceChildren(element("img", { src: URL.createObjectURL(file), alt: file.name }), bars(classes));
+      const answer = predictions[0];
+      const picture = element("img", { src: URL.createObjectURL(file), alt: file.name });
+      if ("value" in answer) {  // a regression: the value in the target's units
+        result.dataset.top = String(answer.value);
+        result.replaceChildren(picture, element("p", { class: "value", text: `${answer.target || "value"}: ${answer.value}` }));
+        return;
+      }
+      const classes = answer.classes || answer.labels;  // top classes, or the labels over their thresholds
+      result.dataset.top = classes.length ? classes[0].label : "";
+      result.replaceChildren(picture, classes.length ? bars(classes) : element("p", { text: "no label over its threshold" }));
     } catch (error) {
       result.replaceChildren(element("p", { class: "error", text: error.message }));
     }
