@@ -1,0 +1,227 @@
+"""``zoo predict NAME --input FILE`` (issue 49): SMILES, texts and image paths read from CSV,
+JSONL, TXT or a folder, answered in the input's order as JSON lines or CSV, a row that cannot
+be read reported in its ``error`` field; bad files refused in one line (exit 2), hostile ones
+bounded; and ``zoo serve`` answering regression and multi-label models as predict prints them."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import zoo
+from zoo.cli import input_rows, main
+from zoo.store.model_config import update_config
+
+TINY_MOE = dict(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=32, num_experts=4)
+PREPROCESS = {"mean": [0.5] * 3, "std": [0.5] * 3, "resize": [12, 12]}
+
+
+def saved(model: torch.nn.Module, folder: Path, **config) -> Path:
+    """``model`` saved as a run folder would be, its configuration set as ``config`` says."""
+    update_config(model, **config)
+    return zoo.save(model.eval(), folder)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    """Saved models of each kind predict --input reads (random weights: the answers are
+    checked against the same model's own forward)."""
+    root = tmp_path_factory.mktemp("runs")
+    torch.manual_seed(0)
+    made = {}
+    image = lambda n: zoo.load("resnet20", pretrained=False, num_classes=n, in_chans=3)  # noqa: E731
+    made["classes"] = saved(image(3), root / "classes", preprocess=PREPROCESS, class_names=["ant", "bee", "cow"])
+    labels = {"names": ["sky", "sea", "sand"], "thresholds": [0.2, 0.5, 0.9]}
+    made["tags"] = saved(
+        image(3), root / "tags", preprocess=PREPROCESS, class_names=labels["names"], multi_label=labels
+    )
+    made["age"] = saved(image(1), root / "age", preprocess=PREPROCESS, target={"name": "age", "mean": 30.0, "std": 9.0})
+    text = zoo.load("moe_encoder", pretrained=False, num_classes=2, head="sequence_classification", **TINY_MOE)
+    made["text"] = saved(text, root / "text", class_names=["neg", "pos"])
+    return made
+
+
+def images(folder: Path, count: int = 3) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(count):
+        paths.append(folder / f"{i}.png")
+        Image.fromarray(rng.integers(0, 255, (12, 12, 3), dtype=np.uint8)).save(paths[-1])
+    return paths
+
+
+def rounded(answer):
+    """An answer with its numbers to 4 decimals (a batch of one and a batch of several differ in the last bits)."""
+    if isinstance(answer, dict):
+        return {k: rounded(v) for k, v in answer.items()}
+    if isinstance(answer, list):
+        return [rounded(v) for v in answer]
+    return round(answer, 4) if isinstance(answer, float) else answer
+
+
+def rows(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_images_from_a_list_in_order_a_missing_one_reported(runs, tmp_path, capsys):
+    paths = images(tmp_path / "imgs")
+    listing = tmp_path / "imgs" / "list.txt"
+    listing.write_text("0.png\nmissing.png\n2.png\n")  # relative to the list's folder
+    assert main(["predict", str(runs["classes"]), "--input", str(listing), "--top-k", "2"]) == 0
+    captured = capsys.readouterr()
+    out = rows(captured.out)
+    assert [r["line"] for r in out] == [1, 2, 3] and [r["input"] for r in out] == ["0.png", "missing.png", "2.png"]
+    assert "no such image file" in out[1]["error"] and "classes" not in out[1]
+    model = zoo.load(runs["classes"])
+    with torch.no_grad():
+        probs = model(torch.stack([zoo.transforms(model)(Image.open(p)) for p in paths])).softmax(-1)
+    for row, expected in zip((out[0], out[2]), (probs[0], probs[2])):
+        assert len(row["classes"]) == 2 and row["classes"][0]["score"] == pytest.approx(expected.max().item(), rel=1e-5)
+        assert row["classes"][0]["label"] == ["ant", "bee", "cow"][int(expected.argmax())]
+    assert captured.err.strip().startswith("zoo predict: 1 of 3 rows not predicted") and "line 2" in captured.err
+
+
+def test_multi_label_and_regression_images_from_a_folder_as_csv(runs, tmp_path, capsys):
+    images(tmp_path / "imgs", count=2)
+    (tmp_path / "imgs" / "metadata.csv").write_text("file_name,id\n1.png,b\n0.png,a\n")
+    assert main(["predict", str(runs["tags"]), "--input", str(tmp_path / "imgs"), "--format", "csv"]) == 0
+    table = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [r["id"] for r in table] == ["b", "a"] and list(table[0]) == [
+        "line",
+        "id",
+        "input",
+        "labels",
+        "scores",
+        "error",
+    ]
+    model = zoo.load(runs["tags"])
+    with torch.no_grad():
+        probs = model(zoo.transforms(model)(Image.open(tmp_path / "imgs" / "1.png"))[None]).sigmoid()[0]
+    over = [name for name, p, t in zip(["sky", "sea", "sand"], probs.tolist(), [0.2, 0.5, 0.9]) if p >= t]
+    assert sorted(table[0]["labels"].split()) == sorted(over)
+    out = tmp_path / "ages.jsonl"
+    assert main(["predict", str(runs["age"]), "--input", str(tmp_path / "imgs"), "--out", str(out)]) == 0
+    ages = rows(out.read_text())
+    assert [r["id"] for r in ages] == ["b", "a"] and all(r["target"] == "age" for r in ages)
+    with torch.no_grad():
+        value = zoo.load(runs["age"])(zoo.transforms(model)(Image.open(tmp_path / "imgs" / "0.png"))[None]).item()
+    assert ages[1]["value"] == pytest.approx(value, rel=1e-5)  # the model's output: the units are folded in
+
+
+def test_text_rows_from_jsonl_and_txt(runs, tmp_path, capsys):
+    path = tmp_path / "reviews.jsonl"
+    path.write_text('{"id": 7, "text": "a fine film"}\n\n["not", "an object"]\n{"text": 3}\n{"text": "so bad"}\n')
+    assert main(["predict", str(runs["text"]), "--input", str(path), "--top-k", "1"]) == 0
+    out = rows(capsys.readouterr().out)
+    assert [r["line"] for r in out] == [1, 3, 4, 5] and out[0]["id"] == "7"
+    assert out[1]["error"] == "not a JSON object" and out[2]["error"] == "'text' is not a string"
+    assert [c["label"] for c in out[0]["classes"]] in (["neg"], ["pos"]) and "classes" in out[3]
+    lines = tmp_path / "reviews.txt"
+    lines.write_text("a fine film\nso bad\n")
+    assert main(["predict", str(runs["text"]), "--input", str(lines), "--format", "csv", "--top-k", "2"]) == 0
+    table = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [r["input"] for r in table] == ["a fine film", "so bad"] and {"label_2", "score_2"} <= set(table[0])
+    assert float(table[0]["score_1"]) == pytest.approx(out[0]["classes"][0]["score"], abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    "file,content,argv,message",
+    [
+        ("in.csv", None, ["classes", "--input", "{file}"], "in.csv does not exist"),
+        ("in.csv", "id,smiles\n1,CCO\n", ["classes", "--input", "{file}"], "no 'file_name' or 'image'"),
+        ("in.csv", 'file_name\n"a.png\n', ["classes", "--input", "{file}"], "line 2: not valid CSV"),
+        ("in.txt", "nope.png\n", ["classes", "--input", "{file}"], "none of its 1 rows could be predicted"),
+        ("in.txt", "a.png\n", ["classes", "x.png", "--input", "{file}"], "not both"),
+        ("in.txt", None, ["classes", "x.png", "--format", "csv"], "add --input FILE"),
+        ("in.csv", "a,b\n", ["text", "--input", "{file}"], "no 'text' column"),
+        ("in.xml", "<a/>", ["text", "--input", "{file}"], "reads .csv, .jsonl or .txt files"),
+        ("in.csv", "text\nhi\n", ["text", "--input", "{file}", "--format", "xml"], "invalid choice: 'xml'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(runs, tmp_path, capsys, file, content, argv, message):
+    if content is not None:
+        (tmp_path / file).write_text(content)
+    argv = [str(runs[argv[0]]), *(a.replace("{file}", str(tmp_path / file)) for a in argv[1:])]
+    if "invalid choice" in message:  # refused by the parser, as every flag's value is
+        with pytest.raises(SystemExit) as refused:
+            main(["predict", *argv])
+        assert refused.value.code == 2
+    else:
+        assert main(["predict", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+
+
+def test_hostile_inputs_are_bounded(runs, tmp_path, capsys, monkeypatch):
+    huge = tmp_path / "huge.csv"
+    with open(huge, "wb") as file:  # sparse: nothing is written, nothing is read
+        file.truncate(input_rows.MAX_INPUT_BYTES + 1)
+    assert main(["predict", str(runs["text"]), "--input", str(huge)]) == 2
+    assert "over the 256 MiB zoo predict reads at once" in capsys.readouterr().err
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text('{"text": "ok"}\n' + "[" * 100_000 + "\n" + json.dumps({"text": "x" * 200_000}) + "\n")
+    assert main(["predict", str(runs["text"]), "--input", str(deep)]) == 0
+    out = rows(capsys.readouterr().out)
+    assert "classes" in out[0] and out[1]["error"].startswith("not valid JSON") and "over 100,000" in out[2]["error"]
+    monkeypatch.setattr(input_rows, "MAX_ROWS", 5)
+    many = tmp_path / "many.txt"
+    many.write_text("hi\n" * 50)
+    assert main(["predict", str(runs["text"]), "--input", str(many)]) == 2
+    assert "more than the 5 zoo predict" in capsys.readouterr().err
+
+
+def test_smiles_from_a_csv_one_bad_row_reported(tmp_path, capsys):
+    pytest.importorskip("rdkit")
+    from zoo.loading.molecules import INPUT_FORMAT, feature_sizes, predict_molecules
+
+    nodes, edges = feature_sizes()
+    torch.manual_seed(0)
+    model = zoo.load("gin3", pretrained=False, num_classes=1, head="graph_regression", in_channels=nodes,
+                     edge_dim=edges, hidden_channels=16, num_layers=2)  # fmt: skip
+    run = saved(model, tmp_path / "mol", input_format=INPUT_FORMAT, target={"name": "TPSA", "mean": 0.0, "std": 1.0})
+    path = tmp_path / "test.csv"
+    path.write_text("ID,SMILES,TPSA\nm1,CCO,20.2\nm2,C1CC(,3\nm3,c1ccccc1O,20.2\n")
+    out = tmp_path / "out.csv"
+    assert main(["predict", str(run), "--input", str(path), "--out", str(out)]) == 0
+    assert "1 of 3 rows not predicted" in capsys.readouterr().err
+    table = list(csv.DictReader(out.open()))
+    assert [r["id"] for r in table] == ["m1", "m2", "m3"] and "RDKit cannot parse it" in table[1]["error"]
+    expected = predict_molecules(zoo.load(run), ["CCO", "c1ccccc1O"])
+    assert [float(table[0]["value"]), float(table[2]["value"])] == pytest.approx(expected, rel=1e-5)
+
+
+def test_served_answers_are_those_predict_prints(runs, tmp_path, capsys):
+    import base64
+
+    from fastapi.testclient import TestClient
+
+    import zoo.serve
+
+    (path,) = images(tmp_path / "imgs", count=1)
+    answers = {}
+    for name in ("tags", "age"):
+        assert main(["predict", str(runs[name]), "--input", str(tmp_path / "imgs")]) == 0
+        answers[name] = rows(capsys.readouterr().out)[0]
+    app = zoo.serve.app(str(runs["tags"]), str(runs["age"]), str(runs["text"]), max_batch=4, threads=1)
+    image = {"instances": [{"b64": base64.b64encode(path.read_bytes()).decode()}]}
+    with TestClient(app) as client:
+        for name in ("tags", "age"):
+            served = client.post(f"/v1/models/{name}:predict", json=image).json()["predictions"][0]
+            assert rounded(served) == rounded({k: v for k, v in answers[name].items() if k not in ("line", "input")})
+        meta = client.get("/v2/models/tags").json()
+        assert [o["name"] for o in meta["outputs"]] == ["probabilities", "decisions"]
+        assert meta["parameters"]["thresholds"] == [0.2, 0.5, 0.9] and meta["parameters"]["task"] == "multi_label"
+        assert client.get("/v2/models/age").json()["outputs"][0]["name"] == "prediction"
+        texts = client.post("/v1/models/text:predict", json={"texts": ["a fine film"], "top_k": 1})
+        assert texts.status_code == 200 and texts.json()["predictions"][0]["classes"][0]["label"] in ("neg", "pos")
+        bad = client.post("/v1/models/text:predict", json={"texts": "not a list"})
+        assert bad.status_code == 400 and "error" in bad.json()
+        assert client.get("/v2/health/live").status_code == 200  # still serving
