@@ -1,9 +1,10 @@
 """What ``zoo tune`` says and draws: a progress line per trial, ``tune.json`` (the best trial) and
 ``trials.png`` (each trial's value and the best so far; beside it, the parameters' importances
-when enough trials completed, else each parameter against the value)."""
+once 3 trials completed)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -96,12 +97,14 @@ def _history(ax: Any, study: Any, metric: str) -> None:
 
 
 def _importances(ax: Any, study: Any, metric: str) -> None:
-    """The parameters' importances (Optuna's fANOVA), or, with too few trials, a note."""
+    """The parameters' importances (`optuna.importance`'s default evaluator), or with too few trials a note."""
     import optuna
 
     complete = [t for t in study.trials if _state(t) == "complete"]
     try:
-        importances = optuna.importance.get_param_importances(study) if len(complete) >= 3 else {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # few trials: Optuna says its importances may be rough
+            importances = optuna.importance.get_param_importances(study) if len(complete) >= 3 else {}
     except (ValueError, RuntimeError, ZeroDivisionError):  # a constant value, a single setting
         importances = {}
     if not importances:
@@ -110,7 +113,7 @@ def _importances(ax: Any, study: Any, metric: str) -> None:
         return
     names = list(importances)[::-1]
     ax.barh(names, [importances[n] for n in names], color="C2")
-    ax.set_xlabel(f"importance for {metric} (fANOVA)")
+    ax.set_xlabel(f"importance for {metric} (optuna.importance)")
     ax.set_title("parameters")
 
 

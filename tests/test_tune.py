@@ -1,0 +1,152 @@
+"""``zoo tune`` / ``zoo.tune`` (`zoo.training.finetune.tune`): a real study of a few tiny trials
+(each one zoo.finetune run into OUT/trials/NNN, the best in OUT/best that zoo.load reads, the
+plot), the same call again continuing the study, a trial the pruner stops recorded PRUNED after
+its early epochs, and the refusals: one line and exit 2 on the command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from test_numeric_options import write_pngs
+
+import zoo
+from zoo.cli import main
+from zoo.cli.parser import build_parser
+from zoo.errors import InvalidArgumentError
+from zoo.training.finetune import keywords, tune
+from zoo.training.finetune.tune_space import SEARCH_SPACE, active_space, default_params, trial_keywords
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+NAME = "resnet20.fmnist"  # bundled: no download
+QUIET = dict(epochs=2, max_steps=2, batch_size=4, precision="fp32", num_workers=0, tensorboard=False, plot=False)
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    return write_pngs(tmp_path / "pngs", per_class=4)
+
+
+def test_a_study_runs_continues_and_its_best_loads(data: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "study"
+    result = zoo.tune(NAME, data, out, trials=2, val_fraction=0.5, **QUIET)
+    said = capsys.readouterr().out
+    assert "new study" in said and "objective: maximise val_acc" in said
+    assert "trial 0 [zoo finetune's defaults]" in said and "trial 1:" in said
+    assert len(result.study.trials) == 2 and result.metric == "val_acc" and result.direction == "maximize"
+    assert all("epochs" not in t.params for t in result.study.trials)  # fixed, not searched
+    assert (out / "trials" / "000" / "config.json").is_file() and (out / "trials" / "001" / "README.md").is_file()
+    assert result.best_out == out / "best" and (out / "trials.png").is_file() and (out / "tune.json").is_file()
+    model = zoo.load(out / "best")
+    assert model.num_classes == 2 and model.pretrained_cfg["class_names"] == ["a", "b"]
+
+    again = zoo.tune(NAME, data, out, trials=3, val_fraction=0.5, **QUIET)
+    said = capsys.readouterr().out
+    assert "continuing the study" in said and "(2 trials finished)" in said and "trial 2:" in said
+    assert len(again.study.trials) == 3 and (out / "trials" / "002").is_dir()
+    with pytest.raises(InvalidArgumentError, match=r"another setup \(fixed was \{.*.epochs.: 2"):
+        zoo.tune(NAME, data, out, trials=3, val_fraction=0.5, **{**QUIET, "epochs": 3})
+
+
+class _PruneAfterFirstEpoch(optuna.pruners.BasePruner):
+    """Prunes every trial but the first once it reported an epoch: a clearly bad trial, made so."""
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        return trial.number > 0 and bool(trial.intermediate_values)
+
+
+def test_a_pruned_trial_stops_after_its_early_epoch_and_is_recorded_pruned(
+    data: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    monkeypatch.setattr(tune, "_pruner", lambda optuna, name: _PruneAfterFirstEpoch())
+    quick = {**QUIET, "epochs": 3, "max_steps": None, "batch_size": 8, "mode": "linear-probe"}
+    result = zoo.tune(NAME, data, tmp_path / "study", trials=2, val_fraction=0.5, **quick)
+    first, second = result.study.trials
+    assert first.state == optuna.trial.TrialState.COMPLETE and first.user_attrs["best_epoch"] >= 1
+    assert second.state == optuna.trial.TrialState.PRUNED and second.user_attrs["pruned_at"] == 1
+    assert list(second.intermediate_values) == [1]  # stopped after epoch 1 of 3
+    assert "pruned after epoch 1" in capsys.readouterr().out and result.best_trial == 0
+
+
+def test_the_median_pruner_reads_the_runs_best_so_far() -> None:
+    """`_Pruning` reports the best value so far each epoch and stops the Trainer when told to."""
+    study = optuna.create_study(direction="maximize", pruner=optuna.pruners.MedianPruner(1, 0))
+    good = study.ask()
+    for epoch in (1, 2):
+        good.report(0.9, epoch)
+    study.tell(good, 0.9)
+    bad, trainer = study.ask(), argparse.Namespace(should_stop=False)
+    pruning = tune._Pruning(bad, "val_acc", maximise=True)
+    pruning(trainer, {"epoch": 1, "val_acc": 0.2, "val_loss": 3.0})
+    assert trainer.should_stop and pruning.pruned_at == 1
+    with pytest.raises(InvalidArgumentError, match="--metric val_rmse: the runs report val_acc, val_loss"):
+        tune._Pruning(study.ask(), "val_rmse", maximise=False)(trainer, {"epoch": 1, "val_acc": 0.2, "val_loss": 3.0})
+
+
+def test_the_search_space_is_data_and_fixed_flags_leave_it() -> None:
+    space = active_space({}, images=True, stages=3)
+    assert [p.name for p in space] == [p.name for p in SEARCH_SPACE]
+    lr = next(p for p in space if p.name == "lr")
+    assert lr.kind == "log" and lr.low < 1e-3 < lr.high  # around the default
+    fixed = {"epochs": 5, "crop_padding": 2, "mode": "full"}
+    names = [p.name for p in active_space(fixed, images=True, stages=3)]
+    assert "epochs" not in names and "augment" not in names and "mode" not in names
+    assert "augment" not in [p.name for p in active_space({}, images=False, stages=3)]
+    assert default_params(space, {}) == {
+        "lr": 1e-3, "epochs": 10, "batch_size": 64, "mode": "full", "layer_decay": 1.0, "augment": "none"
+    }  # fmt: skip
+    assert trial_keywords({"augment": "medium", "layer_decay": 1.0}) == {"crop_padding": 4, "random_erasing": 0.25}
+
+
+def test_the_command_line_fixes_only_the_flags_typed(tmp_path: Path) -> None:
+    argv = ["tune", NAME, "--data", "d", "--out", "o", "--epochs", "3", "--crop-padding", "2", "--no-tensorboard"]
+    args = build_parser(argv).parse_args(argv)
+    fixed = {k for k in vars(args) if k not in (*tune.OWN, "command")}
+    assert fixed == {"epochs", "crop_padding", "tensorboard", "_given_config_options"}
+    parser = argparse.ArgumentParser()
+    tune.add_arguments(parser)
+    dests = {a.dest for a in parser._actions} - {*tune.OWN, "help"}
+    assert dests <= keywords.KEYWORDS | set(tune.TUNE_OWNS)  # every finetune flag is a zoo.finetune keyword
+
+
+@pytest.mark.parametrize(
+    "flags,said",
+    [
+        (["--trials", "0"], "argument --trials: must be from 1"),
+        (["--timeout", "-5"], "argument --timeout: must be"),
+        (["--bogus-flag", "1"], "unrecognized arguments: --bogus-flag"),
+        (["--pruner", "best"], "argument --pruner: invalid choice"),
+    ],
+)
+def test_bad_options_are_one_line_and_exit_2(data: Path, tmp_path: Path, capsys, flags: list[str], said: str) -> None:
+    with pytest.raises(SystemExit) as exit:
+        main(["tune", NAME, "--data", str(data), "--out", str(tmp_path / "o"), *flags])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and said in err and len(err.strip().splitlines()) == 1
+
+
+def test_refusals_before_anything_trains(data: Path, tmp_path: Path, capsys) -> None:
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    assert main(["tune", NAME, "--data", str(data), "--out", str(tmp_path / "mine"), "--trials", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "holds files and no zoo tune study (study.db)" in err and len(err.strip().splitlines()) == 1
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+    assert main(["tune", NAME, "--data", str(data), "--out", str(tmp_path / "o"), "--overwrite"]) == 2
+    assert "drop overwrite=" in capsys.readouterr().err
+    with pytest.raises(InvalidArgumentError, match="unknown keyword epoch=: did you mean epochs="):
+        zoo.tune(NAME, data, tmp_path / "o", trials=2, epoch=5)
+    with pytest.raises(InvalidArgumentError, match=r"trials \(--trials\) must be"):
+        zoo.tune(NAME, data, tmp_path / "o", trials=0)
+    assert not (tmp_path / "o").exists()
+
+
+def test_without_optuna_one_line_names_the_extra(data: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setitem(sys.modules, "optuna", None)  # import optuna: ImportError
+    assert main(["tune", NAME, "--data", str(data), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "zoo: error: zoo tune searches with Optuna, which is not installed: pip install 'zoo[tune]'"
