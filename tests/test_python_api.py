@@ -52,7 +52,7 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
     seen: dict[str, Any] = {}
 
-    def fake(name, data, out, options=None, *, config=None, step_fn=None, given=None):
+    def fake(name, data, out, options=None, *, config=None, step_fn=None, given=None, callbacks=None):
         seen.update(name=name, data=data, out=out, options=options, config=config, given=given)
         return "result"
 
