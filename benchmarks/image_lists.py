@@ -18,13 +18,14 @@ macro), micro and macro F1 at 0.5 and at the best-F1 threshold of each label on 
 (`zoo.training.loop.meter.multi_label_thresholds`, what zoo saves), MAE, RMSE and R² in the
 target's units. zoo's model is the one it saved, loaded back with ``zoo.load``.
 
-    .venv/bin/python benchmarks/image_lists.py [--train 2000] [--val 1000] [--epochs 4] [--threads 1]
+    .venv/bin/python benchmarks/image_lists.py [--train 1000] [--val 500] [--epochs 3] [--seeds 0 1] [--threads 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import math
 import platform
 import tempfile
@@ -55,7 +56,7 @@ TAGS = {  # Fashion-MNIST class -> its tags
 }
 NAMES = sorted({tag for tags in TAGS.values() for tag in tags})
 SETTINGS = {"batch_size": 64, "lr": 1e-3, "weight_decay": 0.05}  # zoo finetune's defaults but the batch
-COLUMNS = ["target", "trainer", "epochs", "train", "val", "seconds", "map", "f1_micro_0.5", "f1_macro_0.5",
+COLUMNS = ["target", "trainer", "seed", "epochs", "train", "val", "seconds", "map", "f1_micro_0.5", "f1_macro_0.5",
            "f1_micro", "f1_macro", "mae", "rmse", "r2"]  # fmt: skip
 
 
@@ -149,7 +150,7 @@ def scores(target: str, model: torch.nn.Module, data: dict) -> dict[str, float]:
 def run_zoo(target: str, work: Path, epochs: int, seed: int) -> tuple[torch.nn.Module, dict[str, float]]:
     task = "multi-label" if target == "tags" else "regression"
     result = zoo.finetune(
-        "resnet20", work / "train", work / f"zoo-{target}", val_data=work / "val", label_field=target, task=task,
+        "resnet20", work / "train", work / f"zoo-{target}-{seed}", val_data=work / "val", label_field=target, task=task,
         epochs=epochs, seed=seed, precision="fp32", num_workers=0, progress=False, tensorboard=False,
         post_training=False, **SETTINGS,
     )  # fmt: skip
@@ -158,11 +159,11 @@ def run_zoo(target: str, work: Path, epochs: int, seed: int) -> tuple[torch.nn.M
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--train", type=int, default=2000)
-    parser.add_argument("--val", type=int, default=1000)
-    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--train", type=int, default=1000)
+    parser.add_argument("--val", type=int, default=500)
+    parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="one run of each trainer per seed")
     parser.add_argument("--out", type=Path, default=Path("results/image_lists/fmnist-tags-ink.csv"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -170,20 +171,19 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         data = write_lists(Path(tmp), args.train, args.val)
-        for target in ("tags", "ink"):
-            for trainer in ("zoo", "plain"):
-                start = time.perf_counter()
-                if trainer == "zoo":
-                    model, reported = run_zoo(target, Path(tmp), args.epochs, args.seed)
-                    print(f"zoo {target}: reported {', '.join(f'{k} {v:.4f}' for k, v in reported.items())}")
-                else:
-                    model = plain_loop(target, data, args.epochs, args.seed)
-                seconds = time.perf_counter() - start
-                row = {"target": target, "trainer": trainer, "epochs": args.epochs, "train": args.train,
-                       "val": args.val, "seconds": round(seconds, 1)}  # fmt: skip
-                row |= {k: round(float(v), 4) for k, v in scores(target, model, data).items()}
-                print(row, flush=True)
-                rows.append(row)
+        for target, seed, trainer in itertools.product(("tags", "ink"), args.seeds, ("zoo", "plain")):
+            start = time.perf_counter()
+            if trainer == "zoo":
+                model, reported = run_zoo(target, Path(tmp), args.epochs, seed)
+                print(f"zoo {target}: reported {', '.join(f'{k} {v:.4f}' for k, v in reported.items())}")
+            else:
+                model = plain_loop(target, data, args.epochs, seed)
+            seconds = time.perf_counter() - start
+            row = {"target": target, "trainer": trainer, "seed": seed, "epochs": args.epochs, "train": args.train,
+                   "val": args.val, "seconds": round(seconds, 1)}  # fmt: skip
+            row |= {k: round(float(v), 4) for k, v in scores(target, model, data).items()}
+            print(row, flush=True)
+            rows.append(row)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", newline="") as file:
         writer = csv.DictWriter(file, COLUMNS)
