@@ -100,6 +100,12 @@ def test_the_search_space_is_data_and_fixed_flags_leave_it() -> None:
         "lr": 1e-3, "epochs": 10, "batch_size": 64, "mode": "full", "layer_decay": 1.0, "augment": "none"
     }  # fmt: skip
     assert trial_keywords({"augment": "medium", "layer_decay": 1.0}) == {"crop_padding": 4, "random_erasing": 0.25}
+    first = default_params(space, {}, {"lr": 3e-3, "mode": "partial"})  # the first trial a caller names
+    assert first["lr"] == 3e-3 and first["stages"] == 1 and "layer_decay" not in first
+    with pytest.raises(InvalidArgumentError, match="'epochs' is not searched here"):
+        default_params(active_space({"epochs": 5}, images=True), {"epochs": 5}, {"epochs": 30})
+    with pytest.raises(InvalidArgumentError, match=r"batch_size 48 is outside one of 16, 32, 64"):
+        default_params(space, {}, {"batch_size": 48})
 
 
 def test_the_command_line_fixes_only_the_flags_typed(tmp_path: Path) -> None:
@@ -120,6 +126,7 @@ def test_the_command_line_fixes_only_the_flags_typed(tmp_path: Path) -> None:
         (["--timeout", "-5"], "argument --timeout: must be"),
         (["--bogus-flag", "1"], "unrecognized arguments: --bogus-flag"),
         (["--pruner", "best"], "argument --pruner: invalid choice"),
+        (["--first", "[1]"], "argument --first: must be a JSON object"),
     ],
 )
 def test_bad_options_are_one_line_and_exit_2(data: Path, tmp_path: Path, capsys, flags: list[str], said: str) -> None:

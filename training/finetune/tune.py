@@ -90,12 +90,15 @@ def tune(
     *,
     pruner: str = "median",
     metric: str | None = None,
+    first: Mapping[str, Any] | None = None,
     **fixed: Any,
 ) -> TuneResult:
     """Search zoo finetune's settings for NAME on ``data`` (see the module docstring): at most
     ``trials`` finished trials in the study at ``out`` (a new or empty folder, or a study this
     wrote: it continues), no new trial after ``timeout`` seconds; ``pruner`` "median", "halving"
-    or "none"; ``fixed`` are `zoo.finetune` keywords every trial gets, not searched."""
+    or "none"; ``metric`` a validation metric (default: the task's); ``first`` the first trial's
+    settings (searched ones, e.g. ``{"lr": 3e-3, "epochs": 30}``; the others zoo finetune's
+    defaults); ``fixed`` are `zoo.finetune` keywords every trial gets, not searched."""
     optuna = _optuna()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is zoo tune's own
     trials, timeout = _checked_budget(trials, timeout)
@@ -107,19 +110,21 @@ def tune(
     task = _task(name, data, fixed, metric)
     seed = int(fixed.get("seed", 0))
     setup = _setup(name, data, fixed, task["metric"], pruner)
-    study, resumed = _open_study(optuna, out, setup, task["direction"], trials, pruner, seed)
     space = active_space(fixed, task["images"], task["stages"])
+    start = default_params(space, fixed, first)  # checked before the study is written
+    study, resumed = _open_study(optuna, out, setup, task["direction"], trials, pruner, seed)
     if not resumed and space:
-        study.enqueue_trial(default_params(space, fixed), user_attrs={"default": True})
+        study.enqueue_trial(start, user_attrs={"default": "first" if first else "defaults"})
     runner = _Trials(optuna, name, data, out, space, fixed, task, seed)
     done = _finished(optuna, study)
     _say_start(out, study, resumed, done, trials, task, space, fixed)
     if trials > done:
-        with _tracking(name, fixed, setup):
+        with _tracking(name, fixed, setup) as parent:
             study.optimize(runner, n_trials=trials - done, timeout=timeout, callbacks=[runner.after_trial])
-    elif resumed:
+            return _finish(study, out, task, parent)
+    if resumed:
         print(f"zoo tune: the study has {done} finished trials already (--trials {trials}): pass more to go on")
-    return _finish(optuna, study, out, task)
+    return _finish(study, out, task, None)
 
 
 def _checked_budget(trials: Any, timeout: Any) -> tuple[int, float | None]:
@@ -356,10 +361,15 @@ def _tracking(name: str, fixed: Mapping[str, Any], setup: dict[str, Any]) -> Any
                       params=params)  # fmt: skip
 
 
-def _finish(optuna: Any, study: Any, out: Path, task: dict[str, Any]) -> TuneResult:
-    """The plot, the best folder in place, the closing line and the result."""
+def _finish(study: Any, out: Path, task: dict[str, Any], parent: Any) -> TuneResult:
+    """The plot, the best folder in place, the closing line and the result; with a ``parent``
+    MLflow run, the best trial's value and settings and the plot logged to it."""
     best = _best(study)
     plot = tune_report.plot_trials(study, out / tune_report.PLOT_FILE, task["metric"])
+    if parent is not None and best is not None:
+        parent.log_params({f"best_{k}": v for k, v in best.params.items()} | {"best_trial": best.number})
+        parent.log_metrics({f"best_{task['metric']}": best.value, "trials": len(study.trials)}, best.number)
+        parent.log_artifact(plot)
     if best is None:
         raise InvalidArgumentError(
             f"zoo tune: no trial of the study in {out} completed (each was pruned or failed): run it again with "
@@ -380,7 +390,7 @@ def _finish(optuna: Any, study: Any, out: Path, task: dict[str, Any]) -> TuneRes
 # ---------------------------------------------------------------------------------------------
 # Command line
 
-SEARCH_OPTIONS = ("trials", "timeout", "pruner", "metric")
+SEARCH_OPTIONS = ("trials", "timeout", "pruner", "metric", "first")
 OWN = ("name", "data", "out", *SEARCH_OPTIONS)
 
 
@@ -393,9 +403,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--timeout", type=TIMEOUT.parse, metavar="SECONDS", help="start no trial after this long")
     g.add_argument("--pruner", choices=PRUNERS, default="median", help="stop bad trials after their early epochs")
     g.add_argument("--metric", help="the validation metric to optimise (default: val_acc, val_rmse or val_map)")
+    g.add_argument(
+        "--first",
+        type=_settings,
+        metavar="JSON",
+        help="the first trial's settings, e.g. '{\"lr\": 0.003, \"epochs\": 30}' (default: zoo finetune's defaults)",
+    )
     for action in parser._actions:  # argparse has no public way to list them; set_defaults would type-convert
         if action.dest not in (*OWN, "help"):
             action.default = argparse.SUPPRESS
+
+
+def _settings(text: str) -> dict[str, Any]:
+    """``--first``: a JSON object of settings (an argparse ``type=``)."""
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"must be a JSON object, e.g. '{{\"lr\": 0.003}}': {error}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object, e.g. '{{\"lr\": 0.003}}', got {text!r}")
+    return value
 
 
 def run(args: argparse.Namespace) -> TuneResult:
@@ -403,4 +430,4 @@ def run(args: argparse.Namespace) -> TuneResult:
     skipped = {*OWN, "command", "command_line", GIVEN}
     fixed = {dest: value for dest, value in vars(args).items() if dest not in skipped}
     return tune(args.name, args.data, args.out, args.trials, args.timeout, pruner=args.pruner, metric=args.metric,
-                **fixed)  # fmt: skip
+                first=args.first, **fixed)  # fmt: skip

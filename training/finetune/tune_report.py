@@ -45,7 +45,8 @@ def trial_line(study: Any, trial: Any, metric: str) -> str:
         leader = f"; best {best.value:.4f} (trial {best.number})"
     except ValueError:
         leader = ""
-    default = " [zoo finetune's defaults]" if trial.user_attrs.get("default") else ""
+    first = trial.user_attrs.get("default")
+    default = {"defaults": " [zoo finetune's defaults]", "first": " [the first settings given]"}.get(first, "")
     return f"trial {trial.number}{default}: {settings(trial.params)} -> {outcome}{took}{leader}"
 
 

@@ -4,8 +4,8 @@ Each `Param` is one Optuna distribution over one setting of ``zoo finetune`` (it
 level that sets several: ``augment``), the keywords that, fixed by the user (``--epochs 5``),
 take it out of the search, and when it applies (``stages`` only in partial mode, ``layer_decay``
 only in full mode, ``augment`` only on images). `default_params` is zoo finetune's own choice
-in the same terms: the study's first trial, so the best trial is never worse than the defaults
-on validation.
+in the same terms: the study's first trial (or the settings a caller names, ``first``), so the
+best trial is never worse than them on validation.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from zoo.errors import InvalidArgumentError
 from zoo.training.finetune.options import FinetuneOptions
 from zoo.training.loop.train_config import TrainConfig
 
@@ -49,6 +50,19 @@ class Param:
     def fixed_by(self, fixed: Mapping[str, Any]) -> bool:
         """Whether the user's fixed keywords set this setting (then it is not searched)."""
         return any(key in fixed for key in (self.covers or (self.name,)))
+
+    def holds(self, value: Any) -> bool:
+        """Whether ``value`` is one this setting can take."""
+        if self.kind == "choice":
+            return value in self.choices
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return number and self.low <= value <= self.high and (self.kind != "int" or float(value).is_integer())
+
+    def shown(self) -> str:
+        """The range in words: ``one of 16, 32, 64`` or ``[0.0001, 0.01]``."""
+        if self.kind == "choice":
+            return "one of " + ", ".join(str(c) for c in self.choices)
+        return f"[{self.low:g}, {self.high:g}]"
 
     def suggest(self, trial: Any) -> Any:
         """The trial's value (Optuna's ``suggest_*``)."""
@@ -113,10 +127,13 @@ def trial_keywords(params: Mapping[str, Any]) -> dict[str, Any]:
     return keywords
 
 
-def default_params(space: tuple[Param, ...], fixed: Mapping[str, Any]) -> dict[str, Any]:
-    """zoo finetune's defaults as settings of ``space`` (its first trial): a conditional
-    setting left out where it does not apply (with the ``fixed`` keywords)."""
-    config, options = TrainConfig(), FinetuneOptions()
+def default_params(
+    space: tuple[Param, ...], fixed: Mapping[str, Any], first: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """zoo finetune's defaults as settings of ``space`` (its first trial), with ``first``'s values
+    over them: a conditional setting left out where it does not apply (with the ``fixed``
+    keywords). A setting of ``first`` the space does not search, or outside its range, is refused."""
+    config, options, first = TrainConfig(), FinetuneOptions(), dict(first or {})
     defaults: dict[str, Any] = {
         "lr": _DEFAULT_LR,
         "epochs": config.epochs,
@@ -126,8 +143,16 @@ def default_params(space: tuple[Param, ...], fixed: Mapping[str, Any]) -> dict[s
         "layer_decay": 1.0,
         "augment": "none",
     }
+    by_name = {param.name: param for param in space}
+    for key, value in first.items():
+        if key not in by_name:
+            raise InvalidArgumentError(
+                f"first trial (--first): {key!r} is not searched here; it takes {', '.join(by_name) or 'nothing'}"
+            )
+        if not by_name[key].holds(value):
+            raise InvalidArgumentError(f"first trial (--first): {key} {value!r} is outside {by_name[key].shown()}")
     chosen: dict[str, Any] = {}
     for param in space:
         if param.when is None or param.when({**fixed, **chosen}):
-            chosen[param.name] = defaults[param.name]
+            chosen[param.name] = first.get(param.name, defaults[param.name])
     return chosen
