@@ -242,3 +242,34 @@ def test_a_real_tracking_server(tmp_path: Path, mlflow_server: tuple[str, subpro
     assert [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")] == [1, 2]
     assert {"README.md", "curves.png", "model"} <= {a.path for a in client.list_artifacts(run.info.run_id)}
     assert json.loads((out / RUN_FILE).read_text())["store"] == url
+
+
+def test_zoo_and_its_training_do_not_import_mlflow_until_a_run_is_tracked() -> None:
+    code = "import sys, zoo, zoo.training.finetune; zoo.Trainer, zoo.TrainConfig; print('mlflow' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.stdout.strip() == "False", result.stderr
+
+
+def test_the_mlflow_model_reads_texts_and_vectors_as_zoo_does(tmp_path: Path) -> None:
+    from zoo.tokenizer import ByteTokenizer
+    from zoo.training.finetune.mlflow_model import predict_table
+
+    tiny = dict(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=32, num_experts=4)
+    torch.manual_seed(0)
+    texts = zoo.load("moe_encoder", pretrained=False, num_classes=3, **tiny).eval()
+    texts.pretrained_cfg["class_names"] = ["bad", "fine", "great"]
+    folder = zoo.save(texts, tmp_path / "texts")
+    ids, mask = ByteTokenizer()(["so bad", "great!"], max_length=512)
+    with torch.no_grad():
+        expected = texts(ids, mask).softmax(-1).numpy()
+    for given in (["so bad", "great!"], pd.DataFrame({"text": ["so bad", "great!"], "id": [1, 2]})):
+        table = predict_table(folder, given)
+        assert list(table.columns) == ["bad", "fine", "great"]
+        np.testing.assert_allclose(table.to_numpy(), expected, atol=1e-5)
+    vectors = zoo.save(zoo.load("dbn", pretrained=False, num_classes=2, sizes=(16, 8)).eval(), tmp_path / "dbn")
+    rows = np.random.default_rng(0).random((3, 16), dtype=np.float32)
+    with torch.no_grad():
+        expected = zoo.load(vectors)(torch.from_numpy(rows)).softmax(-1).numpy()
+    np.testing.assert_allclose(predict_table(vectors, pd.DataFrame(rows)).to_numpy(), expected, atol=1e-6)
+    with pytest.raises(zoo.ZooError, match="model_input: this model reads text as strings, got a int"):
+        predict_table(folder, [1, 2])
