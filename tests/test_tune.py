@@ -62,14 +62,24 @@ class _PruneAfterFirstEpoch(optuna.pruners.BasePruner):
 def test_a_pruned_trial_stops_after_its_early_epoch_and_is_recorded_pruned(
     data: Path, tmp_path: Path, monkeypatch, capsys
 ) -> None:
+    """Tracked to MLflow too: the study a parent run, each trial a nested run under it."""
     monkeypatch.setattr(tune, "_pruner", lambda optuna, name: _PruneAfterFirstEpoch())
     quick = {**QUIET, "epochs": 3, "max_steps": None, "batch_size": 8, "mode": "linear-probe"}
-    result = zoo.tune(NAME, data, tmp_path / "study", trials=2, val_fraction=0.5, **quick)
+    store = tmp_path / "mlruns"
+    result = zoo.tune(NAME, data, tmp_path / "study", trials=2, val_fraction=0.5, track=str(store), **quick)
     first, second = result.study.trials
     assert first.state == optuna.trial.TrialState.COMPLETE and first.user_attrs["best_epoch"] >= 1
     assert second.state == optuna.trial.TrialState.PRUNED and second.user_attrs["pruned_at"] == 1
     assert list(second.intermediate_values) == [1]  # stopped after epoch 1 of 3
     assert "pruned after epoch 1" in capsys.readouterr().out and result.best_trial == 0
+
+    mlflow = pytest.importorskip("mlflow")
+    client = mlflow.MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    parent = next(r for r in runs if r.info.run_name == f"zoo tune {NAME}")
+    children = {r.info.run_name: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    assert set(children) == {"000", "001"} and parent.data.params["best_trial"] == "0"
+    assert [m.step for m in client.get_metric_history(children["001"].info.run_id, "val_acc")] == [1]
 
 
 def test_the_median_pruner_reads_the_runs_best_so_far() -> None:
