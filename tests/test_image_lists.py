@@ -224,6 +224,9 @@ def test_a_crafted_list_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     from zoo.training.data import image_lists
 
     write_list(tmp_path)
+    (tmp_path / "deep.jsonl").write_text('{"file_name": "img/0.png", "label": ' + "[" * 100_000 + "\n")
+    with pytest.raises(DataError, match=r"deep.jsonl, line 1: JSON nested too deep"):
+        open_data(tmp_path / "deep.jsonl", images=tmp_path)
     monkeypatch.setattr(image_lists, "MAX_ROWS", 5)
     with pytest.raises(ZooError, match=r"lists 12 images, more than 5"):
         read(tmp_path, label_field="label")

@@ -135,6 +135,8 @@ def jsonl_rows(path: Path, text: str, label: str = "label") -> list[tuple[int, s
                 f"{path}, line {number}: not valid JSON ({error.msg}, column {error.colno}); each line must be "
                 f"one JSON object such as {example}"
             ) from None
+        except RecursionError:  # a crafted line of arrays nested thousands deep
+            raise DataError(f"{path}, line {number}: JSON nested too deep; each line must be one flat object") from None
         if not isinstance(row, dict):
             raise DataError(
                 f"{path}, line {number}: a JSON {_json_type(row)}, not an object; each line must be one JSON "
@@ -220,6 +222,8 @@ def _jsonl_records(path: Path, text: str) -> tuple[list[str], list[tuple[int, di
                 f"{path}, line {number}: not valid JSON ({error.msg}, column {error.colno}); each line must be "
                 "one JSON object"
             ) from None
+        except RecursionError:  # a crafted line of arrays nested thousands deep
+            raise DataError(f"{path}, line {number}: JSON nested too deep; each line must be one flat object") from None
         if not isinstance(row, dict):
             raise DataError(f"{path}, line {number}: a JSON {_json_type(row)}, not an object; each line must be one")
         records.append((number, row))
