@@ -133,7 +133,7 @@ def first_names(path: Path) -> list[str] | None:
         return [name.strip() for name in next(csv.reader(first), [])]
     try:
         row = json.loads(first[0])
-    except ValueError:
+    except (ValueError, RecursionError):  # a first line nested thousands deep is no header
         return None
     return [str(key) for key in row] if isinstance(row, dict) else None
 
@@ -349,7 +349,7 @@ def _jsonl_records(path: Path, text: str, label_field: str | None) -> tuple[list
             continue
         try:
             row = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise DataError(
                 f"{path}, line {line}: not valid JSON; each line must be an object with smiles and a label"
             ) from None
