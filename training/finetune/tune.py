@@ -397,6 +397,11 @@ OWN = ("name", "data", "out", *SEARCH_OPTIONS)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``zoo tune``'s options: the search's own, and zoo finetune's, each one given fixed for
     every trial (not searched); none of those has a default here: only what is typed counts."""
+    parser.description = (
+        "Search zoo finetune's settings (lr, epochs, batch size, mode and stages, layer decay, augmentation) "
+        "with Optuna. Each zoo finetune flag given here is fixed for every trial, not searched. OUT holds "
+        "study.db (the same command again continues it), trials/NNN, best/ (zoo.load it) and trials.png."
+    )
     finetune_package.add_arguments(parser)
     g = parser.add_argument_group("search")
     g.add_argument("--trials", type=TRIALS.parse, default=20, help="finished trials in the study, in all (default 20)")
