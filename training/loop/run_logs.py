@@ -25,6 +25,8 @@ from zoo.training.loop.curves import plot_curves
 from zoo.training.loop.steps import StepOutput
 from zoo.training.loop.train_config import TrainConfig
 
+_SHOWN = ("train_loss", "train_acc", "val_loss", "val_acc", "val_map", "val_f1_micro", "val_mae", "val_r2")
+
 
 class RunLogs:
     """The log file (the records of ``logger``), the TensorBoard writer and the metrics files
@@ -63,8 +65,9 @@ class RunLogs:
             self._handler = None
 
     def show_epoch(self, metrics: Mapping[str, float], epoch: int) -> None:
-        """The epoch's line under the progress bar: its losses and accuracies, and its speed."""
-        shown = {k: v for k, v in metrics.items() if k in ("train_loss", "train_acc", "val_loss", "val_acc")}
+        """The epoch's line under the progress bar: its losses, accuracies (a multi-label's mAP
+        and micro F1, a regression's MAE and R²) and its speed."""
+        shown = {k: v for k, v in metrics.items() if k in _SHOWN}
         summary = "  ".join(f"{k} {v:.4f}" for k, v in shown.items())
         tqdm.write(f"epoch {epoch}/{self.config.epochs}  {summary}  {metrics['train_samples_per_s']:.0f} samples/s")
 
