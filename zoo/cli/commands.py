@@ -142,6 +142,7 @@ def run_eval(args: argparse.Namespace) -> int:
     flags = {
         "--out": args.out, "--images": args.images, "--label-field": args.label_field,
         "--device": args.device != "cpu", "--label-delimiter": args.label_delimiter != " ",
+        "--skip-bad-rows": args.skip_bad_rows,
     }  # fmt: skip
     given = [flag for flag, value in flags.items() if value]
     if given:
@@ -180,7 +181,9 @@ def _eval_on_file(args: argparse.Namespace) -> int:
         check_writable(args.out)  # before the model runs
     from zoo.training.data.molecules import MoleculeOptions
 
-    reading = MoleculeOptions(label_field=args.label_field, label_delimiter=args.label_delimiter)
+    reading = MoleculeOptions(
+        label_field=args.label_field, label_delimiter=args.label_delimiter, skip_bad_rows=args.skip_bad_rows
+    )
     scores = score_file(
         args.name, args.data, device=args.device, batch_size=args.batch_size, reading=reading, images=args.images
     )

@@ -26,7 +26,16 @@ ID_COLUMN = "id"
 COLUMNS = {  # the input column of each kind a model reads, in the order they are looked for
     "molecules": ("smiles",),
     "text": ("text",),
-    "images": ("file_name", "image", "path", "file", "filename"),
+    "images": (
+        "file_name",
+        "image",
+        "path",
+        "filename",
+        "file",
+        "image_path",
+        "image_name",
+        "image_id",
+    ),  # as image lists
 }
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif")
 

@@ -168,6 +168,9 @@ def _eval_arguments(p: argparse.ArgumentParser) -> None:
         "--label-delimiter", default=" ", metavar="TEXT", help="multi-label: what separates a CSV field's tags"
     )
     p.add_argument(
+        "--skip-bad-rows", action="store_true", help="with --data: skip (and count) molecules RDKit cannot read"
+    )
+    p.add_argument(
         "--batch-size",
         type=BATCH_SIZE.parse,
         default=PREDICT_BATCH_SIZE,
