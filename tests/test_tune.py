@@ -44,10 +44,14 @@ def test_a_study_runs_continues_and_its_best_loads(data: Path, tmp_path: Path, c
     model = zoo.load(out / "best")
     assert model.num_classes == 2 and model.pretrained_cfg["class_names"] == ["a", "b"]
 
+    stopped = optuna.load_study(study_name=tune.STUDY_NAME, storage=f"sqlite:///{out / 'study.db'}")
+    stopped.ask()  # trial 2: a run stopped mid-trial (Ctrl-C, a lost machine) leaves it RUNNING
     again = zoo.tune(NAME, data, out, trials=3, val_fraction=0.5, **QUIET)
     said = capsys.readouterr().out
-    assert "continuing the study" in said and "(2 trials finished)" in said and "trial 2:" in said
-    assert len(again.study.trials) == 3 and (out / "trials" / "002").is_dir()
+    assert "continuing the study" in said and "(2 trials finished)" in said and "trial 3:" in said
+    assert "trial 2 was cut off by a stopped run: marked failed" in said
+    states = [t.state.name for t in again.study.trials]
+    assert states[2] == "FAIL" and len(states) == 4 and (out / "trials" / "003").is_dir()
     with pytest.raises(InvalidArgumentError, match=r"another setup \(fixed was \{.*.epochs.: 2"):
         zoo.tune(NAME, data, out, trials=3, val_fraction=0.5, **{**QUIET, "epochs": 3})
 
