@@ -105,3 +105,24 @@ def test_tensors_take_a_multi_hot_or_a_real_target(tmp_path: Path) -> None:
 def test_bad_targets_are_named_by_line(rows: list, task: str, message: str) -> None:
     with pytest.raises(DataError, match=message):
         read_targets("t.csv", rows, "y", task)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_tensors_and_text_rows_train_end_to_end(tmp_path: Path) -> None:
+    import zoo
+
+    quick = dict(epochs=1, progress=False, tensorboard=False, plot=False, post_training=False, val_fraction=0.3)
+    torch.manual_seed(0)
+    torch.save({"x": torch.rand(40, 8), "y": torch.rand(40)}, tmp_path / "r.pt")
+    dbn = dict(model_kwargs={"sizes": [8, 16, 8]})
+    values = zoo.finetune("dbn", tmp_path / "r.pt", tmp_path / "r", task="regression", **dbn, **quick)
+    assert {"val_mae", "val_r2"} <= set(values.metrics)
+    hot = {"x": torch.rand(40, 8), "y": (torch.rand(40, 3) > 0.5).float(), "classes": ["red", "round", "soft"]}
+    torch.save(hot, tmp_path / "m.pt")
+    zoo.finetune("dbn", tmp_path / "m.pt", tmp_path / "m", task="multi-label", **dbn, **quick)
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["multi_label"]["names"] == ["red", "round", "soft"]
+    rows = [{"text": f"row {i} " + "x" * (i % 3), "label": ["a", "b", "c"][: i % 3 + 1]} for i in range(20)]
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    tiny = dict(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=32, num_experts=4)
+    text = zoo.finetune("moe_encoder", tmp_path / "t.jsonl", tmp_path / "t", model_kwargs=tiny, **quick)
+    assert {"val_map", "val_f1_micro", "val_f1_macro"} <= set(text.metrics)
