@@ -212,7 +212,9 @@ def run_cli(argv: list[str], block_mlflow: bool = False) -> subprocess.Completed
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 
-def test_without_mlflow_or_a_server_it_is_one_line_before_training(tmp_path: Path) -> None:
+def test_without_mlflow_or_a_server_it_is_one_line_before_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     data, out = gray_images(tmp_path / "images"), tmp_path / "run"
     argv = ["finetune", "resnet20", "--data", str(data), "--out", str(out), *QUICK]
     missing = run_cli([*argv, "--track", str(tmp_path / "mlruns")], block_mlflow=True)
@@ -224,6 +226,12 @@ def test_without_mlflow_or_a_server_it_is_one_line_before_training(tmp_path: Pat
     started = time.monotonic()
     assert cli.main([*argv, "--track", unreachable]) == 2
     assert time.monotonic() - started < 10
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(
+        f"zoo: error: TrainConfig.track (--track) '{unreachable}': no MLflow tracking server answers"
+    )
+    assert cli.main([*argv, "--track", "htp://127.0.0.1:5000"]) == 2  # a typo'd scheme: named with the ones read
+    assert "MLflow reads no htp: URIs; give a folder (./mlruns)" in capsys.readouterr().err
     assert not out.exists()  # nothing trained, nothing written
 
 

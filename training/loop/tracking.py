@@ -73,6 +73,7 @@ CONNECT_TIMEOUT_S = 5.0  # a tracking server that does not answer /health in thi
 MAX_PARAM_CHARS = 6000  # MLflow's longest param value
 BATCH = 100  # params (and metrics) per log_batch call: MLflow's limit for params
 PARENT_TAG = "mlflow.parentRunId"
+SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "databricks", "databricks-uc", "uc")
 log = logging.getLogger(__name__)
 
 
@@ -105,7 +106,12 @@ def store_uri(uri: str) -> tuple[str, str | None]:
     MLflow file store already; other URIs go to MLflow as they are."""
     parts = urlsplit(uri)
     if parts.scheme not in ("", "file") and not (len(parts.scheme) == 1 and uri[1:3] in (":\\", ":/")):
-        return uri, None  # http(s), sqlite, postgresql, databricks...; a drive letter is a path
+        if parts.scheme.split("+")[0] not in SCHEMES:  # a drive letter is a path; postgresql+psycopg2 a driver
+            raise TrackingError(
+                f"{_flag(uri)}: MLflow reads no {parts.scheme}: URIs; give a folder (./mlruns), file:, "
+                "http(s)://HOST:PORT (a tracking server) or a database (sqlite:///runs.db, postgresql://...)"
+            )
+        return uri, None
     folder = Path(url2pathname(parts.path) if parts.scheme == "file" else uri).expanduser().resolve()
     if folder.exists() and not folder.is_dir():
         raise TrackingError(f"{_flag(uri)} is a file, not a folder: name a folder for the runs, or sqlite:///FILE.db")
@@ -151,24 +157,30 @@ _CHECKED: set[str] = set()
 
 
 def check_tracking(uri: str | None) -> None:
-    """Before anything trains: MLflow importable, and a tracking server's URI answering (once per URI)."""
-    if uri is None:
+    """Before anything trains: MLflow importable, a tracking server's URI answering, another
+    store opening (a folder's SQLite database is made here), once per URI."""
+    if uri is None or uri in _CHECKED:
         return
-    require_mlflow()
-    if urlsplit(uri).scheme in ("http", "https") and uri not in _CHECKED:
+    mlflow = require_mlflow()
+    if urlsplit(uri).scheme in ("http", "https"):
         _check_server(uri)
-        _CHECKED.add(uri)
+    else:
+        with _mlflow_errors(uri):
+            mlflow.MlflowClient(tracking_uri=store_uri(uri)[0]).search_experiments(max_results=1)
+    _CHECKED.add(uri)
 
 
 @contextlib.contextmanager
 def _mlflow_errors(uri: str) -> Iterator[None]:
-    """MLflow's errors while opening a run (a store it refuses, a URI it cannot read) as one `TrackingError`."""
-    mlflow = require_mlflow()
+    """Any error while opening a store or a run (a scheme MLflow does not know, a database
+    driver missing, a database that does not answer) as one `TrackingError`."""
     try:
         yield
-    except mlflow.exceptions.MlflowException as error:
-        first = " ".join(str(error.message).split())[:400]
-        raise TrackingError(f"{_flag(uri)}: MLflow refused it: {first}") from None
+    except TrackingError:
+        raise
+    except Exception as error:  # noqa: BLE001 (whatever the store raised: one line, before training)
+        text = " ".join(str(getattr(error, "message", error)).split())[:400]
+        raise TrackingError(f"{_flag(uri)}: MLflow cannot use it ({type(error).__name__}: {text})") from None
 
 
 def _param_value(value: Any) -> str:
