@@ -71,7 +71,7 @@ def run_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def answer_lines(shown: str, answer: dict) -> list[str]:
+def answer_lines(shown: str, answer: dict, with_index: bool = True) -> list[str]:
     """One input's answer as ``zoo predict`` prints it: the input, then its top classes or the
     labels over their thresholds (percent, name, index) a line each; a value on the input's line."""
     if "value" in answer:
@@ -79,7 +79,8 @@ def answer_lines(shown: str, answer: dict) -> list[str]:
         text = " ".join(f"{v:.6g}" for v in value) if isinstance(value, list) else f"{value:.6g}"
         return [f"{shown}\t{text}{f' ({target})' if target else ''}"]
     found = answer.get("classes", answer.get("labels", []))
-    return [shown, *(f"  {item['score']:7.2%}  {item['label']} ({item['index']})" for item in found)]
+    index = (lambda item: f" ({item['index']})") if with_index else (lambda item: "")  # noqa: E731
+    return [shown, *(f"  {item['score']:7.2%}  {item['label']}{index(item)}" for item in found)]
 
 
 def _check_predict_inputs(args: argparse.Namespace) -> None:
