@@ -1,12 +1,13 @@
-"""Users' data on disk, read and checked before any model is built: image folders, text,label
-files (.csv, .jsonl), tensor files (.pt, .npz, .npy), Fashion-MNIST and PyG datasets, each as a
-`DataSource` (kind, classes and their counts, channels, image size) that `DataSource.split` turns
-into seeded training and validation datasets. A file a user can get wrong raises `DataError`
-naming the file (and line) and the fix.
+"""Users' data on disk, read and checked before any model is built: image folders, image lists,
+text,label files (.csv, .jsonl), tensor files (.pt, .npz, .npy), Fashion-MNIST and PyG datasets,
+each as a `DataSource` (kind, classes and their counts or a regression's target or multi-label
+names, channels, image size) that `DataSource.split` turns into seeded training and validation
+datasets. A file a user can get wrong raises `DataError` naming the file (and line) and the fix.
 
-Each kind of data has its module: `zoo.training.data.image_folders`, `zoo.training.data.tensor_files`,
-`zoo.training.data.text_files` and `zoo.training.data.graph_datasets`; `zoo.training.data.source` holds
-`DataSource` and the checks they share.
+Each kind of data has its module: `zoo.training.data.image_folders`, `zoo.training.data.image_lists`,
+`zoo.training.data.tensor_files`, `zoo.training.data.text_files` and `zoo.training.data.graph_datasets`;
+`zoo.training.data.source` holds `DataSource` and the checks they share, `zoo.training.data.targets`
+the one reading of a table's targets.
 """
 
 from __future__ import annotations
