@@ -29,7 +29,10 @@ its child (tag ``mlflow.parentRunId``), in the parent's experiment unless it nam
     print(parent.run_id)
 
 or explicitly: ``tracking_run(uri, run_name=..., parent_run_id=parent.run_id)``, a context manager
-that yields the `Tracker` and ends the run as the block ends.
+that yields the `Tracker` and ends the run as the block ends. The parent is a context variable:
+a thread started inside the block (Optuna's ``n_jobs``) sees it when it runs in a copy of the
+block's context (``contextvars.copy_context().run(fn)``). A fine-tuning run's id is
+``FinetuneResult.mlflow_run_id``.
 """
 
 from __future__ import annotations
@@ -37,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import logging
 import math
 import time
 import urllib.error
@@ -74,7 +76,6 @@ MAX_PARAM_CHARS = 6000  # MLflow's longest param value
 BATCH = 100  # params (and metrics) per log_batch call: MLflow's limit for params
 PARENT_TAG = "mlflow.parentRunId"
 SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "databricks", "databricks-uc", "uc")
-log = logging.getLogger(__name__)
 
 
 class TrackingError(ZooError, RuntimeError):
@@ -223,7 +224,8 @@ class Tracker:
         """``params`` as strings; on a run resumed, only the ones it does not hold yet (MLflow keeps a param's first value)."""
         from mlflow.entities import Param
 
-        held = self.client.get_run(self.run_id).data.params
+        held: dict[str, str] = {}
+        self._call("reading the run's params", lambda: held.update(self.client.get_run(self.run_id).data.params))
         items = [Param(str(k), _param_value(v)) for k, v in params.items() if str(k) not in held]
         for start in range(0, len(items), BATCH):
             self._call("logging params", self.client.log_batch, self.run_id, params=items[start : start + BATCH])
