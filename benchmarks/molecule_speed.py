@@ -1,11 +1,12 @@
 """Training time per epoch of zoo's graph models on real molecules, side by side in one run:
-``gin_sum``, ``gin_sopool`` and ``gin3`` (third-order pooling, its default readout) on the
+``gin_sum``, ``gin_sopool`` and ``gin3`` (third-order pooling, its default readout) at their
+default widths (64, 64, 128), and gin3 at 64 and gin_sum at 128 to compare at equal width, on the
 training split of a molecule set (`zoo.training.data.molecule_sets`), the same GIN encoder,
 batch, optimizer and data order. The models train in lockstep, one epoch each in turn with
 the order rotating every epoch, so they share the machine's load alike; the table gives the
 median seconds per epoch (forward, backward, step and batching; the molecules' graphs and
 triangles are listed once when the set is read, as `zoo finetune` does) and the ratio to
-``gin_sum``. The machine goes in the first line.
+``gin_sum`` (and to gin_sum at the same width). The machine goes in the first line.
 
     .venv/bin/python benchmarks/molecule_speed.py [--sets nci-tpsa chembl2321810] [--epochs 7] [--threads 1]
 """
@@ -23,7 +24,11 @@ import zoo
 from zoo.training.data.molecule_sets import SETS, benchmark
 from zoo.training.loop.steps import RegressionStep
 
-MODELS = ("gin_sum", "gin_sopool", "gin3")
+# label -> (architecture, width): each model at its default width (what zoo finetune trains), and
+# gin3 and gin_sum at the other's, so a ratio can be read at equal width too
+WIDTHS = {"gin_sum": ("gin_sum", 64), "gin_sopool": ("gin_sopool", 64), "gin3": ("gin3", 128),
+          "gin3 at 64": ("gin3", 64), "gin_sum at 128": ("gin_sum", 128)}  # fmt: skip
+MODELS = tuple(WIDTHS)
 
 
 def epoch_seconds(name: str, epochs: int, batch_size: int) -> dict[str, list[float]]:
@@ -32,11 +37,11 @@ def epoch_seconds(name: str, epochs: int, batch_size: int) -> dict[str, list[flo
     data = source.make_subset(train, None)
     step = RegressionStep(source.target["mean"], source.target["std"])
     runs = {}
-    for arch in MODELS:
+    for label, (arch, width) in WIDTHS.items():
         torch.manual_seed(0)
         model = zoo.load(arch, pretrained=False, num_classes=1, in_channels=source.in_chans,
-                         edge_dim=source.edge_dim, hidden_channels=64, num_layers=4, head="graph_regression")  # fmt: skip
-        runs[arch] = (model.train(), torch.optim.AdamW(model.parameters(), lr=1e-3))
+                         edge_dim=source.edge_dim, hidden_channels=width, num_layers=4, head="graph_regression")  # fmt: skip
+        runs[label] = (model.train(), torch.optim.AdamW(model.parameters(), lr=1e-3))
     times: dict[str, list[float]] = {arch: [] for arch in MODELS}
     for epoch in range(epochs):
         order = list(MODELS[epoch % len(MODELS) :] + MODELS[: epoch % len(MODELS)])
@@ -71,13 +76,16 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(machine())
-    print("| molecules | model | median s per epoch | x gin_sum |\n| --- | --- | ---: | ---: |")
+    print("| molecules | model | median s per epoch | x gin_sum | x gin_sum at the same width |")
+    print("| --- | --- | ---: | ---: | ---: |")
     for name in args.sets:
         times = {
             arch: statistics.median(t[1:]) for arch, t in epoch_seconds(name, args.epochs, args.batch_size).items()
         }
         for arch, seconds in times.items():
-            print(f"| {name} | {arch} | {seconds:.2f} | {seconds / times['gin_sum']:.2f} |", flush=True)
+            same_width = times["gin_sum at 128"] if WIDTHS[arch][1] == 128 else times["gin_sum"]
+            print(f"| {name} | {arch} | {seconds:.2f} | {seconds / times['gin_sum']:.2f} | {seconds / same_width:.2f} |",
+                  flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

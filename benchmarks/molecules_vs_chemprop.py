@@ -17,7 +17,10 @@ RDKit's canonical SMILES) under ``--out/SET/``. Then, per seed:
   predictions on test.csv (``zoo eval`` only re-measures registered cards, so: `zoo.load(DIR)`
   and `predict_molecules` over the test SMILES in batches).
 
-Test MAE, RMSE and R² are computed here, for both, from the predictions and the labels of
+A classification set (class labels: ``solubility-class``) is written with class indices
+0..K-1, trained as ``chemprop train --task-type multiclass --multiclass-num-classes K`` and
+``zoo finetune ... --task classification``, and scored by test accuracy and macro F1 of the most
+probable class. Test MAE, RMSE and R² are computed here, for both, from the predictions and the labels of
 test.csv (`zoo.training.loop.meter.regression_metrics`'s formulas). The wall time of a run is
 that of its training command (start-up, featurisation, training and whatever the command does
 after it: zoo's post-training report included), with its CPU time beside it (user + system, all
@@ -76,9 +79,11 @@ class Run:
     set: str
     model: str
     seed: int
-    mae: float
+    mae: float  # regression sets; nan on a classification set
     rmse: float
     r2: float
+    accuracy: float  # classification sets (percent); nan on a regression set
+    f1_macro: float
     train_s: float
     train_cpu_s: float
     predict_s: float
@@ -95,6 +100,7 @@ def write_splits(name: str, folder: Path, limit: int | None) -> dict[str, Path]:
     train = train[:limit] if limit is not None else train
     label = SETS[name].label
     values = [float(graph.y) for graph in source.make_subset(range(source.num_samples), None)]
+    classes = source.target is None  # class indices 0..K-1 (chemprop's multiclass labels; zoo takes --task)
     folder.mkdir(parents=True, exist_ok=True)
     paths = {}
     for split, indices in (("train", train), ("val", val), ("test", test)):
@@ -102,7 +108,9 @@ def write_splits(name: str, folder: Path, limit: int | None) -> dict[str, Path]:
         with open(paths[split], "w", newline="") as file:
             writer = csv.writer(file)
             writer.writerow(["smiles", label])
-            writer.writerows((source.smiles[i], str(np.float32(values[i]))) for i in indices)
+            writer.writerows(
+                (source.smiles[i], str(int(values[i]) if classes else np.float32(values[i]))) for i in indices
+            )
     return paths
 
 
@@ -113,16 +121,23 @@ def read_table(path: Path) -> tuple[list[str], list[float]]:
     return [row[0] for row in rows], [float(row[-1]) for row in rows]
 
 
-def metrics(predicted: Sequence[float], truth: Sequence[float]) -> dict[str, float]:
-    """MAE, RMSE and R² of the predictions (zoo's `regression_metrics` over float64 sums)."""
+def metrics(predicted: Sequence[float], truth: Sequence[float], classes: bool) -> dict[str, float]:
+    """MAE, RMSE and R² of the predictions (zoo's `regression_metrics` over float64 sums), or for
+    predicted class indices (``classes``) accuracy (percent) and macro F1; the others nan."""
     p, t = np.asarray(predicted, dtype=np.float64), np.asarray(truth, dtype=np.float64)
     if p.shape != t.shape:
         raise SystemExit(f"{len(p)} predictions for {len(t)} test molecules")
+    nan = float("nan")
+    if classes:
+        from sklearn.metrics import f1_score
+
+        scores = {"accuracy": 100.0 * float((p == t).mean()), "f1_macro": float(f1_score(t, p, average="macro"))}
+        return scores | {"mae": nan, "rmse": nan, "r2": nan}
     error = p - t
     sums = {"sum/count": len(t), "sum/abs_error": float(np.abs(error).sum()),
             "sum/squared_error": float(np.square(error).sum()), "sum/target": float(t.sum()),
             "sum/target_squared": float(np.square(t).sum())}  # fmt: skip
-    return regression_metrics(sums)
+    return regression_metrics(sums) | {"accuracy": nan, "f1_macro": nan}
 
 
 def child_cpu_seconds() -> float:
@@ -149,17 +164,28 @@ def timed(command: list[str], log: Path, cwd: Path) -> tuple[float, float]:
     return seconds, cpu
 
 
+def chemprop_classes(path: Path) -> list[float]:
+    """The predicted class of each row of chemprop's multiclass predictions: the argmax of its
+    ``LABEL_prob`` column (comma-separated class probabilities)."""
+    with open(path, newline="") as file:
+        rows = list(csv.DictReader(file))
+    column = next(name for name in rows[0] if name.endswith("_prob"))
+    return [float(np.argmax([float(p) for p in row[column].split(",")])) for row in rows]
+
+
 def run_chemprop(
-    chemprop: str, paths: dict[str, Path], folder: Path, seed: int, epochs: int | None, workers: int
+    chemprop: str, paths: dict[str, Path], folder: Path, seed: int, epochs: int | None, workers: int, classes: int
 ) -> tuple[list[float], tuple[float, float], float, str]:
-    """chemprop train on the three files, then chemprop predict on test.csv: the test
-    predictions, wall and CPU seconds of training, seconds of predicting, the training command."""
+    """chemprop train on the three files (``classes`` > 0: multiclass with that many), then chemprop
+    predict on test.csv: the test predictions, wall and CPU seconds of training, seconds of
+    predicting, the training command."""
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     common = ["--num-workers", str(workers), "--accelerator", "cpu", "--devices", "1"]
     train = [chemprop, "train", "--data-path", str(paths["train"]), str(paths["val"]), str(paths["test"]),
-             "--task-type", "regression", "--pytorch-seed", str(seed), "--data-seed", str(seed), *common,
+             *(["--task-type", "multiclass", "--multiclass-num-classes", str(classes)] if classes else
+               ["--task-type", "regression"]), "--pytorch-seed", str(seed), "--data-seed", str(seed), *common,
              "--output-dir", str(folder / "model")]  # fmt: skip
     if epochs is not None:
         train += ["--epochs", str(epochs)]
@@ -171,28 +197,31 @@ def run_chemprop(
     predict = [chemprop, "predict", "--test-path", str(paths["test"]), "--model-paths", str(models[0]),
                "--preds-path", str(preds), "--drop-extra-columns", *common]  # fmt: skip
     predict_s, _ = timed(predict, folder / "predict.log", folder)
-    _, predicted = read_table(preds)
+    predicted = chemprop_classes(preds) if classes else read_table(preds)[1]
     return predicted, trained, predict_s, " ".join(train)
 
 
 def run_zoo(
-    zoo_cli: str, arch: str, paths: dict[str, Path], folder: Path, seed: int
+    zoo_cli: str, arch: str, paths: dict[str, Path], folder: Path, seed: int, classes: int
 ) -> tuple[list[float], tuple[float, float], float, str]:
-    """``zoo finetune`` with its defaults, then the saved model's predictions on test.csv."""
+    """``zoo finetune`` with its defaults (and ``--task classification`` for class indices, as a
+    user would say), then the saved model's predictions on test.csv (the most probable class)."""
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     train = [zoo_cli, "finetune", arch, "--data", str(paths["train"]), "--val-data", str(paths["val"]),
              "--out", str(folder / "model"), "--seed", str(seed)]  # fmt: skip
+    train += ["--task", "classification"] if classes else []
     trained = timed(train, folder / "train.log", folder)
     start = time.perf_counter()
     model = zoo.load(str(folder / "model"))
     smiles, _ = read_table(paths["test"])
-    predicted = [
-        float(value)
+    answers = [
+        value
         for at in range(0, len(smiles), MAX_PREDICT_SMILES)
         for value in predict_molecules(model, smiles[at : at + MAX_PREDICT_SMILES], str(paths["test"]))
-    ]
+    ]  # values, or {class name: probability} with the class indices as names
+    predicted = [float(max(a, key=a.get)) if classes else float(a) for a in answers]
     return predicted, trained, time.perf_counter() - start, " ".join(train)
 
 
@@ -203,12 +232,14 @@ def scored(
     done: tuple[list[float], tuple[float, float], float, str],
     sizes: dict[str, int],
     truth: Sequence[float],
+    classes: int,
 ) -> Run:
     """The `Run` of ``run_chemprop`` / ``run_zoo``'s answer: its test metrics and seconds."""
     predicted, (train_s, train_cpu_s), predict_s, command = done
-    scores = metrics(predicted, truth)
+    scores = metrics(predicted, truth, bool(classes))
     return Run(
-        name, model, seed, scores["mae"], scores["rmse"], scores["r2"], train_s, train_cpu_s, predict_s,
+        name, model, seed, scores["mae"], scores["rmse"], scores["r2"], scores["accuracy"], scores["f1_macro"],
+        train_s, train_cpu_s, predict_s,
         sizes["train"], sizes["val"], sizes["test"], command,
     )  # fmt: skip
 
@@ -259,16 +290,22 @@ def cell(values: Sequence[float]) -> str:
 
 def table(runs: Sequence[Run]) -> list[str]:
     """Markdown rows: mean ± std over the seeds per model, wall and CPU seconds of training per run."""
+    classes = bool(runs) and not math.isnan(runs[0].accuracy)
+    names = "test accuracy (%) | test macro F1" if classes else "test MAE | test RMSE | test R²"
     lines = [
-        "| model | test MAE | test RMSE | test R² | wall time per run | CPU time per run | seeds |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        f"| model | {names} | wall time per run | CPU time per run | seeds |",
+        "| --- " * (6 if classes else 7) + "|",
     ]
     for model in dict.fromkeys(run.model for run in runs):
         mine = [run for run in runs if run.model == model]
         r2 = [run.r2 for run in mine if not math.isnan(run.r2)]
+        scores = (
+            f"{cell([r.accuracy for r in mine])} | {cell([r.f1_macro for r in mine])}"
+            if classes
+            else f"{cell([r.mae for r in mine])} | {cell([r.rmse for r in mine])} | {cell(r2) if r2 else 'nan'}"
+        )
         lines.append(
-            f"| {model} | {cell([r.mae for r in mine])} | {cell([r.rmse for r in mine])} | "
-            f"{cell(r2) if r2 else 'nan'} | {statistics.mean(r.train_s for r in mine):.0f} s | "
+            f"| {model} | {scores} | {statistics.mean(r.train_s for r in mine):.0f} s | "
             f"{statistics.mean(r.train_cpu_s for r in mine):.0f} s | {len(mine)} |"
         )
     return lines
@@ -329,9 +366,8 @@ def main() -> None:
     runs: list[Run] = []
     results = out / "results.csv"
     for name in args.sets:
-        if benchmark(name)[0].target is None:
-            print(f"\n{name}: a classification set; this benchmark measures regression sets only, skipped")
-            continue
+        source = benchmark(name)[0]
+        classes = source.num_classes if source.target is None else 0
         paths = write_splits(name, out / name, args.limit)
         sizes = {split: len(read_table(path)[0]) for split, path in paths.items()}
         truth = read_table(paths["test"])[1]
@@ -341,14 +377,18 @@ def main() -> None:
                 folder = out / name / model / f"seed{seed}"
                 if model == CHEMPROP:
                     assert chemprop is not None  # internal: models holds chemprop only then
-                    done = run_chemprop(chemprop, paths, folder, seed, args.chemprop_epochs, args.chemprop_workers)
+                    done = run_chemprop(
+                        chemprop, paths, folder, seed, args.chemprop_epochs, args.chemprop_workers, classes
+                    )
                 else:
-                    done = run_zoo(zoo_cli, model, paths, folder, seed)
-                run = scored(name, model, seed, done, sizes, truth)
+                    done = run_zoo(zoo_cli, model, paths, folder, seed, classes)
+                run = scored(name, model, seed, done, sizes, truth, classes)
                 (folder / "result.json").write_text(json.dumps(asdict(run), indent=2) + "\n")
                 runs.append(run)
+                scores = f"accuracy {run.accuracy:.2f}% macro F1 {run.f1_macro:.3f}" if classes else (
+                    f"MAE {run.mae:.3f} RMSE {run.rmse:.3f} R² {run.r2:.3f}")  # fmt: skip
                 print(
-                    f"{name} {model} seed {seed}: MAE {run.mae:.3f} RMSE {run.rmse:.3f} R² {run.r2:.3f} "
+                    f"{name} {model} seed {seed}: {scores} "
                     f"({run.train_s:.0f} s training, {run.train_cpu_s:.0f} CPU s, {run.predict_s:.1f} s predicting)",
                     flush=True,
                 )

