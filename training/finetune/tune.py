@@ -246,7 +246,7 @@ def _open_study(
 
 
 def _pruner(optuna: Any, pruner: str) -> Any:
-    """Median: below the median of earlier trials at the same epoch, from epoch 4 on, once 3
+    """Median: below the median of earlier trials at the same epoch, from epoch 3 on, once 3
     trials finished; halving: successive halving from epoch 3, a third kept at each rung."""
     if pruner == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=3)
