@@ -232,6 +232,8 @@ def test_without_mlflow_or_a_server_it_is_one_line_before_training(
     )
     assert cli.main([*argv, "--track", "htp://127.0.0.1:5000"]) == 2  # a typo'd scheme: named with the ones read
     assert "MLflow reads no htp: URIs; give a folder (./mlruns)" in capsys.readouterr().err
+    assert cli.main([*argv, "--track-experiment", "team"]) == 2  # an experiment without --track: not ignored
+    assert "add --track URI" in capsys.readouterr().err
     assert not out.exists()  # nothing trained, nothing written
 
 

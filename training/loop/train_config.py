@@ -220,6 +220,10 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and not (isinstance(value, str) and value.strip()):
                 raise InvalidArgumentError(f"{_named(name)} must be a non-empty string or None, got {value!r}")
+        if self.track_experiment is not None and self.track is None:
+            raise InvalidArgumentError(
+                f"{_named('track_experiment')} names the MLflow experiment of a tracked run: add --track URI (track=)"
+            )
         beta = Bounds(0, 1, high_open=True)
         betas = self.betas if isinstance(self.betas, (tuple, list)) and len(self.betas) == 2 else None
         if betas is None or any(beta.problem(b) for b in betas):
