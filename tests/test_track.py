@@ -2,8 +2,9 @@
 and read back through MLflow's own client (params, each epoch's metrics at step = epoch, the card
 and curves, the model that `mlflow.pyfunc.load_model` predicts with as `zoo.load` does); a real
 ``mlflow server`` on 127.0.0.1 (SQLite behind it) with a fine-tune logged as a nested run; runs
-that fail or are interrupted end FAILED or KILLED; an unreachable server and a missing extra are
-one line and exit code 2 before anything trains.
+that fail or are interrupted end FAILED or KILLED, and a resumed one goes on in its MLflow run;
+an unreachable server, a missing extra and a bad URI are one line and exit code 2 before
+anything trains, and importing zoo imports no mlflow.
 
 The server starts when the module does (it takes 10-30 s) and is waited for by its test, last."""
 
@@ -205,19 +206,21 @@ def test_not_on_the_processes_of_a_torchrun_group_but_the_first(tmp_path: Path) 
     assert not (tmp_path / "mlruns").exists()
 
 
-def run_cli(argv: list[str], block_mlflow: bool = False) -> subprocess.CompletedProcess[str]:
-    """``zoo ARGV`` in a fresh process (where mlflow may be made unimportable)."""
-    blocked = "sys.modules['mlflow'] = None; " if block_mlflow else ""
-    code = f"import sys; {blocked}from zoo.cli import main; sys.exit(main({argv!r}))"
+def run_without_mlflow(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``zoo ARGV`` in a fresh process where mlflow cannot be imported; first it prints whether
+    importing zoo, its training and its API imported mlflow (it must not: mlflow is slow to import)."""
+    code = "import sys, zoo, zoo.training.finetune; zoo.Trainer, zoo.TrainConfig; print('mlflow' in sys.modules); "
+    code += f"sys.modules['mlflow'] = None; from zoo.cli import main; sys.exit(main({argv!r}))"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 
-def test_without_mlflow_or_a_server_it_is_one_line_before_training(
+def test_without_mlflow_or_a_server_it_is_one_line_before_training_and_zoo_imports_it_lazily(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data, out = gray_images(tmp_path / "images"), tmp_path / "run"
     argv = ["finetune", "resnet20", "--data", str(data), "--out", str(out), *QUICK]
-    missing = run_cli([*argv, "--track", str(tmp_path / "mlruns")], block_mlflow=True)
+    missing = run_without_mlflow([*argv, "--track", str(tmp_path / "mlruns")])
+    assert missing.stdout.strip() == "False"  # import zoo, its training and its API: no mlflow until a run is tracked
     assert missing.returncode == 2, missing.stderr
     assert missing.stderr.strip().splitlines() == [
         "zoo: error: --track logs to MLflow, which is not installed: pip install 'zoo[track]'"
@@ -254,12 +257,6 @@ def test_a_real_tracking_server(tmp_path: Path, mlflow_server: tuple[str, subpro
     assert json.loads((out / RUN_FILE).read_text())["store"] == url
 
 
-def test_zoo_and_its_training_do_not_import_mlflow_until_a_run_is_tracked() -> None:
-    code = "import sys, zoo, zoo.training.finetune; zoo.Trainer, zoo.TrainConfig; print('mlflow' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert result.stdout.strip() == "False", result.stderr
-
-
 def test_the_mlflow_model_reads_texts_and_vectors_as_zoo_does(tmp_path: Path) -> None:
     from zoo.tokenizer import ByteTokenizer
     from zoo.training.finetune.mlflow_model import predict_table
@@ -283,3 +280,28 @@ def test_the_mlflow_model_reads_texts_and_vectors_as_zoo_does(tmp_path: Path) ->
     np.testing.assert_allclose(predict_table(vectors, pd.DataFrame(rows)).to_numpy(), expected, atol=1e-6)
     with pytest.raises(zoo.ZooError, match="model_input: this model reads text as strings, got a int"):
         predict_table(folder, [1, 2])
+
+
+def test_a_resumed_run_goes_on_in_the_mlflow_run_its_folder_names(tmp_path: Path, store: Path) -> None:
+    from zoo.training.finetune import FinetuneOptions
+    from zoo.training.finetune.mlflow_run import finetune_tracking
+
+    out = tmp_path / "run"
+    out.mkdir()
+
+    def tracking(**config):
+        settings = TrainConfig(track=str(store), track_experiment="resumed", out_dir=str(out), **config)
+        return finetune_tracking(settings, out, "resnet20", "images/", "3 classes", FinetuneOptions(), main=True)
+
+    with pytest.raises(KeyboardInterrupt), tracking() as first:
+        first.log_metrics({"val_acc": 0.5}, step=1)
+        raise KeyboardInterrupt
+    client = mlflow.MlflowClient(first.store)
+    assert client.get_run(first.run_id).info.status == "KILLED"
+    with tracking(resume=True) as again:
+        assert again.run_id == first.run_id and client.get_run(first.run_id).info.status == "RUNNING"
+        again.log_metrics({"val_acc": 0.75}, step=2)
+    assert client.get_run(first.run_id).info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(first.run_id, "val_acc")] == [1, 2]
+    with tracking(resume=False) as fresh:  # a new run (--overwrite) is a new MLflow run
+        assert fresh.run_id != first.run_id
