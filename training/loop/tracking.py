@@ -316,12 +316,24 @@ def _open(
         client = mlflow.MlflowClient(tracking_uri=store)
         experiment_id = _experiment_id(client, experiment, artifacts)
         if run_id is not None:
-            client.update_run(run_id, status="RUNNING")
-        else:
+            run_id = _reopened(client, run_id)
+        if run_id is None:
             all_tags = {**_context_tags(), **tags, **({PARENT_TAG: parent_run_id} if parent_run_id else {})}
             all_tags = {str(k): _param_value(v) for k, v in all_tags.items()}
             run_id = client.create_run(experiment_id, run_name=run_name, tags=all_tags).info.run_id
     return Tracker(client, uri, store, experiment, experiment_id, run_id)
+
+
+def _reopened(client: Any, run_id: str) -> str | None:
+    """``run_id`` set RUNNING again (a run resumed), or None, warned about, when the store has it no more."""
+    try:
+        client.update_run(run_id, status="RUNNING")
+    except Exception as error:  # noqa: BLE001 (deleted, or another store's: a new run takes its place)
+        warnings.warn(
+            f"MLflow run {run_id} cannot be reopened ({type(error).__name__}): logging to a new run", stacklevel=4
+        )
+        return None
+    return run_id
 
 
 def _context_tags() -> dict[str, str]:
