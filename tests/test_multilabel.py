@@ -126,3 +126,14 @@ def test_tensors_and_text_rows_train_end_to_end(tmp_path: Path) -> None:
     tiny = dict(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=32, num_experts=4)
     text = zoo.finetune("moe_encoder", tmp_path / "t.jsonl", tmp_path / "t", model_kwargs=tiny, **quick)
     assert {"val_map", "val_f1_micro", "val_f1_macro"} <= set(text.metrics)
+
+
+def test_a_label_whose_every_positive_is_held_out_is_refused() -> None:
+    from zoo.training.data.tensor_files import tensor_source
+
+    y = torch.zeros(30, 2)
+    y[:, 0], y[0, 1] = 1, 1  # 'rare' has one positive, sample 0
+    source = tensor_source(torch.rand(30, 4), y, ["common", "rare"], "t.pt", task="multi-label")
+    seed = next(s for s in range(100) if 0 in torch.randperm(30, generator=torch.Generator().manual_seed(s))[:3])
+    with pytest.raises(DataError, match=r"takes every sample of label 'rare' \(1 sample\), leaving none to train on"):
+        source.split(0.1, seed=seed)

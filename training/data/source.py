@@ -95,24 +95,28 @@ class DataSource:
         return train, val
 
     def _check_hold_out(self, train_indices: list[int], val_fraction: float, seed: int) -> None:
-        """Refuse classes the hold-out leaves without training samples; warn about classes
-        too small for the hold-out to hold one of them on average."""
+        """Refuse classes (a multi-label's labels: their positives) the hold-out leaves without
+        training samples; warn about those too small for the hold-out to hold one on average."""
         if self.labels is None or not self.class_names:
             return
-        labels = torch.as_tensor(self.labels, dtype=torch.long)
-        num_classes = len(self.class_names)
-        total = torch.bincount(labels, minlength=num_classes).tolist()
-        train = torch.bincount(labels[torch.tensor(train_indices)], minlength=num_classes).tolist()
+        labels, num_classes = torch.as_tensor(self.labels), len(self.class_names)
+        kind, kinds = ("label", "labels") if self.multi_label else ("class", "classes")
+        if self.multi_label:  # multi-hot rows [N, K]: a label's samples are its positives
+            total = labels.sum(0).long().tolist()
+            train = labels[torch.tensor(train_indices)].sum(0).long().tolist()
+        else:
+            total = torch.bincount(labels.long(), minlength=num_classes).tolist()
+            train = torch.bincount(labels.long()[torch.tensor(train_indices)], minlength=num_classes).tolist()
         need = samples_needed(val_fraction)
         held = f"the validation hold-out (val_fraction {val_fraction}, seed {seed})"
         starved = [c for c in range(num_classes) if total[c] and not train[c]]
         if starved:
             listed = ", ".join(f"{self.class_names[c]!r} ({plural(total[c], 'sample')})" for c in starved)
             raise DataError(
-                f"{self.description}: {held} takes every sample of {'class' if len(starved) == 1 else 'classes'} "
+                f"{self.description}: {held} takes every sample of {kind if len(starved) == 1 else kinds} "
                 f"{listed}, leaving none to train on; "
-                f"at val_fraction {val_fraction} each class needs at least {need} samples: add samples of "
-                f"that class, lower --val-fraction, or pass separate validation data (--val-data)"
+                f"at val_fraction {val_fraction} each {kind} needs at least {need} samples: add samples of "
+                f"that {kind}, lower --val-fraction, or pass separate validation data (--val-data)"
             )
         few = [c for c in range(num_classes) if 0 < total[c] < need]
         if few:
@@ -120,10 +124,10 @@ class DataSource:
                 f"{self.class_names[c]!r} ({plural(total[c], 'sample')}, {total[c] - train[c]} in validation)"
                 for c in few
             )
-            subject = f"class {listed} has" if len(few) == 1 else f"classes {listed} have"
+            subject = f"{kind} {listed} has" if len(few) == 1 else f"{kinds} {listed} have"
             warnings.warn(
                 f"{self.description}: {subject} fewer than the {need} samples that {held} needs to hold out one "
-                "of each class on average: their validation accuracy rests on very few samples",
+                f"of each {kind} on average: their validation metrics rest on very few samples",
                 stacklevel=3,
             )
 

@@ -63,7 +63,7 @@ class Targets:
             "num_classes": 1 if self.task == "regression" else len(self.names or []),
             "class_names": self.names,
             "class_counts": self.counts,
-            "labels": self.values if self.task == "classification" else None,
+            "labels": self.values if self.task in ("classification", "multi-label") else None,
             "target": self.target,
             "multi_label": self.task == "multi-label",
         }

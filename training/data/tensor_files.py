@@ -86,7 +86,7 @@ def tensor_source(
         counts = class_counts(y, class_names)
         check_classes(description, counts, f"the file needs labels of at least two classes under {y_name}")
         fields = {"num_classes": len(class_names), "class_names": class_names, "class_counts": counts, "labels": y}
-    if fields.get("labels") is None and "values" in fields:
+    if "values" in fields:  # a regression's or multi-label's float targets
         y = fields.pop("values")
 
     def make_subset(indices: Sequence[int], transform: Callable[[Any], Any] | None) -> Dataset:
