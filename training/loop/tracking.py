@@ -41,6 +41,7 @@ import contextlib
 import contextvars
 import dataclasses
 import math
+import os
 import time
 import urllib.error
 import urllib.request
@@ -159,8 +160,9 @@ _CHECKED: set[str] = set()
 
 def check_tracking(uri: str | None) -> None:
     """Before anything trains: MLflow importable, a tracking server's URI answering, another
-    store opening (a folder's SQLite database is made here), once per URI."""
-    if uri is None or uri in _CHECKED:
+    store opening (a folder's SQLite database is made here), once per URI; under torchrun by the
+    first process only (the one that logs: the others would race it making the database)."""
+    if uri is None or uri in _CHECKED or int(os.environ.get("RANK", "0")) != 0:
         return
     mlflow = require_mlflow()
     if urlsplit(uri).scheme in ("http", "https"):
