@@ -33,18 +33,47 @@ def hook() -> ModuleType:
 
 @pytest.fixture(scope="module")
 def rows(hook: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
-    """The table's rows by weight name, each {heading: cell}, counted afresh (an empty cache)."""
+    """The tables' rows by weight name, each {heading: cell, "section": its heading}, counted
+    afresh (an empty cache)."""
     cache = tmp_path_factory.mktemp("cache") / "models_table.json"
-    lines = [line for line in hook.models_table(cache).splitlines() if line.startswith("|")]
-    headings = [cell.strip() for cell in lines[0].strip("|").split("|")]
-    assert headings == list(hook.HEADINGS) and set(lines[1]) <= {"|", "-"}
+    lines = hook.models_table(cache).splitlines()
     table = {}
-    for line in lines[2:]:
+    section = ""
+    for at, line in enumerate(lines):  # each section's table: its headings, the rule, its rows
+        section = line.removeprefix("## ") if line.startswith("## ") else section
+        if line.startswith("|") and at + 1 < len(lines) and lines[at + 1].startswith("|---"):
+            headings = [cell.strip() for cell in line.strip("|").split("|")]
+            assert headings[: len(hook.HEADINGS)] == list(hook.HEADINGS)
+            assert headings[-len(hook.FIGURES) :] == list(hook.FIGURES)
+            continue
+        if not line.startswith("|") or line.startswith("|---"):
+            continue
         cells = dict(zip(headings, (cell.strip() for cell in line.strip("|").split("|"))))
-        name = re.search(r"`([^`]+)`", cells["weights"]).group(1)
+        name = re.search(r"<code[^>]*>([^<]+)</code>", cells["weights"]).group(1)
         assert name not in table, f"{name} has two rows"
-        table[name] = cells
+        table[name] = {**cells, "section": section}
     return table
+
+
+def test_the_catalogue_is_grouped_by_data_set_then_family_with_one_precision_a_column(
+    hook: ModuleType, rows: dict[str, dict[str, str]]
+) -> None:
+    page = hook.models_table(None)
+    sections = re.findall(r"^## (.+)$", page, re.MULTILINE)
+    assert sections[:3] == ["ImageNet-1K", "Fashion-MNIST", "Digits (scikit-learn, nudged)"]
+    assert sections[-1] == "About the figures" and len(sections) == len(set(sections))
+    imagenet = [name for name, row in rows.items() if row["section"] == "ImageNet-1K"]
+    families = [rows[name]["family"] for name in imagenet]
+    assert families == sorted(families) and "data set" not in rows["resnet50.tv_in1k"]  # one data set: no column
+    assert imagenet.index("resnet18.tv_in1k") < imagenet.index("resnet50.tv2_in1k") < imagenet.index("resnet50.tv_in1k")
+    assert imagenet.index("resnet50.tv_in1k") < imagenet.index("resnet101.tv2_in1k")  # numbers as numbers
+    for name in imagenet:  # percent to 2 decimals, every one
+        assert re.fullmatch(r"\d+\.\d\d", rows[name]["top-1 (%)"]) and re.fullmatch(
+            r"\d+\.\d\d", rows[name]["top-5 (%)"]
+        )
+    assert all(re.fullmatch(r"\d+\.\d\d|–", row["file (MiB)"]) for row in rows.values())
+    assert 'white-space: nowrap">wide_resnet50_2.tv2_in1k</code>' in rows["wide_resnet50_2.tv2_in1k"]["weights"]
+    assert hook.models_table(None) == page  # a stable order
 
 
 def test_the_table_has_one_row_per_weight_entry(rows: dict[str, dict[str, str]]) -> None:
@@ -62,18 +91,21 @@ def test_the_figures_of_resnet20_fmnist_are_counted_from_its_architecture(rows: 
     assert float(row["GMACs"]) == pytest.approx(counter.get_total_flops() / 2 / 1e9, rel=1e-3)
     size = (ROOT / "weights" / "resnet20.fmnist.safetensors").stat().st_size
     assert float(row["file (MiB)"]) == pytest.approx(size / 2**20, abs=0.05)
-    assert (row["architecture"], row["data set"], row["inputs"]) == ("`resnet20`", "`fashion-mnist`", "images")
-    assert (row["top-1"], row["top-5"], row["other metrics"]) == ("93.89", "–", "loss 0.168")
-    assert (row["source"], row["licence"]) == ("bundled", "Apache-2.0")
+    assert (row["section"], row["data set"]) == (
+        "Fashion-MNIST",
+        '<code style="white-space: nowrap">fashion-mnist</code>',
+    )
+    assert (row["family"], row["top-1 (%)"], row["loss"]) == ("ResNet", "93.89", "0.1680")
+    assert (row["source"], row["licence"]) == ("bundled", '<span style="white-space: nowrap">Apache-2.0</span>')
 
 
 def test_published_entries_show_their_host_and_imagenet_figures(rows: dict[str, dict[str, str]]) -> None:
     row = rows["resnet50.tv_in1k"]
-    assert (row["top-1"], row["top-5"], row["source"]) == ("76.13", "92.862", "download.pytorch.org")
+    assert (row["top-1 (%)"], row["top-5 (%)"], row["source"]) == ("76.13", "92.86", "download.pytorch.org")
     row = rows["seresnet50.a1_in1k"]
-    assert (row["top-1"], row["top-5"], row["file (MiB)"]) == ("81.102", "95.12", "–")
+    assert (row["top-1 (%)"], row["top-5 (%)"], row["file (MiB)"]) == ("81.10", "95.12", "–")
     assert "huggingface.co/timm/seresnet50.a1_in1k" in row["source"]
-    assert rows["gin3.triangles_er"]["GMACs"] == "–" and "nmse" in rows["gin3.triangles_er"]["other metrics"]
+    assert rows["gin3.triangles_er"]["GMACs"] == "–" and rows["gin3.triangles_er"]["NMSE"] == "5.3e-11"
 
 
 def test_counted_figures_agree_with_what_the_entries_record(rows: dict[str, dict[str, str]]) -> None:
