@@ -39,7 +39,8 @@ from PIL import Image
 import zoo
 from zoo.errors import InvalidArgumentError
 from zoo.loading.images import open_image
-from zoo.loading.molecules import predict_molecules, reads_molecules
+from zoo.loading.molecules import reads_molecules, smiles_batch
+from zoo.loading.outputs import output_meaning
 from zoo.store import registry
 from zoo.tokenizer import ByteTokenizer
 
@@ -60,25 +61,24 @@ class Predictor:
         self.model = zoo.load(folder).eval()
         cfg = self.model.pretrained_cfg
         self.kind = "molecules" if reads_molecules(cfg) else registry.input_kind(cfg["architecture"])
-        self.regression = cfg.get("target") is not None or cfg.get("head") == "graph_regression"
-        self.multi_label = bool(cfg.get("multi_label"))  # a probability per label (sigmoid), not one softmax
-        self.columns = [cfg["target"]["name"]] if cfg.get("target") else None
-        if not self.regression:
-            self.columns = [str(c) for c in cfg.get("class_names") or range(self.model.num_classes)]
+        self.meaning = output_meaning(cfg)  # as zoo predict, zoo serve and zoo eval read the outputs
+        outputs = self.model.num_classes or 1
+        if self.meaning.task == "regression":
+            name = self.meaning.target_name or "value"
+            self.columns = [name] if outputs == 1 else [f"{name}_{i}" for i in range(outputs)]
+        else:
+            self.columns = [self.meaning.label(i) for i in range(outputs)]
 
     def __call__(self, inputs: Any) -> pd.DataFrame:
         """The predictions for ``inputs`` (see the module docstring), a row per sample."""
-        if self.kind == "molecules":
-            rows = predict_molecules(self.model, _strings(inputs, "molecules"), "model_input")
-            return pd.DataFrame(rows if not self.regression else {self.columns[0]: rows})
         if self.kind == "graphs":
             raise InvalidArgumentError("this MLflow model reads graphs: load it with zoo.load and pass PyG batches")
         outputs = [self._forward(chunk) for chunk in self._batches(inputs)]
         out = torch.cat(outputs) if outputs else torch.empty(0, len(self.columns))
-        values = (
-            out.float() if self.regression else out.float().sigmoid() if self.multi_label else out.float().softmax(-1)
-        )
-        return pd.DataFrame(values.reshape(len(values), -1).numpy(), columns=self.columns)
+        out = out.float().reshape(len(out), -1)
+        task = self.meaning.task
+        values = out if task == "regression" else out.sigmoid() if task == "multi_label" else out.softmax(-1)
+        return pd.DataFrame(values.numpy(), columns=self.columns)
 
     @torch.no_grad()
     def _forward(self, batch: Any) -> torch.Tensor:
@@ -86,6 +86,11 @@ class Predictor:
 
     def _batches(self, inputs: Any) -> Iterator[Any]:
         """Model-ready batches of ``inputs``, `CHUNK` samples at a time."""
+        if self.kind == "molecules":
+            smiles = _strings(inputs, "molecules")
+            for start in range(0, len(smiles), CHUNK):
+                yield smiles_batch(smiles[start : start + CHUNK], "model_input")
+            return
         if self.kind == "text":
             texts, tokenizer = _strings(inputs, "text"), ByteTokenizer()
             for start in range(0, len(texts), CHUNK):
