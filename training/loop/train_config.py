@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import os
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -216,6 +217,8 @@ class TrainConfig:
                 f"{_named('warmup_epochs')} must be below epochs ({self.epochs}), "
                 f"got {self.warmup_epochs:g}: the run would end before its learning rate is reached"
             )
+        if isinstance(self.track, os.PathLike):  # a folder given as a Path
+            self.track = os.fspath(self.track)
         for name in ("track", "track_experiment"):  # the URI's form: zoo.training.loop.tracking
             value = getattr(self, name)
             if value is not None and not (isinstance(value, str) and value.strip()):
