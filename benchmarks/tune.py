@@ -16,7 +16,7 @@ The search picked its settings on the validation set, so its own validation figu
 optimistic; the test column is the honest one. One row per run (and one per trial) goes to the
 CSVs, the machine in the first line printed. Runs train in fp32 on ``--threads`` torch threads.
 
-    .venv/bin/python benchmarks/tune.py [--trials 10] [--timeout 600] [--seeds 1 2 3] [--work DIR]
+    .venv/bin/python benchmarks/tune.py [--trials 10] [--timeout 600] [--seeds 1 2 3] [--pruner median] [--work DIR]
 """
 
 from __future__ import annotations
@@ -116,6 +116,7 @@ def main() -> None:
     parser.add_argument("--test-per-class", type=int, default=60)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--work", type=Path, help="working folder (default: a temporary one)")
+    parser.add_argument("--pruner", default="median", choices=("median", "halving", "none"))
     parser.add_argument("--name", default="digits", help="the CSVs' name in results/tune/")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -129,7 +130,8 @@ def main() -> None:
     fixed.pop("progress")
     fixed.pop("post_training")  # zoo tune turns both off in its trials itself
     first = {"lr": DEMO["lr"], "epochs": DEMO["epochs"], "batch_size": DEMO["batch_size"], "augment": "light"}
-    result = zoo.tune(WEIGHTS, train, work / "study", trials=args.trials, timeout=args.timeout, first=first, **fixed)
+    result = zoo.tune(WEIGHTS, train, work / "study", trials=args.trials, timeout=args.timeout, first=first, pruner=args.pruner,
+                      **fixed)  # fmt: skip
     search_s = time.perf_counter() - started
     tuned = {"warmup_epochs": DEMO["warmup_epochs"], **trial_keywords(result.best_params)}
     rows = []
