@@ -91,6 +91,8 @@ def _check_predict_inputs(args: argparse.Namespace) -> None:
         )
     if args.input is None and not args.images:
         raise InvalidArgumentError("no inputs: pass image files or SMILES as arguments, or a file of them with --input")
+    if args.input is not None and getattr(args, "optimize", None):
+        raise InvalidArgumentError("--optimize applies to images given as arguments; drop it with --input (run eager)")
     if args.input is None and (args.format or args.out):
         raise InvalidArgumentError("--format and --out write the rows of an --input file; add --input FILE")
 

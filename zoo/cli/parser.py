@@ -157,7 +157,7 @@ def _eval_arguments(p: argparse.ArgumentParser) -> None:
         "--data",
         metavar="FILE",
         help="score on this labelled data instead of the card's test set: anything zoo finetune --data takes "
-        "(image folder, text rows, tensors, shards, molecules)",
+        "(image folder or list, text rows, tensors, shards, molecules)",
     )
     p.add_argument("--out", metavar="FILE", help="with --data: also write the metrics to FILE (JSON)")
     p.add_argument("--images", metavar="DIR", help="with --data LIST: the folder the list's paths are under")
