@@ -92,6 +92,8 @@ def test_a_planet_style_list_names_images_without_their_extension(tmp_path: Path
     options = MoleculeOptions(task="multi-label")
     source = open_data(tmp_path / "train_v2.csv", images=tmp_path / "train-jpg", molecules=options)
     assert source.class_names == ["clear", "haze", "primary"] and source.full().samples[0][0].endswith("0.png")
+    auto = open_data(tmp_path / "train_v2.csv", images=tmp_path / "train-jpg")
+    assert auto.class_names == ["clear", "haze primary"] and "pass --task multi-label" in auto.task_note
 
 
 def test_one_zero_one_column_per_label_is_multi_label(tmp_path: Path) -> None:

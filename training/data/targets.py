@@ -69,7 +69,9 @@ class Targets:
         }
 
 
-def choose_task(rows: Sequence[Row], task: str, columns: Sequence[str] | None = None) -> tuple[str, str]:
+def choose_task(
+    rows: Sequence[Row], task: str, columns: Sequence[str] | None = None, delimiter: str = " "
+) -> tuple[str, str]:
     """The task ``rows`` get and why, in words: ``task`` when asked, else the auto rule (module docstring)."""
     if task not in TABLE_TASKS:
         raise DataError(f"task (--task) must be one of {', '.join(TABLE_TASKS)}, got {task!r}")
@@ -88,6 +90,12 @@ def choose_task(rows: Sequence[Row], task: str, columns: Sequence[str] | None = 
                 "regression",
                 "task: regression (the labels are numbers, not all whole; --task classification for classes)",
             )
+    spaced = next((label for label in values if isinstance(label, str) and delimiter in label.strip()), None)
+    if spaced is not None:  # Planet's "haze primary": tags, unless asked (a class may be "ankle boot")
+        return "classification", (
+            f"task: classification, each distinct label one class; labels such as {spaced.strip()[:40]!r} hold "
+            f"{delimiter!r}: pass --task multi-label to read them as tags"
+        )
     return "classification", "task: classification (--task regression or multi-label for the others)"
 
 
@@ -99,7 +107,7 @@ def read_targets(
     is the label's field, ``columns`` the label columns when there are several (0/1 each)."""
     if not rows:
         raise DataError(f"{where} holds no rows; expected one row per sample")
-    task, note = choose_task(rows, task, columns)
+    task, note = choose_task(rows, task, columns, delimiter)
     if task == "regression":
         return _regression(where, rows, name, note)
     if task == "multi-label":
