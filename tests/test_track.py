@@ -67,8 +67,9 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
         try:
             server.wait(timeout=15)
         except subprocess.TimeoutExpired:
-            with_group(server, signal.SIGKILL)
-            server.wait()
+            pass
+        with_group(server, signal.SIGKILL)  # its workers and job consumers too, whatever SIGTERM left
+        server.wait()
 
 
 def with_group(process: subprocess.Popen, sig: int) -> None:
