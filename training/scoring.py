@@ -62,8 +62,10 @@ def score_file(
     meaning = output_meaning(cfg)
     source = _open(name, data, model, meaning, reading or MoleculeOptions(), images)
     order = _label_order(name, data, source, meaning, int(cfg["num_classes"]))  # before the model runs
-    outputs, targets = _predict(model, source, batch_size, progress)
-    metrics = _metrics(meaning, outputs, _mapped(meaning, targets, order, outputs.shape[1]))
+    width = int(cfg["num_classes"])
+    ranked = meaning.task == "classes"  # classes: the top 5 of each sample are all the metrics need
+    outputs, targets = _predict(model, source, batch_size, progress, ranked)
+    metrics = _metrics(meaning, outputs, _mapped(meaning, targets, order, width), width)
     return {"model": name, "data": str(data), "task": describe_task(meaning), "samples": len(targets), **metrics}
 
 
@@ -93,6 +95,12 @@ def _open(
             source = open_data(data, max_length=length, molecules=named, images=images)
     if source is None:
         source = open_data(data, max_length=length, molecules=reading, images=images)
+    head = model.pretrained_cfg.get("head")
+    if reads == "text" and head != "sequence_classification":
+        raise InvalidArgumentError(
+            f"{name} has head {head!r}; zoo eval --data scores text classifiers (head sequence_classification); "
+            "a language model's card is re-measured by zoo eval NAME"
+        )
     holds = source.kind if source.kind != "tensors" else "images" if source.image_size else "vectors"
     if holds != reads:
         raise DataError(f"{name} reads {reads}, and {source.description} holds {holds}: score it on {reads}")
@@ -100,9 +108,11 @@ def _open(
 
 
 def _predict(
-    model: nn.Module, source: DataSource, batch_size: int, progress: bool
+    model: nn.Module, source: DataSource, batch_size: int, progress: bool, ranked: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The model's float outputs [N, K] and the file's targets, in file order (on the CPU)."""
+    """The model's float outputs [N, K] (with ``ranked``, only the indices of each sample's top 5
+    classes, most probable first: a large set of many classes fits in memory) and the file's
+    targets, in file order (on the CPU)."""
     transform = zoo.transforms(model) if source.kind == "images" else None
     loader = DataLoader(source.full(transform), batch_size=batch_size, shuffle=False, collate_fn=source.collate_fn)
     device = next(model.parameters()).device
@@ -115,7 +125,8 @@ def _predict(
                 inputs, target = split_batch(batch, other_batches="a file zoo's readers take")
                 inputs = move_to_device(inputs, device)
                 out = model(**inputs) if isinstance(inputs, Mapping) else model(inputs)
-                outputs.append(out.float().reshape(len(target), -1).cpu())
+                out = out.float().reshape(len(target), -1)
+                outputs.append((out.topk(min(5, out.shape[-1]), dim=-1).indices if ranked else out).cpu())
                 targets.append(target.cpu())
                 bar.update(len(target))
     finally:
@@ -158,22 +169,22 @@ def _mapped(meaning: OutputMeaning, targets: torch.Tensor, order: torch.Tensor |
     return hot
 
 
-def _metrics(meaning: OutputMeaning, outputs: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:
+def _metrics(meaning: OutputMeaning, outputs: torch.Tensor, targets: torch.Tensor, width: int) -> dict[str, Any]:
     if meaning.task == "regression":
         return regression_metrics({k: float(v) for k, v in regression_sums(outputs, targets).items()})
     if meaning.task == "multi_label":
         thresholds = torch.tensor(meaning.thresholds or [0.5] * outputs.shape[1])
         return multi_label_metrics(outputs.sigmoid(), targets, thresholds)
-    return class_metrics(outputs, targets, meaning.names)
+    return class_metrics(outputs, targets, meaning.names, width)
 
 
-def class_metrics(outputs: torch.Tensor, targets: torch.Tensor, names: list[str] | None) -> dict[str, Any]:
-    """Accuracy and macro-F1 (fractions), top-5 accuracy above five classes, and per class."""
-    report = classification_report(outputs.argmax(-1), targets, outputs.shape[1], names)
+def class_metrics(ranked: torch.Tensor, targets: torch.Tensor, names: list[str] | None, width: int) -> dict[str, Any]:
+    """Accuracy and macro-F1 (fractions), top-5 accuracy above five classes, and per class, from
+    each sample's top classes ``ranked`` [N, up to 5] (most probable first) of ``width``."""
+    report = classification_report(ranked[:, 0], targets, width, names)
     metrics: dict[str, Any] = {"accuracy": report.accuracy, "macro_f1": report.macro_f1}
-    if outputs.shape[1] > TOP5_ABOVE:
-        hits = (outputs.topk(5, dim=-1).indices == targets.reshape(-1, 1)).any(-1)
-        metrics["top5"] = hits.double().mean().item()
+    if width > TOP5_ABOVE:
+        metrics["top5"] = (ranked[:, :5] == targets.reshape(-1, 1)).any(-1).double().mean().item()
     return {**metrics, "per_class": report.to_dict()["per_class"]}
 
 
