@@ -34,6 +34,7 @@ POSITIONAL = {
     "predict": ["resnet20.fmnist", "x.png"],
     "generate": ["moe_lm.stdlib", "def f("],
     "finetune": ["resnet20", "--data", "d", "--out", "o"],
+    "tune": ["resnet20", "--data", "d", "--out", "o"],
     "shards": ["d", "--out", "o"],
     "eval": ["resnet20.fmnist"],
     "demo": [],
@@ -228,6 +229,11 @@ def _accepted(command: str, args: argparse.Namespace) -> None:
     if command == "finetune":
         config_from_args(args, out_dir=args.out)
         options_from_args(args)
+    elif command == "tune":
+        from zoo.training.finetune import tune
+
+        tune._checked_budget(args.trials, args.timeout)
+        tune._check_fixed(tune.fixed_from_args(args))
     elif command == "demo":
         sub = argparse.ArgumentParser()
         from zoo.training import finetune

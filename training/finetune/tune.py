@@ -430,9 +430,14 @@ def _settings(text: str) -> dict[str, Any]:
     return value
 
 
+def fixed_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The zoo finetune flags a parsed zoo tune command line typed, as zoo.finetune keywords."""
+    skipped = {*OWN, "command", "command_line", GIVEN}
+    return {dest: value for dest, value in vars(args).items() if dest not in skipped}
+
+
 def run(args: argparse.Namespace) -> TuneResult:
     """zoo tune from parsed `add_arguments` options: the finetune flags typed are fixed keywords."""
-    skipped = {*OWN, "command", "command_line", GIVEN}
-    fixed = {dest: value for dest, value in vars(args).items() if dest not in skipped}
+    fixed = fixed_from_args(args)
     return tune(args.name, args.data, args.out, args.trials, args.timeout, pruner=args.pruner, metric=args.metric,
                 first=args.first, **fixed)  # fmt: skip
