@@ -106,7 +106,7 @@ def _importances(ax: Any, study: Any, metric: str) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # few trials: Optuna says its importances may be rough
             importances = optuna.importance.get_param_importances(study) if len(complete) >= 3 else {}
-    except (ValueError, RuntimeError, ZeroDivisionError):  # a constant value, a single setting
+    except (ValueError, RuntimeError, ZeroDivisionError, ImportError):  # a constant value, one setting, no scipy
         importances = {}
     if not importances:
         ax.text(0.5, 0.5, "importances need 3 or more\ncompleted trials that differ", ha="center", va="center")
