@@ -13,6 +13,7 @@ from tqdm import tqdm
 
 import zoo
 from zoo.cli.catalog import format_size
+from zoo.cli.predict_files import answer_lines
 from zoo.errors import InvalidArgumentError
 from zoo.loading.images import open_image
 from zoo.loading.outputs import output_meaning
@@ -69,18 +70,6 @@ def run_predict(args: argparse.Namespace) -> int:
     finally:
         progress.close()  # clears the bar, also before an error message
     return 0
-
-
-def answer_lines(shown: str, answer: dict, with_index: bool = True) -> list[str]:
-    """One input's answer as ``zoo predict`` prints it: the input, then its top classes or the
-    labels over their thresholds (percent, name, index) a line each; a value on the input's line."""
-    if "value" in answer:
-        value, target = answer["value"], answer.get("target")
-        text = " ".join(f"{v:.6g}" for v in value) if isinstance(value, list) else f"{value:.6g}"
-        return [f"{shown}\t{text}{f' ({target})' if target else ''}"]
-    found = answer.get("classes", answer.get("labels", []))
-    index = (lambda item: f" ({item['index']})") if with_index else (lambda item: "")  # noqa: E731
-    return [shown, *(f"  {item['score']:7.2%}  {item['label']}{index(item)}" for item in found)]
 
 
 def _check_predict_inputs(args: argparse.Namespace) -> None:

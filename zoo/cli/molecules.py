@@ -9,6 +9,7 @@ import argparse
 import torch
 
 import zoo
+from zoo.cli.predict_files import answer_lines
 from zoo.loading.molecules import check_molecule_model, smiles_batch
 from zoo.loading.outputs import output_meaning
 
@@ -16,8 +17,6 @@ from zoo.loading.outputs import output_meaning
 def predict_smiles(args: argparse.Namespace) -> int:
     """Each SMILES of ``args.images`` through the model ``args.name``; every SMILES is checked
     (RDKit parses it) before the model loads."""
-    from zoo.cli.commands import answer_lines
-
     smiles = list(args.images)
     for start in range(0, len(smiles), args.batch_size):
         smiles_batch(smiles[start : start + args.batch_size], "SMILES")  # a bad one is named before loading

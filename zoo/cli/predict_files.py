@@ -198,6 +198,18 @@ def csv_cells(answer: dict[str, Any], width: int) -> list[str]:
     return cells + [""] * (width - len(cells))
 
 
+def answer_lines(shown: str, answer: dict[str, Any], with_index: bool = True) -> list[str]:
+    """One input's answer as ``zoo predict`` prints it: the input, then its top classes or the
+    labels over their thresholds (percent, name, index) a line each; a value on the input's line."""
+    if "value" in answer:
+        value, target = answer["value"], answer.get("target")
+        text = " ".join(f"{v:.6g}" for v in value) if isinstance(value, list) else f"{value:.6g}"
+        return [f"{shown}\t{text}{f' ({target})' if target else ''}"]
+    found = answer.get("classes", answer.get("labels", []))
+    index = (lambda item: f" ({item['index']})") if with_index else (lambda item: "")  # noqa: E731
+    return [shown, *(f"  {item['score']:7.2%}  {item['label']}{index(item)}" for item in found)]
+
+
 def _summary(path: Path, rows: list[InputRow], out: str | None) -> int:
     """The count of rows not predicted on stderr; none predicted at all is an error."""
     failed = [row for row in rows if row.error is not None]
@@ -219,4 +231,4 @@ def _summary(path: Path, rows: list[InputRow], out: str | None) -> int:
     return 0
 
 
-__all__ = ["csv_cells", "csv_columns", "model_input", "output_format", "predict_file"]
+__all__ = ["answer_lines", "csv_cells", "csv_columns", "model_input", "output_format", "predict_file"]
