@@ -311,7 +311,7 @@ def test_a_shard_stopped_mid_write_closes_its_tar_stream(tmp_path: Path, monkeyp
 
     from zoo.training.data import shard_writer
 
-    class Stopped(shard_writer.TarWriter):
+    class Stopped(shard_writer._tar_writer()):
         def write(self, sample: dict) -> int:
             if sample["__key__"].endswith("1"):
                 raise KeyboardInterrupt
@@ -319,7 +319,7 @@ def test_a_shard_stopped_mid_write_closes_its_tar_stream(tmp_path: Path, monkeyp
 
     unraisable: list = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
-    monkeypatch.setattr(shard_writer, "TarWriter", Stopped)
+    monkeypatch.setattr(shard_writer, "_tar_writer", lambda: Stopped)
     with pytest.raises(KeyboardInterrupt):
         write_shards(_tensor_file(tmp_path / "data.pt"), tmp_path / "s", shard_size=4)
     gc.collect()
