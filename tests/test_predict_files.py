@@ -137,7 +137,7 @@ def test_text_rows_from_jsonl_and_txt(runs, tmp_path, capsys):
     [
         ("in.csv", None, ["classes", "--input", "{file}"], "in.csv does not exist"),
         ("in.csv", "id,smiles\n1,CCO\n", ["classes", "--input", "{file}"], "no 'file_name' or 'image'"),
-        ("in.csv", 'file_name\n"a.png\n', ["classes", "--input", "{file}"], "line 2: not valid CSV"),
+        ("in.csv", 'file_name\n"a.png\n', ["classes", "--input", "{file}"], "line 2: a quote opened on line 2 is never closed"),
         ("in.txt", "nope.png\n", ["classes", "--input", "{file}"], "none of its 1 rows could be predicted"),
         ("in.txt", "a.png\n", ["classes", "x.png", "--input", "{file}"], "not both"),
         ("in.txt", None, ["classes", "x.png", "--format", "csv"], "add --input FILE"),

@@ -46,6 +46,23 @@ def _text_lines(text: str) -> Iterator[str]:
         yield body.rstrip(" \t") + line[len(body) :]
 
 
+def csv_fields(path: Path, text: str) -> Iterator[tuple[int, list[str]]]:
+    """(first line, fields) of each non-blank row of a CSV text, by the csv module's strict rules
+    (any field length); a malformed row is a `DataError` naming its lines and the fix."""
+    csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))  # long texts are fine
+    reader = csv.reader(_text_lines(text), strict=True)
+    while True:
+        start = reader.line_num + 1
+        try:
+            fields = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as error:
+            raise _csv_error(path, start, reader.line_num, error) from None
+        if fields:
+            yield start, fields
+
+
 def _csv_error(path: Path, start: int, end: int, error: csv.Error) -> DataError:
     reason = str(error)
     if "unexpected end of data" in reason:
@@ -67,20 +84,9 @@ def csv_rows(path: Path, text: str, label: str = "label") -> list[tuple[int, str
     """(line, text, label) of each row of a CSV with a header naming ``text`` and the column
     ``label`` (--label-field; other columns are ignored), parsed with the csv module's strict rules."""
     columns = ("text", label)
-    csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))  # long texts are fine
-    reader = csv.reader(_text_lines(text), strict=True)
     header: list[str] | None = None
     rows: list[tuple[int, str, str]] = []
-    while True:
-        start = reader.line_num + 1
-        try:
-            fields = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as error:
-            raise _csv_error(path, start, reader.line_num, error) from None
-        if not fields:
-            continue  # a blank line
+    for start, fields in csv_fields(path, text):
         if header is None:
             header = [name.strip() for name in fields]
             missing = [c for c in columns if c not in header]
@@ -179,20 +185,9 @@ def table_records(path: Path, text: str) -> tuple[list[str], list[tuple[int, dic
     blank lines are skipped, a malformed row is a `DataError` naming its line."""
     if path.suffix.lower() == ".jsonl":
         return _jsonl_records(path, text)
-    csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))
-    reader = csv.reader(_text_lines(text), strict=True)
     header: list[str] | None = None
     records: list[tuple[int, dict[str, Any]]] = []
-    while True:
-        start = reader.line_num + 1
-        try:
-            fields = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as error:
-            raise _csv_error(path, start, reader.line_num, error) from None
-        if not fields:
-            continue
+    for start, fields in csv_fields(path, text):
         if header is None:
             header = [name.strip() for name in fields]
             twice = sorted({name for name in header if header.count(name) > 1})

@@ -9,7 +9,6 @@ reads, a quote never closed) is a `DataError` naming the file, the line and the 
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import os
@@ -134,19 +133,12 @@ def _column(path: Path, names: list[str], kind: str, line: int) -> tuple[int | s
 
 
 def _csv_rows(path: Path, text: str, kind: str) -> list[InputRow]:
-    csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    from zoo.training.data.text_rows import csv_fields
+
     rows: list[InputRow] = []
     header = None
-    while True:
-        start = reader.line_num + 1
-        try:
-            fields = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as error:
-            raise DataError(f"{path}, line {start}: not valid CSV ({error}); a quote opened must close") from None
-        if not fields or not any(f.strip() for f in fields):
+    for start, fields in csv_fields(path, text):
+        if not any(f.strip() for f in fields):
             continue
         if header is None:
             header = fields
