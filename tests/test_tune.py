@@ -6,6 +6,9 @@ its early epochs, and the refusals: one line and exit 2 on the command line."""
 from __future__ import annotations
 
 import argparse
+import hashlib
+import logging
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -17,7 +20,7 @@ import zoo
 from zoo.cli import main
 from zoo.cli.parser import build_parser
 from zoo.errors import InvalidArgumentError
-from zoo.training.finetune import keywords, tune
+from zoo.training.finetune import keywords, tune, tune_study
 from zoo.training.finetune.tune_space import SEARCH_SPACE, active_space, default_params, trial_keywords
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -171,3 +174,87 @@ def test_without_optuna_one_line_names_the_extra(data: Path, tmp_path: Path, mon
     assert main(["tune", NAME, "--data", str(data), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert err.strip() == "zoo: error: zoo tune searches with Optuna, which is not installed: pip install 'zoo[tune]'"
+
+
+def _refused(argv: list[str], capsys) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("zoo: error: ")
+    return err
+
+
+def _own_sqlite(path: Path) -> None:
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE mydata (x INTEGER)")
+        db.execute("INSERT INTO mydata VALUES (1)")
+    db.close()
+
+
+def _other_optuna_study(path: Path) -> None:
+    optuna.create_study(study_name="mine", storage=f"sqlite:///{path}")
+
+
+@pytest.mark.parametrize(
+    "make,why",
+    [
+        (lambda p: p.write_text("my notes\n" * 50), "not a SQLite database Optuna wrote"),
+        (lambda p: p.write_bytes(b""), "an empty file"),
+        (_own_sqlite, "a SQLite database of other tables: mydata"),
+        (_other_optuna_study, "an Optuna storage without the study 'zoo-tune'"),
+    ],
+)
+def test_a_study_db_not_zoo_tunes_is_refused_unchanged(data: Path, tmp_path: Path, capsys, make, why: str) -> None:
+    """OUT/study.db that is a text file, an empty file, the user's own SQLite database or another
+    Optuna study: read read-only and refused in one line, its bytes as they were."""
+    out = tmp_path / "o"
+    out.mkdir()
+    make(out / "study.db")
+    before = hashlib.sha256((out / "study.db").read_bytes()).hexdigest()
+    err = _refused(["tune", NAME, "--data", str(data), "--out", str(out), "--trials", "2"], capsys)
+    assert f"{out / 'study.db'} is not a zoo tune study ({why}" in err and "pass another --out" in err
+    assert hashlib.sha256((out / "study.db").read_bytes()).hexdigest() == before
+    assert sorted(p.name for p in out.iterdir()) == ["study.db"]
+
+
+def test_ctrl_c_is_one_line_and_the_trial_is_marked_failed(data: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    """Ctrl-C in a trial: `zoo: interrupted` (exit 130), no Optuna warning; the trial FAIL in study.db."""
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    said: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = said.append
+    logging.getLogger("optuna").addHandler(handler)
+    monkeypatch.setattr(keywords, "finetune", interrupted)
+    try:
+        assert main(["tune", NAME, "--data", str(data), "--out", str(tmp_path / "o"), "--val-fraction", "0.5"]) == 130
+    finally:
+        logging.getLogger("optuna").removeHandler(handler)
+    assert capsys.readouterr().err.strip() == "zoo: interrupted" and not said
+    stored = optuna.load_study(study_name=tune.STUDY_NAME, storage=f"sqlite:///{tmp_path / 'o' / 'study.db'}")
+    assert [t.state.name for t in stored.trials] == ["FAIL"]
+
+
+def test_an_unreachable_tracking_server_is_refused_before_the_study_is_written(
+    data: Path, tmp_path: Path, capsys
+) -> None:
+    argv = ["tune", NAME, "--data", str(data), "--out", str(tmp_path / "o"), "--track", "http://127.0.0.1:1"]
+    err = _refused(argv, capsys)
+    assert "'http://127.0.0.1:1'" in err and "new study" not in capsys.readouterr().out
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_setup_leaves_out_tracking_and_compares_data_resolved(tmp_path: Path, monkeypatch) -> None:
+    """Tracking, progress and logging change no result: a study goes on with or without them; the
+    data ``shop/`` is ``shop`` (and a study stored as typed, relative, still matches)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "shop").mkdir()
+    stored = tune_study.setup(NAME, "shop", {"epochs": 2, "track": "http://127.0.0.1:1"}, "val_acc", "median")
+    assert stored["data"] == str(tmp_path / "shop") and stored["fixed"] == {"epochs": 2}
+    again = tune_study.setup(NAME, "shop/", {"epochs": 2, "track": "./mlruns", "progress": False}, "val_acc", "median")
+    assert tune_study.changes(stored, again) == ""
+    older = {**stored, "data": "shop", "fixed": {"epochs": 2, "track": "http://127.0.0.1:1", "track_experiment": "x"}}
+    assert tune_study.changes(older, again) == ""
+    other = tune_study.setup(NAME, "shop", {"epochs": 3}, "val_acc", "median")
+    assert tune_study.changes(stored, other) == "fixed was {'epochs': 2}, now {'epochs': 3}"

@@ -41,12 +41,14 @@ from zoo.training.finetune import keywords as finetune_keywords
 from zoo.training.finetune import tune_report
 from zoo.training.finetune.stages import parameter_levels
 from zoo.training.finetune.tune_space import Param, active_space, default_params, sample, trial_keywords
+from zoo.training.finetune.tune_study import STUDY_NAME, StudyFileError, changes, check_storage, plain, setup
+from zoo.training.loop.tracking import check_tracking
 from zoo.training.loop.train_config import GIVEN, TrainConfig
 
 __all__ = ["INSTALL_HINT", "PRUNERS", "TuneResult", "add_arguments", "run", "tune"]
 
 INSTALL_HINT = "pip install 'zoo[tune]'"
-STUDY_FILE, STUDY_NAME, TRIALS_DIR, BEST_DIR = "study.db", "zoo-tune", "trials", "best"
+STUDY_FILE, TRIALS_DIR, BEST_DIR = "study.db", "trials", "best"
 PRUNERS = ("median", "halving", "none")
 TRIALS = count(1, 100_000)
 TIMEOUT = Bounds(0, 10 * 365 * 86_400, low_open=True)  # seconds
@@ -107,19 +109,20 @@ def tune(
     _check_fixed(fixed)
     out = Path(out)
     _check_out(out)
+    check_tracking(fixed.get("track"))  # MLflow there, its server answering: before the study is written
     task = _task(name, data, fixed, metric)
     seed = int(fixed.get("seed", 0))
-    setup = _setup(name, data, fixed, task["metric"], pruner)
+    identity = setup(name, data, fixed, task["metric"], pruner)
     space = active_space(fixed, task["images"], task["stages"])
     start = default_params(space, fixed, first)  # checked before the study is written
-    study, resumed = _open_study(optuna, out, setup, task["direction"], trials, pruner, seed)
+    study, resumed = _open_study(optuna, out, identity, task["direction"], trials, pruner, seed)
     if not resumed and space:
         study.enqueue_trial(start, user_attrs={"default": "first" if first else "defaults"})
     runner = _Trials(optuna, name, data, out, space, fixed, task, seed)
     done = _finished(optuna, study)
     _say_start(out, study, resumed, done, trials, task, space, fixed)
     if trials > done:
-        with _tracking(name, fixed, setup) as parent:
+        with _tracking(name, fixed, identity) as parent, _quiet(optuna):
             study.optimize(runner, n_trials=trials - done, timeout=timeout, callbacks=[runner.after_trial])
             return _finish(study, out, task, parent)
     if resumed:
@@ -193,43 +196,32 @@ def _task(name: str, data: Any, fixed: Mapping[str, Any], metric: str | None) ->
     return {"metric": metric, "direction": direction, "images": source.kind == "images", "stages": stages}
 
 
-def _plain(value: Any) -> Any:
-    """A fixed value as the study records it (JSON: paths and objects by their text)."""
-    if isinstance(value, (str, int, float, bool, type(None))):
-        return value
-    return os.fspath(value) if isinstance(value, os.PathLike) else repr(value)
-
-
-def _setup(name: str, data: Any, fixed: Mapping[str, Any], metric: str, pruner: str) -> dict[str, Any]:
-    """What makes a study this one: the model, data, fixed settings, metric and pruner."""
-    shown = os.fspath(data) if isinstance(data, (str, os.PathLike)) else type(data).__name__
-    return json.loads(json.dumps({"name": name, "data": shown, "fixed": {k: _plain(v) for k, v in fixed.items()},
-                                  "metric": metric, "pruner": pruner}))  # fmt: skip
-
-
 def _open_study(
-    optuna: Any, out: Path, setup: dict[str, Any], direction: str, trials: int, pruner: str, seed: int
+    optuna: Any, out: Path, identity: dict[str, Any], direction: str, trials: int, pruner: str, seed: int
 ) -> tuple[Any, bool]:
     """The study in OUT/study.db (created, or loaded when there: then the same setup is asked
     for); a trial a stopped run left RUNNING is marked failed."""
     out.mkdir(parents=True, exist_ok=True)
-    resumed = (out / STUDY_FILE).is_file()
-    storage = f"sqlite:///{(out / STUDY_FILE).resolve()}"
-    study = optuna.create_study(study_name=STUDY_NAME, storage=storage, direction=direction, load_if_exists=True)
+    path = out / STUDY_FILE
+    resumed = path.is_file()
     if resumed:
-        stored = study.user_attrs.get("setup")
-        if stored != setup:
-            changed = "; ".join(
-                f"{k} was {(stored or {}).get(k)!r}, now {setup[k]!r}"
-                for k in setup
-                if (stored or {}).get(k) != setup[k]
-            )
-            raise InvalidArgumentError(
-                f"--out {out} holds a study of another setup ({changed}): continue it with the same command, "
-                "or pass another --out"
-            )
-    else:
-        study.set_user_attr("setup", setup)
+        check_storage(path)  # read-only: another file is refused before Optuna writes to it
+    try:
+        study = optuna.create_study(
+            study_name=STUDY_NAME, storage=f"sqlite:///{path.resolve()}", direction=direction, load_if_exists=True
+        )
+    except Exception as error:  # sqlalchemy's, Optuna's: a storage it cannot use
+        first = (str(error).strip().splitlines() or [""])[0][:200]
+        raise StudyFileError(
+            f"{path}: Optuna cannot open it as a study ({type(error).__name__}: {first}); pass another --out"
+        ) from None
+    if resumed and (changed := changes(study.user_attrs.get("setup"), identity)):
+        raise InvalidArgumentError(
+            f"--out {out} holds a study of another setup ({changed}): continue it with the same command, "
+            "or pass another --out"
+        )
+    if not resumed:
+        study.set_user_attr("setup", identity)
     for stale in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
         print(f"zoo tune: trial {stale.number} was cut off by a stopped run: marked failed")
@@ -243,6 +235,18 @@ def _open_study(
         )
     study.pruner = _pruner(optuna, pruner)
     return study, resumed
+
+
+@contextlib.contextmanager
+def _quiet(optuna: Any) -> Any:
+    """Optuna's log at ERROR while trials run: a trial Ctrl-C or an error stops is marked failed
+    (the next run resumes), and said once by zoo, without Optuna's warning and traceback."""
+    level = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(level)
 
 
 def _pruner(optuna: Any, pruner: str) -> Any:
@@ -268,7 +272,7 @@ def _say_start(
     goal = "maximise" if task["direction"] == "maximize" else "minimise"
     print(f"zoo tune: {verb}; {trials} trials in all; objective: {goal} {task['metric']} (best epoch, validation)")
     searched = ", ".join(p.name for p in space) or "nothing (every setting fixed)"
-    kept = ", ".join(f"{k}={_plain(v)}" for k, v in fixed.items()) or "none"
+    kept = ", ".join(f"{k}={plain(v)}" for k, v in fixed.items()) or "none"
     print(f"zoo tune: searching {searched}; fixed: {kept}")
 
 
@@ -350,13 +354,13 @@ def _save_best(out: Path, trial: Any) -> None:
     tune_report.write_summary(out, trial)
 
 
-def _tracking(name: str, fixed: Mapping[str, Any], setup: dict[str, Any]) -> Any:
+def _tracking(name: str, fixed: Mapping[str, Any], identity: dict[str, Any]) -> Any:
     """With ``track=``: the study as an MLflow parent run, each trial's run its child."""
     if fixed.get("track") is None:
         return contextlib.nullcontext()
     from zoo.training.loop.tracking import parent_run
 
-    params = {"zoo_tune": json.dumps(setup)}
+    params = {"zoo_tune": json.dumps(identity)}
     return parent_run(fixed["track"], experiment=fixed.get("track_experiment"), run_name=f"zoo tune {name}",
                       params=params)  # fmt: skip
 
