@@ -8,6 +8,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +18,7 @@ import torch
 from PIL import Image
 
 import zoo
-from zoo.cli import input_rows, main
+from zoo.cli import input_rows, main, predict_files
 from zoo.store.model_config import update_config
 
 TINY_MOE = dict(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=32, num_experts=4)
@@ -79,7 +81,7 @@ def test_images_from_a_list_in_order_a_missing_one_reported(runs, tmp_path, caps
     captured = capsys.readouterr()
     out = rows(captured.out)
     assert [r["line"] for r in out] == [1, 2, 3] and [r["input"] for r in out] == ["0.png", "missing.png", "2.png"]
-    assert "no such image file" in out[1]["error"] and "classes" not in out[1]
+    assert "missing.png does not exist" in out[1]["error"] and "classes" not in out[1]
     model = zoo.load(runs["classes"])
     with torch.no_grad():
         probs = model(torch.stack([zoo.transforms(model)(Image.open(p)) for p in paths])).softmax(-1)
@@ -137,7 +139,12 @@ def test_text_rows_from_jsonl_and_txt(runs, tmp_path, capsys):
     [
         ("in.csv", None, ["classes", "--input", "{file}"], "in.csv does not exist"),
         ("in.csv", "id,smiles\n1,CCO\n", ["classes", "--input", "{file}"], "no 'file_name' or 'image'"),
-        ("in.csv", 'file_name\n"a.png\n', ["classes", "--input", "{file}"], "line 2: a quote opened on line 2 is never closed"),
+        (
+            "in.csv",
+            'file_name\n"a.png\n',
+            ["classes", "--input", "{file}"],
+            "line 2: a quote opened on line 2 is never closed",
+        ),
         ("in.txt", "nope.png\n", ["classes", "--input", "{file}"], "none of its 1 rows could be predicted"),
         ("in.txt", "a.png\n", ["classes", "x.png", "--input", "{file}"], "not both"),
         ("in.txt", None, ["classes", "x.png", "--format", "csv"], "add --input FILE"),
@@ -225,3 +232,78 @@ def test_served_answers_are_those_predict_prints(runs, tmp_path, capsys):
         bad = client.post("/v1/models/text:predict", json={"texts": "not a list"})
         assert bad.status_code == 400 and "error" in bad.json()
         assert client.get("/v2/health/live").status_code == 200  # still serving
+
+
+def test_a_fifo_or_device_named_as_an_image_is_refused_without_opening_it(runs, tmp_path, capsys):
+    folder = tmp_path / "imgs"
+    images(folder, count=1)
+    os.mkfifo(folder / "x.png")  # opening it would wait for a writer forever
+    (folder / "list.csv").write_text("file_name\n0.png\nx.png\n")
+    assert main(["predict", str(runs["classes"]), "--input", str(folder / "list.csv")]) == 0
+    out = rows(capsys.readouterr().out)
+    assert "classes" in out[0] and "x.png" in out[1]["error"] and "is not a regular file" in out[1]["error"]
+    assert main(["predict", str(runs["classes"]), "--input", str(folder)]) == 0  # the folder lists x.png
+    out = rows(capsys.readouterr().out)
+    assert [r["input"] for r in out] == ["0.png", "x.png"] and "is not a regular file" in out[1]["error"]
+    for path in (folder / "x.png", Path("/dev/zero")):
+        assert main(["predict", str(runs["classes"]), str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{path} is not a regular file" in err, err
+
+
+def test_out_naming_the_input_file_is_refused(runs, tmp_path, capsys):
+    listing = tmp_path / "in.txt"
+    listing.write_text("hi\n")
+    link = tmp_path / "same.txt"
+    link.symlink_to(listing)
+    for out in (listing, link):
+        assert main(["predict", str(runs["text"]), "--input", str(listing), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is the --input file" in err, err
+    assert listing.read_text() == "hi\n"
+
+
+def test_image_rows_never_lead_out_of_the_lists_folder(runs, tmp_path, capsys):
+    outside = images(tmp_path / "secret", count=1)[0]
+    folder = tmp_path / "imgs"
+    images(folder, count=1)
+    (folder / "out.png").symlink_to(outside)
+    (folder / "list.txt").write_text(f"../secret/0.png\n{outside}\nout.png\n0.png\n")
+    assert main(["predict", str(runs["classes"]), "--input", str(folder / "list.txt")]) == 0
+    out = rows(capsys.readouterr().out)
+    assert "leads out of" in out[0]["error"] and "absolute path" in out[1]["error"]
+    assert "link that leads out of" in out[2]["error"] and "classes" in out[3]
+    assert main(["predict", str(runs["classes"]), "--input", str(folder)]) == 0  # a folder's link out too
+    out = {r["input"]: r for r in rows(capsys.readouterr().out)}
+    assert "link that leads out of" in out["out.png"]["error"] and "classes" in out["0.png"]
+
+
+@pytest.mark.parametrize("field", ["class_names", "multi_label"])
+def test_unprintable_names_in_an_edited_config_are_refused(runs, tmp_path, capsys, field):
+    run = tmp_path / "run"
+    shutil.copytree(runs["tags"], run)
+    config = json.loads((run / "config.json").read_text())
+    forged = "\x1b[31mRED\x1b[0m\nzoo: fake line"
+    if field == "class_names":
+        config["class_names"][1] = forged
+    else:
+        config["multi_label"]["names"][1] = forged
+    (run / "config.json").write_text(json.dumps(config))
+    images(tmp_path / "imgs", count=1)
+    assert main(["predict", str(run), str(tmp_path / "imgs" / "0.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err and "config.json" in err and "printable" in err, err
+    assert ("class_names[1]" if field == "class_names" else "multi_label.names[1]") in err
+
+
+def test_non_finite_values_are_written_as_json_null(tmp_path, capsys):
+    model = zoo.load("resnet20", pretrained=False, num_classes=1, in_chans=3)
+    with torch.no_grad():
+        model.get_classifier().weight.fill_(-3e38)  # finite weights whose sum overflows: the value is -inf
+        model.get_classifier().bias.fill_(-3e38)
+    run = saved(model, tmp_path / "run", preprocess=PREPROCESS, target={"name": "age", "mean": 0.0, "std": 1.0})
+    images(tmp_path / "imgs", count=1)
+    assert main(["predict", str(run), "--input", str(tmp_path / "imgs"), "--format", "jsonl"]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "Infinity" not in line and json.loads(line)["value"] is None
+    assert predict_files.strict_json({"a": [float("nan"), 1.5, float("inf")]}) == '{"a": [null, 1.5, null]}'

@@ -16,6 +16,22 @@ from zoo.errors import InvalidArgumentError
 
 INT_MAX = 2**31 - 1  # the largest count any setting takes (torch's and the data loaders' int32 sizes)
 SEED_MAX = 2**32 - 1  # NumPy's seeds end here
+MAX_CLASS_NAME = 256  # characters of one class or label name (it goes into messages, the config and the card)
+NAME_RULE = f"a class name is 1 to {MAX_CLASS_NAME} printable characters (no newlines, tabs or escape codes)"
+
+
+def unprintable_name(names: Any) -> int | None:
+    """The index of the first of ``names`` that is not a string of 1 to `MAX_CLASS_NAME`
+    printable characters (a newline or a terminal escape would forge or colour a line where it
+    is printed), None when all are: the one rule for names read from data files and configs."""
+    return next(
+        (
+            i
+            for i, n in enumerate(names)
+            if not isinstance(n, str) or not 0 < len(n) <= MAX_CLASS_NAME or not n.isprintable()
+        ),
+        None,
+    )
 
 
 @dataclass(frozen=True)

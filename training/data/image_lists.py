@@ -73,7 +73,7 @@ def image_list_source(
     path_column = _path_column(table, columns)
     label_columns = _label_columns(table, columns, path_column, label, task, records)
     real_root = os.path.realpath(root)
-    paths = [_image_path(table, line, path_column, row.get(path_column), root, real_root) for line, row in records]
+    paths = [image_path(table, line, path_column, row.get(path_column), root, real_root) for line, row in records]
     if len(label_columns) == 1:
         rows = [(line, _value(table, line, row, label_columns[0])) for line, row in records]
     else:
@@ -158,7 +158,7 @@ def _with_extension(path: Path) -> Path:
     return next((candidate for candidate in found if candidate.is_file()), path)
 
 
-def _image_path(table: Path, line: int, column: str, value: Any, root: Path, real_root: str) -> str:
+def image_path(table: Path, line: int, column: str, value: Any, root: Path, real_root: str) -> str:
     """The path of the image a row names, inside ``root``: an empty, absolute or outward path
     (``..``, a link out of the folder) and a missing file are refused by line."""
     where = f"{table}, line {line}"
@@ -178,6 +178,6 @@ def _image_path(table: Path, line: int, column: str, value: Any, root: Path, rea
             f"{where}: {column!r} {value[:80]!r} is a link that leads out of {root} (to {real}); copy the image in"
         )
     if not os.path.isfile(real):
-        missing = "is not a file" if os.path.exists(real) else "does not exist"
+        missing = "is not a regular file (a folder, a FIFO or a device)" if os.path.exists(real) else "does not exist"
         raise DataError(f"{where}: {column!r} {value[:80]!r}: {full} {missing}; fix the path or drop the row")
     return str(full)

@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 import zoo
 from zoo.cli.catalog import format_size
-from zoo.cli.predict_files import answer_lines
+from zoo.cli.predict_files import answer_lines, strict_json
 from zoo.errors import InvalidArgumentError
 from zoo.loading.images import open_image
 from zoo.loading.outputs import output_meaning
@@ -181,7 +181,7 @@ def _eval_on_file(args: argparse.Namespace) -> int:
     )
     print("\n".join(format_scores(scores)))
     if args.out:
-        Path(args.out).write_text(json.dumps(scores, indent=2) + "\n")
+        Path(args.out).write_text(strict_json(scores, indent=2) + "\n")
         print(f"wrote {args.out}")
     return 0
 

@@ -78,7 +78,7 @@ def read_inputs(path: Path, kind: str) -> list[InputRow]:
         if row.error is None and row.value is not None and len(row.value) > MAX_FIELD_CHARS:
             row.value, row.error = None, f"the input is over {MAX_FIELD_CHARS:,} characters"
     if kind == "images":
-        _resolve_images(path.parent, rows)
+        _resolve_images(path.parent, rows, path)
     return rows
 
 
@@ -216,15 +216,25 @@ def _folder_rows(folder: Path, kind: str) -> list[InputRow]:
     if not found:
         raise DataError(f"{folder} holds no images ({', '.join(IMAGE_SUFFIXES)})")
     rows = [InputRow(i, None, path) for i, path in enumerate(sorted(found), start=1)]
-    _resolve_images(folder, rows)
+    _resolve_images(folder, rows, folder)
     return rows
 
 
-def _resolve_images(base: Path, rows: list[InputRow]) -> None:
-    """Each image's path made whole: relative to ``base``, absolute ones kept (``value`` stays as written)."""
+def _resolve_images(base: Path, rows: list[InputRow], listing: Path) -> None:
+    """Each image's path made whole, relative to ``base`` (``value`` stays as written), by the
+    rule of the training image lists: a name read from a file never leads out of its folder, so
+    an absolute path, a ``..`` or a link out of it, or a name of no regular file is the row's
+    ``error``, and the other rows go on."""
+    from zoo.training.data.image_lists import image_path
+
+    real_base = os.path.realpath(base)
     for row in rows:
-        if row.value is not None:
-            row.path = row.value if os.path.isabs(row.value) else str(base / row.value)
+        if row.value is None:
+            continue
+        try:
+            row.path = image_path(listing, row.line, "image", row.value, base, real_base)
+        except DataError as error:
+            row.error = str(error).removeprefix(f"{listing}, line {row.line}: ")
 
 
 __all__ = ["COLUMNS", "MAX_FIELD_CHARS", "MAX_INPUT_BYTES", "MAX_ROWS", "InputRow", "check_input_file", "read_inputs"]

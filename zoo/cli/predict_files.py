@@ -11,6 +11,8 @@ import argparse
 import contextlib
 import csv
 import json
+import math
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -40,6 +42,7 @@ def predict_file(args: argparse.Namespace) -> int:
     check_input_file(path)  # before the model loads
     form = output_format(args.format, args.out)
     if args.out:
+        _check_not_the_input(path, Path(args.out).expanduser())
         check_writable(args.out)
     model = zoo.load(args.name, device=args.device).eval()
     kind = model_input(model, args.name)
@@ -59,6 +62,16 @@ def predict_file(args: argparse.Namespace) -> int:
         finally:
             bar.close()
     return _summary(path, rows, args.out)
+
+
+def _check_not_the_input(path: Path, out: Path) -> None:
+    """Refuse an --out that is the --input file (or a folder's metadata list): it would be
+    overwritten with the predictions before it is read."""
+    inputs = [path / name for name in ("metadata.csv", "metadata.jsonl")] if path.is_dir() else [path]
+    if out.exists() and any(given.exists() and os.path.samefile(given, out) for given in inputs):
+        raise InvalidArgumentError(
+            f"--out {out} is the --input file {path}: writing would overwrite the inputs; name another --out file"
+        )
 
 
 def output_format(given: str | None, out: str | None) -> str:
@@ -163,7 +176,7 @@ def _writer(form: str, stream: IO[str], meaning: OutputMeaning, top_k: int, ids:
 
         def write_json(row: InputRow, answer: dict[str, Any] | None) -> None:
             head = {"line": row.line, **({"id": row.id} if ids else {}), "input": row.value}
-            stream.write(json.dumps({**head, **(answer or {"error": row.error})}, ensure_ascii=False) + "\n")
+            stream.write(strict_json({**head, **(answer or {"error": row.error})}, ensure_ascii=False) + "\n")
 
         return write_json
     columns = csv_columns(meaning, top_k)
@@ -175,6 +188,22 @@ def _writer(form: str, stream: IO[str], meaning: OutputMeaning, top_k: int, ids:
         table.writerow([row.line, *([row.id or ""] if ids else []), row.value or "", *cells, row.error or ""])
 
     return write_csv
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float (inf, -inf, nan) as None, in dicts, lists and tuples."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(item) for item in value]
+    return value
+
+
+def strict_json(value: Any, **options: Any) -> str:
+    """``value`` as standard JSON: a non-finite number (``Infinity``, ``NaN``, which JSON has not) is null."""
+    return json.dumps(finite(value), allow_nan=False, **options)
 
 
 def csv_columns(meaning: OutputMeaning, top_k: int) -> list[str]:

@@ -6,6 +6,7 @@ server): a file that is missing, not an image, truncated, or a decompression bom
 from __future__ import annotations
 
 import os
+import stat
 import warnings
 from typing import IO
 
@@ -35,6 +36,8 @@ def open_image(
     data is read only when decoded) and returned undecoded. Over ``max_pixels`` it is refused
     before it is decoded (`ImageTooLargeError`)."""
     shown = name or (str(source) if isinstance(source, str | os.PathLike) else "the image's bytes")
+    if isinstance(source, str | os.PathLike):
+        check_regular_file(source, shown)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -56,6 +59,22 @@ def open_image(
         reason = _first_line(error) if "cannot identify image file" not in str(error) else "no image format PIL reads"
         raise DataError(f"{shown} is not a readable image ({reason}); remove it or replace it") from None
     return image if channels is None or not decode else _converter(channels)(image)
+
+
+def check_regular_file(path: str | os.PathLike, shown: str | None = None) -> None:
+    """Refuse, before anything opens it, a path that is not a regular file once links are
+    followed: a FIFO, a socket or a device (``/dev/zero``, ``/dev/stdin``) would hang or never end."""
+    shown = shown or str(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise DataError(f"{shown}: no such image file") from None
+    except OSError as error:
+        raise DataError(f"{shown}: cannot read the image file ({_first_line(error)})") from None
+    if stat.S_ISDIR(mode):
+        raise DataError(f"{shown} is a folder; pass the image files in it, e.g. {shown.rstrip('/')}/*")
+    if not stat.S_ISREG(mode):
+        raise DataError(f"{shown} is not a regular file (a FIFO, a socket or a device); pass an image file")
 
 
 _CONVERTERS: dict[int, ConvertChannels] = {}

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from zoo.bounds import NAME_RULE, unprintable_name
 from zoo.errors import WeightsError
 from zoo.store import registry
 
@@ -81,8 +82,9 @@ def _check_target(target: Any) -> None:
             raise _Refusal(f"target.{stat}", "must be a finite number")
     if target["std"] <= 0:
         raise _Refusal("target.std", "must be positive")
-    if not isinstance(target.get("name", ""), str) or len(target.get("name", "")) > 256:
-        raise _Refusal("target.name", "must be a string of at most 256 characters")
+    name = target.get("name", "")
+    if not isinstance(name, str) or len(name) > 256 or not name.isprintable():
+        raise _Refusal("target.name", "must be a string of at most 256 printable characters (no newlines or escapes)")
 
 
 def _check_multi_label(multi_label: Any, num_classes: int, target: Any) -> None:
@@ -100,8 +102,7 @@ def _check_multi_label(multi_label: Any, num_classes: int, target: Any) -> None:
             size = len(items) if isinstance(items, list) else type(items).__name__
             raise _Refusal(f"multi_label.{field}", f"must be a list of num_classes={num_classes} items, got {size}")
     names = multi_label["names"]
-    if not all(isinstance(n, str) and 0 < len(n) <= 256 for n in names):
-        raise _Refusal("multi_label.names", "must hold label names: strings of 1 to 256 characters")
+    _check_names("multi_label.names", names)
     if len(set(names)) != len(names):
         raise _Refusal("multi_label.names", "names a label more than once")
     for i, value in enumerate(multi_label["thresholds"]):
@@ -199,10 +200,19 @@ def _check_classes(config: dict[str, Any], num_classes: int) -> None:
     names = config.get("class_names")
     if names is None:
         return
-    if not isinstance(names, list) or not all(isinstance(n, str) and len(n) <= 256 for n in names):
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise _Refusal("class_names", "must be a list of class names (strings)")
     if len(names) != num_classes:
         raise _Refusal("class_names", f"has {len(names)} names for num_classes={num_classes}")
+    _check_names("class_names", names)
+
+
+def _check_names(field: str, names: list[Any]) -> None:
+    """Names that are printed (class and label names): the printable rule of `zoo.bounds`."""
+    bad = unprintable_name(names)
+    if bad is not None:
+        shown = repr(names[bad])[:60] if isinstance(names[bad], str) else type(names[bad]).__name__
+        raise _Refusal(f"{field}[{bad}]", f"is {shown}: {NAME_RULE}")
 
 
 def _check_category_list(categories: str, num_classes: int) -> None:
