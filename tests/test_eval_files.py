@@ -181,3 +181,15 @@ def test_eval_of_a_folder_without_data_points_to_data(image_run, capsys):
     assert "score it on your held-out data with --data FILE" in capsys.readouterr().err
     assert main(["eval", "resnet20.fmnist", "--out", "x.json"]) == 2
     assert "--out go(es) with --data FILE" in capsys.readouterr().err
+
+
+def test_non_finite_metrics_are_written_as_json_null(tmp_path, capsys, monkeypatch):
+    import zoo.training.scoring as scoring
+
+    scores = {"model": "m", "data": "d", "samples": 2, "task": "regression", "r2": float("nan"), "mse": float("inf")}
+    monkeypatch.setattr(scoring, "score_file", lambda *args, **kwargs: scores)
+    out = tmp_path / "m.json"
+    assert main(["eval", "resnet20", "--data", str(tmp_path), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text)["r2"] is None and json.loads(text)["mse"] is None

@@ -397,3 +397,12 @@ def test_zoo_shards_names_what_a_killed_run_left(tmp_path: Path, capsys) -> None
     error = capsys.readouterr().err
     assert "holds only .staging-abc123, left by a zoo shards run that was killed" in error, error
     assert (tmp_path / "s" / ".staging-abc123").is_dir()  # nothing of it deleted
+
+
+def test_a_fifo_in_an_image_folder_is_refused_without_blocking(tmp_path: Path) -> None:
+    for name in ("cat", "dog"):
+        (tmp_path / name).mkdir()
+        Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(tmp_path / name / "0.png")
+    os.mkfifo(tmp_path / "dog" / "x.png")  # opening it would wait for a writer forever
+    with pytest.raises(DataError, match=r"dog/x\.png is not a regular file"):
+        open_data(tmp_path)
