@@ -9,6 +9,9 @@ import math
 import re
 
 FLOAT32_MAX = 3.4028234663852886e38
+# the largest regression target: a squared error of its size, summed over a million samples,
+# stays inside float32, which the loss and the metrics (MSE, RMSE, R²) are summed in
+MAX_TARGET = 1e15
 MAX_NUMBER_CHARS = 100  # a numeric label longer than this is no label a person wrote
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|inf|infinity)", re.IGNORECASE)
 _INDEX = re.compile(r"\d{1,18}")
@@ -21,15 +24,18 @@ def is_number(text: str) -> bool:
 
 
 def number_problem(text: str) -> str | None:
-    """Why the number ``text`` cannot be a regression target (not finite, or past float32's
-    range), or None when it can; ``text`` must be a number (`is_number`)."""
+    """Why the number ``text`` cannot be a regression target (not finite, or beyond `MAX_TARGET`),
+    or None when it can; ``text`` must be a number (`is_number`)."""
     value = float(text.strip())
     if math.isnan(value):
         return f"the label {text.strip()!r} is not a number (NaN)"
     if math.isinf(value):
         return f"the label {text.strip()[:40]!r} is infinite"
-    if abs(value) > FLOAT32_MAX:
-        return f"the label {text.strip()[:40]!r} is past float32's range (±3.4e38), which training uses"
+    if abs(value) > MAX_TARGET:
+        return (
+            f"the label {text.strip()[:40]!r} is beyond ±{MAX_TARGET:.0e}, where squared errors overflow the float32 "
+            "that training and its metrics sum in; rescale the target (e.g. in thousands, or its log)"
+        )
     return None
 
 

@@ -111,7 +111,7 @@ class DataSource:
         held = f"the validation hold-out (val_fraction {val_fraction}, seed {seed})"
         starved = [c for c in range(num_classes) if total[c] and not train[c]]
         if starved:
-            listed = ", ".join(f"{self.class_names[c]!r} ({plural(total[c], 'sample')})" for c in starved)
+            listed = _listed([f"{self.class_names[c]!r} ({plural(total[c], 'sample')})" for c in starved])
             raise DataError(
                 f"{self.description}: {held} takes every sample of {kind if len(starved) == 1 else kinds} "
                 f"{listed}, leaving none to train on; "
@@ -120,9 +120,11 @@ class DataSource:
             )
         few = [c for c in range(num_classes) if 0 < total[c] < need]
         if few:
-            listed = ", ".join(
-                f"{self.class_names[c]!r} ({plural(total[c], 'sample')}, {total[c] - train[c]} in validation)"
-                for c in few
+            listed = _listed(
+                [
+                    f"{self.class_names[c]!r} ({plural(total[c], 'sample')}, {total[c] - train[c]} in validation)"
+                    for c in few
+                ]
             )
             subject = f"{kind} {listed} has" if len(few) == 1 else f"{kinds} {listed} have"
             warnings.warn(
@@ -193,3 +195,9 @@ def first_line(error: BaseException) -> str:
     """An error in one line for a message: its type and the first line of its text."""
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+def _listed(items: list[str], most: int = 10) -> str:
+    """The first ``most`` items, then how many more: one error line stays short whatever the data."""
+    more = f", and {len(items) - most} more" if len(items) > most else ""
+    return ", ".join(items[:most]) + more

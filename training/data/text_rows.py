@@ -7,11 +7,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from zoo.errors import DataError
+
+_NAMES_SHOWN = 10  # names listed in one error line
 
 TEXT_COLUMNS = ("text", "label")
 
@@ -190,9 +193,10 @@ def table_records(path: Path, text: str) -> tuple[list[str], list[tuple[int, dic
     for start, fields in csv_fields(path, text):
         if header is None:
             header = [name.strip() for name in fields]
-            twice = sorted({name for name in header if header.count(name) > 1})
+            twice = sorted(name[:40] for name, n in Counter(header).items() if n > 1)  # linear: headers can be long
             if twice or "" in header:
-                raise DataError(f"{path}, line {start}: the header names {twice or ['']} more than once or not at all")
+                shown = (twice or [""])[:_NAMES_SHOWN] + (["..."] if len(twice) > _NAMES_SHOWN else [])
+                raise DataError(f"{path}, line {start}: the header names {shown} more than once or not at all")
             continue
         if len(fields) != len(header):
             raise DataError(
