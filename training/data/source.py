@@ -14,11 +14,11 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import Dataset
 
+from zoo.bounds import NAME_RULE, unprintable_name
 from zoo.errors import DataError, InvalidArgumentError
 from zoo.training.data.text_rows import plural
 
 MAX_CLASS_INDEX = 100_000  # integer labels above this are ids, not class indices
-MAX_CLASS_NAME = 256  # characters of one class name read from a file (it goes into the model's config and card)
 
 
 @dataclass
@@ -172,19 +172,17 @@ def check_classes(where: str, counts: dict[str, int], how_to_add: str, labels_hi
 
 def check_class_names(where: str, names: Any, field: str = "'classes'") -> list[str]:
     """The class names a file gives under ``field``: a list of at most `MAX_CLASS_INDEX` distinct
-    strings, each 1 to `MAX_CLASS_NAME` printable characters (no newlines or terminal escapes:
+    strings, each 1 to `zoo.bounds.MAX_CLASS_NAME` printable characters (no newlines or terminal escapes:
     they go into messages, the model's config and its card); anything else is a `DataError`
     naming ``where`` and ``field``."""
     if isinstance(names, str) or not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
         raise DataError(f"{where}: {field} must be a list of class names (strings), got {type(names).__name__}")
     if len(names) > MAX_CLASS_INDEX:
         raise DataError(f"{where}: {field} names {len(names):,} classes, over the {MAX_CLASS_INDEX:,} zoo trains")
-    for index, name in enumerate(names):
-        if not 0 < len(name) <= MAX_CLASS_NAME or not name.isprintable():
-            raise DataError(
-                f"{where}: {field}[{index}] is {name[:40]!r}{'...' if len(name) > 40 else ''}: a class name is 1 to "
-                f"{MAX_CLASS_NAME} printable characters (no newlines, tabs or escape codes)"
-            )
+    index = unprintable_name(names)
+    if index is not None:
+        name = names[index]
+        raise DataError(f"{where}: {field}[{index}] is {name[:40]!r}{'...' if len(name) > 40 else ''}: {NAME_RULE}")
     twice = sorted(name for name, count in Counter(names).items() if count > 1)
     if twice:
         raise DataError(f"{where}: {field} names {twice[:10]} more than once; each class needs its own name")
