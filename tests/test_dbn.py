@@ -377,7 +377,7 @@ def test_finetuning_is_a_trainer_run(tmp_path) -> None:
     assert [h.epoch for h in history] == [1, 2, 3] and all(h.valid_accuracy is not None for h in history)
     metrics = json.loads((tmp_path / "metrics.json").read_text())["history"]
     assert [m["val_acc"] for m in metrics] == [h.valid_accuracy for h in history]
-    assert [m["step"] for m in metrics] == [6, 12, 18]  # 100 rows: 6 full batches of 16 an epoch
+    assert [m["step"] for m in metrics] == [7, 14, 21]  # 100 rows: 6 batches of 16 and one of 4 (a quarter: kept)
     assert abs(metrics[-1]["lr"]) < 1e-12 and 0 < metrics[0]["lr"] < 0.2  # cosine, per step
     assert finetune_dbn(model, X, y, BackpropConfig(epochs=0)) == []
 

@@ -113,7 +113,7 @@ def test_the_task_of_a_molecule_file_is_said_with_its_reason(tmp_path: Path) -> 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # two values, but no class numbers
         molecule_source(
-            _csv(tmp_path / "huge.csv", ["smiles", "y"], [[s, ["3e38", "-3e38"][i % 2]] for i, s in enumerate(SMILES)])
+            _csv(tmp_path / "huge.csv", ["smiles", "y"], [[s, ["1e15", "-1e15"][i % 2]] for i, s in enumerate(SMILES)])
         )
     numbers = _csv(tmp_path / "n.csv", ["smiles", "y"], [[s, f"{i * 0.5}"] for i, s in enumerate(SMILES)])
     assert molecule_source(numbers).task_note == (
