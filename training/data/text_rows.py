@@ -132,25 +132,8 @@ def jsonl_rows(path: Path, text: str, label: str = "label") -> list[tuple[int, s
     fraction or a list of tags kept as they are (`zoo.training.data.targets` reads them);
     blank lines are skipped."""
     columns = ("text", label)
-    example = '{"text": "great film", "label": "pos"}'
     rows: list[tuple[int, str, Any]] = []
-    for number, line in enumerate(_text_lines(text), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line.rstrip("\r\n"))
-        except json.JSONDecodeError as error:
-            raise DataError(
-                f"{path}, line {number}: not valid JSON ({error.msg}, column {error.colno}); each line must be "
-                f"one JSON object such as {example}"
-            ) from None
-        except RecursionError:  # a crafted line of arrays nested thousands deep
-            raise DataError(f"{path}, line {number}: JSON nested too deep; each line must be one flat object") from None
-        if not isinstance(row, dict):
-            raise DataError(
-                f"{path}, line {number}: a JSON {_json_type(row)}, not an object; each line must be one JSON "
-                f"object such as {example}"
-            )
+    for number, row in json_objects(path, text, '{"text": "great film", "label": "pos"}'):
         missing = [c for c in columns if c not in row]
         if missing:
             raise DataError(
@@ -210,7 +193,14 @@ def table_records(path: Path, text: str) -> tuple[list[str], list[tuple[int, dic
 
 
 def _jsonl_records(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
-    records: list[tuple[int, dict[str, Any]]] = []
+    records = list(json_objects(path, text))
+    return (list(records[0][1]) if records else []), records
+
+
+def json_objects(path: Path, text: str, example: str | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line, object) of each non-blank line of JSON lines; a line that is not one JSON object
+    (or is nested thousands deep) is a `DataError` naming it, and ``example`` when given."""
+    such = f" such as {example}" if example else ""
     for number, line in enumerate(_text_lines(text), start=1):
         if not line.strip():
             continue
@@ -219,11 +209,12 @@ def _jsonl_records(path: Path, text: str) -> tuple[list[str], list[tuple[int, di
         except json.JSONDecodeError as error:
             raise DataError(
                 f"{path}, line {number}: not valid JSON ({error.msg}, column {error.colno}); each line must be "
-                "one JSON object"
+                f"one JSON object{such}"
             ) from None
         except RecursionError:  # a crafted line of arrays nested thousands deep
             raise DataError(f"{path}, line {number}: JSON nested too deep; each line must be one flat object") from None
         if not isinstance(row, dict):
-            raise DataError(f"{path}, line {number}: a JSON {_json_type(row)}, not an object; each line must be one")
-        records.append((number, row))
-    return (list(records[0][1]) if records else []), records
+            raise DataError(
+                f"{path}, line {number}: a JSON {_json_type(row)}, not an object; each line must be one{such}"
+            )
+        yield number, row

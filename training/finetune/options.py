@@ -8,7 +8,7 @@ import argparse
 import json
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -85,15 +85,20 @@ class FinetuneOptions:
             )
 
 
-def _json_object(text: str) -> dict[str, Any]:
-    """``--model-kwargs``: a JSON object (an argparse ``type=``)."""
-    try:
-        value = json.loads(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"must be a JSON object, e.g. '{{\"sizes\": [64, 32]}}': {error}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"must be a JSON object, e.g. '{{\"sizes\": [64, 32]}}', got {text!r}")
-    return value
+def json_object(example: str) -> Callable[[str], dict[str, Any]]:
+    """An argparse ``type=`` reading a JSON object (``--model-kwargs``, zoo tune's ``--first``);
+    its errors show ``example``."""
+
+    def parse(text: str) -> dict[str, Any]:
+        try:
+            value = json.loads(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(f"must be a JSON object, e.g. '{example}': {error}") from None
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError(f"must be a JSON object, e.g. '{example}', got {text!r}")
+        return value
+
+    return parse
 
 
 def _checked(owner: type, name: str) -> Any:
@@ -128,7 +133,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--scratch", action="store_true", help="random weights for NAME's architecture")
     g.add_argument(
         "--model-kwargs",
-        type=_json_object,
+        type=json_object('{"sizes": [64, 32]}'),
         metavar="JSON",
         help="architecture options, e.g. '{\"sizes\": [64, 32, 16]}'",
     )

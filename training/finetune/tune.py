@@ -39,6 +39,7 @@ from zoo.errors import InvalidArgumentError, ZooError
 from zoo.training import finetune as finetune_package
 from zoo.training.finetune import keywords as finetune_keywords
 from zoo.training.finetune import tune_report
+from zoo.training.finetune.options import json_object
 from zoo.training.finetune.stages import parameter_levels
 from zoo.training.finetune.tune_space import Param, active_space, default_params, sample, trial_keywords
 from zoo.training.finetune.tune_study import STUDY_NAME, StudyFileError, changes, check_storage, plain, setup
@@ -414,24 +415,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--metric", help="the validation metric to optimise (default: val_acc, val_rmse or val_map)")
     g.add_argument(
         "--first",
-        type=_settings,
+        type=json_object('{"lr": 0.003}'),
         metavar="JSON",
         help="the first trial's settings, e.g. '{\"lr\": 0.003, \"epochs\": 30}' (default: zoo finetune's defaults)",
     )
     for action in parser._actions:  # argparse has no public way to list them; set_defaults would type-convert
         if action.dest not in (*OWN, "help"):
             action.default = argparse.SUPPRESS
-
-
-def _settings(text: str) -> dict[str, Any]:
-    """``--first``: a JSON object of settings (an argparse ``type=``)."""
-    try:
-        value = json.loads(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"must be a JSON object, e.g. '{{\"lr\": 0.003}}': {error}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"must be a JSON object, e.g. '{{\"lr\": 0.003}}', got {text!r}")
-    return value
 
 
 def fixed_from_args(args: argparse.Namespace) -> dict[str, Any]:
