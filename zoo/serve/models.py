@@ -167,27 +167,26 @@ def load_served(source: str, config: ServeConfig) -> ServedModel:
 
 def _molecule_model(name: str, model: nn.Module, documents: Documents) -> ServedModel:
     """A model fine-tuned on molecules: the v2 BYTES input ``smiles``, its values or class scores out."""
-    cfg = model.pretrained_cfg
-    meaning = output_meaning(cfg)
-    return ServedModel(
-        name, model, "molecules",
-        inputs=[TensorSpec("smiles", "BYTES", (-1,))],
-        outputs=output_specs(meaning, cfg["num_classes"]),
-        class_names=meaning.names, documents=documents, meaning=meaning,
-    )  # fmt: skip
+    return _strings_model(name, model, documents, "molecules", "smiles")
 
 
 def _text_classifier(name: str, model: nn.Module, documents: Documents) -> ServedModel:
     """A text classifier (or regression, or multi-label) fine-tuned on text rows: the v2 BYTES
     input ``text``, byte tokens as in training (`zoo.serve.texts`)."""
+    context = min(512, model.config.max_position_embeddings)
+    return _strings_model(name, model, documents, "texts", "text", context_length=context)
+
+
+def _strings_model(name: str, model: nn.Module, documents: Documents, kind: str, input_name: str,
+                   **extra: Any) -> ServedModel:  # fmt: skip
+    """A model whose requests are strings (one v2 BYTES input): its outputs as its config says."""
     cfg = model.pretrained_cfg
     meaning = output_meaning(cfg)
     return ServedModel(
-        name, model, "texts",
-        inputs=[TensorSpec("text", "BYTES", (-1,))],
+        name, model, kind,
+        inputs=[TensorSpec(input_name, "BYTES", (-1,))],
         outputs=output_specs(meaning, cfg["num_classes"]),
-        class_names=meaning.names, documents=documents, meaning=meaning,
-        context_length=min(512, model.config.max_position_embeddings),
+        class_names=meaning.names, documents=documents, meaning=meaning, **extra,
     )  # fmt: skip
 
 
