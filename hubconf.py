@@ -76,13 +76,13 @@ import torch.nn as _nn  # noqa: E402
 
 import zoo  # noqa: E402  (after the checkout's packages are findable)
 from zoo.interop import torchvision_weights as _torchvision_names  # noqa: E402
-from zoo.store import registry as _registry  # noqa: E402
+from zoo.store import weight_entries as _weight_entries  # noqa: E402
 
 
 def _describe(arch: str) -> str:
     """The entry point's help: what the architecture is, and the weights it can load."""
-    summary = (_registry.get_builder(arch).__doc__ or arch).strip()
-    entries = _registry.weights_for(arch)
+    summary = (_weight_entries.get_builder(arch).__doc__ or arch).strip()
+    entries = _weight_entries.weights_for(arch)
     if not entries:
         weights = "No pretrained weights yet: pretrained=True raises, pass weights=FILE for your own."
     else:

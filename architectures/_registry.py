@@ -2,7 +2,7 @@
 family traits (what it reads, its heads, int8, its twins in timm and Hugging Face...).
 
 A leaf, as timm's ``_registry``: model files import it and it imports nothing of zoo, so the
-weights side (`zoo.store.registry`) can read the table without the architectures reading
+weights side (`zoo.store.weight_entries`) can read the table without the architectures reading
 anything back. So that ``zoo list`` and ``import zoo`` know every name without importing torch
 or a family, `ARCHS` is read from ``_index.json``, which is derived from the decorators
 (`write_index` writes it; ``tests/test_registry.py`` checks it is

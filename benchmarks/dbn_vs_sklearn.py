@@ -42,7 +42,7 @@ import zoo
 from zoo.architectures.dbn import RBM, bernoulli
 from zoo.training.belief_nets import BackpropConfig, RBMConfig, finetune_dbn, pretrain, train_rbm
 from zoo.training.data.builtin import load_fashion_mnist
-from zoo.training.data.digits import load_nudged_digits
+from zoo.training.data.tensors.digits import load_nudged_digits
 
 DBN_SIZES = (64, 500, 500)
 

@@ -30,7 +30,12 @@ from tqdm.auto import tqdm
 
 import zoo
 from zoo.architectures.graph import AddTriangles
-from zoo.training.data.generated_graphs import FashionMNISTGraphs, MotifClassification, TriangleCounting, normalized_mse
+from zoo.training.data.graphs.generated_graphs import (
+    FashionMNISTGraphs,
+    MotifClassification,
+    TriangleCounting,
+    normalized_mse,
+)
 
 VARIANTS: dict[str, tuple[str, dict]] = {
     "GIN + sum": ("gin_sum", {}),

@@ -53,7 +53,7 @@ import zoo
 from zoo.deploy import inference, runtimes
 from zoo.deploy.optimize_report import OptimizeReport
 from zoo.devices import has_amx
-from zoo.store.registry import IMAGENET_MEAN, IMAGENET_STD
+from zoo.store.weight_entries import IMAGENET_MEAN, IMAGENET_STD
 from zoo.training.data.builtin import load_fashion_mnist
 
 PEER_MODELS = ("resnet50", "resnet20.fmnist", "densenet_bc_40.fmnist", "mobilenet_v2_cifar.fmnist")

@@ -44,7 +44,7 @@ def main() -> None:
     os.environ["ZOO_HOME"] = str(work / "zoo")
     os.environ["TORCH_HOME"] = str(work / "torch")
     import zoo
-    from zoo.store import registry
+    from zoo.store import weight_entries
 
     weights = torchvision.models.ResNet50_Weights.IMAGENET1K_V1
     published = Path(weights.url).name
@@ -56,9 +56,9 @@ def main() -> None:
     served.mkdir()
     (served / f"resnet50-{hashlib.sha256(data).hexdigest()[:8]}.pth").write_bytes(data)
     server, base = _serve(served)
-    entry = registry.info("resnet50.tv_in1k")
+    entry = weight_entries.info("resnet50.tv_in1k")
     prefix = hashlib.sha256(data).hexdigest()[:8]
-    registry.register_weights(dataclasses.replace(entry, url=f"{base}/resnet50-{prefix}.pth", sha256=prefix))
+    weight_entries.register_weights(dataclasses.replace(entry, url=f"{base}/resnet50-{prefix}.pth", sha256=prefix))
     zoo.load("resnet50.tv_in1k")  # warm zoo's cache: download, verify, convert to safetensors once
     server.shutdown()
     server.server_close()

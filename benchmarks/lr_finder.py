@@ -8,7 +8,7 @@ on three data sets the project makes offline, with the default learning rate tim
 - stdlib lines: ``text,label`` rows, one line of a standard-library package's source each,
   labelled with its package (asyncio, email, json, unittest, xml), 80 rows per class to train
   and 40 to validate, ``moe_encoder`` from scratch (2 layers of 128, 10 epochs, 48 tokens a row);
-- chembl2321810: RDKit's ChEMBL series as a SMILES CSV (`zoo.training.data.molecule_sets`),
+- chembl2321810: RDKit's ChEMBL series as a SMILES CSV (`zoo.training.data.molecules.molecule_sets`),
   ``gin_sum`` from scratch with the molecule defaults and ``--epochs 15`` (its own scaffold split).
 
 The machine goes in the first line, then one row per run and the summary table. Each run
@@ -34,7 +34,7 @@ import torch
 
 import zoo
 from zoo.training.data.builtin import stdlib_files
-from zoo.training.data.molecule_sets import write_csv
+from zoo.training.data.molecules.molecule_sets import write_csv
 from zoo.training.demo import write_digits_folder
 
 DEFAULT_LR = 1e-3  # TrainConfig's, the demo's and the molecule defaults'

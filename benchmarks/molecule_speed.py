@@ -1,7 +1,7 @@
 """Training time per epoch of zoo's graph models on real molecules, side by side in one run:
 ``gin_sum``, ``gin_sopool`` and ``gin3`` (third-order pooling, its default readout) at their
 default widths (64, 64, 128), and gin3 at 64 and gin_sum at 128 to compare at equal width, on the
-training split of a molecule set (`zoo.training.data.molecule_sets`), the same GIN encoder,
+training split of a molecule set (`zoo.training.data.molecules.molecule_sets`), the same GIN encoder,
 batch, optimizer and data order. The models train in lockstep, one epoch each in turn with
 the order rotating every epoch, so they share the machine's load alike; the table gives the
 median seconds per epoch (forward, backward, step and batching; the molecules' graphs and
@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import zoo
-from zoo.training.data.molecule_sets import SETS, benchmark
+from zoo.training.data.molecules.molecule_sets import SETS, benchmark
 from zoo.training.loop.steps import RegressionStep
 
 # label -> (architecture, width): each model at its default width (what zoo finetune trains), and

@@ -1,6 +1,6 @@
 """zoo's graph models against chemprop's D-MPNN on the same split files, each through its own command line.
 
-For each molecule set of `zoo.training.data.molecule_sets` (the RDKit wheel's), the fixed
+For each molecule set of `zoo.training.data.molecules.molecule_sets` (the RDKit wheel's), the fixed
 Bemis–Murcko scaffold split that the cards use (`benchmark(name)`: train / validation / test,
 80 / 10 / 10) is written as ``train.csv``, ``val.csv`` and ``test.csv`` (``smiles,LABEL``,
 RDKit's canonical SMILES) under ``--out/SET/``. Then, per seed:
@@ -62,8 +62,8 @@ import numpy as np
 import torch
 
 import zoo
-from zoo.loading.molecules import MAX_PREDICT_SMILES, predict_molecules
-from zoo.training.data.molecule_sets import SETS, benchmark
+from zoo.loading.smiles import MAX_PREDICT_SMILES, predict_molecules
+from zoo.training.data.molecules.molecule_sets import SETS, benchmark
 from zoo.training.loop.meter import regression_metrics
 
 ZOO_MODELS = ("gin3", "gin_sum", "gin_sopool")

@@ -41,8 +41,8 @@ from torch.utils.data import DataLoader
 from torchvision.transforms.functional import pil_to_tensor
 
 from zoo.training.data.kinds import open_data
-from zoo.training.data.shard_files import expand_spec
-from zoo.training.data.shard_writer import write_shards
+from zoo.training.data.shards.shard_files import expand_spec
+from zoo.training.data.shards.shard_writer import write_shards
 from zoo.training.loop.loaders import EpochSampler, build_loader
 
 

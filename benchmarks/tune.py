@@ -34,8 +34,8 @@ import torch
 
 import zoo
 from zoo.training.demo import write_digits_folder
-from zoo.training.finetune.tune_space import trial_keywords
 from zoo.training.scoring import score_file
+from zoo.training.tuning.tune_space import trial_keywords
 
 WEIGHTS = "resnet20.fmnist"
 DEMO = {"epochs": 30, "batch_size": 32, "lr": 1e-3, "warmup_epochs": 1.0, "crop_padding": 2}  # zoo demo's

@@ -161,7 +161,7 @@ def source(info: Any) -> str:
 
 
 def family(arch: str) -> str:
-    from zoo.store.registry import arch_spec
+    from zoo.store.weight_entries import arch_spec
 
     module = arch_spec(arch).module
     return FAMILIES.get(module, module)
@@ -234,7 +234,7 @@ def models_table(cache: Path | None = CACHE) -> str:
     """Every weight entry in Markdown tables, one section per data set (in `SECTIONS`' order),
     its rows grouped by family, with the notes."""
     import zoo
-    from zoo.store.registry import GRAPH_SKIP_REASON
+    from zoo.store.weight_entries import GRAPH_SKIP_REASON
 
     names = zoo.list_models(pretrained=True)
     counted = figures(names, cache)

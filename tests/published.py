@@ -12,7 +12,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from zoo.store import registry
+from zoo.store import weight_entries
 
 
 def randomize_batchnorm(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
@@ -56,7 +56,7 @@ def publish(
     state_dict: dict[str, torch.Tensor],
     *,
     fmt: str = "pth",
-) -> registry.WeightInfo:
+) -> weight_entries.WeightInfo:
     """Serve ``state_dict`` as torchvision (``pth``, hash prefix in the file name) or Hugging Face
     hub (``safetensors``, sha256 in the X-Linked-Etag header) would, and re-point entry ``name``."""
     if fmt == "pth":
@@ -71,6 +71,6 @@ def publish(
         digest = hashlib.sha256(data).hexdigest()
         url = http_server.add(f"{name}/model.safetensors", data, headers={"X-Linked-Etag": f'"{digest}"'})
         sha256 = None
-    entry = dataclasses.replace(registry.info(name), url=url, sha256=sha256)
-    monkeypatch.setitem(registry._weights, name, entry)
+    entry = dataclasses.replace(weight_entries.info(name), url=url, sha256=sha256)
+    monkeypatch.setitem(weight_entries._weights, name, entry)
     return entry

@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from published import publish
 
 import zoo
-from zoo.cli import bench as cli_bench
+from zoo.cli import bench_command as cli_bench
 from zoo.cli import main
 from zoo.deploy import bench
-from zoo.store import registry
+from zoo.store import weight_entries
 from zoo.training.recipes import publish as recipes_publish
 from zoo.training.recipes.publish import Provenance
 from zoo.training.recipes.publish import publish as publish_entry
@@ -96,7 +96,7 @@ def test_recorded_gmacs_equal_a_fresh_count(name):
     measured = _measured(
         info.arch, json.dumps(info.model_kwargs, sort_keys=True), info.num_classes, info.preprocess.get("crop")
     )
-    if registry.input_kind(info.arch) == "graphs":
+    if weight_entries.input_kind(info.arch) == "graphs":
         assert info.gmacs is None and measured is None
     else:
         assert info.gmacs == pytest.approx(measured, rel=0.01), f'{name}: set "gmacs": {measured}'

@@ -11,7 +11,7 @@ import torch
 
 from zoo.errors import DataError
 from zoo.training.data.source import DataSource
-from zoo.training.data.text_rows import table_records
+from zoo.training.data.text.text_rows import table_records
 
 
 def test_a_huge_header_with_repeated_names_is_refused_quickly(tmp_path: Path) -> None:

@@ -16,17 +16,17 @@ import torch
 
 import zoo
 from zoo import cli
-from zoo.store import registry
+from zoo.store import weight_entries
 from zoo.tokenizer import ByteTokenizer
 from zoo.training.data import builtin as data
-from zoo.training.recipes import dbn as dbn_recipe
+from zoo.training.recipes import dbn_weights as dbn_recipe
 from zoo.training.recipes import evaluate, publish
 from zoo.training.recipes import fmnist as fmnist_recipe
-from zoo.training.recipes import graph as graph_recipe
+from zoo.training.recipes import graph_weights as graph_recipe
 from zoo.training.recipes import moe_lm as moe_lm_recipe
 
 WEIGHTS = Path(str(resources.files("zoo.weights")))
-BUNDLED = [name for name in zoo.list_models(pretrained=True) if registry.info(name).file]
+BUNDLED = [name for name in zoo.list_models(pretrained=True) if weight_entries.info(name).file]
 MAX_TEST_SAMPLES = 2000  # the slice the test re-measures; cards claim a [:N] slice for bigger test sets
 
 
@@ -53,14 +53,14 @@ def test_bundled_weights_include_each_recipe_family() -> None:
         "moe_lm.stdlib_dense",
     }
     assert expected <= set(BUNDLED), BUNDLED
-    assert registry.info("moe_lm").name == "moe_lm.stdlib"
-    assert registry.info("gin3").name == "gin3.triangles_er"  # one default per architecture
-    assert registry.info("resnet20").name == "resnet20.fmnist"  # the architecture's default weights
+    assert weight_entries.info("moe_lm").name == "moe_lm.stdlib"
+    assert weight_entries.info("gin3").name == "gin3.triangles_er"  # one default per architecture
+    assert weight_entries.info("resnet20").name == "resnet20.fmnist"  # the architecture's default weights
 
 
 @pytest.mark.parametrize("name", BUNDLED)
 def test_entry_file_card_and_recipe_agree(name: str) -> None:
-    info = registry.info(name)
+    info = weight_entries.info(name)
     path = WEIGHTS / info.file
     blob = path.read_bytes()
     assert hashlib.sha256(blob).hexdigest() == info.sha256 and len(blob) == info.file_size
@@ -85,7 +85,7 @@ def test_entry_file_card_and_recipe_agree(name: str) -> None:
 def test_loads_offline_and_reproduces_its_card_on_a_slice(name: str) -> None:
     """The card's metrics on a fixed slice (the first N test samples), or on the whole test set
     when it is small; tolerance: `evaluate.within_tolerance` (0.2 points of accuracy, 1% else)."""
-    info = registry.info(name)
+    info = weight_entries.info(name)
     model = zoo.load(name)
     assert model.pretrained_cfg["weights"] == name
     slices = [k for k in info.metrics if k.startswith(f"{info.eval_task}[:")]
@@ -99,10 +99,10 @@ def test_loads_offline_and_reproduces_its_card_on_a_slice(name: str) -> None:
 def test_zoo_eval_passes_and_fails_loudly(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     assert cli.main(["eval", "dbn.digits"]) == 0
     assert "every metric matches its card" in capsys.readouterr().out
-    info = registry.info("dbn.digits")
+    info = weight_entries.info("dbn.digits")
     claimed = info.metrics["digits-nudged"]["top1"]
     wrong = {**info.metrics, "digits-nudged": {**info.metrics["digits-nudged"], "top1": claimed + 0.3}}
-    monkeypatch.setitem(registry._weights, "dbn.digits", type(info)(**{**info.__dict__, "metrics": wrong}))
+    monkeypatch.setitem(weight_entries._weights, "dbn.digits", type(info)(**{**info.__dict__, "metrics": wrong}))
     assert cli.main(["eval", "dbn.digits"]) == 1
     captured = capsys.readouterr()
     assert "differs from the card" in captured.out and "does not reproduce its card" in captured.err
@@ -163,7 +163,7 @@ def _published(entry: dict, out: Path) -> None:
     assert hashlib.sha256((out / f"{name}.safetensors").read_bytes()).hexdigest() == entry["sha256"]
     assert entry["sha256"] in (out / f"{name}.md").read_text()
     assert (out / f"{name}.png").is_file() and (out / f"{name}.json").is_file()
-    info = registry.WeightInfo(**entry)
+    info = weight_entries.WeightInfo(**entry)
     state = safetensors.torch.load_file(out / info.file)
     model = zoo.load(info.arch, pretrained=False, num_classes=info.num_classes, **info.model_kwargs)
     model.load_state_dict(state)
@@ -273,7 +273,7 @@ def test_zoo_generate_reproduces_the_cards_sample(capsys: pytest.CaptureFixture)
     for name in ("moe_lm.stdlib", "moe_lm.stdlib_dense"):
         assert cli.main(["generate", name, "def fib(", "--temperature", "0", "--max-new-tokens", "160"]) == 0
         sample = capsys.readouterr().out[:-1]  # print's newline
-        assert sample.startswith("def fib(") and f"`{sample!r}`" in registry.info(name).card_text()
+        assert sample.startswith("def fib(") and f"`{sample!r}`" in weight_entries.info(name).card_text()
     sampled = []
     for _ in range(2):  # sampling is reproducible from --seed
         assert cli.main(["generate", "moe_lm.stdlib", "import ", "--seed", "3", "--max-new-tokens", "30"]) == 0

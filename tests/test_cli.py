@@ -12,7 +12,7 @@ from PIL import Image
 from published import publish, randomize_batchnorm
 
 from zoo.cli import main
-from zoo.store import registry
+from zoo.store import weight_entries
 
 
 def test_list(capsys):
@@ -69,7 +69,7 @@ def test_predict_takes_any_size_and_mode_and_names_a_corrupt_file(tmp_path, caps
     assert main(["predict", "resnet20.fmnist", *images, "--topk", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line for line in lines if not line.startswith(" ")] == images and len(lines) == 9
-    names = registry.load_categories("fashion-mnist")
+    names = weight_entries.load_categories("fashion-mnist")
     assert all(any(f"  {name} (" in line for name in names) for line in lines if line.startswith(" "))
     (tmp_path / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\nnot an image")
     assert main(["predict", "resnet20.fmnist", str(tmp_path / "bad.png")]) == 2

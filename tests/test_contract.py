@@ -39,8 +39,8 @@ GRAPH_SIZES = (6, 8, 7)
 TOKEN_HEADS = ("lm", "token_classification")
 NODE_HEADS = ("node_classification",)
 
-CASES = [(arch, head) for arch in zoo.list_models() for head in zoo.store.registry.supported_heads(arch)]
-IDS = [arch if len(zoo.store.registry.supported_heads(arch)) == 1 else f"{arch}-{head}" for arch, head in CASES]
+CASES = [(arch, head) for arch in zoo.list_models() for head in zoo.store.weight_entries.supported_heads(arch)]
+IDS = [arch if len(zoo.store.weight_entries.supported_heads(arch)) == 1 else f"{arch}-{head}" for arch, head in CASES]
 
 
 @dataclass
@@ -48,7 +48,7 @@ class Case:
     arch: str
     head: str
     model: nn.Module  # as built, in eval mode; a test that changes it restores it or works on a copy
-    kind: str  # what it reads: "images", "text", "graphs" or "vectors" (zoo.store.registry.input_kind)
+    kind: str  # what it reads: "images", "text", "graphs" or "vectors" (zoo.store.weight_entries.input_kind)
     x: Any
     rows: tuple[int, ...]  # the leading dimensions of every output: (N,), (N, L) or (num_nodes,)
     _memo: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -70,7 +70,7 @@ class Case:
 
 def _model_class(arch: str) -> type | None:
     """The class the architecture's builder is annotated to return (None without one)."""
-    cls = typing.get_type_hints(zoo.store.registry.get_builder(arch)).get("return")
+    cls = typing.get_type_hints(zoo.store.weight_entries.get_builder(arch)).get("return")
     return cls if isinstance(cls, type) else None
 
 
@@ -89,8 +89,8 @@ def _small_kwargs(arch: str) -> dict[str, Any]:
         return dict(
             hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=24, num_experts=4, top_k=2
         )
-    kind = zoo.store.registry.input_kind(arch)
-    if kind == "vectors" and "sizes" in inspect.signature(zoo.store.registry.get_builder(arch)).parameters:
+    kind = zoo.store.weight_entries.input_kind(arch)
+    if kind == "vectors" and "sizes" in inspect.signature(zoo.store.weight_entries.get_builder(arch)).parameters:
         return dict(sizes=(36, 24, 16))
     if kind == "graphs":
         return dict(hidden_channels=16, num_layers=2)
@@ -106,7 +106,7 @@ def _small_kwargs(arch: str) -> dict[str, Any]:
 
 def _kind(arch: str, model: nn.Module) -> str:
     """What the architecture reads, as it registered it (``register_model(inputs=...)``)."""
-    kind = zoo.store.registry.input_kind(arch)
+    kind = zoo.store.weight_entries.input_kind(arch)
     if kind == "images":  # vision models have feature levels, which say the strides
         assert hasattr(model, "feature_info") and hasattr(model, "in_chans"), f"{arch} reads images"
     assert kind in ("images", "text", "graphs", "vectors"), f"{arch} reads {kind!r}: teach _make_input it"

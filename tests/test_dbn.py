@@ -35,7 +35,7 @@ from zoo.training.belief_nets import (
     pretrain,
     train_rbm,
 )
-from zoo.training.data.digits import load_nudged_digits
+from zoo.training.data.tensors.digits import load_nudged_digits
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -19,7 +19,7 @@ from PIL import Image
 import zoo
 from zoo.cli import main
 from zoo.store.model_config import update_config
-from zoo.training.data.molecules import MoleculeOptions
+from zoo.training.data.molecules.molecule_files import MoleculeOptions
 from zoo.training.finetune import FinetuneOptions, finetune
 from zoo.training.loop.train_config import TrainConfig
 from zoo.training.scoring import average_precision, score_file
@@ -146,7 +146,7 @@ def test_average_precision_counts_ties_as_scikit_learn():
 
 def test_a_molecule_regression_run_scored_on_a_csv_in_its_units(tmp_path, capsys):
     rdkit = pytest.importorskip("rdkit")
-    from zoo.loading.molecules import predict_molecules
+    from zoo.loading.smiles import predict_molecules
 
     table = Path(rdkit.__file__).parent / "Data" / "NCI" / "first_5k.tpsa.csv"
     lines = [line.strip() for line in table.read_text().splitlines() if line.strip() and not line.startswith("#")]

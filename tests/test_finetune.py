@@ -17,7 +17,7 @@ from PIL import Image
 import zoo
 from zoo import cli
 from zoo.errors import CheckpointError, DataError, InvalidArgumentError
-from zoo.training.data.augment import Augment, image_transforms
+from zoo.training.data.images.augment import Augment, image_transforms
 from zoo.training.data.kinds import open_data
 from zoo.training.finetune import (
     Distillation,

@@ -120,7 +120,7 @@ def test_remembered_choices_from_a_generated_file(tmp_path_factory, monkeypatch,
 @pytest.mark.parametrize("record", ["[]", "3", '"x"', "{bad json"])
 def test_a_damaged_hub_pin_names_its_file(tmp_path: Path, record: str) -> None:
     from zoo.interop import hf_hub
-    from zoo.store.registry import WeightInfo
+    from zoo.store.weight_entries import WeightInfo
 
     path = tmp_path / "pin.json"
     path.write_text(record)

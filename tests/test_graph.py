@@ -29,7 +29,7 @@ from zoo.architectures.graph import (
 )
 from zoo.errors import InvalidArgumentError, ZooError
 from zoo.training.data.builtin import FASHION_MNIST_DIR, load_fashion_mnist
-from zoo.training.data.generated_graphs import (
+from zoo.training.data.graphs.generated_graphs import (
     FashionMNISTGraphs,
     MotifClassification,
     TriangleCounting,
@@ -451,7 +451,7 @@ def test_heads_and_contract(name, head):
     torch.manual_seed(0)
     batch = _batch(channels=3)
     model = zoo.load(name, pretrained=False, head=head, in_channels=3, num_classes=5, hidden_channels=16, num_layers=2)
-    assert set(NAMES) <= set(zoo.list_models("gin*")) and zoo.store.registry.supported_heads(name) == HEADS
+    assert set(NAMES) <= set(zoo.list_models("gin*")) and zoo.store.weight_entries.supported_heads(name) == HEADS
     assert model.num_classes == 5 and model.pretrained_cfg["head"] == head and not model.training
     rows = batch.num_nodes if head == "node_classification" else batch.num_graphs
     features = model.forward_features(batch)

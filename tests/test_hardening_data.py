@@ -27,9 +27,9 @@ from zoo.deploy import optimize_report
 from zoo.errors import DataError, WeightsError
 from zoo.store.state_dict_files import load_state_dict_file
 from zoo.training.data.kinds import open_data
-from zoo.training.data.shard_files import MANIFEST
-from zoo.training.data.shard_writer import write_shards
-from zoo.training.data.shards import SampleDecoder
+from zoo.training.data.shards.shard_files import MANIFEST
+from zoo.training.data.shards.shard_source import SampleDecoder
+from zoo.training.data.shards.shard_writer import write_shards
 
 
 def _images(n: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
@@ -126,7 +126,7 @@ def test_a_fifo_named_like_a_tensor_file_is_refused_without_blocking(tmp_path: P
     os.mkfifo(fifo)  # reading it would block until a writer comes; it was called "does not exist"
     with pytest.raises(DataError, match=r"data\.pt is not a file or a folder \(a FIFO"):
         open_data(fifo)
-    from zoo.training.data.tensor_files import tensor_file_source
+    from zoo.training.data.tensors.tensor_files import tensor_file_source
 
     npz = tmp_path / "data.npz"
     os.mkfifo(npz)
@@ -265,7 +265,7 @@ def test_an_interrupted_zoo_shards_says_one_line_and_leaves_no_shards(tmp_path: 
 def test_zoo_shards_writes_everything_or_nothing(tmp_path: Path, written: Path, monkeypatch) -> None:
     assert sorted(p.name for p in written.iterdir()) == [MANIFEST] + [f"train-{i:06d}.tar" for i in range(4)]
     assert open_data(written).num_samples == 8
-    from zoo.training.data import shard_writer
+    from zoo.training.data.shards import shard_writer
 
     real, calls = shard_writer._write_shard, []
 
@@ -309,7 +309,7 @@ def test_a_shard_stopped_mid_write_closes_its_tar_stream(tmp_path: Path, monkeyp
     # <function _Stream.__del__ ...> ValueError: write to closed file", a traceback after the one line
     import gc
 
-    from zoo.training.data import shard_writer
+    from zoo.training.data.shards import shard_writer
 
     class Stopped(shard_writer._tar_writer()):
         def write(self, sample: dict) -> int:

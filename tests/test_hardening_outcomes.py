@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from zoo.errors import DataError
-from zoo.training.data.brace_ranges import brace_count
 from zoo.training.data.kinds import open_data
-from zoo.training.data.shard_files import MAX_SHARDS, expand_spec
-from zoo.training.data.shard_writer import write_shards
+from zoo.training.data.shards.brace_ranges import brace_count
+from zoo.training.data.shards.shard_files import MAX_SHARDS, expand_spec
+from zoo.training.data.shards.shard_writer import write_shards
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def test_a_huge_brace_range_is_refused_before_it_is_expanded(written: Path) -> N
     code = textwrap.dedent(
         f"""
         import resource
-        from zoo.training.data.shard_files import expand_spec
+        from zoo.training.data.shards.shard_files import expand_spec
         from zoo.errors import DataError
         size = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmSize:")) * 1024
         resource.setrlimit(resource.RLIMIT_AS, (size + 2**30, size + 2**30))  # 1 GiB more than now
@@ -176,7 +176,7 @@ def _molecules(path: Path, labels: list[str]) -> Path:
 def test_a_bad_number_among_numeric_molecule_labels_is_refused_by_line(tmp_path: Path, bad: str, why: str) -> None:
     # one row `CCO,nan` turned a regression into a 4-class classifier with a class named 'nan'
     pytest.importorskip("rdkit")
-    from zoo.training.data.molecules import molecule_source
+    from zoo.training.data.molecules.molecule_files import molecule_source
 
     path = _molecules(tmp_path / "m.csv", [str(i % 4) for i in range(11)] + [bad])
     with pytest.raises(DataError, match=rf"m\.csv, line 13: {why}; a regression target .* needs finite numbers"):
@@ -186,7 +186,7 @@ def test_a_bad_number_among_numeric_molecule_labels_is_refused_by_line(tmp_path:
 def test_a_constant_regression_target_says_its_value(tmp_path: Path) -> None:
     # labels of 1e308 were "every 'label' value is 8.44 ... must vary"
     pytest.importorskip("rdkit")
-    from zoo.training.data.molecules import MoleculeOptions, molecule_source
+    from zoo.training.data.molecules.molecule_files import MoleculeOptions, molecule_source
 
     with pytest.raises(DataError, match=r"every 'y' value is 1e\+15; a regression target must vary"):
         molecule_source(_molecules(tmp_path / "m.csv", ["1e15"] * 12))
@@ -335,7 +335,7 @@ def test_an_empty_tar_says_it_is_empty(tmp_path: Path) -> None:
 
 def test_an_unreadable_image_names_its_shard_and_key_not_a_bytesio(tmp_path: Path) -> None:
     from zoo.loading.images import open_image
-    from zoo.training.data.shards import SampleDecoder
+    from zoo.training.data.shards.shard_source import SampleDecoder
 
     decode = SampleDecoder("images", ["a", "b"], 1)
     with pytest.raises(DataError) as caught:

@@ -111,13 +111,13 @@ def test_a_stream_that_fails_midway_ends_with_an_error_event_and_keeps_the_conne
 ) -> None:
     """The body ends properly (the last chunk, then an OpenAI error event), so the next request
     on the same keep-alive connection is answered."""
-    import zoo.serve.completion
+    import zoo.serve.routes.completion
 
     def failing(model, rows, **sampling):
         rows[0].stream("partial ")
         raise RuntimeError("the generation failed")
 
-    monkeypatch.setattr(zoo.serve.completion, "complete_batch", failing)
+    monkeypatch.setattr(zoo.serve.routes.completion, "complete_batch", failing)
     connection = http.client.HTTPConnection(server.removeprefix("http://"), timeout=60)
     body = json.dumps({"model": TEXT, "prompt": "def ", "max_tokens": 8, "stream": True})
     connection.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})

@@ -30,8 +30,8 @@ def _csv(path: Path, header: list[str], rows: list[list[str]]) -> Path:
 
 def test_a_smiles_over_zoos_limit_is_named_as_zoos_limit(tmp_path: Path) -> None:
     # "RDKit cannot parse it", while RDKit parses it: zoo's length limit was the cause
-    from zoo.loading.molecules import MAX_SMILES_CHARS, smiles_batch
-    from zoo.training.data.molecules import molecule_source
+    from zoo.loading.smiles import MAX_SMILES_CHARS, smiles_batch
+    from zoo.training.data.molecules.molecule_files import molecule_source
 
     long = "C" * (MAX_SMILES_CHARS + 1)
     expected = "it is 2,001 characters, over zoo's limit of 2,000 characters per SMILES"
@@ -71,7 +71,7 @@ def test_a_csv_without_smiles_given_to_a_graph_model_names_the_smiles_column(
     # "each row needs the fields ('text', 'label'); missing ['text', 'label']": the text reader's
     from zoo.cli import main
     from zoo.training.data.kinds import open_data
-    from zoo.training.data.molecules import MoleculeOptions
+    from zoo.training.data.molecules.molecule_files import MoleculeOptions
 
     path = _csv(tmp_path / "mols.csv", ["smi", "y"], [[s, "1.0"] for s in SMILES])
     assert main(["finetune", "gin3", "--data", str(path), "--out", str(tmp_path / "run")]) == 2
@@ -99,7 +99,7 @@ def test_a_csv_without_smiles_given_to_a_graph_model_names_the_smiles_column(
 
 def test_the_task_of_a_molecule_file_is_said_with_its_reason(tmp_path: Path) -> None:
     # integer 0/1 labels silently became a regression
-    from zoo.training.data.molecules import MoleculeOptions, molecule_source
+    from zoo.training.data.molecules.molecule_files import MoleculeOptions, molecule_source
 
     binary = _csv(tmp_path / "binary.csv", ["smiles", "active"], [[s, str(i % 2)] for i, s in enumerate(SMILES)])
     with pytest.warns(UserWarning, match=r"binary\.csv: the 'active' labels are only 0 and 1, trained as a regression"):
@@ -143,7 +143,7 @@ def test_zoo_shards_given_shards_says_they_are_shards_already(tmp_path: Path, ca
     import torch
 
     from zoo.cli import main
-    from zoo.training.data.shard_writer import write_shards
+    from zoo.training.data.shards.shard_writer import write_shards
 
     torch.save({"x": torch.randn(8, 3), "y": torch.arange(8) % 2}, tmp_path / "data.pt")
     write_shards(tmp_path / "data.pt", tmp_path / "shards", shard_size=4)
@@ -192,7 +192,7 @@ def test_val_data_sharing_training_shards_is_warned_naming_them(tmp_path: Path) 
     # no word, and val_acc 1.0
     import torch
 
-    from zoo.training.data.shard_writer import write_shards
+    from zoo.training.data.shards.shard_writer import write_shards
     from zoo.training.finetune import FinetuneOptions, finetune
     from zoo.training.loop.train_config import TrainConfig
 

@@ -24,7 +24,7 @@ import zoo
 from tests.published import randomize_batchnorm
 from zoo.errors import ChecksumError, InvalidArgumentError, WeightsNotFoundError
 from zoo.interop import hf_hub, hub_names
-from zoo.store import registry
+from zoo.store import weight_entries
 
 COMMIT = "a" * 40
 NEW_COMMIT = "b" * 40
@@ -340,14 +340,14 @@ def test_entry_records_its_first_download_and_refuses_another_file(
 ):
     _, folder = timm_folder
     fake_hub.publish("acme/pinned", folder)
-    entry = registry.WeightInfo(
+    entry = weight_entries.WeightInfo(
         name="resnet18.hub_test",
         hf_hub="acme/pinned",
         revision="main",
         num_classes=7,
         sha256_policy=hf_hub.RECORDED_AT_FIRST_DOWNLOAD,
     )
-    monkeypatch.setitem(registry._weights, entry.name, entry)
+    monkeypatch.setitem(weight_entries._weights, entry.name, entry)
     first = zoo.load("resnet18.hub_test")
     record = json.loads((zoo_home / "hf-pins" / "resnet18.hub_test.json").read_text())
     digest = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()

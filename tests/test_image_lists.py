@@ -19,7 +19,7 @@ import zoo
 from zoo import cli
 from zoo.errors import DataError, ZooError
 from zoo.training.data.kinds import open_data
-from zoo.training.data.molecules import MoleculeOptions
+from zoo.training.data.molecules.molecule_files import MoleculeOptions
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 QUICK = dict(epochs=1, batch_size=4, progress=False, tensorboard=False, plot=False, post_training=False)
@@ -223,7 +223,7 @@ def test_the_command_line_says_a_bad_list_in_one_line(tmp_path: Path, capsys: py
 
 
 def test_a_crafted_list_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from zoo.training.data import image_lists
+    from zoo.training.data.images import image_lists
 
     write_list(tmp_path)
     (tmp_path / "deep.jsonl").write_text('{"file_name": "img/0.png", "label": ' + "[" * 100_000 + "\n")

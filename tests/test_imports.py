@@ -1,9 +1,10 @@
 """The package's imports run one way between rooms (folders): zoo.architectures (a leaf) <- the
 base modules (zoo.errors, zoo.devices, zoo.tokenizer, zoo.bounds) <- zoo.store <- zoo.interop (the peers'
 formats) and zoo.deploy (optimize, export, measuring: any nn.Module) <- zoo.loading <- zoo.peers
-(timm's and torchvision's entry points) <- the facade `zoo` <- zoo.serve <- zoo.training (its own rooms in order:
-loop <- data <- belief_nets, finetune <- the commands on top and recipes) <- zoo.cli. Rooms of
-one rank don't import each other, and nothing imports a bare `architectures` / `training` /
+(timm's and torchvision's entry points) <- the facade `zoo` <- zoo.serve (with its routes) <- zoo.training
+(its own rooms in order: loop <- data, with its sub-rooms by input kind <- belief_nets, finetune <- the
+commands on top and tuning <- recipes) <- zoo.cli. Rooms of one rank don't import each other (a room's
+sub-rooms are one room with it), and nothing imports a bare `architectures` / `training` /
 `weights`. Read from the source with ast, so an in-function import counts as much as one at the
 top of a file."""
 
@@ -32,17 +33,32 @@ ROOMS = {
     "zoo.peers": 5,
     "zoo": 6,  # the facade: `zoo.load`, `zoo.create_model`... (imported lazily)
     "zoo.serve": 7,
+    "zoo.serve.routes": 7,  # zoo.serve's routes, a sub-room of it
     "zoo.training.loop": 8,
-    "zoo.training.data": 9,
+    "zoo.training.data": 9,  # and its sub-rooms by input kind, one room with it:
+    "zoo.training.data.images": 9,
+    "zoo.training.data.text": 9,
+    "zoo.training.data.tensors": 9,
+    "zoo.training.data.shards": 9,
+    "zoo.training.data.molecules": 9,
+    "zoo.training.data.graphs": 9,
     "zoo.training.belief_nets": 10,
     "zoo.training.finetune": 10,
     "zoo.training": 11,  # the commands on top of its rooms: demo, transfer
+    "zoo.training.tuning": 11,  # zoo tune: fine-tuning runs as trials
     "zoo.training.recipes": 12,
     "zoo.cli": 13,
     "zoo.__main__": 13,
 }
 # Rooms of one rank that are one room: the base modules every room uses; the command line and its entry point.
-ONE_ROOM = [{"zoo.errors", "zoo.devices", "zoo.tokenizer", "zoo.bounds"}, {"zoo.cli", "zoo.__main__"}]
+# A room's sub-rooms (folders inside its folder) are one room with it.
+DATA_ROOMS = {r for r in ROOMS if r == "zoo.training.data" or r.startswith("zoo.training.data.")}
+ONE_ROOM = [
+    {"zoo.errors", "zoo.devices", "zoo.tokenizer", "zoo.bounds"},
+    {"zoo.cli", "zoo.__main__"},
+    {"zoo.serve", "zoo.serve.routes"},
+    DATA_ROOMS,
+]
 COMMAND_LINE = ROOMS["zoo.cli"]
 
 
@@ -145,6 +161,7 @@ def test_every_module_has_a_room() -> None:
     rooms = {".".join(m.split(".")[:2]) for m in MODULES if m.count(".") >= 2 and not m.startswith("zoo.training")}
     rooms |= {".".join(m.split(".")[:3]) for m in MODULES if m.startswith("zoo.training.") and m.count(".") >= 3}
     rooms |= {m for m in MODULES if m.count(".") == 1 and m not in PACKAGES}  # the modules directly in zoo/
+    rooms |= {m.rpartition(".")[0] for m in MODULES if m not in PACKAGES and m.count(".") >= 2}  # every folder
     assert rooms <= set(ROOMS), f"give these rooms a rank in ROOMS: {sorted(rooms - set(ROOMS))}"
 
 
@@ -216,22 +233,26 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 @pytest.mark.parametrize(
     "source,target,expected",
     [
-        ("zoo.architectures.resnet", "zoo.store.registry", True),
+        ("zoo.architectures.resnet", "zoo.store.weight_entries", True),
         ("zoo.loading.build", "zoo.training.loop.trainer", True),
         ("zoo.training.finetune", "zoo.cli", True),
         ("zoo.training.finetune", "zoo.loading.build", False),
         ("zoo.cli", "zoo.training.finetune", False),
-        ("zoo.store.registry", "zoo.loading.build", True),
+        ("zoo.store.weight_entries", "zoo.loading.build", True),
         ("zoo.loading.build", "zoo.interop.hf_hub", False),
         ("zoo.interop.hf_hub", "zoo.loading.transforms", True),
         ("zoo.loading.build", "zoo.deploy.inference", False),
         ("zoo.deploy.bench", "zoo.loading.build", True),
         ("zoo.interop.hf_hub", "zoo.deploy.inference", True),  # one rank, two rooms
         ("zoo.peers.timm", "zoo.loading.build", False),
-        ("zoo.training.loop.trainer", "zoo.training.data.augment", True),
-        ("zoo.training.data.augment", "zoo.bounds", False),
+        ("zoo.training.loop.trainer", "zoo.training.data.images.augment", True),
+        ("zoo.training.data.images.augment", "zoo.bounds", False),
         ("zoo.errors", "zoo.devices", False),  # the base room
         ("zoo.serve.application", "zoo.training.finetune", True),
+        ("zoo.training.data.shards.shard_writer", "zoo.training.data.kinds", False),  # a sub-room is its room's
+        ("zoo.serve.routes.v2", "zoo.serve.server", False),
+        ("zoo.training.finetune", "zoo.training.tuning.tune", True),
+        ("zoo.training.tuning.tune", "zoo.training.finetune", False),
     ],
 )
 def test_the_rule_flags_what_runs_the_wrong_way(source: str, target: str, expected: bool) -> None:

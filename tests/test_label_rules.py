@@ -72,7 +72,7 @@ def test_text_rows_refuse_missing_labels_by_the_first_line(tmp_path_factory, suf
 )
 def test_molecule_files_refuse_unusable_targets_by_the_first_line(tmp_path_factory, suffix: str, bad: dict):
     pytest.importorskip("rdkit")
-    from zoo.training.data.molecules import MoleculeOptions, molecule_source
+    from zoo.training.data.molecules.molecule_files import MoleculeOptions, molecule_source
 
     path = tmp_path_factory.mktemp("mol") / f"m{suffix}"
     lines = _molecules(path, _labels([str(0.5 * i) for i in range(ROWS)], bad))

@@ -31,12 +31,12 @@ from zoo.architectures.moe_transformer import MoEOutput
 PROPERTY = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 TINY_MOE = dict(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=24, num_experts=4, top_k=2)
-IMAGE_ARCHS = [arch for arch in zoo.list_models() if zoo.store.registry.input_kind(arch) == "images"]
+IMAGE_ARCHS = [arch for arch in zoo.list_models() if zoo.store.weight_entries.input_kind(arch) == "images"]
 TEXT_CASES = [
     (arch, head)
     for arch in zoo.list_models()
-    if zoo.store.registry.input_kind(arch) == "text"
-    for head in zoo.store.registry.supported_heads(arch)
+    if zoo.store.weight_entries.input_kind(arch) == "text"
+    for head in zoo.store.weight_entries.supported_heads(arch)
 ]
 TOKEN_HEADS = ("lm", "token_classification")
 
@@ -226,7 +226,7 @@ def test_num_classes_and_drop_rate_ranges(arch: str) -> None:
 
 
 def _returns(arch: str) -> type | None:
-    cls = typing.get_type_hints(zoo.store.registry.get_builder(arch)).get("return")
+    cls = typing.get_type_hints(zoo.store.weight_entries.get_builder(arch)).get("return")
     return cls if isinstance(cls, type) else None
 
 

@@ -20,8 +20,8 @@ pytest.importorskip("rdkit")
 
 from zoo.cli import main  # noqa: E402
 from zoo.errors import DataError, WeightsError, ZooError  # noqa: E402
-from zoo.loading.molecules import INPUT_FORMAT, smiles_batch  # noqa: E402
-from zoo.training.data.molecules import MoleculeOptions, molecule_source, scaffold_split  # noqa: E402
+from zoo.loading.smiles import INPUT_FORMAT, smiles_batch  # noqa: E402
+from zoo.training.data.molecules.molecule_files import MoleculeOptions, molecule_source, scaffold_split  # noqa: E402
 from zoo.training.finetune import FinetuneOptions, finetune  # noqa: E402
 from zoo.training.loop.meter import EpochMeter, take_first_samples  # noqa: E402
 from zoo.training.loop.steps import RegressionStep, StepOutput  # noqa: E402
@@ -64,7 +64,7 @@ def regression_run(tmp_path_factory):
 
 def test_numeric_labels_regress_in_the_users_units(regression_run):
     import zoo
-    from zoo.loading.molecules import predict_molecules
+    from zoo.loading.smiles import predict_molecules
 
     result, val = regression_run
     assert {"val_mae", "val_rmse", "val_r2", "train_mae"} <= set(result.metrics)
@@ -229,7 +229,7 @@ def test_the_server_takes_smiles_on_v1_and_v2(regression_run):
 
     import zoo
     import zoo.serve
-    from zoo.loading.molecules import predict_molecules
+    from zoo.loading.smiles import predict_molecules
 
     result, _ = regression_run
     expected = predict_molecules(zoo.load(result.out), ["CCO", "c1ccccc1O"])
@@ -251,12 +251,12 @@ def test_the_server_takes_smiles_on_v1_and_v2(regression_run):
 
 
 def test_molecule_recipe_tiny(tmp_path, monkeypatch):
-    from zoo.training.recipes import molecules
+    from zoo.training.recipes import molecule_weights
 
-    monkeypatch.setattr(molecules, "ARCHS", ("gin3", "gin_sum"))
+    monkeypatch.setattr(molecule_weights, "ARCHS", ("gin3", "gin_sum"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        entry = molecules.run("chembl2321810", epochs=1, limit=40, out=str(tmp_path), seeds=(0,))
+        entry = molecule_weights.run("chembl2321810", epochs=1, limit=40, out=str(tmp_path), seeds=(0,))
     assert entry["input_format"] == INPUT_FORMAT and entry["target"]["name"] == "Act"
     card = (tmp_path / "gin3.chembl2321810.md").read_text()
     assert "## Comparison (test split)" in card and "| Morgan FP + random forest |" in card and "| gin_sum |" in card
@@ -265,9 +265,9 @@ def test_molecule_recipe_tiny(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name", ["gin3.nci_tpsa", "gin3.chembl2321810", "gin3.freesolv", "gin3.solubility"])
 def test_bundled_molecule_weights_predict_by_name(name, capsys):
-    from zoo.store import registry
+    from zoo.store import weight_entries
 
-    info = registry.info(name)
+    info = weight_entries.info(name)
     assert info.input_format == INPUT_FORMAT and info.target is not None
     assert main(["predict", name, "CCO", "c1ccccc1O"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -330,7 +330,7 @@ def test_zoo_finetune_on_molecules_keeps_the_flags_given_and_says_the_rest(tmp_p
 
 
 def test_more_real_molecule_sets_ship_in_wheels():
-    from zoo.training.data.molecule_sets import benchmark
+    from zoo.training.data.molecules.molecule_sets import benchmark
 
     source, (train, val, test) = benchmark("freesolv")
     assert source.num_samples == 642 and source.target["name"] == "expt" and len(test) == 64
@@ -341,7 +341,7 @@ def test_more_real_molecule_sets_ship_in_wheels():
 def test_a_classification_set_of_real_molecules():
     """The solubility set's own classes, the same molecules and test split; scored by accuracy and macro F1."""
     import zoo
-    from zoo.training.data.molecule_sets import benchmark
+    from zoo.training.data.molecules.molecule_sets import benchmark
     from zoo.training.recipes.evaluate import evaluate
 
     source, (train, val, test) = benchmark("solubility-class")

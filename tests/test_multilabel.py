@@ -16,7 +16,7 @@ from sklearn.metrics import average_precision_score, f1_score
 
 from zoo.errors import DataError
 from zoo.training.data.kinds import open_data
-from zoo.training.data.molecules import MoleculeOptions
+from zoo.training.data.molecules.molecule_files import MoleculeOptions
 from zoo.training.data.targets import read_targets
 from zoo.training.loop.meter import best_f1_threshold, multi_label_metrics, multi_label_thresholds
 
@@ -129,7 +129,7 @@ def test_tensors_and_text_rows_train_end_to_end(tmp_path: Path) -> None:
 
 
 def test_a_label_whose_every_positive_is_held_out_is_refused() -> None:
-    from zoo.training.data.tensor_files import tensor_source
+    from zoo.training.data.tensors.tensor_files import tensor_source
 
     y = torch.zeros(30, 2)
     y[:, 0], y[0, 1] = 1, 1  # 'rare' has one positive, sample 0

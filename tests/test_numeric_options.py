@@ -22,7 +22,7 @@ from zoo.cli import main
 from zoo.cli.parser import COMMANDS, build_parser
 from zoo.errors import InvalidArgumentError, TrainingDivergedError
 from zoo.training import demo
-from zoo.training.data.augment import Augment
+from zoo.training.data.images.augment import Augment
 from zoo.training.finetune.distill import Distillation
 from zoo.training.finetune.options import FinetuneOptions, options_from_args
 from zoo.training.loop.train_config import TrainConfig, config_from_args
@@ -106,8 +106,8 @@ def test_every_numeric_option_of_every_command_has_both_bounds() -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["zoo.training.transfer", "zoo.training.finetune", "zoo.training.recipes.fmnist", "zoo.training.recipes.dbn",
-     "zoo.training.recipes.graph", "zoo.training.recipes.moe_lm"],
+    ["zoo.training.transfer", "zoo.training.finetune", "zoo.training.recipes.fmnist", "zoo.training.recipes.dbn_weights",
+     "zoo.training.recipes.graph_weights", "zoo.training.recipes.moe_lm"],
 )  # fmt: skip
 def test_every_numeric_option_of_the_python_m_commands_has_both_bounds(module: str, monkeypatch) -> None:
     """``python -m`` commands too: each main's parser, caught as it parses (nothing runs)."""
@@ -230,7 +230,7 @@ def _accepted(command: str, args: argparse.Namespace) -> None:
         config_from_args(args, out_dir=args.out)
         options_from_args(args)
     elif command == "tune":
-        from zoo.training.finetune import tune
+        from zoo.training.tuning import tune
 
         tune._checked_budget(args.trials, args.timeout)
         tune._check_fixed(tune.fixed_from_args(args))

@@ -18,7 +18,7 @@ from torch._inductor.utils import run_and_get_code
 
 import zoo
 from zoo.cli import main
-from zoo.deploy import inference, optimize_report
+from zoo.deploy import inference, optimize_report, search
 from zoo.errors import InvalidArgumentError
 from zoo.loading.transforms import build_transforms
 from zoo.training.data.builtin import load_fashion_mnist
@@ -285,21 +285,6 @@ def test_the_pick_agrees_with_the_reports_own_medians() -> None:
     assert max((c for c in candidates if c.passed), key=lambda c: c.speedup) is chosen
 
 
-def test_the_budget_check_counts_what_the_candidates_cost() -> None:
-    assert inference.fits(100.0, [], 60.0)  # the first candidate is always tried
-    assert inference.fits(30.0, [20.0, 10.0], 45.0) and not inference.fits(30.0, [20.0, 10.0], 44.0)
-    assert inference.fits(1e9, [1e9], None)  # no budget: every candidate
-
-
-def test_the_search_tries_the_most_promising_candidates_first() -> None:
-    names = ["fp32", "channels_last", "bf16", "int8", "onnxruntime", "openvino-int8"]
-    cpu = inference.search_order(names, torch.device("cpu"))
-    assert cpu[:3] == ["int8", "bf16", "openvino-int8"] and cpu[-1] == "onnxruntime"
-    assert inference.search_order(["fp32", "channels_last", "int8"], torch.device("cpu"))[0] == "int8"
-    cuda = inference.search_order(["fp32", "channels_last", "bf16", "fp16"], torch.device("cuda"))
-    assert cuda == ["fp16", "bf16", "fp32", "channels_last"]
-
-
 def test_a_budgeted_search_stops_when_the_budget_is_spent_and_remembers_apart(monkeypatch, zoo_home) -> None:
     """Fixed measurements: the budget lets two candidates in; the rest are reported as not
     tried, the pick is the faster of those two, and a full search does not take the budgeted
@@ -323,10 +308,13 @@ def test_a_budgeted_search_stops_when_the_budget_is_spent_and_remembers_apart(mo
 
     monkeypatch.setattr(inference._Trials, "_measured", fixed)
     monkeypatch.setattr(inference._Trials, "final_round", lambda *a: None)  # the fixed medians stand
-    allowed = iter([True, True, False])
-    monkeypatch.setattr(inference, "fits", lambda *a: next(allowed, False) if a[2] is not None else True)
+    allowed = iter([None, None])
+    monkeypatch.setattr(
+        search, "left_untried", lambda *a: next(allowed, "not tried: budget") if a[-1] is not None else None
+    )
+    monkeypatch.setattr(search.Machine, "here", classmethod(lambda cls, device: search.Machine("cpu", "AVX2")))
     report = zoo.optimize(model, x, runtimes=False, time_budget_s=60).optimize_report
-    assert measured == ["int8", "fp32"]  # int8 first on a CPU, then compiled fp32
+    assert measured == ["int8", "fp32"]  # int8 first on an AVX2 CPU, then compiled fp32
     assert [c.note[:9] for c in report.candidates if c.name == "channels_last"] == ["not tried"]
     assert report.precision == "int8" and not report.cached
     measured.clear()

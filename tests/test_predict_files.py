@@ -187,7 +187,7 @@ def test_hostile_inputs_are_bounded(runs, tmp_path, capsys, monkeypatch):
 
 def test_smiles_from_a_csv_one_bad_row_reported(tmp_path, capsys):
     pytest.importorskip("rdkit")
-    from zoo.loading.molecules import INPUT_FORMAT, feature_sizes, predict_molecules
+    from zoo.loading.smiles import INPUT_FORMAT, feature_sizes, predict_molecules
 
     nodes, edges = feature_sizes()
     torch.manual_seed(0)

@@ -12,7 +12,7 @@ import pytest
 
 from zoo.architectures import ARCHS, _registry, model_builders, register_model, registered_specs
 from zoo.errors import ZooError
-from zoo.store import registry
+from zoo.store import weight_entries
 
 HEAVY = (
     "torch",
@@ -50,13 +50,13 @@ def test_a_declaration_takes_only_known_traits() -> None:
 
 def test_every_declared_builder_is_found_by_its_module() -> None:
     for name in ARCHS:
-        assert registry.get_builder(name) is model_builders[name]
+        assert weight_entries.get_builder(name) is model_builders[name]
 
 
 def test_traits_are_read_from_the_specs() -> None:
-    assert registry.arch_spec("resnet50").int8 and not registry.arch_spec("moe_lm").int8
-    assert registry.arch_spec("gin3").finetune_head == "graph_classification"
-    assert registry.input_kind("dbn") == "vectors"
+    assert weight_entries.arch_spec("resnet50").int8 and not weight_entries.arch_spec("moe_lm").int8
+    assert weight_entries.arch_spec("gin3").finetune_head == "graph_classification"
+    assert weight_entries.input_kind("dbn") == "vectors"
 
 
 def _imported_after(code: str) -> set[str]:

@@ -14,7 +14,7 @@ from PIL import Image
 import zoo
 from zoo.loading import resolve as resolving
 from zoo.loading.resolve import HubRepository, Registered, SavedFolder, resolve
-from zoo.store import registry
+from zoo.store import weight_entries
 from zoo.training.finetune import FinetuneOptions, finetune
 from zoo.training.loop.trainer import TrainConfig
 
@@ -32,7 +32,9 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
 
         return wrapper
 
-    monkeypatch.setattr(registry, "resolve", counted("registry.resolve", registry.resolve))
+    monkeypatch.setattr(
+        weight_entries, "arch_and_weights", counted("weight_entries.arch_and_weights", weight_entries.arch_and_weights)
+    )
     monkeypatch.setattr(resolving, "saved_folder", counted("saved_folder", resolving.saved_folder))
     monkeypatch.setattr("zoo.loading.build.resolve", counted("resolve", resolving.resolve))
     monkeypatch.setattr("zoo.training.finetune.resolve", counted("resolve", resolving.resolve))
@@ -42,7 +44,10 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
 def test_a_load_resolves_once(calls: collections.Counter[str]) -> None:
     model = zoo.load("resnet20.fmnist", num_classes=5)
     assert model.num_classes == 5
-    assert calls == {"resolve": 1, "registry.resolve": 1}  # a registered name that is no folder here: no folder check
+    assert calls == {
+        "resolve": 1,
+        "weight_entries.arch_and_weights": 1,
+    }  # a registered name that is no folder here: no folder check
 
 
 def test_a_finetune_resolves_once(calls: collections.Counter[str], tmp_path: Path) -> None:
@@ -53,11 +58,14 @@ def test_a_finetune_resolves_once(calls: collections.Counter[str], tmp_path: Pat
             Image.fromarray(np.full((28, 28), value + i, np.uint8)).save(data / label / f"{i}.png")
     config = TrainConfig(max_steps=1, batch_size=4, progress=False, tensorboard=False, plot=False)
     finetune("resnet20.fmnist", data, tmp_path / "out", FinetuneOptions(post_training=False), config=config)
-    assert calls == {"resolve": 1, "registry.resolve": 1}  # a registered name that is no folder here: no folder check
+    assert calls == {
+        "resolve": 1,
+        "weight_entries.arch_and_weights": 1,
+    }  # a registered name that is no folder here: no folder check
 
 
 def test_the_sources(tmp_path: Path) -> None:
-    assert resolve("resnet20") == Registered("resnet20", "resnet20", registry.info("resnet20.fmnist"))
+    assert resolve("resnet20") == Registered("resnet20", "resnet20", weight_entries.info("resnet20.fmnist"))
     assert resolve("hf-hub:acme/model").repo.repo_id == "acme/model"
     assert isinstance(resolve("hf-hub:acme/model"), HubRepository)
     folder = zoo.save(zoo.load("resnet20.fmnist"), tmp_path / "saved")

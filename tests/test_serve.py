@@ -342,7 +342,7 @@ def test_options_a_user_gets_wrong_are_zoo_errors(options: dict[str, object], pr
 
 
 def test_card_rendering_escapes_html_and_drops_foreign_addresses() -> None:
-    from zoo.serve.cards import render_card
+    from zoo.serve.routes.cards import render_card
 
     html = render_card(
         "# t <script>x()</script>\n\n[a](javascript:x()) ![c](c.png) ![d](http://e/d.png)",

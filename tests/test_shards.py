@@ -30,11 +30,11 @@ from zoo import cli
 from zoo.cli.parser import build_parser
 from zoo.errors import DataError
 from zoo.training.data.kinds import open_data
-from zoo.training.data.molecules import MoleculeOptions
-from zoo.training.data.shard_files import Shard
-from zoo.training.data.shard_writer import write_shards
-from zoo.training.data.shards import ShardStream, plan
-from zoo.training.data.tensor_files import tensor_source
+from zoo.training.data.molecules.molecule_files import MoleculeOptions
+from zoo.training.data.shards.shard_files import Shard
+from zoo.training.data.shards.shard_source import ShardStream, plan
+from zoo.training.data.shards.shard_writer import write_shards
+from zoo.training.data.tensors.tensor_files import tensor_source
 from zoo.training.finetune.options import options_from_args
 from zoo.training.loop.loaders import EpochSampler, ShardSampler, build_loader
 

@@ -29,8 +29,8 @@ from test_shards import image_folder, key, keys_read
 from zoo import cli
 from zoo.errors import DataError
 from zoo.training.data.kinds import open_data
-from zoo.training.data.shard_files import Shard, read_samples
-from zoo.training.data.shards import SampleDecoder, ShardSource, ShardStream
+from zoo.training.data.shards.shard_files import Shard, read_samples
+from zoo.training.data.shards.shard_source import SampleDecoder, ShardSource, ShardStream
 
 CLASSES = ("ant", "bee", "cow")  # test_shards.image_folder's classes, in order
 

@@ -23,7 +23,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from zoo.architectures.dbn import RBM
 from zoo.training.belief_nets import BernoulliRBM
-from zoo.training.data.digits import load_nudged_digits
+from zoo.training.data.tensors.digits import load_nudged_digits
 
 STATE = ("components_", "intercept_hidden_", "intercept_visible_", "h_samples_")
 

@@ -1,5 +1,6 @@
 """House rules as tools: ruff's lint rules and formatter (configured in pyproject.toml) pass on
-the whole repository, and no function in the package is over 60 lines, no file over 500."""
+the whole repository, and no function in the package is over 60 lines, no file over 500, no folder
+(room) over 14 modules, and no two modules share a file name."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_FOLDERS = ("zoo", "architectures", "training", "weights")
 MAX_FUNCTION_LINES = 60
 MAX_FILE_LINES = 500
+MAX_ROOM_MODULES = 14  # .py files directly in one folder, __init__.py and __main__.py included
+# File names more than one folder may hold: a package's own files. Any other name says one role
+# in the whole package (zoo.deploy.bench measures; zoo.cli.bench_command is `zoo bench`).
+SHARED_NAMES = {"__init__.py", "__main__.py"}
 
 
 def _ruff(*arguments: str) -> subprocess.CompletedProcess[str]:
@@ -57,3 +62,22 @@ def test_files_are_short() -> None:
         if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES
     ]
     assert not long, f"files over {MAX_FILE_LINES} lines:\n" + "\n".join(long)
+
+
+def test_rooms_are_small() -> None:
+    folders = {p.parent for p in _package_files()}
+    big = {
+        f"{folder.relative_to(ROOT)} ({n} modules)": n
+        for folder in folders
+        if (n := len(list(folder.glob("*.py")))) > MAX_ROOM_MODULES
+    }
+    assert not big, f"folders over {MAX_ROOM_MODULES} modules, split them into rooms: " + ", ".join(sorted(big))
+
+
+def test_one_module_name_per_concept() -> None:
+    by_name: dict[str, list[str]] = {}
+    for path in _package_files():
+        if path.name not in SHARED_NAMES:
+            by_name.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    shared = {name: paths for name, paths in by_name.items() if len(paths) > 1}
+    assert not shared, f"modules sharing a file name, name each for its role: {shared}"

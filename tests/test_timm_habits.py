@@ -25,7 +25,9 @@ from zoo.architectures.features import FeatureInfo, feature_take_indices
 from zoo.errors import WeightsMismatchError
 
 VISION_ENTRIES = [
-    name for name in zoo.list_models(pretrained=True) if zoo.store.registry.input_kind(name.split(".")[0]) == "images"
+    name
+    for name in zoo.list_models(pretrained=True)
+    if zoo.store.weight_entries.input_kind(name.split(".")[0]) == "images"
 ]
 
 

@@ -34,7 +34,7 @@ def test_list_has_one_entry_point_per_architecture(github_cache):
 
 def test_help_describes_the_architecture_and_its_weights(github_cache):
     text = torch.hub.help(github_cache, "resnet50", trust_repo=True)
-    assert text.startswith(zoo.store.registry.get_builder("resnet50").__doc__.strip())
+    assert text.startswith(zoo.store.weight_entries.get_builder("resnet50").__doc__.strip())
     assert "pretrained=True loads resnet50.tv2_in1k" in text
     assert "IMAGENET1K_V1 (resnet50.tv_in1k), IMAGENET1K_V2 (resnet50.tv2_in1k), DEFAULT" in text
     assert "No pretrained weights yet" in torch.hub.help(github_cache, "mobilenet_v1", trust_repo=True)

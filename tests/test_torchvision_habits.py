@@ -24,8 +24,8 @@ from PIL import Image
 import zoo
 from zoo.errors import InvalidArgumentError, UnknownModelError, WeightsNotFoundError
 from zoo.interop.torchvision_weights import weights_entry
-from zoo.store import registry
-from zoo.store.registry import WeightInfo
+from zoo.store import weight_entries
+from zoo.store.weight_entries import WeightInfo
 
 TORCHVISION_ARCHS = sorted(
     {zoo.info(n).arch for n in zoo.list_models(pretrained=True) if zoo.info(n).torchvision_weights}
@@ -152,20 +152,20 @@ def test_weights_of_another_architecture_are_refused_by_name():
 
 
 def test_a_torchvision_name_zoo_lacks_says_so_and_lists_what_zoo_has(monkeypatch):
-    registry._ensure_loaded()
-    monkeypatch.delitem(registry._weights, "resnet50.tv_in1k")
+    weight_entries._ensure_loaded()
+    monkeypatch.delitem(weight_entries._weights, "resnet50.tv_in1k")
     with pytest.raises(
         UnknownModelError, match=r"torchvision has it but zoo has no entry.*IMAGENET1K_V2 \(resnet50.tv2_in1k\)"
     ):
         zoo.load("resnet50", weights="ResNet50_Weights.IMAGENET1K_V1")
-    monkeypatch.delitem(registry._weights, "resnet50.tv2_in1k")
+    monkeypatch.delitem(weight_entries._weights, "resnet50.tv2_in1k")
     with pytest.raises(UnknownModelError, match=r"'resnet50' has no pretrained weights"):
         zoo.load("resnet50", weights="DEFAULT")
 
 
 def test_torchvision_default_is_followed_when_zoo_lacks_it(monkeypatch):
-    registry._ensure_loaded()
-    monkeypatch.delitem(registry._weights, "resnet50.tv2_in1k")
+    weight_entries._ensure_loaded()
+    monkeypatch.delitem(weight_entries._weights, "resnet50.tv2_in1k")
     with pytest.raises(
         UnknownModelError, match=r"torchvision's ResNet50_Weights.DEFAULT is IMAGENET1K_V2, which zoo has no entry for"
     ):
@@ -201,11 +201,11 @@ def test_unknown_member_names_list_the_known_ones(member):
 
 
 def test_two_entries_answering_to_one_name_are_refused(monkeypatch):
-    registry._ensure_loaded()
+    weight_entries._ensure_loaded()
     twin = WeightInfo(
         name="resnet20.copy", file="resnet20.fmnist.safetensors", torchvision_weights="Resnet20_Weights.FMNIST"
     )
-    monkeypatch.setitem(registry._weights, twin.name, twin)
+    monkeypatch.setitem(weight_entries._weights, twin.name, twin)
     with pytest.raises(ValueError, match=r"weights resnet20.\w+ and resnet20.\w+ both answer to FMNIST"):
         zoo.get_model_weights("resnet20")
 
@@ -231,8 +231,8 @@ def published(http_server, monkeypatch):
         model_kwargs={"in_chans": 1},
         torchvision_weights="Resnet20_Weights.HUBCACHE",
     )
-    registry._ensure_loaded()
-    monkeypatch.setitem(registry._weights, info.name, info)
+    weight_entries._ensure_loaded()
+    monkeypatch.setitem(weight_entries._weights, info.name, info)
     return info, model, blob, filename
 
 
@@ -340,7 +340,7 @@ def test_naming_conventions_as_torchvision(arch):
     weights = zoo.get_model_weights(arch)
     assert len(weights) == 0 or hasattr(weights, "DEFAULT")
     assert all(member.name.isupper() for member in weights)
-    assert zoo.get_model_weights(zoo.store.registry.get_builder(arch)) is weights
+    assert zoo.get_model_weights(zoo.store.weight_entries.get_builder(arch)) is weights
 
 
 @pytest.mark.parametrize("arch", ARCHS_WITH_WEIGHTS)
@@ -352,7 +352,7 @@ def test_meta_schema_as_torchvision(arch):
         assert meta.keys() <= PERMITTED_META
         ops = member.info.gmacs if member.info.torchvision_ops is None else member.info.torchvision_ops
         assert meta["_ops"] is None or meta["_ops"] == round(ops, 3)
-        if zoo.store.registry.input_kind(arch) == "images":
+        if zoo.store.weight_entries.input_kind(arch) == "images":
             with torch.device("meta"):  # the architecture only
                 model = zoo.load(member.value, pretrained=False)
             assert meta["min_size"] == (model.min_input_size, model.min_input_size)

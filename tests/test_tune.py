@@ -1,4 +1,4 @@
-"""``zoo tune`` / ``zoo.tune`` (`zoo.training.finetune.tune`): a real study of a few tiny trials
+"""``zoo tune`` / ``zoo.tune`` (`zoo.training.tuning.tune`): a real study of a few tiny trials
 (each one zoo.finetune run into OUT/trials/NNN, the best in OUT/best that zoo.load reads, the
 plot), the same call again continuing the study, a trial the pruner stops recorded PRUNED after
 its early epochs, and the refusals: one line and exit 2 on the command line."""
@@ -20,8 +20,9 @@ import zoo
 from zoo.cli import main
 from zoo.cli.parser import build_parser
 from zoo.errors import InvalidArgumentError
-from zoo.training.finetune import keywords, tune, tune_study
-from zoo.training.finetune.tune_space import SEARCH_SPACE, active_space, default_params, trial_keywords
+from zoo.training.finetune import keywords
+from zoo.training.tuning import tune, tune_study
+from zoo.training.tuning.tune_space import SEARCH_SPACE, active_space, default_params, trial_keywords
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -156,7 +156,7 @@ def test_a_folder_named_like_registered_weights_does_not_shadow_them(
     assert main(["predict", "./resnet20.fmnist", str(image), "--topk", "3"]) == 0
     assert main(["predict", "resnet20.fmnist", str(image), "--topk", "3"]) == 0
     folder_run, registered_run = capsys.readouterr().out.split(str(image))[1:]
-    names = zoo.store.registry.load_categories("fashion-mnist")
+    names = zoo.store.weight_entries.load_categories("fashion-mnist")
     assert not any(n in folder_run for n in names) and any(n in registered_run for n in names)
 
 

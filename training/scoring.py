@@ -27,9 +27,9 @@ from tqdm.auto import tqdm
 import zoo
 from zoo.errors import DataError, InvalidArgumentError
 from zoo.loading.outputs import OutputMeaning, describe_task, output_meaning
-from zoo.store import registry
+from zoo.store import weight_entries
 from zoo.training.data.kinds import DataSource, open_data
-from zoo.training.data.molecules import MoleculeOptions
+from zoo.training.data.molecules.molecule_files import MoleculeOptions
 from zoo.training.finetune.report import classification_report
 from zoo.training.loop.meter import regression_metrics
 from zoo.training.loop.steps import move_to_device, regression_sums, split_batch
@@ -81,7 +81,7 @@ def _open(
     images: str | os.PathLike | None,
 ) -> DataSource:
     """The file through the training readers, read for the model's task, checked to hold what the model reads."""
-    reads = registry.input_kind(model.pretrained_cfg["architecture"])
+    reads = weight_entries.input_kind(model.pretrained_cfg["architecture"])
     if reads == "graphs" and Path(data).expanduser().is_dir():
         raise DataError(
             f"{name} reads molecules, and {data} is a folder: score it on a .csv/.jsonl with a smiles column"

@@ -24,7 +24,7 @@ _PUBLIC = {
     "ByteTokenizer": "zoo.tokenizer",
     "TrainConfig": "zoo.training.loop.train_config",
     "Trainer": "zoo.training.loop.trainer",
-    "WeightInfo": "zoo.store.registry",
+    "WeightInfo": "zoo.store.weight_entries",
     "create_model": "zoo.peers.timm",
     "export": "zoo.deploy.exporter",
     "export_hf": "zoo.interop.hf_export",
@@ -32,14 +32,14 @@ _PUBLIC = {
     "get_model": "zoo.peers.torchvision_models",
     "get_model_weights": "zoo.peers.torchvision_models",
     "get_weight": "zoo.peers.torchvision_models",
-    "info": "zoo.store.registry",
-    "list_models": "zoo.store.registry",
+    "info": "zoo.store.weight_entries",
+    "list_models": "zoo.store.weight_entries",
     "load": "zoo.loading.build",
     "optimize": "zoo.deploy.inference",
     "register_model": "zoo.architectures",
     "save": "zoo.loading.saved",
     "transforms": "zoo.loading.transforms",
-    "tune": "zoo.training.finetune.tune",
+    "tune": "zoo.training.tuning.tune",
 }
 __all__ = [
     "ByteTokenizer",
@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from zoo.loading.transforms import transforms
     from zoo.peers.timm import create_model
     from zoo.peers.torchvision_models import get_model, get_model_weights, get_weight
-    from zoo.store.registry import WeightInfo, info, list_models
+    from zoo.store.weight_entries import WeightInfo, info, list_models
     from zoo.tokenizer import ByteTokenizer
     # zoo.finetune, zoo.tune, zoo.Trainer and zoo.TrainConfig come from zoo.training, above the facade: imported
     # by name only (the rooms' order, tests/test_imports.py), never here

@@ -4,8 +4,8 @@ each as a `DataSource` (kind, classes and their counts or a regression's target 
 names, channels, image size) that `DataSource.split` turns into seeded training and validation
 datasets. A file a user can get wrong raises `DataError` naming the file (and line) and the fix.
 
-Each kind of data has its module: `zoo.training.data.image_folders`, `zoo.training.data.image_lists`,
-`zoo.training.data.tensor_files`, `zoo.training.data.text_files` and `zoo.training.data.graph_datasets`;
+Each kind of data has its module: `zoo.training.data.images.image_folders`, `zoo.training.data.images.image_lists`,
+`zoo.training.data.tensors.tensor_files`, `zoo.training.data.text.text_files` and `zoo.training.data.graphs.graph_datasets`;
 `zoo.training.data.source` holds `DataSource` and the checks they share, `zoo.training.data.targets`
 the one reading of a table's targets.
 """
@@ -19,15 +19,20 @@ from torch.utils.data import Dataset
 
 from zoo.errors import DataError, DataNotFoundError, InvalidArgumentError
 from zoo.training.data.builtin import FASHION_MNIST_CLASSES, load_fashion_mnist
-from zoo.training.data.graph_datasets import graph_source
-from zoo.training.data.image_folders import image_folder_source
-from zoo.training.data.image_lists import image_list_source, is_image_list, metadata_file
-from zoo.training.data.molecules import MoleculeOptions, is_molecule_file, molecule_source, no_smiles_column
-from zoo.training.data.shard_files import looks_like_shards
-from zoo.training.data.shards import SHUFFLE_BUFFER, shard_source
+from zoo.training.data.graphs.graph_datasets import graph_source
+from zoo.training.data.images.image_folders import image_folder_source
+from zoo.training.data.images.image_lists import image_list_source, is_image_list, metadata_file
+from zoo.training.data.molecules.molecule_files import (
+    MoleculeOptions,
+    is_molecule_file,
+    molecule_source,
+    no_smiles_column,
+)
+from zoo.training.data.shards.shard_files import looks_like_shards
+from zoo.training.data.shards.shard_source import SHUFFLE_BUFFER, shard_source
 from zoo.training.data.source import MAX_CLASS_INDEX, DataSource, samples_needed
-from zoo.training.data.tensor_files import tensor_file_source, tensor_source
-from zoo.training.data.text_files import TextBatches, text_source
+from zoo.training.data.tensors.tensor_files import tensor_file_source, tensor_source
+from zoo.training.data.text.text_files import TextBatches, text_source
 
 __all__ = ["MAX_CLASS_INDEX", "DataSource", "TextBatches", "open_data", "samples_needed"]
 
@@ -43,7 +48,7 @@ def open_data(
     """Describe a dataset: an image folder (torchvision ImageFolder layout: one sub-folder per
     class), an image list (a folder with ``metadata.csv``/``.jsonl``, or a ``.csv``/``.jsonl``
     with a ``file_name`` column, its paths under ``images`` or its own folder:
-    `zoo.training.data.image_lists`), a ``.csv``/``.jsonl`` of ``text,label`` rows, a tensor file
+    `zoo.training.data.images.image_lists`), a ``.csv``/``.jsonl`` of ``text,label`` rows, a tensor file
     (``.pt``, ``.npz``, ``.npy``), a PyG dataset object, or ``"fashion-mnist"`` (the offline copy);
     molecules: an ``.sdf`` file or a ``.csv``/``.jsonl`` with a ``smiles`` column. ``molecules``
     says how labels are read (`MoleculeOptions`: the label field, the task, the tags' delimiter;

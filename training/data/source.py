@@ -16,7 +16,7 @@ from torch.utils.data import Dataset
 
 from zoo.bounds import NAME_RULE, unprintable_name
 from zoo.errors import DataError, InvalidArgumentError
-from zoo.training.data.text_rows import plural
+from zoo.training.data.text.text_rows import plural
 
 MAX_CLASS_INDEX = 100_000  # integer labels above this are ids, not class indices
 

@@ -26,7 +26,7 @@ import torch
 from zoo.errors import DataError
 from zoo.training.data.labels import class_index, finite_number, is_number, number_problem
 from zoo.training.data.source import MAX_CLASS_INDEX, check_class_names, check_classes, class_counts
-from zoo.training.data.text_rows import plural
+from zoo.training.data.text.text_rows import plural
 
 TABLE_TASKS = ("auto", "classification", "regression", "multi-label")
 _CLASS_INDEX = re.compile(r"-?[0-9]+")

@@ -35,14 +35,14 @@ from torch.utils.data import Dataset
 import zoo
 from zoo.architectures import ARCHS
 from zoo.errors import DataError, InvalidArgumentError, ZooError, run_command
-from zoo.loading.molecules import reads_graphs
 from zoo.loading.resolve import Registered, SavedFolder, architecture, resolve
 from zoo.loading.saved import read_saved_config
-from zoo.store import registry
+from zoo.loading.smiles import reads_graphs
+from zoo.store import weight_entries
 from zoo.store.model_config import update_config
-from zoo.training.data.augment import Augment, default_preprocess, image_transforms
+from zoo.training.data.images.augment import Augment, default_preprocess, image_transforms
 from zoo.training.data.kinds import DataSource, open_data
-from zoo.training.data.molecules import MoleculeOptions, MoleculeSource
+from zoo.training.data.molecules.molecule_files import MoleculeOptions, MoleculeSource
 from zoo.training.finetune import card
 from zoo.training.finetune.defaults import with_data_defaults
 from zoo.training.finetune.distill import Distillation, distillation_step
@@ -86,7 +86,7 @@ def _fitting_example(kind: str) -> str:
 def _check_fits(name: str, arch: str, data: DataSource) -> None:
     """Refuse, before anything is built, data of a kind the architecture does not read."""
     holds = data.kind if data.kind != "tensors" else "images" if data.image_size else "vectors"
-    reads = registry.input_kind(arch)
+    reads = weight_entries.input_kind(arch)
     if reads != holds:
         raise DataError(
             f"{name} reads {reads}, but {data.description} holds {holds}: fine-tune a model that reads "
@@ -146,15 +146,15 @@ def load_for_data(
         kwargs.setdefault("in_channels", data.in_chans)
         if isinstance(data, MoleculeSource):
             kwargs.setdefault("edge_dim", data.edge_dim)
-    head = registry.arch_spec(arch).finetune_head
-    if data.target is not None and "graph_regression" in registry.supported_heads(arch):
+    head = weight_entries.arch_spec(arch).finetune_head
+    if data.target is not None and "graph_regression" in weight_entries.supported_heads(arch):
         head = "graph_regression"
-    if head is not None and head in registry.supported_heads(arch):
+    if head is not None and head in weight_entries.supported_heads(arch):
         kwargs.setdefault("head", head)
     _check_fits(name, arch, data)
     if "." not in name:
         if pretrained:
-            tags = [w.name for w in registry.weights_for(arch) if _weights_fit(w.model_kwargs, kwargs, data)]
+            tags = [w.name for w in weight_entries.weights_for(arch) if _weights_fit(w.model_kwargs, kwargs, data)]
             hint = f" For pretrained weights that fit this data name them, e.g. {', '.join(tags[:2])}." if tags else ""
             message = f"{name!r} is a bare architecture: training it from scratch (random weights).{hint}"
             warnings.warn(message, stacklevel=3)

@@ -15,7 +15,7 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from zoo.training.data.kinds import DataSource
-from zoo.training.data.molecules import MoleculeSource
+from zoo.training.data.molecules.molecule_files import MoleculeSource
 from zoo.training.loop.train_config import TrainConfig
 
 # Molecules: about this many optimizer steps, in MOLECULE_EPOCHS epochs at the least and most.

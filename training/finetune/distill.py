@@ -14,7 +14,7 @@ import torch.nn as nn
 import zoo
 from zoo.bounds import Bounds, bounded, check_fields
 from zoo.errors import InvalidArgumentError
-from zoo.training.data.augment import default_preprocess
+from zoo.training.data.images.augment import default_preprocess
 from zoo.training.data.source import DataSource
 from zoo.training.loop.steps import DistillationStep
 

@@ -24,8 +24,8 @@ from torch.utils.data import Dataset
 
 from zoo.errors import InvalidArgumentError
 from zoo.training import finetune as finetune_package
-from zoo.training.data.augment import Augment
-from zoo.training.data.molecules import MoleculeOptions
+from zoo.training.data.images.augment import Augment
+from zoo.training.data.molecules.molecule_files import MoleculeOptions
 from zoo.training.finetune.distill import Distillation
 from zoo.training.finetune.options import FinetuneOptions
 from zoo.training.loop.callbacks import Callback

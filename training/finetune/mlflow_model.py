@@ -39,9 +39,9 @@ from PIL import Image
 import zoo
 from zoo.errors import InvalidArgumentError
 from zoo.loading.images import open_image
-from zoo.loading.molecules import reads_molecules, smiles_batch
 from zoo.loading.outputs import output_meaning
-from zoo.store import registry
+from zoo.loading.smiles import reads_molecules, smiles_batch
+from zoo.store import weight_entries
 from zoo.tokenizer import ByteTokenizer
 
 ARTIFACT = "zoo_model"  # the artifact: the run's saved model folder
@@ -60,7 +60,7 @@ class Predictor:
     def __init__(self, folder: str | os.PathLike) -> None:
         self.model = zoo.load(folder).eval()
         cfg = self.model.pretrained_cfg
-        self.kind = "molecules" if reads_molecules(cfg) else registry.input_kind(cfg["architecture"])
+        self.kind = "molecules" if reads_molecules(cfg) else weight_entries.input_kind(cfg["architecture"])
         self.meaning = output_meaning(cfg)  # as zoo predict, zoo serve and zoo eval read the outputs
         outputs = self.model.num_classes or 1
         if self.meaning.task == "regression":

@@ -14,10 +14,10 @@ from typing import Any
 
 from zoo.bounds import Bounds, bounded, check_fields, count
 from zoo.errors import InvalidArgumentError
-from zoo.training.data.augment import Augment
-from zoo.training.data.molecules import SPLITS, TASKS, MoleculeOptions
-from zoo.training.data.shard_files import shared_shards
-from zoo.training.data.shards import BUFFER, SHUFFLE_BUFFER
+from zoo.training.data.images.augment import Augment
+from zoo.training.data.molecules.molecule_files import SPLITS, TASKS, MoleculeOptions
+from zoo.training.data.shards.shard_files import shared_shards
+from zoo.training.data.shards.shard_source import BUFFER, SHUFFLE_BUFFER
 from zoo.training.finetune.distill import Distillation
 from zoo.training.finetune.stages import MODES
 from zoo.training.loop.steps import REGRESSION_LOSSES

@@ -65,7 +65,7 @@ def build_loader(
 ) -> DataLoader:
     """A DataLoader with worker options that only apply when there are workers; pass a
     ``generator`` so the workers' seeds come from it rather than the global RNG. A stream
-    (`zoo.training.data.shards.ShardStream`) takes no sampler: it is bound to ``sampler``'s
+    (`zoo.training.data.shards.shard_source.ShardStream`) takes no sampler: it is bound to ``sampler``'s
     epoch, rank and position instead, read when each epoch's iteration starts (so its workers
     are never persistent)."""
     bind = getattr(dataset, "bind_sampler", None)

@@ -3,6 +3,6 @@ recorded hyperparameters; each trains, measures the held-out test split and publ
 file, its model card, curves and registry entry into ``weights/`` (`zoo.training.recipes.publish`).
 
     python -m zoo.training.recipes.fmnist resnet20      # Fashion-MNIST image classifiers
-    python -m zoo.training.recipes.dbn digits           # deep belief nets (digits, fashion-mnist)
-    python -m zoo.training.recipes.graph triangles-er   # graph model on triangle counting
+    python -m zoo.training.recipes.dbn_weights digits           # deep belief nets (digits, fashion-mnist)
+    python -m zoo.training.recipes.graph_weights triangles-er   # graph model on triangle counting
 """

@@ -85,7 +85,7 @@ def fashion_mnist_pixels(model: nn.Module, limit: int | None = None) -> dict[str
 @task("digits-nudged")
 def digits_nudged(model: nn.Module, limit: int | None = None) -> dict[str, float]:
     """scikit-learn's nudged digits test split (1797 vectors of 64 pixels in [0, 1])."""
-    from zoo.training.data.digits import load_nudged_digits
+    from zoo.training.data.tensors.digits import load_nudged_digits
 
     _, x_test, _, y_test = load_nudged_digits()
     inputs, targets = torch.from_numpy(x_test[:limit]).float(), torch.from_numpy(y_test[:limit]).long()
@@ -98,7 +98,7 @@ def triangles_er(model: nn.Module, limit: int | None = None) -> dict[str, float]
     from torch_geometric.loader import DataLoader
 
     from zoo.architectures.graph import AddTriangles
-    from zoo.training.data.generated_graphs import TriangleCounting, normalized_mse
+    from zoo.training.data.graphs.generated_graphs import TriangleCounting, normalized_mse
 
     test = TriangleCounting("er", "test", pre_transform=AddTriangles())
     test = test[:limit] if limit is not None else test
@@ -117,7 +117,7 @@ def triangles_er(model: nn.Module, limit: int | None = None) -> dict[str, float]
 def _fashion_mnist_test_graphs(limit: int | None) -> Any:
     """The first ``limit`` test images as graphs with triangles (built once: ~20 s for all)."""
     from zoo.architectures.graph import AddTriangles
-    from zoo.training.data.generated_graphs import FashionMNISTGraphs
+    from zoo.training.data.graphs.generated_graphs import FashionMNISTGraphs
 
     return FashionMNISTGraphs("test", num_graphs=limit, seed=None, pre_transform=AddTriangles())
 
@@ -125,7 +125,7 @@ def _fashion_mnist_test_graphs(limit: int | None) -> Any:
 @task("fashion-mnist-graphs")
 def fashion_mnist_graphs(model: nn.Module, limit: int | None = None) -> dict[str, float]:
     """Graph classifiers on the official 10k test images as 14x14 pixel graphs with their
-    triangles (`zoo.training.data.generated_graphs.FashionMNISTGraphs`)."""
+    triangles (`zoo.training.data.graphs.generated_graphs.FashionMNISTGraphs`)."""
     from torch_geometric.loader import DataLoader
 
     loader = DataLoader(_fashion_mnist_test_graphs(limit), batch_size=256)
@@ -134,10 +134,10 @@ def fashion_mnist_graphs(model: nn.Module, limit: int | None = None) -> dict[str
 
 def _molecule_regression(name: str, model: nn.Module, limit: int | None) -> dict[str, float]:
     """MAE, RMSE and R² (in the target's units) on the scaffold test split of a molecule set of
-    the RDKit wheel (`zoo.training.data.molecule_sets`), its first ``limit`` molecules or all."""
+    the RDKit wheel (`zoo.training.data.molecules.molecule_sets`), its first ``limit`` molecules or all."""
     from torch_geometric.data import Batch
 
-    from zoo.training.data.molecule_sets import benchmark
+    from zoo.training.data.molecules.molecule_sets import benchmark
     from zoo.training.loop.meter import regression_metrics
     from zoo.training.loop.steps import regression_sums
 
@@ -182,7 +182,7 @@ def solubility_class(model: nn.Module, limit: int | None = None) -> dict[str, fl
     from sklearn.metrics import f1_score
     from torch_geometric.data import Batch
 
-    from zoo.training.data.molecule_sets import benchmark
+    from zoo.training.data.molecules.molecule_sets import benchmark
 
     source, (_, _, test) = benchmark("solubility-class")
     graphs = list(source.make_subset(test[:limit] if limit is not None else test, None))

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.errors import InvalidArgumentError
-from zoo.training.data.augment import Augment
+from zoo.training.data.images.augment import Augment
 from zoo.training.finetune import Distillation, FinetuneOptions, FinetuneResult, finetune
 from zoo.training.loop.checkpoint import LAST_CHECKPOINT
 from zoo.training.loop.trainer import TrainConfig

@@ -1,7 +1,7 @@
 """Turn a recipe's trained model into a bundled weight entry: ``weights/<arch>.<tag>.safetensors``,
 its model card ``.md``, its training-curve ``.png`` and its registry entry ``.json``.
 
-The entry is data (`zoo.store.registry.WeightInfo`): the file's full sha256, the architecture
+The entry is data (`zoo.store.weight_entries.WeightInfo`): the file's full sha256, the architecture
 options, preprocessing, class names, the measured metrics keyed by evaluation task (see
 `zoo.training.recipes.evaluate`) and the recipe command, so `zoo.load(name)` verifies the file and
 `zoo eval name` re-measures the card's numbers.
@@ -125,7 +125,7 @@ def publish(
     """Write the weights, card, curves and entry of ``name`` (``arch.tag``) into ``root``;
     returns the entry. ``metrics`` maps an evaluation task (``task`` and its slices, such as
     ``"fashion-mnist[:1000]"``) to what was measured on it; ``entry_fields`` are more
-    `zoo.store.registry.WeightInfo` fields (a molecule model's ``input_format`` and ``target``)."""
+    `zoo.store.weight_entries.WeightInfo` fields (a molecule model's ``input_format`` and ``target``)."""
     arch, _, tag = name.partition(".")
     if not tag:
         raise InvalidArgumentError(f"weight names are arch.tag, e.g. {arch}.fmnist; got {name!r}")

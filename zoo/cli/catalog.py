@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import zoo
-from zoo.store import registry
+from zoo.store import weight_entries
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -30,7 +30,7 @@ def format_size(num_bytes: int | None) -> str:
 
 
 def run_info(args: argparse.Namespace) -> int:
-    if not registry.is_registered(args.name) and (Path(args.name).expanduser() / "config.json").is_file():
+    if not weight_entries.is_registered(args.name) and (Path(args.name).expanduser() / "config.json").is_file():
         return _saved_info(Path(args.name).expanduser(), args.json)
     info = zoo.info(args.name)
     if args.json:
@@ -88,6 +88,6 @@ def _saved_info(folder: Path, as_json: bool) -> int:
 
 def _uncounted(arch: str) -> str:
     """Why an entry has no GMACs figure."""
-    if registry.input_kind(arch) != "graphs":
+    if weight_entries.input_kind(arch) != "graphs":
         return "unknown"
-    return f"not counted ({registry.GRAPH_SKIP_REASON})"
+    return f"not counted ({weight_entries.GRAPH_SKIP_REASON})"

@@ -17,13 +17,13 @@ from zoo.cli.predict_files import answer_lines, strict_json
 from zoo.errors import InvalidArgumentError
 from zoo.loading.images import open_image
 from zoo.loading.outputs import output_meaning
-from zoo.store import registry
+from zoo.store import weight_entries
 from zoo.store.files import check_writable
 from zoo.tokenizer import check_byte_lm, complete
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    from zoo.loading.molecules import name_reads_molecules
+    from zoo.loading.smiles import name_reads_molecules
 
     for option in ("input", "format", "out"):  # a Namespace made in Python may leave them out
         setattr(args, option, getattr(args, option, None))
@@ -33,7 +33,7 @@ def run_predict(args: argparse.Namespace) -> int:
 
         return predict_file(args)
     if name_reads_molecules(args.name):  # a model fine-tuned on molecules: the arguments are SMILES
-        from zoo.cli.molecules import predict_smiles
+        from zoo.cli.predict_smiles import predict_smiles
 
         return predict_smiles(args)
     for path in args.images:  # a missing, unreadable or truncated file is found before the model loads
@@ -122,7 +122,7 @@ def run_finetune(args: argparse.Namespace) -> int:
 
 
 def run_tune(args: argparse.Namespace) -> int:
-    from zoo.training.finetune import tune
+    from zoo.training.tuning import tune
 
     tune.run(args)
     return 0
@@ -141,7 +141,7 @@ def run_eval(args: argparse.Namespace) -> int:
         raise InvalidArgumentError(f"{', '.join(given)} go(es) with --data FILE (scoring on your data); add --data")
     from zoo.training.recipes import evaluate
 
-    if not registry.is_registered(args.name) and (Path(args.name).expanduser() / "config.json").is_file():
+    if not weight_entries.is_registered(args.name) and (Path(args.name).expanduser() / "config.json").is_file():
         raise InvalidArgumentError(
             f"{args.name} is a saved folder: zoo eval re-measures a registered entry's card (zoo list --pretrained); "
             f"score it on your held-out data with --data FILE (its own validation figures: "
@@ -171,7 +171,7 @@ def _eval_on_file(args: argparse.Namespace) -> int:
         raise InvalidArgumentError("--limit takes the card's slice of its test set; with --data, score a shorter file")
     if args.out:
         check_writable(args.out)  # before the model runs
-    from zoo.training.data.molecules import MoleculeOptions
+    from zoo.training.data.molecules.molecule_files import MoleculeOptions
 
     reading = MoleculeOptions(
         label_field=args.label_field, label_delimiter=args.label_delimiter, skip_bad_rows=args.skip_bad_rows
@@ -194,7 +194,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from zoo.cli.bench import measure_targets
+    from zoo.cli.bench_command import measure_targets
     from zoo.deploy import bench
 
     if args.out:
@@ -249,7 +249,7 @@ def run_export(args: argparse.Namespace) -> int:
 
 def run_shards(args: argparse.Namespace) -> int:
     """``zoo shards``: write the shards and their manifest, and say how to train on them."""
-    from zoo.training.data.shard_writer import write_shards
+    from zoo.training.data.shards.shard_writer import write_shards
 
     seed = args.seed if args.shuffle else None
     manifest = write_shards(args.data, args.out, shard_size=args.shard_size, prefix=args.prefix, seed=seed)

@@ -133,7 +133,7 @@ def _column(path: Path, names: list[str], kind: str, line: int) -> tuple[int | s
 
 
 def _csv_rows(path: Path, text: str, kind: str) -> list[InputRow]:
-    from zoo.training.data.text_rows import csv_fields
+    from zoo.training.data.text.text_rows import csv_fields
 
     rows: list[InputRow] = []
     header = None
@@ -225,7 +225,7 @@ def _resolve_images(base: Path, rows: list[InputRow], listing: Path) -> None:
     rule of the training image lists: a name read from a file never leads out of its folder, so
     an absolute path, a ``..`` or a link out of it, or a name of no regular file is the row's
     ``error``, and the other rows go on."""
-    from zoo.training.data.image_lists import image_path
+    from zoo.training.data.images.image_lists import image_path
 
     real_base = os.path.realpath(base)
     for row in rows:

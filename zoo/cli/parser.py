@@ -139,13 +139,13 @@ def _finetune_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _tune_arguments(p: argparse.ArgumentParser) -> None:
-    from zoo.training.finetune import tune
+    from zoo.training.tuning import tune
 
     tune.add_arguments(p)
 
 
 def _shards_arguments(p: argparse.ArgumentParser) -> None:
-    from zoo.training.data import shard_writer
+    from zoo.training.data.shards import shard_writer
 
     shard_writer.add_arguments(p)
 

@@ -26,9 +26,9 @@ import zoo
 from zoo.cli.input_rows import COLUMNS, InputRow, check_input_file, read_inputs
 from zoo.errors import DataError, InvalidArgumentError, ZooError
 from zoo.loading.images import open_image
-from zoo.loading.molecules import graph_or_problem, parse_smiles, reads_molecules
 from zoo.loading.outputs import OutputMeaning, output_meaning
-from zoo.store import registry
+from zoo.loading.smiles import graph_or_problem, parse_smiles, reads_molecules
+from zoo.store import weight_entries
 from zoo.store.files import check_writable
 from zoo.tokenizer import ByteTokenizer
 
@@ -85,7 +85,7 @@ def output_format(given: str | None, out: str | None) -> str:
 def model_input(model: nn.Module, name: str) -> str:
     """What a model's --input rows hold (molecules, text or images), refusing other models by name."""
     cfg = model.pretrained_cfg
-    kind = "molecules" if reads_molecules(cfg) else registry.input_kind(cfg["architecture"])
+    kind = "molecules" if reads_molecules(cfg) else weight_entries.input_kind(cfg["architecture"])
     if kind not in COLUMNS:
         raise InvalidArgumentError(f"{name} reads {kind}; zoo predict --input takes models of images, texts or SMILES")
     if cfg.get("features_only") or not cfg.get("num_classes"):

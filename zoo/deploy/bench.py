@@ -1,5 +1,5 @@
 """Compute and speed of the registry's models: `count_macs` (the ``gmacs`` every weight entry
-records) and the measurements behind `zoo bench` (`zoo.cli.bench`), a results table over the weight entries like timm's results CSVs
+records) and the measurements behind `zoo bench` (`zoo.cli.bench_command`), a results table over the weight entries like timm's results CSVs
 (parameters, GMACs, file size, top-1, measured inference samples/s).
 
 MACs are counted per sample at the entry's own input size: images at the preprocessing's crop
@@ -32,9 +32,9 @@ from zoo.deploy.inference import medians
 from zoo.deploy.inference import optimize as optimize_model
 from zoo.deploy.optimize_report import OptimizeReport
 from zoo.errors import UnknownModelError
-from zoo.store import registry
+from zoo.store import weight_entries as registry
 from zoo.store.files import write_bytes_atomic
-from zoo.store.registry import WeightInfo
+from zoo.store.weight_entries import WeightInfo
 
 TEXT_TOKENS = 256  # the sequence length text models are counted and timed at
 # the fused attention kernels FlopCounterMode has formulas for (torchvision's counter has none)

@@ -26,7 +26,7 @@ from torch.export import Dim
 
 from zoo.devices import model_device
 from zoo.errors import InvalidArgumentError, ZooError
-from zoo.store import registry
+from zoo.store import weight_entries as registry
 from zoo.store.files import atomic_files, check_writable, write_bytes_atomic
 
 ExampleInput = torch.Tensor | tuple[Any, ...]

@@ -40,7 +40,7 @@ from zoo.deploy.optimize_report import PRECISIONS, Candidate, OptimizeReport, re
 from zoo.deploy.optimized import MAX_BATCH_GRAPHS, OptimizedModel
 from zoo.devices import has_amx, model_device
 from zoo.errors import InvalidArgumentError
-from zoo.store import registry
+from zoo.store import weight_entries as registry
 
 # Largest relative output difference (max |diff| / max |fp32|) that passes for outputs that are not class scores.
 RELATIVE_TOLERANCE = {"eager": 0.0, "channels_last": 1e-4, "fp32": 1e-3, "bf16": 5e-2, "fp16": 1e-2, "int8": 1e-1}

@@ -25,7 +25,7 @@ from tqdm import tqdm
 from zoo.architectures import ARCHS
 from zoo.architectures.moe_transformer import MoETransformer
 from zoo.errors import ConfigFileError, InvalidArgumentError, WeightsError, WeightsMismatchError, WeightsNotFoundError
-from zoo.store import registry
+from zoo.store import weight_entries
 from zoo.store.files import read_json
 from zoo.store.model_config import ModelConfig, set_config
 from zoo.store.state_dict_files import open_safetensors
@@ -173,11 +173,11 @@ def load_pretrained(
 
 def _checked_head(name: str, head: str | None) -> tuple[str, str]:
     """The architecture of ``name`` (one that reads these checkpoints) and the head to build."""
-    arch, _ = registry.resolve(name)
-    if not registry.arch_spec(arch).hf_checkpoints:
+    arch, _ = weight_entries.arch_and_weights(name)
+    if not weight_entries.arch_spec(arch).hf_checkpoints:
         archs = [name for name, spec in ARCHS.items() if spec.hf_checkpoints]
         raise InvalidArgumentError(f"Hugging Face MoE checkpoints load into {' or '.join(archs)}, not {arch}")
-    heads = registry.supported_heads(arch)
+    heads = weight_entries.supported_heads(arch)
     head = head or heads[0]
     if head not in heads:
         raise InvalidArgumentError(f"{arch} has no head {head!r}; choose one of: {', '.join(heads)}")
@@ -234,7 +234,7 @@ def _check_bounds(kwargs: dict[str, Any], path: Path) -> None:
 def _build(arch: str, head: str, num_classes: int | None, kwargs: dict[str, Any], path: Path) -> nn.Module:
     """The architecture on the meta device; options the config gives that it refuses name the file."""
     try:
-        return registry.get_builder(arch)(head=head, num_classes=num_classes, **kwargs)
+        return weight_entries.get_builder(arch)(head=head, num_classes=num_classes, **kwargs)
     except (TypeError, ValueError, AttributeError, ZeroDivisionError, OverflowError) as error:
         raise ConfigFileError(f"{path} describes a model zoo cannot build: {error}") from None
 

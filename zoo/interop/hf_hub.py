@@ -38,9 +38,9 @@ from huggingface_hub.errors import (
 from zoo.architectures import ARCHS
 from zoo.errors import ChecksumError, DownloadError, InvalidArgumentError, WeightsError, WeightsNotFoundError
 from zoo.interop.hub_names import WEIGHT_SUFFIXES, HubRepo, endpoint
-from zoo.store import download, registry
+from zoo.store import download, weight_entries
 from zoo.store.files import read_json, write_json
-from zoo.store.registry import IMAGENET_MEAN, IMAGENET_STD, WeightInfo
+from zoo.store.weight_entries import IMAGENET_MEAN, IMAGENET_STD, WeightInfo
 
 RECORDED_AT_FIRST_DOWNLOAD = "recorded-at-first-download"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # in the order timm looks for them
@@ -251,7 +251,7 @@ class TimmModel:
 def _is_timm_twin(arch: str) -> bool:
     """Whether timm's model ``arch`` has the state dict of zoo's model of the same name (its
     spec's ``timm_checkpoints``), so that timm's weights load unchanged."""
-    spec = registry.find_spec(arch)
+    spec = weight_entries.find_spec(arch)
     return spec is not None and spec.timm_checkpoints
 
 
@@ -362,7 +362,7 @@ def model_card(pretrained_cfg: dict[str, Any], entry: WeightInfo | None) -> str:
     task = (
         "text-generation"
         if (arch, pretrained_cfg.get("head")) == ("moe_lm", "lm")
-        else _PIPELINE_TAGS.get((registry.input_kind(arch), pretrained_cfg.get("head")))
+        else _PIPELINE_TAGS.get((weight_entries.input_kind(arch), pretrained_cfg.get("head")))
     )
     if task and not pretrained_cfg.get("features_only"):
         meta["pipeline_tag"] = task

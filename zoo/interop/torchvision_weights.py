@@ -14,8 +14,8 @@ from enum import Enum
 from typing import Any
 
 from zoo.errors import InvalidArgumentError, UnknownModelError
-from zoo.store import registry
-from zoo.store.registry import WeightInfo
+from zoo.store import weight_entries
+from zoo.store.weight_entries import WeightInfo
 
 DEFAULT = "DEFAULT"
 _MEMBER = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -25,7 +25,9 @@ _QUALIFIED = re.compile(r"([A-Za-z][A-Za-z0-9_]*_Weights)\.([A-Z][A-Z0-9_]*)")
 def enum_name(arch: str) -> str:
     """The class name of an architecture's weights enum: torchvision's where its entries name one
     (``ResNet50_Weights``), else one made from the architecture (``Resnet20_Weights``)."""
-    named = sorted({w.torchvision_weights.split(".")[0] for w in registry.weights_for(arch) if w.torchvision_weights})
+    named = sorted(
+        {w.torchvision_weights.split(".")[0] for w in weight_entries.weights_for(arch) if w.torchvision_weights}
+    )
     return named[0] if named else f"{arch.title().replace('_', '')}_Weights"
 
 
@@ -37,7 +39,7 @@ def member_name(info: WeightInfo) -> str:
 def members(arch: str) -> dict[str, WeightInfo]:
     """Every entry of an architecture under its member name, sorted by name as torchvision lists them."""
     named: dict[str, WeightInfo] = {}
-    for info in registry.weights_for(arch):
+    for info in weight_entries.weights_for(arch):
         other = named.setdefault(member_name(info), info)
         if other is not info:
             raise InvalidArgumentError(
@@ -52,10 +54,10 @@ def default_entry(arch: str) -> WeightInfo:
     torchvision (zoo may choose another default entry), zoo's default entry for the others."""
     entries = members(arch)
     if not entries:
-        raise registry.no_pretrained_weights(arch)
+        raise weight_entries.no_pretrained_weights(arch)
     published = _torchvision_enum(enum_name(arch)) if any(w.torchvision_weights for w in entries.values()) else None
     if published is None:
-        return registry.weights_for(arch)[0]
+        return weight_entries.weights_for(arch)[0]
     chosen = published.DEFAULT.name
     if chosen not in entries:
         raise UnknownModelError(
@@ -77,7 +79,9 @@ def weights_entry(name: str, arch: str, weights: Any) -> WeightInfo | None:
     enum_class, member = wanted
     own_class = enum_name(arch)
     if enum_class not in (None, own_class):
-        owners = [a for a in registry.list_models() if registry.weights_for(a) and enum_name(a) == enum_class]
+        owners = [
+            a for a in weight_entries.list_models() if weight_entries.weights_for(a) and enum_name(a) == enum_class
+        ]
         if owners:
             problem = f"are {' and '.join(owners)}'s weights, not {arch}'s: load {owners[0]!r} with them"
         elif _torchvision_enum(enum_class) is not None:
@@ -125,7 +129,7 @@ def _torchvision_name(weights: Any) -> tuple[str | None, str] | None:
 
 def _torchvision_enum(enum_class: str) -> type[Enum] | None:
     """torchvision's weights enum of that name, or None where this torchvision has none."""
-    import torchvision.models  # only here: resolving names needs torchvision's model registry, loading does not
+    import torchvision.models  # only here: resolving names needs torchvision's model weight_entries, loading does not
 
     found = getattr(torchvision.models, enum_class, None)
     return found if isinstance(found, type) and issubclass(found, Enum) else None

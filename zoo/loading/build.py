@@ -24,7 +24,7 @@ from zoo.errors import InvalidArgumentError
 from zoo.loading.pretrained_cfg import adapt_preprocess, timm_pretrained_cfg
 from zoo.loading.resolve import HFCheckpoint, HubRepository, Registered, SavedFolder, Source, resolve
 from zoo.loading.state_dicts import build_architecture, build_with_state_dict, classifier_keys, read_weights
-from zoo.store import registry
+from zoo.store import weight_entries
 from zoo.store.model_config import ModelConfig, set_config, update_config
 
 FEATURE_OPTIONS = ("out_indices", "feature_cls")  # timm's create_model takes them among its kwargs, as here
@@ -167,7 +167,7 @@ def _load_registered(
 ) -> nn.Module:
     """A registered architecture, with its entry's weights (or ``weights=``) unless ``pretrained=False``."""
     arch, weights = source.arch, source.weights
-    heads = registry.find_spec(arch).heads
+    heads = weight_entries.find_spec(arch).heads
     entry_head = source.entry.model_kwargs.get("head", heads[0]) if source.entry is not None and pretrained else None
     head = kwargs.pop("head", None) or entry_head or heads[0]
     if head not in heads:
@@ -175,7 +175,7 @@ def _load_registered(
     entry = None if "." in source.name and not pretrained and weights is None else source.entry
     use_weights = weights is not None or (pretrained and entry is not None)
     if pretrained and weights is None and entry is None:
-        raise registry.no_pretrained_weights(arch)
+        raise weight_entries.no_pretrained_weights(arch)
     kwargs = {**(entry.model_kwargs if entry and use_weights else {}), **kwargs}
     if use_weights and weights is None:
         kwargs["num_classes"] = entry.num_classes
@@ -184,7 +184,7 @@ def _load_registered(
     if len(heads) > 1:
         kwargs["head"] = head
     config = ModelConfig(arch, head, {k: v for k, v in kwargs.items() if k != "num_classes"})
-    builder = registry.model_builders.get(arch) or registry.get_builder(arch)
+    builder = weight_entries.model_builders.get(arch) or weight_entries.get_builder(arch)
     if not use_weights:
         model = build_architecture(builder, kwargs, arch)
     else:
@@ -197,7 +197,7 @@ def _load_registered(
         if entry is not None:
             preprocess = adapt_preprocess(entry.preprocess, getattr(model, "in_chans", None))
             config = config.replace(preprocess=preprocess, categories=entry.categories)
-            if weights is None and entry.input_format:  # molecules (zoo.loading.molecules); a new head has no target
+            if weights is None and entry.input_format:  # molecules (zoo.loading.smiles); a new head has no target
                 config = config.replace(input_format=entry.input_format, target=None if new_head else entry.target)
     return set_config(model, config.replace(num_classes=model.num_classes))
 
@@ -214,7 +214,7 @@ def _without_own_head(
     if num_classes is None:
         raise InvalidArgumentError(f"{source.name} under head={head!r} needs num_classes=N for its new head")
     kwargs["num_classes"] = num_classes
-    builder = registry.get_builder(source.arch)
+    builder = weight_entries.get_builder(source.arch)
     with torch.device("meta"):  # what only the weights' own head uses (its classifier, a pooling)
         own = build_architecture(
             builder, {**kwargs, "head": entry_head, "num_classes": source.entry.num_classes}, source.arch

@@ -13,7 +13,7 @@ from zoo.interop import hf_hub
 from zoo.loading.pretrained_cfg import adapt_preprocess
 from zoo.loading.saved import CONFIG_FILE, MAX_CONFIG_BYTES, WEIGHTS_FILE, load_saved
 from zoo.loading.state_dicts import build_architecture, build_with_state_dict
-from zoo.store import registry
+from zoo.store import weight_entries
 from zoo.store.files import read_json
 from zoo.store.model_config import ModelConfig, set_config
 from zoo.store.state_dict_files import load_state_dict_file
@@ -56,7 +56,7 @@ def load_hub(
             f"head={head!r} does not apply to {name}, an image classifier (head 'classification')"
         )
     kwargs = {**spec.model_kwargs, **model_kwargs, "num_classes": spec.num_classes}
-    builder = registry.get_builder(spec.arch)
+    builder = weight_entries.get_builder(spec.arch)
     if not pretrained:
         model = build_architecture(builder, kwargs, spec.arch)
     else:

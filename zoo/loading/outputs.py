@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import torch
 
-from zoo.store import registry
+from zoo.store import weight_entries
 
 Task = Literal["classes", "regression", "multi_label"]
 REGRESSION_HEADS = ("graph_regression", "regression")
@@ -70,7 +70,9 @@ def output_meaning(cfg: Mapping[str, Any]) -> OutputMeaning:
         return OutputMeaning("multi_label", list(multi_label["names"]), [float(t) for t in multi_label["thresholds"]])
     if cfg.get("target") is not None or cfg.get("head") in REGRESSION_HEADS:
         return OutputMeaning("regression", target=cfg.get("target"))
-    names = cfg.get("class_names") or (registry.load_categories(cfg["categories"]) if cfg.get("categories") else None)
+    names = cfg.get("class_names") or (
+        weight_entries.load_categories(cfg["categories"]) if cfg.get("categories") else None
+    )
     return OutputMeaning("classes", list(names) if names else None)
 
 

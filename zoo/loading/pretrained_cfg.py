@@ -9,8 +9,8 @@ from typing import Any
 
 import torch.nn as nn
 
-from zoo.store import registry
-from zoo.store.registry import IMAGENET_MEAN, IMAGENET_STD, WeightInfo
+from zoo.store import weight_entries
+from zoo.store.weight_entries import IMAGENET_MEAN, IMAGENET_STD, WeightInfo
 
 
 def adapt_preprocess(preprocess: dict[str, Any], in_chans: int | None) -> dict[str, Any]:
@@ -53,7 +53,7 @@ def timm_pretrained_cfg(model: nn.Module, entry: WeightInfo | None) -> dict[str,
         crop_pct = math.nextafter(crop_pct, 0.0)
     classifier = model.get_classifier()
     weights = cfg.get("weights")
-    loaded = registry.find_weights(weights)
+    loaded = weight_entries.find_weights(weights)
     timm_cfg = {
         "input_size": (len(preprocess["mean"]), height, width),
         "interpolation": preprocess.get("interpolation", "bilinear"),

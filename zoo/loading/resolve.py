@@ -18,8 +18,8 @@ from pathlib import Path
 from zoo.errors import InvalidArgumentError
 from zoo.interop import hub_names, torchvision_weights
 from zoo.loading.saved import CONFIG_FILE, saved_folder
-from zoo.store import registry
-from zoo.store.registry import WeightInfo
+from zoo.store import weight_entries
+from zoo.store.weight_entries import WeightInfo
 
 MAX_NAME_CHARS = 4096  # Linux's PATH_MAX: a longer name is no model's and no path
 
@@ -75,7 +75,7 @@ def resolve(name_or_path: str | os.PathLike | Source, weights: str | os.PathLike
         return HubRepository(hub_names.parse_hub_name(name_or_path))
     if len(os.fspath(name_or_path)) > MAX_NAME_CHARS:
         raise InvalidArgumentError(_too_long(os.fspath(name_or_path)))
-    if not isinstance(name_or_path, str) or _is_dir(name_or_path) or not registry.is_registered(name_or_path):
+    if not isinstance(name_or_path, str) or _is_dir(name_or_path) or not weight_entries.is_registered(name_or_path):
         try:
             saved = saved_folder(name_or_path)  # a folder, or the error that names what is wrong with it
         except OSError as error:
@@ -85,7 +85,7 @@ def resolve(name_or_path: str | os.PathLike | Source, weights: str | os.PathLike
         if saved is not None:
             return SavedFolder(saved)
     name = str(name_or_path)
-    arch, entry = registry.resolve(name)
+    arch, entry = weight_entries.arch_and_weights(name)
     if weights is None:
         return Registered(name, arch, entry)
     named = torchvision_weights.weights_entry(name, arch, weights)
@@ -93,7 +93,7 @@ def resolve(name_or_path: str | os.PathLike | Source, weights: str | os.PathLike
         return Registered(named.name, arch, named, named_by_weights=True)
     if (Path(weights) / CONFIG_FILE).is_file():
         return HFCheckpoint(arch, folder=Path(weights))
-    if hub_names.is_repo_reference(weights) and registry.arch_spec(arch).hf_checkpoints:
+    if hub_names.is_repo_reference(weights) and weight_entries.arch_spec(arch).hf_checkpoints:
         return HFCheckpoint(arch, repo=hub_names.parse_repo(weights, f"weights={weights!r}"))
     return Registered(name, arch, entry, weights=str(weights))
 
@@ -117,5 +117,5 @@ def _too_long(text: str | bytes) -> str:
 def architecture(arch: str) -> Registered:
     """The source of ``arch`` itself (its default entry for preprocessing), for a model built
     without weights from a name already resolved (a saved folder's architecture)."""
-    entries = registry.weights_for(arch)
+    entries = weight_entries.weights_for(arch)
     return Registered(arch, arch, entries[0] if entries else None)

@@ -17,7 +17,7 @@ from zoo.errors import InvalidArgumentError, WeightsMismatchError, WeightsNotFou
 from zoo.loading.pretrained_cfg import adapt_preprocess
 from zoo.loading.schema import validate_saved_config
 from zoo.loading.state_dicts import CONFIG_FILE, build_architecture, build_with_state_dict
-from zoo.store import registry
+from zoo.store import weight_entries
 from zoo.store.files import atomic_files, read_json
 from zoo.store.model_config import ModelConfig, set_config
 from zoo.store.state_dict_files import load_state_dict_file
@@ -51,7 +51,7 @@ def save(model: nn.Module, directory: str | os.PathLike, overwrite: bool = False
 
     config = {**cfg, "num_classes": model.num_classes, "format": "zoo/1"}
     config |= hf_hub.timm_config(config, getattr(model, "num_features", 0))
-    entry = registry.find_weights(cfg.get("weights"))
+    entry = weight_entries.find_weights(cfg.get("weights"))
     card = hf_hub.model_card(config, entry)
     with atomic_files(directory, last=(CONFIG_FILE,)) as staging:  # config last: it marks a complete save
         safetensors.torch.save_model(model, staging / WEIGHTS_FILE)
@@ -78,7 +78,7 @@ def saved_folder(name_or_path: str | os.PathLike) -> Path | None:
     """The folder `save` wrote that ``name_or_path`` means, or None for a registry name. A
     string is a path when it is written as one (``./name``, ``a/b``, ``~/x``, absolute), or
     when no architecture or weight entry has that name; a registered name that is also a
-    folder here means the registry, with a warning saying how to name the folder."""
+    folder here means the weight_entries, with a warning saying how to name the folder."""
     path = Path(name_or_path).expanduser()
     written_as_path = (
         not isinstance(name_or_path, str)
@@ -93,7 +93,7 @@ def saved_folder(name_or_path: str | os.PathLike) -> Path | None:
         if not path.exists():
             raise WeightsNotFoundError(f"{path} does not exist (a folder written by zoo.save was expected)")
         return path
-    if not registry.is_registered(name_or_path):
+    if not weight_entries.is_registered(name_or_path):
         return path if is_folder else None
     if is_folder:
         warnings.warn(
@@ -123,9 +123,9 @@ def load_saved(
         )
     arch = config["architecture"]
     kwargs = {**config["model_kwargs"], **model_kwargs, "num_classes": config["num_classes"]}
-    if len(registry.supported_heads(arch)) > 1:
+    if len(weight_entries.supported_heads(arch)) > 1:
         kwargs["head"] = config["head"]
-    builder = registry.get_builder(arch)
+    builder = weight_entries.get_builder(arch)
     try:
         if not pretrained:
             model = build_architecture(builder, kwargs, arch)

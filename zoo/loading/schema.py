@@ -16,7 +16,7 @@ from typing import Any
 
 from zoo.bounds import NAME_RULE, unprintable_name
 from zoo.errors import WeightsError
-from zoo.store import registry
+from zoo.store import weight_entries
 
 MAX_CLASSES = 100_000
 MAX_SIDE = 4096  # pixels of a resize or crop side
@@ -49,9 +49,9 @@ def _check(config: Any) -> None:
     if not isinstance(config, dict):
         raise _Refusal("(top level)", f"must be a JSON object, not {type(config).__name__}")
     arch = _string(config, "architecture", required=True)
-    if not registry.is_registered(arch) or "." in arch:
+    if not weight_entries.is_registered(arch) or "." in arch:
         raise _Refusal("architecture", f"names no architecture zoo knows ({arch[:60]!r}); see `zoo list`")
-    heads = registry.supported_heads(arch)
+    heads = weight_entries.supported_heads(arch)
     if _string(config, "head", required=True) not in heads:
         raise _Refusal("head", f"must be one of {', '.join(heads)}")
     num_classes = config.get("num_classes")
@@ -218,7 +218,7 @@ def _check_names(field: str, names: list[Any]) -> None:
 def _check_category_list(categories: str, num_classes: int) -> None:
     """A named class list is shipped with zoo and has one name per output of the head."""
     try:
-        names = registry.load_categories(categories)
+        names = weight_entries.load_categories(categories)
     except WeightsError as error:
         raise _Refusal("categories", str(error).removeprefix(f"categories={categories!r} ")) from None
     if len(names) != num_classes:

@@ -18,8 +18,8 @@ import torch.nn as nn
 from zoo.errors import InvalidArgumentError, WeightsMismatchError, WeightsNotFoundError
 from zoo.store import download
 from zoo.store.convert import StateDict, adapt_input_conv, convert_state_dict
-from zoo.store.registry import WeightInfo
 from zoo.store.state_dict_files import load_state_dict_file
+from zoo.store.weight_entries import WeightInfo
 
 CONFIG_FILE = "config.json"  # what marks a folder written by zoo.save
 
@@ -196,5 +196,5 @@ def build_architecture(builder: Callable[..., nn.Module], kwargs: dict[str, Any]
         name = str(error).rsplit("argument", 1)[-1].strip(" '\"")
         raise InvalidArgumentError(
             f"{arch} takes no option {name!r}: remove {name}=... from the call "
-            f"(its options: help(zoo.store.registry.get_builder({arch!r})))"
+            f"(its options: help(zoo.store.weight_entries.get_builder({arch!r})))"
         ) from None

@@ -14,8 +14,8 @@ from PIL import Image
 from torchvision.transforms import InterpolationMode, v2
 
 from zoo.errors import InvalidArgumentError
-from zoo.store import registry
-from zoo.store.registry import IMAGENET_MEAN, IMAGENET_STD
+from zoo.store import weight_entries
+from zoo.store.weight_entries import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "ConvertChannels", "build_transforms", "transforms"]
 
@@ -26,7 +26,7 @@ def transforms(name_or_model: str | nn.Module) -> Callable[[Any], torch.Tensor]:
     if isinstance(name_or_model, nn.Module):
         preprocess = name_or_model.pretrained_cfg.get("preprocess") or {}
     else:
-        preprocess = registry.info(name_or_model).preprocess
+        preprocess = weight_entries.info(name_or_model).preprocess
     if not preprocess:
         raise InvalidArgumentError("these weights record no image preprocessing")
     return build_transforms(preprocess)

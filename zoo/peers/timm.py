@@ -13,7 +13,7 @@ from zoo.architectures import ARCHS
 from zoo.errors import InvalidArgumentError, WeightsMismatchError
 from zoo.loading.build import features_only_model, load
 from zoo.loading.state_dicts import mismatch_message
-from zoo.store import registry
+from zoo.store import weight_entries
 from zoo.store.convert import convert_state_dict
 from zoo.store.model_config import update_config
 from zoo.store.state_dict_files import load_state_dict_file
@@ -105,7 +105,7 @@ def _remove_classifier(model: nn.Module, pool: str | None) -> None:
 def _load_checkpoint(model: nn.Module, path: Path, arch: str) -> None:
     """Load every tensor of the checkpoint at ``path`` into ``model`` (timm's ``load_checkpoint``:
     no key left over or missing), after the key converter of the architecture's weights."""
-    entries = registry.weights_for(arch)
+    entries = weight_entries.weights_for(arch)
     state_dict = convert_state_dict(entries[0].converter if entries else "identity", load_state_dict_file(path))
     expected = model.state_dict()
     missing = sorted(expected.keys() - state_dict.keys())

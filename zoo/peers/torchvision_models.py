@@ -24,8 +24,8 @@ from zoo.errors import InvalidArgumentError, UnknownModelError
 from zoo.interop import torchvision_weights
 from zoo.loading import build
 from zoo.loading.transforms import ConvertChannels
-from zoo.store import registry
-from zoo.store.registry import WeightInfo
+from zoo.store import weight_entries
+from zoo.store.weight_entries import WeightInfo
 
 # torchvision's names in meta["_metrics"] for the datasets and metrics zoo's entries record
 _DATASETS = {"imagenet-1k": "ImageNet-1K"}
@@ -40,7 +40,7 @@ class ModelWeights(Enum):
     @property
     def info(self) -> WeightInfo:
         """The zoo entry (sha256, converter, preprocessing, ...)."""
-        return registry.info(self.value)
+        return weight_entries.info(self.value)
 
     @property
     def url(self) -> str | None:
@@ -91,11 +91,11 @@ def _torchvision_metrics(metrics: dict[str, dict[str, float]]) -> dict[str, dict
 def _min_size(entry: str) -> tuple[int, int] | None:
     """(side, side): the smallest input the entry's architecture runs on (torchvision's
     ``min_size``), read from a model built on the meta device; None for models without images."""
-    info = registry.info(entry)
-    if registry.input_kind(info.arch) != "images":
+    info = weight_entries.info(entry)
+    if weight_entries.input_kind(info.arch) != "images":
         return None
     with torch.device("meta"):
-        model = registry.get_builder(info.arch)(**{**info.model_kwargs, "num_classes": info.num_classes})
+        model = weight_entries.get_builder(info.arch)(**{**info.model_kwargs, "num_classes": info.num_classes})
     return (model.min_input_size, model.min_input_size)
 
 
@@ -154,7 +154,7 @@ def get_model_weights(name: str | Callable[..., nn.Module]) -> type[ModelWeights
     or of its builder, the same class for the same entries on every call; ``DEFAULT`` is
     torchvision's DEFAULT for weights republished from torchvision, else zoo's default entry. An
     architecture without weights has an enum without members, as torchvision's do."""
-    arch, _ = registry.resolve(name if isinstance(name, str) else name.__name__)
+    arch, _ = weight_entries.arch_and_weights(name if isinstance(name, str) else name.__name__)
     members = torchvision_weights.members(arch)
     if not members:
         return _weights_enum(torchvision_weights.enum_name(arch), ())
@@ -194,7 +194,7 @@ def get_weight(name: str) -> ModelWeights:
 
 def _enum_named(class_name: str) -> type[ModelWeights]:
     """The weights enum of the architecture whose enum is called ``class_name``."""
-    for arch in registry.list_models():
+    for arch in weight_entries.list_models():
         if torchvision_weights.enum_name(arch) == class_name:
             return get_model_weights(arch)
     raise UnknownModelError(f"no architecture of zoo's has weights called {class_name}")

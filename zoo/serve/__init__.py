@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from zoo.serve.errors import MissingExtraError
+from zoo.serve.request_errors import MissingExtraError
 
 _NEEDED = {"fastapi": "fastapi", "uvicorn": "uvicorn", "multipart": "python-multipart",
            "prometheus_client": "prometheus-client", "markdown": "markdown"}  # fmt: skip

@@ -19,9 +19,9 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import zoo
-from zoo.serve import page, routes_v1, routes_v2
-from zoo.serve.errors import RequestError, internal_error, openai_error, too_large
 from zoo.serve.metrics import MetricsMiddleware
+from zoo.serve.request_errors import RequestError, internal_error, openai_error, too_large
+from zoo.serve.routes import page, v1, v2
 from zoo.serve.server import ServerState, state_of
 
 log = logging.getLogger("zoo.serve")
@@ -54,9 +54,9 @@ def create_app(state: ServerState) -> FastAPI:
     )
     app.state.server = state
     protected = [Depends(require_key)]
-    app.include_router(routes_v2.health)
+    app.include_router(v2.health)
     app.include_router(page.shell)
-    for router in (routes_v2.router, routes_v1.router, page.router):
+    for router in (v2.router, v1.router, page.router):
         app.include_router(router, dependencies=protected)
     app.add_api_route("/metrics", _metrics, methods=["GET"], dependencies=protected, tags=["metrics"])
     app.add_api_route("/openapi.json", _openapi, methods=["GET"], dependencies=protected, include_in_schema=False)

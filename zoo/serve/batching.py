@@ -14,7 +14,7 @@ from typing import Generic, TypeVar
 
 import torch
 
-from zoo.serve.errors import RequestError, too_large
+from zoo.serve.request_errors import RequestError, too_large
 
 In = TypeVar("In")
 Out = TypeVar("Out")

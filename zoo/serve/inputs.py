@@ -16,9 +16,9 @@ from PIL import Image
 
 from zoo.errors import DataError
 from zoo.loading.images import ImageTooLargeError, open_image
-from zoo.serve.errors import bad_request, too_large
 from zoo.serve.models import ServedModel, TensorSpec
 from zoo.serve.protocol import ImageRow
+from zoo.serve.request_errors import bad_request, too_large
 
 
 def image_rows(served: ServedModel, images: list[tuple[str, bytes]], max_pixels: int) -> torch.Tensor:

@@ -19,11 +19,11 @@ import torch.nn as nn
 import zoo
 from zoo.deploy.exporter import example_input_for
 from zoo.errors import InvalidArgumentError, ZooError
-from zoo.loading.molecules import reads_molecules
 from zoo.loading.outputs import OutputMeaning, output_meaning
+from zoo.loading.smiles import reads_molecules
 from zoo.serve.protocol import ModelMetadata, TensorMetadata
 from zoo.serve.serve_options import ServeConfig
-from zoo.store import registry
+from zoo.store import weight_entries
 from zoo.tokenizer import check_byte_lm
 
 SERVED_KINDS = ("images", "vectors", "text")
@@ -128,9 +128,9 @@ def load_served(source: str, config: ServeConfig) -> ServedModel:
     """``source`` (a weight name or a saved folder) loaded for serving, optimized when asked."""
     model = zoo.load(source, device=config.device)
     cfg = model.pretrained_cfg
-    kind = registry.input_kind(cfg["architecture"])
+    kind = weight_entries.input_kind(cfg["architecture"])
     name = served_name(source)
-    if reads_molecules(cfg):  # SMILES in: zoo.serve.molecules
+    if reads_molecules(cfg):  # SMILES in: zoo.serve.smiles_requests
         return _molecule_model(name, model, _documents(source, name))
     if kind not in SERVED_KINDS:
         raise InvalidArgumentError(
@@ -172,7 +172,7 @@ def _molecule_model(name: str, model: nn.Module, documents: Documents) -> Served
 
 def _text_classifier(name: str, model: nn.Module, documents: Documents) -> ServedModel:
     """A text classifier (or regression, or multi-label) fine-tuned on text rows: the v2 BYTES
-    input ``text``, byte tokens as in training (`zoo.serve.texts`)."""
+    input ``text``, byte tokens as in training (`zoo.serve.text_requests`)."""
     context = min(512, model.config.max_position_embeddings)
     return _strings_model(name, model, documents, "texts", "text", context_length=context)
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from zoo.bounds import INT_MAX, SEED, TEMPERATURE, TOP_K, TOP_P, Bounds, count
 from zoo.errors import InvalidArgumentError
-from zoo.serve.errors import bad_request
+from zoo.serve.request_errors import bad_request
 
 Model = TypeVar("Model", bound=BaseModel)
 Datatype = Literal[

@@ -15,13 +15,13 @@ from starlette.requests import Request
 
 from zoo.deploy.exporter import example_input_for
 from zoo.errors import InvalidArgumentError
-from zoo.loading.molecules import smiles_batch
+from zoo.loading.smiles import smiles_batch
 from zoo.serve.batching import Batcher, tensor_batches
-from zoo.serve.completion import MAX_WAITING, Completion, CompletionJob, run_completions
-from zoo.serve.errors import bad_request, not_found
 from zoo.serve.metrics import Metrics
 from zoo.serve.models import ServedModel, load_served, served_name
 from zoo.serve.protocol import CompletionRequest
+from zoo.serve.request_errors import bad_request, not_found
+from zoo.serve.routes.completion import MAX_WAITING, Completion, CompletionJob, run_completions
 from zoo.serve.serve_options import ServeConfig
 from zoo.serve.threads import ThreadChoice, apply_threads, pick_threads
 from zoo.tokenizer import Continuation, complete_batch
@@ -97,7 +97,7 @@ class ServerState:
         if served.kind == "molecules":
             return functools.partial(served.forward, smiles_batch(["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1"]))
         if served.kind == "texts":
-            from zoo.serve.texts import text_outputs
+            from zoo.serve.text_requests import text_outputs
 
             return functools.partial(text_outputs, served, ["a short text"] * batch)
         return functools.partial(served.forward, example_input_for(served.model, batch=batch))

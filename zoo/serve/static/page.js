@@ -206,7 +206,7 @@ function modelSection(model) {
   }
   if (model.card_html) {
     const card = element("div", { class: "card" });
-    card.innerHTML = model.card_html;  // sanitized by the server (zoo/serve/cards.py)
+    card.innerHTML = model.card_html;  // sanitized by the server (zoo/serve/routes/cards.py)
     card.querySelectorAll("img").forEach(authorizedImage);
     section.append(element("details", { class: "card-box" }, element("summary", { text: "Model card" }), card));
   }

@@ -1,0 +1,1 @@
+"""WebDataset tar shards for training: the source that streams them (`shard_source`), their files and manifest (`shard_files`), brace ranges counted before they expand (`brace_ranges`), their labels and hold-out (`shard_labels`), and `zoo shards`' writer (`shard_writer`)."""

@@ -1,0 +1,104 @@
+"""``zoo bench``: the weight entries and architectures a user names, loaded by name and measured
+through `zoo.deploy.bench` (which takes built models, so it sits below `zoo.loading`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch.nn as nn
+from tqdm import tqdm
+
+from zoo.deploy.bench import BenchRow, BenchTarget, gmacs, measure
+from zoo.deploy.optimize_report import OptimizeReport
+from zoo.devices import checked_device
+from zoo.errors import InvalidArgumentError, WeightsNotFoundError
+from zoo.loading.build import load
+from zoo.store import weight_entries
+from zoo.store.weight_entries import GRAPH_SKIP_REASON
+
+
+def measure_targets(
+    targets: Sequence[BenchTarget],
+    batch_sizes: Sequence[int],
+    repeats: int,
+    optimize: bool = False,
+    reports: list[tuple[str, int, OptimizeReport]] | None = None,
+    device: str = "cpu",
+) -> tuple[list[BenchRow], list[tuple[str, str]]]:
+    """Measure every target at every batch size in fp32 eager and, with ``optimize``, as
+    `zoo.optimize` chooses (precision "auto", which compiles and times its candidates
+    on this machine, ONNX Runtime and OpenVINO among them where installed); returns the rows and
+    the (name, reason) of the targets skipped: graph models, and published weights not in the
+    cache. With ``optimize``, ``reports`` (a list) receives each row's (model, batch size,
+    `OptimizeReport`): every candidate's time, speed-up and agreement (`format_peers`). The
+    models run on ``device`` (checked before the first one loads)."""
+    if repeats < 1:
+        raise InvalidArgumentError(f"--repeats must be 1 or more, got {repeats}")
+    device = str(checked_device(device))
+    rows: list[BenchRow] = []
+    skipped: list[tuple[str, str]] = []
+    progress = tqdm(total=len(targets) * len(batch_sizes), desc="zoo bench", unit="run", leave=False)
+    for target in targets:
+        loaded = _load_or_skip(target, skipped, device)
+        if loaded is None:
+            progress.update(len(batch_sizes))
+            continue
+        model, preprocess = loaded
+        model_gmacs = target.info.gmacs if target.info is not None else gmacs(model, preprocess)
+        for batch_size in batch_sizes:
+            progress.set_postfix_str(f"{target.name} batch {batch_size}")
+            row, report = measure(target, model, preprocess, model_gmacs, batch_size, repeats, optimize)
+            rows.append(row)
+            if report is not None and reports is not None:
+                reports.append((target.name, batch_size, report))
+            progress.update(1)
+    progress.close()
+    return rows, skipped
+
+
+def _load_or_skip(
+    target: BenchTarget, skipped: list[tuple[str, str]], device: str
+) -> tuple[nn.Module, dict[str, Any]] | None:
+    """The target's model and preprocessing; None, with the reason added to ``skipped``, for a
+    graph model or published weights not in the cache."""
+    if weight_entries.input_kind(target.name.split(".")[0]) == "graphs":
+        skipped.append((target.name, GRAPH_SKIP_REASON))
+        return None
+    try:
+        return _load(target, device)
+    except WeightsNotFoundError:
+        skipped.append(
+            (
+                target.name,
+                f"published weights not in the cache; `zoo info {target.name}` shows "
+                "the source, zoo.load downloads them once",
+            )
+        )
+        return None
+
+
+@contextmanager
+def _offline() -> Iterator[None]:
+    """ZOO_OFFLINE=1 for the block: bench measures what is on this machine and downloads nothing."""
+    before = os.environ.get("ZOO_OFFLINE")
+    os.environ["ZOO_OFFLINE"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["ZOO_OFFLINE"]
+        else:
+            os.environ["ZOO_OFFLINE"] = before
+
+
+def _load(target: BenchTarget, device: str) -> tuple[nn.Module, dict[str, Any]]:
+    """The model (eval mode, fp32, on ``device``) and the preprocessing its inputs follow."""
+    if target.info is not None:
+        with _offline():
+            return load(target.name, device=device), target.info.preprocess
+    arch, default = weight_entries.arch_and_weights(target.name)
+    model = load(arch, pretrained=False, device=device, **(default.model_kwargs if default else {}))
+    return model, default.preprocess if default else {}

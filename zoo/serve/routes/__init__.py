@@ -1,0 +1,1 @@
+"""The routes of ``zoo serve``: Open Inference Protocol v2 (`v2`, with its JSON and binary tensors in `tensors`), zoo's own /v1 routes and OpenAI-style completions (`v1`, `completion`), and the page (`page`, with model cards as safe HTML in `cards`)."""
