@@ -1,11 +1,11 @@
 """Graph-model variants on the four molecule sets, many runs at once: the recipes' split, budget
-and test metrics (`zoo.training.recipes.molecules`), one process per run.
+and test metrics (`zoo.training.recipes.molecule_weights`), one process per run.
 
 The molecules are read by RDKit once, here (``cache``), into a file of plain tensors (the
 one-hot atom and bond features as their nonzero columns, loaded with ``weights_only=True``),
 so the runs need neither RDKit nor the sets' files: they can go to a machine with more cores
 or a GPU (``benchmarks/gpu_session.sh sweep``). ``run`` trains every variant of ``--variants``
-on every set and seed with `zoo.training.recipes.molecules._train` (the recipe's own training:
+on every set and seed with `zoo.training.recipes.molecule_weights._train` (the recipe's own training:
 `TrainConfig` from the data defaults, best epoch on validation, standardisation folded into the
 head) and measures the test split with `zoo.training.recipes.evaluate.evaluate`, ``--jobs``
 runs at a time (one thread each), and writes one CSV row per run and a Markdown table of
@@ -51,7 +51,7 @@ _GRAPH_KEYS = ("x", "edge_attr")  # one-hot features, stored as their nonzero co
 
 def write_cache(out: Path, sets: Sequence[str]) -> None:
     """Each set's graphs (features as nonzero columns), splits and target, as plain tensors."""
-    from zoo.training.data.molecule_sets import benchmark
+    from zoo.training.data.molecules.molecule_sets import benchmark
 
     cache: dict[str, Any] = {}
     for name in sets:
@@ -100,7 +100,7 @@ def cached_benchmarks(path: Path) -> dict[str, Any]:
     """set name -> (MoleculeSource, (train, val, test)), as `molecule_sets.benchmark` returns."""
     from torch_geometric.loader.dataloader import Collater
 
-    from zoo.training.data.molecules import MoleculeSource, _Graphs
+    from zoo.training.data.molecules.molecule_files import MoleculeSource, _Graphs
 
     out = {}
     for name, entry in torch.load(path, weights_only=True).items():
@@ -118,8 +118,8 @@ def cached_benchmarks(path: Path) -> dict[str, Any]:
 def _init(cache: str, device: str) -> None:
     """A worker: one thread, the sets from the cache in place of RDKit's reading."""
     torch.set_num_threads(1)
-    import zoo.training.data.molecule_sets as molecule_sets
-    import zoo.training.recipes.molecules as recipe
+    import zoo.training.data.molecules.molecule_sets as molecule_sets
+    import zoo.training.recipes.molecule_weights as recipe
 
     table = cached_benchmarks(Path(cache))
     molecule_sets.benchmark = recipe.benchmark = table.__getitem__  # type: ignore[assignment]
@@ -131,7 +131,7 @@ def _one(job: tuple[str, str, int]) -> dict[str, Any]:
     import dataclasses
 
     from zoo.training.recipes.evaluate import evaluate
-    from zoo.training.recipes.molecules import _train, recipe_config
+    from zoo.training.recipes.molecule_weights import _train, recipe_config
 
     variant, name, seed = job
     device = os.environ["ZOO_SWEEP_DEVICE"]
