@@ -24,7 +24,7 @@ from ._errors import InvalidArgumentError
 Inputs = Literal["images", "text", "graphs", "vectors"]
 ModelBuilder = Callable[..., Any]  # returns an nn.Module; torch is not imported here, to keep `zoo list` light
 INDEX_FILE = Path(__file__).with_name("_index.json")
-FAMILIES = ("resnet", "densenet", "mobilenet", "moe_transformer", "dbn", "graph")  # zoo's family modules
+FAMILIES = ("resnet", "densenet", "mobilenet", "moe.moe_transformer", "dbn", "graph")  # zoo's family modules
 
 
 @dataclass(frozen=True)

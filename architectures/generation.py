@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from ._errors import InvalidArgumentError
 from .layers import rotary_cos_sin
-from .moe_experts import SparseMoeBlock, _dense_swiglu, _grouped_mm_swiglu
+from .moe.moe_experts import SparseMoeBlock, _dense_swiglu, _grouped_mm_swiglu
 
 Compile = bool | Literal["auto"]
 CACHE_STEP = 64

@@ -34,7 +34,7 @@ import torch
 from transformers import MixtralConfig
 from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
 
-from zoo.architectures.moe_experts import SparseMoeBlock
+from zoo.architectures.moe.moe_experts import SparseMoeBlock
 
 HIDDEN, INTERMEDIATE, EXPERTS, TOP_K = 512, 1024, 8, 2
 HF_IMPLEMENTATIONS = ("eager", "batched_mm", "grouped_mm")

@@ -62,7 +62,7 @@ FAMILIES = {  # an architecture's module -> its family's name
     "resnet": "ResNet",
     "densenet": "DenseNet",
     "mobilenet": "MobileNet",
-    "moe_transformer": "MoE transformer",
+    "moe.moe_transformer": "MoE transformer",
     "dbn": "Deep belief net",
     "graph": "GIN (graph)",
 }

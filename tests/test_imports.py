@@ -22,6 +22,7 @@ FOLDERS = {"zoo": "zoo", "architectures": "zoo.architectures", "training": "zoo.
 # and its rank: a room imports only rooms of a lower rank, and its own.
 ROOMS = {
     "zoo.architectures": 0,
+    "zoo.architectures.moe": 0,  # the MoE family, a sub-room of the architectures
     "zoo.errors": 1,
     "zoo.devices": 1,
     "zoo.tokenizer": 1,
@@ -35,6 +36,7 @@ ROOMS = {
     "zoo.serve": 7,
     "zoo.serve.routes": 7,  # zoo.serve's routes, a sub-room of it
     "zoo.training.loop": 8,
+    "zoo.training.loop.records": 8,  # what a run leaves to read: logs, curves, MLflow
     "zoo.training.data": 9,  # and its sub-rooms by input kind, one room with it:
     "zoo.training.data.images": 9,
     "zoo.training.data.text": 9,
@@ -57,6 +59,8 @@ ONE_ROOM = [
     {"zoo.errors", "zoo.devices", "zoo.tokenizer", "zoo.bounds"},
     {"zoo.cli", "zoo.__main__"},
     {"zoo.serve", "zoo.serve.routes"},
+    {"zoo.architectures", "zoo.architectures.moe"},
+    {"zoo.training.loop", "zoo.training.loop.records"},
     DATA_ROOMS,
 ]
 COMMAND_LINE = ROOMS["zoo.cli"]

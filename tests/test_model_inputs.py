@@ -26,7 +26,7 @@ from torch_geometric.data import Data
 import zoo
 from zoo.architectures.layers import InputDTypeError
 from zoo.architectures.mobilenet import MobileNet
-from zoo.architectures.moe_transformer import MoEOutput
+from zoo.architectures.moe.moe_transformer import MoEOutput
 
 PROPERTY = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

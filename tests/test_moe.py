@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 import zoo
-from zoo.architectures.moe_experts import MoEExperts, load_balancing_loss, router_z_loss
-from zoo.architectures.moe_transformer import (  # importing it registers moe_lm, moe_encoder, moe_vit
+from zoo.architectures.moe.moe_experts import MoEExperts, load_balancing_loss, router_z_loss
+from zoo.architectures.moe.moe_transformer import (  # importing it registers moe_lm, moe_encoder, moe_vit
     MoEConfig,
     MoEOutput,
 )

@@ -31,7 +31,7 @@ from zoo.training.finetune.report import (
     evaluate_classifier,
     plot_confusion_matrix,
 )
-from zoo.training.loop.curves import plot_curves
+from zoo.training.loop.records.curves import plot_curves
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -32,7 +32,7 @@ from torch.utils.data import TensorDataset
 import zoo
 from zoo import cli
 from zoo.training.finetune.mlflow_run import RUN_FILE
-from zoo.training.loop.tracking import parent_run, store_uri
+from zoo.training.loop.records.tracking import parent_run, store_uri
 from zoo.training.loop.trainer import TrainConfig, Trainer
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.filterwarnings("ignore:.*bare architecture")]

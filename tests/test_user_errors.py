@@ -168,7 +168,7 @@ def test_a_batch_without_targets_is_refused_by_name() -> None:
 
 def test_an_unknown_finetune_mode_and_plot_without_rows() -> None:
     from zoo.training.finetune.stages import apply_mode
-    from zoo.training.loop.curves import plot_curves
+    from zoo.training.loop.records.curves import plot_curves
 
     with pytest.raises(InvalidArgumentError, match="mode must be one of") as mode:
         apply_mode(tiny_classifier(), "everything")

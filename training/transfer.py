@@ -25,7 +25,7 @@ from zoo.loading.resolve import Registered, resolve
 from zoo.store.files import write_json
 from zoo.training.finetune import FinetuneResult, module_main, run
 from zoo.training.finetune.run_folder import Output, prepare
-from zoo.training.loop.curves import plot_curves
+from zoo.training.loop.records.curves import plot_curves
 
 CURVES = ("train_loss", "val_loss", "train_acc", "val_acc")
 # the comparison's own files; each arm's folder is a finetune run with its own manifest

@@ -55,8 +55,8 @@ from zoo.training.loop.callbacks import Callback
 from zoo.training.loop.checkpoint import elastic_resume
 from zoo.training.loop.lr_finder import PLOT_FILE as LR_FINDER_PLOT
 from zoo.training.loop.lr_finder import resumed_lr
+from zoo.training.loop.records.tracking import check_tracking
 from zoo.training.loop.steps import MultiLabelStep, RegressionStep, StepFn, fold_standardisation
-from zoo.training.loop.tracking import check_tracking
 from zoo.training.loop.train_config import TrainConfig, config_from_args, given_options
 from zoo.training.loop.trainer import Trainer
 

@@ -1,9 +1,9 @@
 """``zoo finetune --track URI``: the MLflow run around a fine-tuning run (`finetune_tracking`).
 
 It opens when the data and the model are ready (MLflow installed and a server answering were
-checked before anything else, `zoo.training.loop.tracking.check_tracking`), logs the model name,
+checked before anything else, `zoo.training.loop.records.tracking.check_tracking`), logs the model name,
 the data and the `FinetuneOptions` as params (the Trainer adds its `TrainConfig` and each
-epoch's metrics, `zoo.training.loop.tracking.tracked`), and writes `RUN_FILE` into the output
+epoch's metrics, `zoo.training.loop.records.tracking.tracked`), and writes `RUN_FILE` into the output
 folder: where the run is, so a team finds it again (the card says it too). When the run has
 written its model and card, it logs them with the curves, metrics and reports (`LOGGED`), and the
 model as an MLflow model, ``runs:/RUN_ID/model`` (`zoo.training.finetune.mlflow_model`). A run
@@ -29,7 +29,7 @@ from zoo.store.files import read_json, write_json
 from zoo.training.finetune import post_training
 from zoo.training.finetune.options import FinetuneOptions
 from zoo.training.loop.lr_finder import PLOT_FILE as LR_FINDER_PLOT
-from zoo.training.loop.tracking import Tracker, require_mlflow, tracking_run
+from zoo.training.loop.records.tracking import Tracker, require_mlflow, tracking_run
 from zoo.training.loop.train_config import TrainConfig
 
 RUN_FILE = "mlflow_run.json"

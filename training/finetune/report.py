@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from zoo.devices import model_device
 from zoo.errors import DataError, InvalidArgumentError
-from zoo.training.loop.curves import figure, save_figure
+from zoo.training.loop.records.curves import figure, save_figure
 from zoo.training.loop.steps import move_to_device, split_batch
 
 if TYPE_CHECKING:

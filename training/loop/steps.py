@@ -117,7 +117,7 @@ def forward_with_aux(
     about auxiliary losses. ``model(x)`` returns logits; a model whose ``forward`` takes
     ``return_aux`` (the MoE models) is called with ``return_aux=True`` and returns an object
     with ``logits``, ``aux_loss`` and ``expert_fractions`` (share of token slots per expert,
-    [layers, experts], as `zoo.architectures.moe_transformer.MoEOutput`), logged per expert as
+    [layers, experts], as `zoo.architectures.moe.moe_transformer.MoEOutput`), logged per expert as
     ``expert_load/<i>``, the mean over layers. The call goes through the wrappers (DDP,
     torch.compile), so their hooks see it."""
     takes_aux = "return_aux" in inspect.signature(unwrap_model(model).forward).parameters

@@ -219,7 +219,7 @@ class TrainConfig:
             )
         if isinstance(self.track, os.PathLike):  # a folder given as a Path
             self.track = os.fspath(self.track)
-        for name in ("track", "track_experiment"):  # the URI's form: zoo.training.loop.tracking
+        for name in ("track", "track_experiment"):  # the URI's form: zoo.training.loop.records.tracking
             value = getattr(self, name)
             if value is not None and not (isinstance(value, str) and value.strip()):
                 raise InvalidArgumentError(f"{_named(name)} must be a non-empty string or None, got {value!r}")

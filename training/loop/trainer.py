@@ -65,7 +65,8 @@ from zoo.training.loop.loaders import ShardSampler, build_loader
 from zoo.training.loop.lr_finder import find_lr
 from zoo.training.loop.meter import EpochMeter, count_correct, count_samples, take_first_samples
 from zoo.training.loop.optim import make_optimizer, make_scheduler, param_groups, start_lr
-from zoo.training.loop.run_logs import RunLogs, check_finite, start_profiler
+from zoo.training.loop.records.run_logs import RunLogs, check_finite, start_profiler
+from zoo.training.loop.records.tracking import tracked
 from zoo.training.loop.speed import Setting, fixed_setting, tune, use_setting
 from zoo.training.loop.steps import (
     ClassificationStep,
@@ -75,7 +76,6 @@ from zoo.training.loop.steps import (
     monitor_name,
     move_to_device,
 )
-from zoo.training.loop.tracking import tracked
 from zoo.training.loop.train_config import SCHEDULERS, TrainConfig
 
 __all__ = ["SCHEDULERS", "TrainConfig", "TrainState", "Trainer", "param_groups"]
@@ -235,7 +235,7 @@ class Trainer:
         profiler = start_profiler(self.out_dir, self.device, self.rank) if cfg.profile else None
 
         try:
-            with tracked(self):  # TrainConfig.track: MLflow (zoo.training.loop.tracking), ended as the run ends
+            with tracked(self):  # TrainConfig.track: MLflow (zoo.training.loop.records.tracking), ended as the run ends
                 while state.epoch < cfg.epochs and state.global_step < epochs.total_steps and not state.stopped_early:
                     elapsed, samples = self._train_epoch(epochs, profiler)
                     self._end_epoch(val_set, elapsed, samples)

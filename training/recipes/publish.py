@@ -33,7 +33,7 @@ from zoo.deploy.bench import gmacs
 from zoo.errors import InvalidArgumentError, run_command
 from zoo.loading.build import load
 from zoo.store.files import write_bytes_atomic
-from zoo.training.loop.curves import plot_curves
+from zoo.training.loop.records.curves import plot_curves
 from zoo.training.loop.train_config import MAX_WORKERS
 
 WEIGHTS_DIR = Path(__file__).resolve().parents[2] / "weights"  # the repository's weights/ (training/recipes/publish.py)

@@ -40,7 +40,7 @@ from zoo.training import finetune as finetune_package
 from zoo.training.finetune import keywords as finetune_keywords
 from zoo.training.finetune.options import json_object
 from zoo.training.finetune.stages import parameter_levels
-from zoo.training.loop.tracking import check_tracking
+from zoo.training.loop.records.tracking import check_tracking
 from zoo.training.loop.train_config import GIVEN, TrainConfig
 from zoo.training.tuning import tune_report
 from zoo.training.tuning.tune_space import Param, active_space, default_params, sample, trial_keywords
@@ -359,7 +359,7 @@ def _tracking(name: str, fixed: Mapping[str, Any], identity: dict[str, Any]) -> 
     """With ``track=``: the study as an MLflow parent run, each trial's run its child."""
     if fixed.get("track") is None:
         return contextlib.nullcontext()
-    from zoo.training.loop.tracking import parent_run
+    from zoo.training.loop.records.tracking import parent_run
 
     params = {"zoo_tune": json.dumps(identity)}
     return parent_run(fixed["track"], experiment=fixed.get("track_experiment"), run_name=f"zoo tune {name}",

@@ -23,7 +23,7 @@ import torch.nn as nn
 from tqdm import tqdm
 
 from zoo.architectures import ARCHS
-from zoo.architectures.moe_transformer import MoETransformer
+from zoo.architectures.moe.moe_transformer import MoETransformer
 from zoo.errors import ConfigFileError, InvalidArgumentError, WeightsError, WeightsMismatchError, WeightsNotFoundError
 from zoo.store import weight_entries
 from zoo.store.files import read_json

@@ -16,7 +16,7 @@ import torch.nn as nn
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from zoo.architectures.moe_transformer import MoETransformer
+from zoo.architectures.moe.moe_transformer import MoETransformer
 from zoo.errors import InvalidArgumentError
 from zoo.interop.hf_checkpoint import CONFIG_FILE, INDEX_FILE, SINGLE_FILE
 from zoo.store.files import atomic_files

@@ -247,7 +247,7 @@ def _documents(source: str, name: str) -> Documents:
 
 
 def _folder_metrics(folder: Path) -> dict[str, Any]:
-    """The last epoch of metrics.json (training/loop/run_logs.py's history) and its scalar extras."""
+    """The last epoch of metrics.json (training/loop/records/run_logs.py's history) and its scalar extras."""
     try:
         data = json.loads((folder / "metrics.json").read_text())
     except (OSError, ValueError):

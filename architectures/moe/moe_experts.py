@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._errors import InvalidArgumentError
+from .._errors import InvalidArgumentError
 
 Dispatch = Literal["auto", "split", "grouped_mm", "dense"]
 

@@ -21,7 +21,7 @@ TensorBoard is written as before.
 Nested runs (a search, ``zoo tune``): inside `parent_run` every run tracked to the same URI is
 its child (tag ``mlflow.parentRunId``), in the parent's experiment unless it names its own::
 
-    from zoo.training.loop.tracking import parent_run
+    from zoo.training.loop.records.tracking import parent_run
 
     with parent_run("http://127.0.0.1:5000", experiment="zoo-tune", run_name="study") as parent:
         for trial in range(10):

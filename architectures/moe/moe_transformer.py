@@ -24,12 +24,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import generation
-from ._errors import InvalidArgumentError
-from ._registry import register_model
-from .features import FeatureInfo, Indices, check_output_fmt, feature_take_indices
-from .generation import Compile, KVCache
-from .layers import (
+from .. import generation
+from .._errors import InvalidArgumentError
+from .._registry import register_model
+from ..features import FeatureInfo, Indices, check_output_fmt, feature_take_indices
+from ..generation import Compile, KVCache
+from ..layers import (
     ConvNormAct,
     PooledLinearClassifier,
     check_image_input,

@@ -24,9 +24,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from ._errors import InvalidArgumentError
-from .generation import KVCache
-from .layers import DefaultCfg, apply_rotary, check_float_option, check_int_option, check_rate_option
+from .._errors import InvalidArgumentError
+from ..generation import KVCache
+from ..layers import DefaultCfg, apply_rotary, check_float_option, check_int_option, check_rate_option
 from .moe_experts import Dispatch, SparseMoeBlock, SwiGLU, routing_losses
 
 

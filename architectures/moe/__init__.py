@@ -1,0 +1,1 @@
+"""The mixture-of-experts transformer family: the experts and their dispatch (`moe_experts`), attention and blocks (`moe_blocks`), and the models `moe_lm`, `moe_encoder`, `moe_vit` with their configuration (`moe_transformer`)."""
