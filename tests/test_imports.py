@@ -11,6 +11,7 @@ top of a file."""
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,14 @@ def test_the_package_is_found() -> None:
         "zoo.training.loop.trainer",
         "zoo.training.recipes.fmnist",
     } <= MODULES
+
+
+def test_every_package_folder_is_installed() -> None:
+    """pyproject lists the packages one by one: a new room (folder) is left out of the wheel unless named there."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    assert PACKAGES == listed, (
+        f"pyproject.toml's packages: add {sorted(PACKAGES - listed)}, drop {sorted(listed - PACKAGES)}"
+    )
 
 
 def test_nothing_imports_the_folders_by_their_bare_names() -> None:
