@@ -1,2 +1,2 @@
-"""The weight store: weight entries (`registry`), verified downloads and state-dict files
+"""The weight store: weight entries (`weight_entries`), verified downloads and state-dict files
 (`download`), key converters (`convert`) and atomic file writes (`files`)."""
