@@ -1,55 +1,192 @@
-"""`zoo.optimize("auto")` with its default time budget against the full search, side by side
-in one process: wall time of each search, what each picked, and the two picks timed in turn
-against each other afterwards (the budgeted pick should be within 5% of the full search's).
+"""`zoo.optimize("auto")` within its default time budget against ONNX Runtime and OpenVINO and
+against its own full search, side by side in one process, on ResNet-50 (torchvision's, random
+weights seeded 0, its state dict copied into zoo's ``resnet50``).
 
-    .venv/bin/python benchmarks/optimize_budget.py [--models resnet20.fmnist resnet50] [--batch 16] [--budget 60]
+In order: the peers are built from torchvision's model with each runtime's own tools (ONNX
+Runtime fp32 and static int8, OpenVINO fp32 and NNCF int8, as `zoo.deploy.runtimes` builds
+them, calibrated on the example batch); then auto searches with ``time_budget_s`` (first, with
+torch's compile cache in a fresh folder: nothing compiled before helps it) and with
+``time_budget_s=None`` (the full search, which may reuse the first one's compiled graphs);
+neither reads or writes remembered choices (``cache=False``). Then every variant is timed call
+by call in turn, ``--rounds`` rounds, the order rotated each round. Each row: median and min ms
+per batch, the reference's median over the variant's, the spread of that ratio over the rounds
+(its quartiles: the run-to-run noise), and the budgeted pick's time over the variant's in the
+same round (median and quartiles; above 1: the budgeted pick is slower). The machine, with its
+load average at the start and the end, heads the output; ``--csv`` writes the table.
+
+    .venv/bin/python benchmarks/optimize_budget.py [--batch 16] [--budget 60] [--rounds 9] [--csv results/optimize_budget/x.csv]
 """
 
 from __future__ import annotations
 
-import argparse
-import time
+import os
+import tempfile
 
-import torch
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="zoo-inductor-"))  # before torch compiles
 
-import zoo
-from zoo.deploy.inference import medians
-from zoo.devices import has_amx
+import argparse  # noqa: E402
+import csv  # noqa: E402
+import datetime  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+import torchvision  # noqa: E402
+
+import zoo  # noqa: E402
+from zoo.deploy import runtimes  # noqa: E402
+from zoo.devices import has_amx  # noqa: E402
+
+PEERS = {
+    "onnxruntime": "ONNX Runtime fp32",
+    "onnxruntime-int8": "ONNX Runtime int8 (quantize_static)",
+    "openvino": "OpenVINO fp32",
+    "openvino-int8": "OpenVINO int8 (NNCF)",
+}
+REFERENCE = "torchvision fp32 eager"
+BUDGETED = "zoo.optimize auto, budget"
+FULL = "zoo.optimize auto, full search"
 
 
-def search(model: torch.nn.Module, x: torch.Tensor, budget: float | None) -> tuple[object, float]:
+def load() -> str:
+    return ", ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def machine() -> str:
+    """The CPU by name and features, threads, versions, and the load average now."""
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
+        platform.processor() or platform.machine(),
+    )
+    bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return (
+        f"{datetime.date.today()}, {cpu}, {os.cpu_count()} cores; CPU capability "
+        f"{torch.backends.cpu.get_cpu_capability()}, native bf16 {'yes' if bf16 else 'no'}, VNNI "
+        f"{'yes' if runtimes.has_vnni() else 'no'}, AMX {'yes' if has_amx() else 'no'}; {torch.get_num_threads()} "
+        f"threads; torch {torch.__version__}, {runtimes.versions()}; load average {load()} (1, 5, 15 min)"
+    )
+
+
+def peers(reference: torch.nn.Module, x: torch.Tensor) -> tuple[dict[str, Callable], dict[str, float]]:
+    """The runtimes built from ``reference`` with their own tools, and the seconds each took."""
+    variants, seconds = {}, {}
+    for runtime in ("onnxruntime", "openvino"):
+        conversion = runtimes.Conversion(runtime)
+        for name in (runtime, f"{runtime}-int8"):
+            if (reason := runtimes.missing(name)) is not None:
+                print(f"  {PEERS[name]}: not measured: {reason}")
+                continue
+            start = time.perf_counter()
+            variants[PEERS[name]] = runtimes.build_runtime(name, reference, (x,), [(x,)], conversion)
+            seconds[PEERS[name]] = time.perf_counter() - start
+    return variants, seconds
+
+
+def search(model: torch.nn.Module, x: torch.Tensor, budget: float | None) -> tuple[torch.nn.Module, float]:
     start = time.perf_counter()
     optimized = zoo.optimize(model, x, "auto", cache=False, time_budget_s=budget)
     return optimized, time.perf_counter() - start
 
 
+def in_turn(variants: dict[str, Callable], x: torch.Tensor, rounds: int) -> dict[str, list[float]]:
+    """Seconds per call of each variant, round by round, called in turn, the order rotated each round."""
+    names = list(variants)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    with torch.no_grad():
+        for name in names:  # first calls, and each thread pool awake
+            variants[name](x)
+        for round_ in range(rounds):
+            shift = round_ % len(names)
+            for name in names[shift:] + names[:shift]:
+                start = time.perf_counter()
+                variants[name](x)
+                times[name].append(time.perf_counter() - start)
+    return times
+
+
+def spread(values: list[float]) -> tuple[float, float, float]:
+    """Median and quartiles."""
+    if len(values) < 2:
+        return values[0], values[0], values[0]
+    low, middle, high = statistics.quantiles(values, n=4, method="inclusive")
+    return middle, low, high
+
+
+def rows(times: dict[str, list[float]], picks: dict[str, str], seconds: dict[str, float]) -> list[dict[str, str]]:
+    """The table: per variant its medians, ratio to the reference with its quartiles, and the
+    budgeted pick's time over its own, round by round."""
+    reference, budgeted = times[REFERENCE], times[BUDGETED]
+    table = []
+    for name, measured in times.items():
+        ratio = spread([r / t for r, t in zip(reference, measured)])
+        versus = spread([b / t for b, t in zip(budgeted, measured)])
+        table.append(
+            {
+                "variant": name,
+                "picked": picks.get(name, ""),
+                "built_or_searched_s": f"{seconds[name]:.0f}" if name in seconds else "",
+                "median_ms": f"{statistics.median(measured) * 1e3:.1f}",
+                "min_ms": f"{min(measured) * 1e3:.1f}",
+                "x_torchvision_eager": f"{ratio[0]:.2f}",
+                "x_quartiles": f"{ratio[1]:.2f}-{ratio[2]:.2f}",
+                "budgeted_pick_time_over_this": f"{versus[0]:.2f} ({versus[1]:.2f}-{versus[2]:.2f})",
+            }
+        )
+    return table
+
+
+def verdict(table: list[dict[str, str]]) -> str:
+    """The budgeted pick against the full search's and each peer: faster, within the noise (the
+    quartiles of its time over theirs straddle 1), or slower."""
+    lines = []
+    for row in table:
+        if row["variant"] in (REFERENCE, BUDGETED):
+            continue
+        median, quartiles = row["budgeted_pick_time_over_this"].split(" ")
+        low, high = (float(q) for q in quartiles.strip("()").split("-"))
+        what = "faster" if high < 1 else "slower" if low > 1 else "within the run-to-run noise"
+        lines.append(f"  budgeted pick against {row['variant']}: {median} of its time per batch, {what}")
+    return "\n".join(["", *lines])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["resnet20.fmnist", "resnet50"])
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--budget", type=float, default=60.0)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--csv", type=Path, help="write the table here")
     args = parser.parse_args()
-    print(
-        f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}, "
-        f"AMX {'yes' if has_amx() else 'no'}, {torch.get_num_threads()} threads"
-    )
-    for name in args.models:
-        model = zoo.load(name, pretrained=name != "resnet50")  # resnet50: random weights, speed only
-        size = model.pretrained_cfg.get("input_size", (3, 224, 224))
-        x = torch.randn(args.batch, *size)
-        budgeted, budgeted_s = search(model, x, args.budget)
-        full, full_s = search(model, x, None)
-        eager_s, budget_pick_s, full_pick_s = medians([model, budgeted, full], (x,), args.repeats)
-        print(f"\n{name}, batch {args.batch}")
-        print(f"  budget {args.budget:g} s: searched {budgeted_s:.0f} s, picked {budgeted.optimize_report.precision}")
-        print(f"  full search:   searched {full_s:.0f} s, picked {full.optimize_report.precision}")
-        print(
-            f"  the picks timed in turn: eager {eager_s * 1e3:.1f} ms, budgeted pick {budget_pick_s * 1e3:.1f} ms "
-            f"({eager_s / budget_pick_s:.2f}x), full pick {full_pick_s * 1e3:.1f} ms ({eager_s / full_pick_s:.2f}x); "
-            f"budgeted / full = {full_pick_s / budget_pick_s:.2f}"
-        )
-        print("  budgeted report:\n    " + str(budgeted.optimize_report).replace("\n", "\n    "))
+    started = time.perf_counter()
+    print(machine(), flush=True)
+    torch.manual_seed(0)
+    reference = torchvision.models.resnet50().eval()
+    model = zoo.load("resnet50", pretrained=False).eval()
+    model.load_state_dict(reference.state_dict())
+    x = torch.randn(args.batch, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    variants, seconds = peers(reference, x)
+    budgeted, seconds[BUDGETED] = search(model, x, args.budget)
+    print(f"\nbudgeted search ({seconds[BUDGETED]:.0f} s, load {load()}):\n{budgeted.optimize_report}", flush=True)
+    full, seconds[FULL] = search(model, x, None)
+    print(f"\nfull search ({seconds[FULL]:.0f} s, load {load()}):\n{full.optimize_report}", flush=True)
+    variants = {REFERENCE: reference, **variants, BUDGETED: budgeted, FULL: full}
+    picks = {BUDGETED: budgeted.optimize_report.precision, FULL: full.optimize_report.precision}
+    table = rows(in_turn(variants, x, args.rounds), picks, seconds)
+    print(f"\nResNet-50, batch {args.batch}, budget {args.budget:g} s, {args.rounds} rounds in turn:")
+    print("| " + " | ".join(table[0]) + " |\n|" + "---|" * len(table[0]))
+    for row in table:
+        print("| " + " | ".join(row.values()) + " |")
+    print(verdict(table))
+    print(f"\nload average at the end: {load()} (1, 5, 15 min); {time.perf_counter() - started:.0f} s in all")
+    if args.csv:
+        args.csv.parent.mkdir(parents=True, exist_ok=True)
+        with args.csv.open("w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=list(table[0]))
+            writer.writeheader()
+            writer.writerows(table)
 
 
 if __name__ == "__main__":

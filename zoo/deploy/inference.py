@@ -34,6 +34,7 @@ import torch.nn as nn
 from zoo.architectures import ARCHS
 from zoo.bounds import Bounds
 from zoo.deploy import runtimes as runtime_candidates
+from zoo.deploy import search
 from zoo.deploy.exporter import output_tensors
 from zoo.deploy.int8 import has_torchao, quantize_int8
 from zoo.deploy.optimize_report import PRECISIONS, Candidate, OptimizeReport, remembered, write_cache
@@ -86,9 +87,9 @@ def optimize(
     the others (a name may also be ``precision``, measured alone); the report lists those that are
     not installed with the extra to install. Each candidate is built once (a compile, export or
     conversion), called ``2 + repeats`` times in its check and again in the final round;
-    ``runtimes=False`` leaves the runtimes out. ``time_budget_s`` bounds auto's search (the most
-    promising candidates first, none once past the budget: docs/inference.md; ``None``: all).
-    The result carries ``optimize_report``."""
+    ``runtimes=False`` leaves the runtimes out. ``time_budget_s`` bounds auto's search
+    (`zoo.deploy.search`: the likely winners here first, each only while it may beat the best
+    so far and fits; the report says what it left; ``None``: all); the result has ``optimize_report``."""
     _check_options(precision, min_agreement, repeats, max_batch_graphs, time_budget_s)
     model.eval()
     args = _example_args(example_input)
@@ -148,7 +149,7 @@ class _Trials:
         self.model, self.args, self.batches, self.available = model, args, batches, available
         self.repeats, self.min_agreement, self.strict = repeats, min_agreement, strict
         self.device = model_device(model)
-        self.budget, self.started, self.costs = budget, time.perf_counter(), []
+        self.budget, self.started = budget, time.perf_counter()
         with torch.no_grad():
             self.references = [model(*batch) for batch in batches]
         self.classifier = _is_classifier(model, self.references[0])
@@ -163,7 +164,7 @@ class _Trials:
 
     def measure(self, names: Iterable[str]) -> list[Candidate]:
         """fp32 eager, then each of ``names`` built and measured."""
-        return [self.eager, *(self._measure(name) for name in names)]
+        return [self.eager, *(self._measured(name) for name in names)]
 
     def final_round(self, passed: list[Candidate]) -> None:
         """Time fp32 eager and every candidate that passed in turn, in one interleaved round,
@@ -178,14 +179,9 @@ class _Trials:
         for candidate, seconds in zip(others, times[1:]):
             candidate.median_s = seconds
 
-    def affordable(self) -> bool:
-        return fits(time.perf_counter() - self.started, self.costs, self.budget)
-
-    def _measure(self, name: str) -> Candidate:
-        started = time.perf_counter()
-        candidate = self._measured(name)
-        self.costs.append(time.perf_counter() - started)
-        return candidate
+    def elapsed(self) -> float:
+        """Seconds since the trials began (eager's references and timing included)."""
+        return time.perf_counter() - self.started
 
     def _measured(self, name: str) -> Candidate:
         candidate = Candidate(name)
@@ -244,19 +240,14 @@ def _choose_auto(trials: _Trials, report: OptimizeReport, unavailable: dict[str,
             report.candidates, report.cached = choice[1], True
             return next((c for c in choice[1] if c.name == chosen.name and c.speedup), chosen)
         break
-    names = [n for n in trials.available if n != "eager"]
-    measured = [trials.eager]
-    for name in search_order(names, trials.device) if budgeted else names:
-        if trials.affordable():
-            measured.append(trials._measure(name))
-        else:
-            note = f"not tried: auto's time budget ({trials.budget:g} s) was spent; time_budget_s=None tries all"
-            measured.append(Candidate(name, note=note))
+    measured, plan = _search(trials, [n for n in trials.available if n != "eager"], cache)
     passed = [c for c in measured if c.passed and c.name != "eager"]
     if budgeted and len(passed) == 1:  # its pair with eager is one consistent measurement already
         trials.eager.median_s = trials.paired_eager_s[passed[0].name]
     else:
         trials.final_round([c for c in measured if c.passed])
+    if budgeted:
+        report.search = search.summary(plan, measured, trials.elapsed(), trials.budget)
     report.candidates = measured + [Candidate(n, note=reason) for n, reason in unavailable.items()]
     chosen = pick(report.candidates)
     if cache:
@@ -264,25 +255,18 @@ def _choose_auto(trials: _Trials, report: OptimizeReport, unavailable: dict[str,
     return chosen
 
 
-# Auto's budgeted search tries the candidates in this order (those that apply): what measured
-# fastest first (results/: int8 ahead of bf16 on AVX512-BF16 CPUs, the runtimes' int8 next).
-SEARCH_ORDER = {
-    "cuda": ("fp16", "bf16", "fp32", "channels_last"),
-    "cpu-bf16": ("int8", "bf16", "openvino-int8", "onnxruntime-int8", "openvino", "fp32", "channels_last"),
-    "cpu": ("int8", "openvino-int8", "onnxruntime-int8", "openvino", "fp32", "channels_last", "onnxruntime"),
-}
-
-
-def fits(elapsed: float, costs: list[float], budget: float | None) -> bool:
-    """Whether another candidate fits in ``budget`` after ``elapsed`` seconds, if it costs what
-    those measured (``costs``) did on average; the first one always does."""
-    return budget is None or not costs or elapsed + statistics.mean(costs) <= budget
-
-
-def search_order(names: list[str], device: torch.device) -> list[str]:
-    """``names`` most promising first on this device (unknown names last, in their order)."""
-    order = SEARCH_ORDER["cuda" if device.type == "cuda" else "cpu-bf16" if "bf16" in names else "cpu"]
-    return sorted(names, key=lambda n: order.index(n) if n in order else len(order))
+def _search(trials: _Trials, names: list[str], cache: bool) -> tuple[list[Candidate], search.Plan]:
+    """fp32 eager and ``names`` measured, or left untried by a budgeted search's stop rule
+    (`zoo.deploy.search`), which tries the most promising first; what was measured is
+    remembered for later searches on similar models (with ``cache``)."""
+    machine, profile = search.Machine.here(trials.device), search.ModelProfile.of(trials.model, trials.args)
+    calls = 2 + trials.repeats + len(trials.batches)  # a check, then the timing in turn with eager
+    known = search.similar(machine, profile) if cache else None
+    plan = search.plan(names, machine, profile, trials.eager.median_s, calls, known)
+    measured, costs = search.run(plan, trials._measured, trials.eager, trials.elapsed, trials.budget)
+    if cache:
+        search.remember(machine, profile, plan, measured, costs)
+    return measured, plan
 
 
 def unavailable_precisions(model: nn.Module, example_input: Any) -> dict[str, str]:

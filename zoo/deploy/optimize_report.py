@@ -6,6 +6,7 @@ in ``train_speed.json``."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -50,12 +51,15 @@ class OptimizeReport:
     cached: bool = False
     cache_key: str = field(default="", repr=False)
     baseline: str = "fp32 eager"  # what the speed-ups are over
+    search: str = ""  # a budgeted search: its time, order and what it left untried
 
     def __str__(self) -> str:
         lines = [
             f"chose {self.precision} ({self.speedup:.2f}x {self.baseline}) on {self.device}, "
             f"CPU {self.cpu_capability}, AMX {'yes' if self.amx else 'no'}{' (cached)' if self.cached else ''}"
         ]
+        if self.search:
+            lines.append(f"  {self.search}")
         width = max((len(c.name) for c in self.candidates), default=0) + 2
         for c in self.candidates:
             ms = f"{c.median_s * 1e3:.2f} ms" if c.median_s is not None else "-"
@@ -120,11 +124,22 @@ def _candidate(values: Any) -> Candidate | None:
 def write_cache(key: str, precision: str, candidates: list[Candidate], file: str = CACHE_FILE) -> None:
     """Remember auto's choice: read, changed and written back (atomically) under a lock, so
     that runs writing at once keep every entry; a read-only ``$ZOO_HOME`` just keeps nothing."""
+    entry = {"precision": precision, "candidates": [asdict(c) for c in candidates]}
+    write_entry(key, lambda _: entry, file)
+
+
+def read_entry(key: str, file: str) -> Any:
+    """The entry under ``key`` in ``$ZOO_HOME/file`` (None when there is none); its content is the caller's to check."""
+    return _read_cache(file).get(key)
+
+
+def write_entry(key: str, update: Callable[[Any], Any], file: str) -> None:
+    """Set the entry under ``key`` to ``update(the entry there, or None)``, under a lock (see `write_cache`)."""
     try:
         lock = FileLock(download._subdir("locks") / f"{file}.lock", timeout=LOCK_TIMEOUT_S)
         with lock:
             data = _read_cache(file)
-            data[key] = {"precision": precision, "candidates": [asdict(c) for c in candidates]}
+            data[key] = update(data.get(key))
             write_json(data, download.zoo_home() / file)
     except (OSError, WeightsError, Timeout):  # read-only, or a lock another run never let go of
         pass
