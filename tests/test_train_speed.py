@@ -17,7 +17,7 @@ from torch.utils.data import TensorDataset
 import zoo
 from zoo.errors import InvalidArgumentError
 from zoo.training.finetune.options import add_arguments
-from zoo.training.loop import speed
+from zoo.training.loop import probe_gain, speed
 from zoo.training.loop.epochs import plan_epochs
 from zoo.training.loop.speed import Setting, Trial
 from zoo.training.loop.trainer import TrainConfig, Trainer
@@ -51,6 +51,12 @@ def fixed_trials(times_ms: dict[str, float], losses: dict[str, float] | None = N
         return Trial([seconds] * speed.TIMED_STEPS, [losses.get(setting.name, 1.0)] * len(batches))
 
     return probe
+
+
+def every_candidate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe tries every candidate, on however short a run."""
+    monkeypatch.setattr(probe_gain, "probe_worth_it", lambda *a: None)
+    monkeypatch.setattr(probe_gain, "left_untried", lambda *a: None)
 
 
 @pytest.fixture
@@ -118,6 +124,7 @@ def test_a_final_round_in_turns_decides_between_the_fastest(monkeypatch: pytest.
         return Trial([seconds] * (len(batches) - speed.WARMUP_STEPS), [1.0] * len(batches))
 
     monkeypatch.setattr(speed, "probe", probe)
+    every_candidate(monkeypatch)  # bf16, expected slower than bf16+channels_last's 60, would not be tried
     report = choose(trainer(compile=False))
     by_name = {c.name: c for c in report.candidates}
     rounds = [calls[4:7], calls[7:10], calls[10:]]  # the finalists in turns, each round one further along
@@ -139,25 +146,50 @@ def test_a_candidate_with_a_non_finite_loss_is_never_picked(monkeypatch: pytest.
     assert all(not c.passed for c in report.candidates if c.name.startswith("bf16"))
 
 
-def test_the_probe_keeps_to_its_budget(monkeypatch: pytest.MonkeyPatch, bf16_cpu) -> None:
+def test_a_run_is_probed_when_what_it_may_save_pays_for_the_probe(monkeypatch: pytest.MonkeyPatch, bf16_cpu) -> None:
+    """The threshold follows the run's length and the expected gain: on a CPU with native bf16,
+    bf16+channels_last is expected at 1.86x fp32 (2.33x at most), so a run of n steps may save
+    n * 0.57 steps' time, against the 8 steps of fp32's probe and one more: 15 steps pay, 14 do not."""
     monkeypatch.setattr(speed, "probe", fixed_trials({"fp32": 100, "bf16+channels_last": 50, "bf16": 60}))
-    short = choose(trainer(compile=False), total_steps=50)  # 8 probe steps would be over 5% of 50
-    assert short.precision == "fp32" and all("not measured" in c.note for c in short.candidates[1:])
-    # time for the reference and about one more: the rest is not tried, and nothing is remembered
+    assert choose(trainer(compile=False), total_steps=15).candidates[1].median_s
+    short = choose(trainer(compile=False), total_steps=14)
+    assert short.precision == "fp32" and all(
+        "not measured: the probe's 8 steps" in c.note for c in short.candidates[1:]
+    )
+    assert "could save over this run's 14 steps" in short.candidates[1].note
+    # fp32's probe measured (0.4 s on the fixed clock): each other setting is tried only when
+    # what it could save over the run covers a probe like it (a compile's 30 s guess on top)
     clock = [0.0]
     monkeypatch.setattr(speed.time, "perf_counter", lambda: clock[0])
     times = {"fp32": 100, "bf16+channels_last": 50, "bf16": 60, "fp32+channels_last": 90}
-    monkeypatch.setattr(speed, "probe", fixed_trials(times, clock=clock))
-    partial = choose(trainer(compile=False), total_steps=180)  # a budget of 0.9 s: fp32 and one more
-    tried = [c.name for c in partial.candidates if c.median_s]
-    assert tried == ["fp32", "bf16+channels_last"] and partial.precision == "bf16+channels_last"
-    assert all(c.note.startswith("not tried") for c in partial.candidates[2:])
-    # remembered for runs as short, measured again by one long enough to try every candidate
+    times |= {"bf16+channels_last+compile": 45, "bf16+compile": 55, "fp32+channels_last+compile": 85}
+    monkeypatch.setattr(speed, "probe", fixed_trials(times | {"fp32+compile": 95}, clock=clock))
+    partial = choose(trainer(), total_steps=25)
+    notes = {c.name: c.note for c in partial.candidates if c.name != "fp32"}
+    assert [c.name for c in partial.candidates if c.median_s] == ["fp32", "bf16+channels_last"]
+    assert partial.precision == "bf16+channels_last" and partial.speedup == pytest.approx(2.0)  # its own fastest
+    assert notes["bf16"].startswith("not needed: at its expected")  # cannot beat 2.0x, however long the run
+    assert notes["bf16+channels_last+compile"].startswith("not tried: at its expected")  # 25 steps cannot pay 30 s
+    assert "less than its probe's ~30.4 s" in notes["bf16+channels_last+compile"]
+    # remembered for runs as short, searched again by one long enough to pay for every probe
     assert speed.remembered(partial.cache_key, speed.CACHE_FILE)[0] == "bf16+channels_last"
-    assert choose(trainer(compile=False), total_steps=180).cached
-    full = choose(trainer(compile=False), total_steps=100_000)
-    assert not full.cached and all(c.median_s for c in full.candidates)
-    assert choose(trainer(compile=False), total_steps=180).cached  # the full search's choice now
+    assert choose(trainer(), total_steps=25).cached
+    full = choose(trainer(), total_steps=100_000)
+    assert not full.cached and full.precision == "bf16+channels_last+compile"
+    assert choose(trainer(), total_steps=25).cached  # the longer run's choice now
+
+
+def test_the_gain_rule_scales_its_expectations_by_what_it_measured() -> None:
+    """A setting measured at half its expectation halves the others' (the same model gains less
+    than the one the priors came from); one that cannot beat the fastest so far is left."""
+    kind = "cpu-bf16"
+    assert probe_gain.expected_speedup(Setting("bf16", True), kind) == pytest.approx(1.42 * 1.31)
+    assert probe_gain.expected_speedup(Setting("fp32"), kind) == 1.0
+    half = [(Setting(), 0.1), (Setting("bf16", True), 0.1 / (1.42 * 1.31 / 2))]
+    note = probe_gain.left_untried(Setting("fp32", True), kind, 10_000, half, 0.1, 0.4, 30.0)
+    assert note is not None and note.startswith("not needed: at its expected 0.82x fp32 at most")  # 1.31 / 2 * 1.25
+    assert probe_gain.left_untried(Setting("bf16"), kind, 10_000, half[:1], 0.1, 0.4, 30.0) is None
+    assert "~30.4 s" in probe_gain.left_untried(Setting("bf16", False, True), kind, 100, half[:1], 0.1, 0.4, 30.0)
 
 
 def test_the_choice_is_remembered_per_machine_model_and_shape(monkeypatch: pytest.MonkeyPatch, bf16_cpu) -> None:
@@ -187,7 +219,7 @@ def test_an_explicit_precision_is_not_measured(monkeypatch: pytest.MonkeyPatch) 
 def test_a_probe_leaves_no_trace(monkeypatch: pytest.MonkeyPatch, bf16_cpu) -> None:
     """auto measures every candidate for real, then trains in fp32 (forced here): the weights
     equal those of a run asked for fp32, bit for bit, so each probe put everything back."""
-    monkeypatch.setattr(speed, "PROBE_SHARE", 100.0)  # every candidate, on a short run
+    every_candidate(monkeypatch)
     monkeypatch.setattr(speed, "fastest", lambda candidates: candidates[0])
     data = image_data(64)
     plain = trainer(precision="fp32", max_steps=10, channels_last=False, compile=False, ema_decay=0.9)
@@ -205,7 +237,7 @@ def test_a_probe_leaves_no_trace(monkeypatch: pytest.MonkeyPatch, bf16_cpu) -> N
 
 
 def test_auto_trains_with_what_it_chose(monkeypatch: pytest.MonkeyPatch, bf16_cpu) -> None:
-    monkeypatch.setattr(speed, "PROBE_SHARE", 100.0)  # every candidate, on a short run
+    every_candidate(monkeypatch)
     monkeypatch.setattr(speed, "fastest", lambda candidates: next(c for c in candidates if c.name == "bf16"))
     tr = trainer(max_steps=4, channels_last=False, compile=False)
     autocasts = []
@@ -263,7 +295,7 @@ def test_auto_measures_every_family_and_trains_with_a_candidate_that_passed(name
     """CNNs on image batches, the MoE ViT, the MoE encoder on token batches, a graph model on
     PyG batches, the DBN: each candidate that applies is measured on real steps, and the run
     trains with the fastest that passed its loss check."""
-    monkeypatch.setattr(speed, "PROBE_SHARE", 100.0)  # every candidate, on a short run
+    every_candidate(monkeypatch)
     model, train, val, collate = family_case(name, tmp_path)
     config = TrainConfig(epochs=1, max_steps=4, batch_size=4, compile=False, **QUIET)
     tr = Trainer(model, config, collate_fn=collate)
@@ -292,7 +324,8 @@ import zoo
 from zoo.training.loop import speed
 from zoo.training.loop.trainer import TrainConfig, Trainer
 
-speed.PROBE_SHARE = 100.0  # every candidate, on a short run
+from zoo.training.loop import probe_gain
+probe_gain.probe_worth_it = probe_gain.left_untried = lambda *a: None  # every candidate, on a short run
 # the first process picks a channels_last candidate, so the group changes memory format (DDP wrapped again)
 speed.fastest = lambda candidates: next(c for c in candidates if "channels_last" in c.name and c.passed)
 torch.set_num_threads(1)

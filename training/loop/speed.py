@@ -8,9 +8,10 @@ few batches from the same weights, through the Trainer's own `Trainer.train_step
 optimizer, EMA and step count are restored after each. A candidate whose losses depart from
 fp32's by more than `LOSS_TOLERANCE` is dropped, one whose first timed step is more than
 `HOPELESS` times fp32's is stopped there; fp32 and the two fastest of the rest are timed again
-in turns (`final_round`), and the fastest by those times trains. The probe
-spends at most `PROBE_SHARE` of the run's estimated time; a run too short for that trains in
-fp32. Choices are remembered per machine, model and input shape in
+in turns (`final_round`), and the fastest by those times trains. The probe spends what it may
+save over the run (`zoo.training.loop.probe_gain`): a run too short for even fp32's probe and
+one more to pay off trains in fp32, and each setting is tried only when what it could save
+covers its probe's cost, as fp32's probe measured it. Choices are remembered per machine, model and input shape in
 ``$ZOO_HOME/train_speed.json`` (one from a search the budget cut short until a run long enough
 to try every candidate), as `zoo.optimize` remembers its own; a remembered choice is used
 only after its loss on the run's first batches is checked against fp32's again (another model
@@ -39,6 +40,7 @@ from tqdm.auto import tqdm
 
 from zoo.deploy.optimize_report import Candidate, OptimizeReport, remembered, write_cache
 from zoo.devices import has_amx
+from zoo.training.loop import probe_gain
 from zoo.training.loop.distributed import from_first_process, wrap_model
 from zoo.training.loop.meter import EpochMeter
 
@@ -50,7 +52,7 @@ Trainer = Any  # a zoo.training.loop.trainer.Trainer (which imports this module)
 log = logging.getLogger(__name__)
 
 CACHE_FILE = "train_speed.json"
-PROBE_SHARE = 0.05  # of the run's estimated time, at most, spent choosing
+PROBE_SHARE = 0.05  # of the run's estimated time, at most, spent choosing the loader's workers
 LOSS_TOLERANCE = 0.05  # largest relative gap between a candidate's mean probe loss and fp32's
 HOPELESS = 2.0  # a first timed step this many times fp32's median ends the candidate's trial
 WARMUP_STEPS = 1  # untimed steps per candidate (a compiled one compiles its graphs there)
@@ -274,8 +276,8 @@ def choose_workers(
 
 def choose(trainer: Trainer, batches: list[Any], total_steps: int) -> OptimizeReport:
     """The fastest setting for ``trainer`` on this machine: remembered, or measured on the
-    run's first ``batches`` within `PROBE_SHARE` of its ``total_steps``; the trainer is left
-    as it was, its setting unchanged (see `use_setting`)."""
+    run's first ``batches`` when its ``total_steps`` may pay for the probe (`probe_gain`); the
+    trainer is left as it was, its setting unchanged (see `use_setting`)."""
     steps_each = WARMUP_STEPS + TIMED_STEPS
     cfg, device = trainer.config, trainer.device
     image, fixed = is_image_batch(batches[0]), len({describe(b) for b in batches}) == 1
@@ -284,24 +286,21 @@ def choose(trainer: Trainer, batches: list[Any], total_steps: int) -> OptimizeRe
     report.baseline = "fp32"
     report.cache_key = cache_key(trainer, batches[0], settings)
     known = remembered(report.cache_key, CACHE_FILE)
-    # a choice from a search the budget cut short stands until a run long enough to search all
+    kind = probe_gain.device_kind(device)
+    # a choice from a search cut short stands until a run long enough to pay for probing all
     partial = known is not None and any(c.note.startswith(NOT_TRIED) for c in known[1])
-    can_search_all = total_steps * PROBE_SHARE >= len(settings) * steps_each
-    can_probe = total_steps * PROBE_SHARE >= 2 * steps_each
+    can_search_all = probe_gain.probe_worth_it(total_steps, settings, kind, len(settings) * steps_each) is None
+    short = probe_gain.probe_worth_it(total_steps, settings, kind, 2 * steps_each)
     if known is not None and Setting.from_name(known[0]) in settings and not (partial and can_search_all):
         # remembered for a model of the same key, which may train differently: its loss is
         # checked against fp32's on this run's batches before it is used
-        if can_probe and rechecked(trainer, settings[0], Setting.from_name(known[0]), batches):  # type: ignore[arg-type]
+        if short is None and rechecked(trainer, settings[0], Setting.from_name(known[0]), batches):  # type: ignore[arg-type]
             report.precision, report.candidates, report.cached = known[0], known[1], True
-            report.speedup = next((c.speedup for c in known[1] if c.name == known[0] and c.speedup), 1.0)
+            report.speedup = next((c.speedup for c in known[1] if c.speedup and c.name == known[0]), 1.0)
             return report
-    if not can_probe:
-        note = (
-            f"not measured: {2 * steps_each} probe steps would be over {PROBE_SHARE:.0%} "
-            f"of this run's {total_steps} steps"
-        )
+    if short is not None:
         report.candidates = [Candidate(settings[0].name, passed=True, note="the reference")] + [
-            Candidate(s.name, note=note) for s in settings[1:]
+            Candidate(s.name, note=short) for s in settings[1:]
         ]
         return report
     trials = run_trials(trainer, settings, batches, total_steps)
@@ -333,23 +332,29 @@ def rechecked(trainer: Trainer, reference: Setting, setting: Setting, batches: l
 
 
 def run_trials(trainer: Trainer, settings: Sequence[Setting], batches: list[Any], total_steps: int) -> list[Trial]:
-    """Probe each setting in turn, the first (fp32) being the reference whose step time sets the
-    budget: a setting whose expected cost would take the probe past it is not tried."""
+    """Probe each setting in turn, the first (fp32) being the reference: its probe's measured
+    cost and step time say which others may save more over the run than their probe costs
+    (`probe_gain.left_untried`); the rest are not tried."""
     started = time.perf_counter()
     trials = [probe(trainer, settings[0], batches, None)]
-    reference_s = trials[0].median_s or 0.0
-    budget = PROBE_SHARE * total_steps * reference_s
+    probe_s, reference_s = time.perf_counter() - started, trials[0].median_s or 0.0
+    kind = probe_gain.device_kind(trainer.device)
     for setting in settings[1:]:
-        cost = len(batches) * reference_s + (COMPILE_GUESS_S if setting.compile else 0.0)
-        if time.perf_counter() - started + cost > budget:
-            note = f"{NOT_TRIED}: the probe's budget ({budget:.1f} s, {PROBE_SHARE:.0%} of the run) would be spent"
+        timed = [(s, t) for s, t in zip(settings, trials) if t.median_s and not t.note]
+        best_s = min(t.median_s for _, t in timed if loss_gap(t, trials[0]) <= LOSS_TOLERANCE)
+        measured = [(s, t.median_s) for s, t in timed]
+        if note := probe_gain.left_untried(setting, kind, total_steps, measured, best_s, probe_s, COMPILE_GUESS_S):
             trials.append(Trial([], [], note))
             continue
         try:
             trials.append(probe(trainer, setting, batches, HOPELESS * reference_s))
         except Exception as error:  # noqa: BLE001 - a candidate that fails is recorded, the run goes on
             trials.append(Trial([], [], f"failed: {type(error).__name__}: {' '.join(str(error).split())[:160]}"))
-    final_round(trainer, settings, trials, batches, budget - (time.perf_counter() - started))
+    fastest_s = min((t.median_s for t in trials if t.median_s and not t.note), default=reference_s)
+    # the final round when what the fastest saves over the run covers it and the probe so far
+    final_round(
+        trainer, settings, trials, batches, total_steps * (reference_s - fastest_s) - (time.perf_counter() - started)
+    )
     return trials
 
 
