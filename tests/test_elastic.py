@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -95,13 +97,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun(script: Path, args: list[str], *options: str) -> subprocess.Popen:
+def torchrun(
+    script: Path | str, args: list[str], *options: str, launcher: str = "torch.distributed.run"
+) -> subprocess.Popen:
     """A torchrun agent on 127.0.0.1 running ``script`` with ``args``, its output piped; each
     round of its rendezvous with its own store (TORCH_DISABLE_SHARE_RDZV_TCP_STORE: with one
     store for every round, a restarted worker read the address a dead one had left there and
     Gloo could not connect, on one node as on two)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--monitor-interval", "0.5", *options, str(script), *args]
+    command = [sys.executable, "-m", *launcher.split(), "--monitor-interval", "0.5", *options, str(script), *args]
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -176,7 +180,7 @@ def test_a_node_that_never_comes_back_ends_the_run_in_one_line(tmp_path: Path) -
     assert node0.returncode != 0 and node1.returncode != 0
     lines = [line for line in node0.stderr.splitlines() if line.startswith("zoo: error:")]
     assert len(lines) == 1, node0.stderr[-3000:]
-    assert "another process of the 2-process group is gone" in lines[0]
+    assert lines[0].startswith("zoo: error: another process of the 2-process group "), lines[0]
     assert f"its last checkpoint {out / 'checkpoints/last.pt'} is kept" in lines[0]
     checkpoint = torch.load(out / "checkpoints/last.pt", weights_only=True)
     assert checkpoint["state"]["global_step"] == 6  # the last good checkpoint, whole
@@ -189,3 +193,96 @@ def test_an_elastic_group_without_its_own_store_per_round_is_warned() -> None:
     assert restart_note({"TORCHELASTIC_MAX_RESTARTS": "3", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}) is None
     note = restart_note({"TORCHELASTIC_MAX_RESTARTS": "3"})
     assert note is not None and "--max-restarts 3" in note and "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in note
+
+
+GLOO_LOST = (
+    "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:561] Connection closed by peer "
+    "[10.0.0.7]:59308. This is typically caused by a remote worker\nException raised from recvBytes at "
+    "/__w/pytorch/pytorch/torch/csrc/distributed/c10d/Utils.hpp:790 (most recent call first):\n"
+    "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x9d (0x7faa in libc10.so)\n"
+    "frame #1: <unknown function> + 0x6940cdd (0x7fa9 in libtorch_cpu.so)\n"
+)
+
+
+def test_a_lost_peer_is_named_without_cpp_frames_and_says_how_to_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's line names the peer's address, quotes Gloo without its source path or C++
+    frames, and says --resume where torchrun does not restart (--max-restarts 0)."""
+    from zoo.training.loop.distributed import lost_peer
+
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints/last.pt").write_bytes(b"x")
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "0")
+    error = lost_peer(RuntimeError(GLOO_LOST), 2, tmp_path)
+    text = str(error)
+    assert "another process of the 2-process group (at 10.0.0.7:59308) is gone" in text, text
+    assert "pair.cc" not in text and "frame #" not in text and "Exception raised from" not in text, text
+    assert "start the same torchrun command again on every node with --resume" in text, text
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "2")
+    assert "--resume" not in str(lost_peer(RuntimeError(GLOO_LOST), 2, tmp_path))
+
+
+def test_an_error_with_cpp_frames_is_one_line_without_them(capsys: pytest.CaptureFixture) -> None:
+    from zoo.errors import run_command
+
+    def fails() -> int:
+        raise RuntimeError(GLOO_LOST)
+
+    assert run_command(fails, prog="zoo finetune") == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        "zoo finetune: error: Connection closed by peer [10.0.0.7]:59308. This is typically caused by a remote worker"
+    )
+
+
+def finetune_data(path: Path) -> Path:
+    """64 8x8 grey images of 3 classes as a tensor file: enough steps to lose a node mid-run."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (64, 8, 8), dtype=torch.uint8, generator=g)
+    torch.save({"x": x, "y": torch.arange(64) % 3, "classes": ["a", "b", "c"]}, path)
+    return path
+
+
+def kill_node(agent: subprocess.Popen) -> None:
+    """SIGKILL a torchrun agent and its workers, as a lost machine would."""
+    workers = subprocess.run(["pgrep", "-P", str(agent.pid)], capture_output=True, text=True).stdout.split()
+    for pid in [*map(int, workers), agent.pid]:
+        os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("lost", ["the rendezvous host", "the other node"])
+def test_zoo_torchrun_ends_a_lost_node_in_zoo_lines_without_cpp_frames(tmp_path: Path, lost: str) -> None:
+    """Two `zoo torchrun` agents run zoo finetune as two nodes; one node (agent and worker) is
+    killed mid-run. The node left ends in zoo's lines, no traceback and no C++ frames: its
+    worker's (the peer gone, the checkpoint kept, --resume) and, when the rendezvous's host was
+    lost, its agent's, with the command that resumes."""
+    data, out = finetune_data(tmp_path / "data.pt"), tmp_path / "out"
+    endpoint = f"127.0.0.1:{free_port()}"
+    options = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint]
+    options += ["--rdzv-conf", "join_timeout=10", "--max-restarts", "0", "-m"]
+    args = ["resnet20", "--scratch", "--data", str(data), "--out", str(out), "--epochs", "50", "--batch-size", "4"]
+    args += ["--no-progress", "--no-post-training", "--no-tensorboard", "--checkpoint-every", "2", "--num-workers", "0"]
+    agents = []
+    for _ in range(2):  # the first one hosts the rendezvous
+        agents.append(torchrun("zoo.training.finetune", args, *options, launcher="zoo torchrun"))
+        time.sleep(2)
+    deadline = time.monotonic() + TIMEOUT_S
+    while not (out / "checkpoints/last.pt").exists() and time.monotonic() < deadline and agents[0].poll() is None:
+        time.sleep(0.2)
+    victim, survivor = agents if lost == "the rendezvous host" else agents[::-1]
+    kill_node(victim)
+    victim.communicate()
+    (done,) = finished([survivor])
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2 and lines, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "frame #" not in done.stderr, done.stderr[-3000:]
+    assert all(line.startswith(("zoo finetune: error: ", "zoo torchrun: error: ")) for line in lines), lines
+    assert any(f"its last checkpoint {out / 'checkpoints/last.pt'} is kept" in line for line in lines), lines
+    if lost == "the rendezvous host":
+        assert lines[-1].startswith(f"zoo torchrun: error: lost the rendezvous at {endpoint} "), lines
+        assert f"--out {out} " in lines[-1] and lines[-1].endswith(
+            "--num-workers 0 --resume` again on every node (the --rdzv-endpoint node first)"
+        ), lines
+    else:
+        assert lines == [line for line in lines if line.startswith("zoo finetune: error: another process")], lines

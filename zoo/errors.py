@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable
@@ -82,6 +83,9 @@ class WeightsNotFoundError(WeightsError, FileNotFoundError):
     """A weight file is neither in the cache nor allowed to be downloaded."""
 
 
+_SOURCE_LOCATION = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp|cu):\d+\]\s*")  # [/__w/.../pair.cc:561]
+
+
 def run_command(command: Callable[[], int], prog: str = "zoo") -> int:
     """Run a command-line entry point: a ZooError (or ValueError, OSError, RuntimeError) becomes
     one line on stderr and exit code 2; a reader that closed the pipe (``zoo list | head``) ends
@@ -114,4 +118,11 @@ def _one_line(error: BaseException) -> str:
             f"{name[:40]!r}... ({len(name):,} characters) is too long for a file name here (255 characters a "
             "folder or file name, 4,096 a path); check the name or path"
         )
-    return " ".join(str(error).split())
+    return without_cpp_frames(str(error))
+
+
+def without_cpp_frames(text: str) -> str:
+    """``text`` on one line, without what c10d, Gloo and NCCL add for their own developers: the
+    C++ frames from ``Exception raised from`` on, and source locations (``[/path/pair.cc:561]``)."""
+    text = text.split("Exception raised from ")[0]
+    return " ".join(_SOURCE_LOCATION.sub("", text).split())

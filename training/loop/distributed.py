@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,10 +19,11 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from zoo.devices import checked_device
-from zoo.errors import InvalidArgumentError, ZooError
+from zoo.errors import InvalidArgumentError, ZooError, without_cpp_frames
 from zoo.training.loop.checkpoint import LAST_CHECKPOINT, checkpoint_dir
 
 # What Gloo and NCCL say when another process of the group is gone (killed, its node lost).
+_PEER_ADDRESS = re.compile(r"\[([0-9A-Za-z.:-]+)\]:(\d+)")  # Gloo: "Connection closed by peer [10.0.0.7]:59308"
 _PEER_GONE = ("connection closed by peer", "connection reset by peer", "broken pipe", "nccl", "gloo", "timed out")
 
 
@@ -151,18 +153,23 @@ def average_gradients(params: list[torch.Tensor], world_size: int) -> None:
 
 def lost_peer(error: BaseException, world_size: int, out_dir: Path | None) -> PeerLostError | None:
     """``error`` as one clear `PeerLostError` when it is a collective of a torchrun group whose
-    other process is gone (None otherwise): which checkpoint of ``out_dir`` is kept, and how to go on."""
+    other process is gone (None otherwise): which process, which checkpoint of ``out_dir`` is
+    kept, and how to go on (with ``--resume`` where torchrun does not restart by itself)."""
     checkpoint = checkpoint_dir(out_dir) / LAST_CHECKPOINT if out_dir is not None else None
-    text = " ".join(str(error).split())
+    text = without_cpp_frames(str(error))
     if world_size < 2 or not isinstance(error, RuntimeError) or not any(s in text.lower() for s in _PEER_GONE):
         return None
+    restarts = os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")
+    resume = "" if restarts.isdigit() and int(restarts) > 0 else " with --resume (TrainConfig(resume=True))"
     kept = (
-        f"its last checkpoint {checkpoint} is kept: start the same torchrun command again (with every node) "
+        f"its last checkpoint {checkpoint} is kept: start the same torchrun command again on every node{resume} "
         "and it resumes from there"
         if checkpoint is not None and checkpoint.is_file()
         else "no checkpoint was written yet: start the run again"
     )
+    peer = _PEER_ADDRESS.search(text)
+    where = f" (at {peer.group(1)}:{peer.group(2)})" if peer else ""
     return PeerLostError(
-        f"another process of the {world_size}-process group is gone (its node was lost, or it was killed and did "
-        f"not come back: {text[:160]}); {kept}"
+        f"another process of the {world_size}-process group{where} is gone (its node was lost, or it was killed and "
+        f"did not come back: {text[:160]}); {kept}"
     )

@@ -287,6 +287,12 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replicas", type=REPLICAS.parse, default=1, help="with --ray: copies of the server (default: 1)")
 
 
+def _torchrun_arguments(p: argparse.ArgumentParser) -> None:
+    from zoo.cli.torchrun_command import arguments  # imports no torch
+
+    arguments(p)
+
+
 @dataclass(frozen=True)
 class Handler:
     """A command's handler, ``module.function``, imported only when the command runs: `zoo list`
@@ -367,6 +373,11 @@ COMMANDS: dict[str, Command] = {
         "serve models over HTTP: Open Inference Protocol v2, OpenAI completions, a page",
         _serve_arguments,
         Handler("zoo.cli.serving", "run_serve"),
+    ),
+    "torchrun": Command(
+        "torchrun with its own options (zoo finetune on many nodes): a lost rendezvous or a dead worker ends in one line",
+        _torchrun_arguments,
+        Handler("zoo.cli.torchrun_command", "run_torchrun"),
     ),
 }
 
