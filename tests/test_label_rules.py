@@ -80,3 +80,52 @@ def test_molecule_files_refuse_unusable_targets_by_the_first_line(tmp_path_facto
     options = MoleculeOptions(label_field="y") if suffix == ".sdf" else None
     with pytest.raises(DataError, match=rf"m\{suffix}, line {lines[first]}: the label '{bad[first]}'"):
         molecule_source(path, options)
+
+
+def _conflict_warnings(record: pytest.WarningsRecorder) -> list[str]:
+    return [str(w.message) for w in record if "listed again with another label" in str(w.message)]
+
+
+def test_the_same_text_listed_twice_with_two_labels_is_warned_once_by_both_lines(tmp_path: Path) -> None:
+    """Every reader: an input listed again with another label is one warning naming both lines,
+    both labels and how many such conflicts; an input listed again with its own label is not."""
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "text,label\nfine day,good\nawful day,bad\nfine day,bad\nok day,good\nok day,good\nawful day,good\n"
+    )
+    with pytest.warns(UserWarning) as record:
+        open_data(path)
+    (message,) = _conflict_warnings(record)
+    assert message == (
+        f"{path}: the text 'fine day' is on line 2 labelled 'good' and on line 4 labelled 'bad' (2 inputs listed "
+        "again with another label): the model would train on both; fix the label or drop one of the rows"
+    )
+
+
+def test_an_image_listed_twice_with_two_labels_is_warned(tmp_path: Path) -> None:
+    from PIL import Image
+
+    (tmp_path / "img").mkdir()
+    for i in range(4):
+        Image.new("L", (8, 8), 40 * i).save(tmp_path / "img" / f"{i}.png")
+    rows = "img/0.png,cat\nimg/1.png,dog\nimg/2.png,cat\nimg/3.png,dog\n./img/0.png,dog\n"
+    (tmp_path / "metadata.csv").write_text("file_name,label\n" + rows)
+    with pytest.warns(UserWarning) as record:
+        open_data(tmp_path)
+    (message,) = _conflict_warnings(record)
+    assert "line 2 labelled 'cat' and on line 6 labelled 'dog'" in message and "(1 input listed again" in message, (
+        message
+    )
+
+
+def test_a_molecule_listed_twice_with_two_labels_is_warned_by_its_canonical_smiles(tmp_path: Path) -> None:
+    pytest.importorskip("rdkit")
+    from zoo.training.data.molecules.molecule_files import molecule_source
+
+    path = tmp_path / "m.csv"
+    path.write_text("smiles,y\nCCO,active\nCCN,inactive\nCCC,active\nOCC,inactive\nCCN,inactive\n")
+    with pytest.warns(UserWarning) as record:
+        molecule_source(path)
+    (message,) = _conflict_warnings(record)
+    assert "molecule 'CCO' is on line 2 labelled 'active' and on line 5 labelled 'inactive'" in message, message
+    assert "(1 input listed again" in message, message

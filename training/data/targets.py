@@ -255,3 +255,35 @@ def _zero_one(where: str, line: int, column: str, value: Any) -> float:
     raise DataError(
         f"{_at(where, line)}: the label column {column!r} holds {str(value)[:40]!r}; one column per label holds 0 or 1"
     )
+
+
+def warn_conflicts(
+    where: str, what: str, keys: Sequence[str], rows: Sequence[Row], values: torch.Tensor,
+    shown: Sequence[str] | None = None,
+) -> int:  # fmt: skip
+    """Warn, in one line, when an input (``what``: text, image, molecule; the same ``keys[i]``)
+    is listed again with another target than the first time: the first such pair by lines and
+    labels, and how many inputs there are. The same input with the same label stays silent.
+    Returns the count."""
+    first: dict[str, int] = {}
+    conflicts: list[tuple[int, int]] = []
+    for i, key in enumerate(keys):
+        j = first.setdefault(key, i)
+        if j != i and not torch.equal(values[i], values[j]):
+            conflicts.append((j, i))
+    if conflicts:
+        j, i = conflicts[0]
+        name = (shown or keys)[j]
+        inputs = len({keys[i] for _, i in conflicts})
+        warnings.warn(
+            f"{where}: the {what} {name[:60]!r} is on line {rows[j][0]} labelled {_label(rows[j][1])} and on line "
+            f"{rows[i][0]} labelled {_label(rows[i][1])} ({plural(inputs, 'input')} listed again with another "
+            "label): the model would train on both; fix the label or drop one of the rows",
+            stacklevel=3,
+        )
+    return len(conflicts)
+
+
+def _label(label: Any) -> str:
+    """A label as a row held it, quoted and short."""
+    return repr(label.strip() if isinstance(label, str) else label)[:60]

@@ -28,7 +28,7 @@ from zoo.errors import DataError, DataNotFoundError
 from zoo.training.data.images.image_folders import ImageFiles, check_images
 from zoo.training.data.molecules.molecule_files import first_names
 from zoo.training.data.source import DataSource
-from zoo.training.data.targets import read_targets
+from zoo.training.data.targets import read_targets, warn_conflicts
 from zoo.training.data.text.text_rows import decode_text, plural, table_records
 
 METADATA_FILES = ("metadata.csv", "metadata.jsonl")
@@ -81,6 +81,8 @@ def image_list_source(
     name = label_columns[0] if len(label_columns) == 1 else "labels"
     targets = read_targets(str(table), rows, name, task, delimiter, label_columns if len(label_columns) > 1 else None)
     values = targets.values
+    listed = [str(row.get(path_column)) for _, row in records]
+    warn_conflicts(str(table), "image", [os.path.realpath(path) for path in paths], rows, values, listed)
     samples = [(path, values[i] if values.is_floating_point() else int(values[i])) for i, path in enumerate(paths)]
     in_chans, image_size = check_images(
         paths, lambda i: f"{table}, line {records[i][0]} ({path_column} {records[i][1][path_column]!r})"

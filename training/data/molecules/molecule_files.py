@@ -25,7 +25,7 @@ from zoo.errors import DataError, InvalidArgumentError
 from zoo.loading.smiles import INPUT_FORMAT, feature_sizes, graph_or_problem, is_read, parse_smiles, require_rdkit
 from zoo.training.data.labels import finite_number, is_number, number_problem
 from zoo.training.data.source import DataSource, check_classes, class_counts
-from zoo.training.data.targets import TABLE_TASKS
+from zoo.training.data.targets import TABLE_TASKS, warn_conflicts
 from zoo.training.data.text.text_rows import decode_text, plural
 
 MOLECULE_SUFFIXES = (".sdf",)
@@ -198,6 +198,8 @@ def molecule_source(path: Path, options: MoleculeOptions | None = None) -> Molec
         check_classes(str(path), counts, "add molecules of the other classes, or pass --task regression")
         num_classes = len(class_names)
         described += f", {num_classes} classes)"
+    targets = indices if indices is not None else torch.tensor(values)
+    warn_conflicts(str(path), "molecule", smiles, list(zip(lines, labels)), targets)  # by canonical SMILES
     source = _source(graphs, smiles, described, num_classes, class_names, counts, indices, target, options, skipped)
     source.task_note = _task_note(path, task, options.task != "auto", label_name, labels)
     return source

@@ -13,7 +13,7 @@ from torch.utils.data import Dataset
 from zoo.errors import DataError
 from zoo.tokenizer import ByteTokenizer
 from zoo.training.data.source import DataSource
-from zoo.training.data.targets import read_targets
+from zoo.training.data.targets import read_targets, warn_conflicts
 from zoo.training.data.text.text_rows import csv_rows, decode_text, jsonl_rows
 
 
@@ -55,7 +55,9 @@ def text_source(
     rows = jsonl_rows(path, text, label) if path.suffix.lower() == ".jsonl" else csv_rows(path, text, label)
     if not rows:
         raise DataError(f"{path} holds no rows; expected one (text, label) row per sample")
-    targets = read_targets(str(path), [(line, value) for line, _, value in rows], label, task, delimiter)
+    labelled = [(line, value) for line, _, value in rows]
+    targets = read_targets(str(path), labelled, label, task, delimiter)
+    warn_conflicts(str(path), "text", [text for _, text, _ in rows], labelled, targets.values)
     values = targets.values.tolist()
     samples = [(value, target) for (_, value, _), target in zip(rows, values)]
 
