@@ -108,7 +108,7 @@ def test_multi_label_and_regression_images_from_a_folder_as_csv(runs, tmp_path, 
     with torch.no_grad():
         probs = model(zoo.transforms(model)(Image.open(tmp_path / "imgs" / "1.png"))[None]).sigmoid()[0]
     over = [name for name, p, t in zip(["sky", "sea", "sand"], probs.tolist(), [0.2, 0.5, 0.9]) if p >= t]
-    assert sorted(table[0]["labels"].split()) == sorted(over)
+    assert sorted(json.loads(table[0]["labels"])) == sorted(over)
     out = tmp_path / "ages.jsonl"
     assert main(["predict", str(runs["age"]), "--input", str(tmp_path / "imgs"), "--out", str(out)]) == 0
     ages = rows(out.read_text())
@@ -116,6 +116,20 @@ def test_multi_label_and_regression_images_from_a_folder_as_csv(runs, tmp_path, 
     with torch.no_grad():
         value = zoo.load(runs["age"])(zoo.transforms(model)(Image.open(tmp_path / "imgs" / "0.png"))[None]).item()
     assert ages[1]["value"] == pytest.approx(value, rel=1e-5)  # the model's output: the units are folded in
+
+
+def test_multi_label_csv_cells_are_json_lists_so_a_label_with_a_space_stays_one(runs, tmp_path, capsys):
+    """A label that holds a space ("blue sky") is one label in the CSV: the cell is a JSON list,
+    and the scores cell the list of their scores, in the same order."""
+    names = {"names": ["blue sky", "sea", "sand"], "thresholds": [0.0, 0.0, 0.0]}  # every label predicted
+    model = zoo.load(runs["tags"])
+    run = saved(model, tmp_path / "spaced", preprocess=PREPROCESS, class_names=names["names"], multi_label=names)
+    images(tmp_path / "imgs", count=1)
+    assert main(["predict", str(run), "--input", str(tmp_path / "imgs"), "--format", "csv"]) == 0
+    (row,) = csv.DictReader(io.StringIO(capsys.readouterr().out))
+    labels, scores = json.loads(row["labels"]), json.loads(row["scores"])
+    assert sorted(labels) == ["blue sky", "sand", "sea"] and len(scores) == 3
+    assert all(isinstance(score, float) and 0 <= score <= 1 for score in scores)
 
 
 def test_text_rows_from_jsonl_and_txt(runs, tmp_path, capsys):

@@ -216,13 +216,15 @@ def csv_columns(meaning: OutputMeaning, top_k: int) -> list[str]:
 
 
 def csv_cells(answer: dict[str, Any], width: int) -> list[str]:
-    """One answer as CSV cells: multi-label names and scores joined by spaces (fastai's tags)."""
+    """One answer as CSV cells: multi-label names and their scores as JSON lists (a label may hold
+    a space, or any delimiter)."""
     if "value" in answer:
         value = answer["value"]
         return [" ".join(f"{v:.6g}" for v in value) if isinstance(value, list) else f"{value:.6g}"]
     if "labels" in answer:
         found = answer["labels"]
-        return [" ".join(item["label"] for item in found), " ".join(f"{item['score']:.4f}" for item in found)]
+        names = [item["label"] for item in found]
+        return [json.dumps(names, ensure_ascii=False), strict_json([round(item["score"], 4) for item in found])]
     cells = [cell for item in answer["classes"] for cell in (item["label"], f"{item['score']:.4f}")]
     return cells + [""] * (width - len(cells))
 
