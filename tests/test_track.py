@@ -306,3 +306,29 @@ def test_a_resumed_run_goes_on_in_the_mlflow_run_its_folder_names(tmp_path: Path
     assert [m.step for m in client.get_metric_history(first.run_id, "val_acc")] == [1, 2]
     with tracking(resume=False) as fresh:  # a new run (--overwrite) is a new MLflow run
         assert fresh.run_id != first.run_id
+
+
+def test_a_folder_holding_a_database_zoo_did_not_make_is_refused_unless_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--track .`` where ./mlflow.db is someone else's (MLflow 3's default store in the working
+    folder): one line naming the file and the URI that logs into it, and the file untouched;
+    a folder zoo made its store in is used again; the database named itself is used."""
+    monkeypatch.chdir(tmp_path)
+    mlflow.MlflowClient("sqlite:///mlflow.db").create_experiment("theirs")  # a store zoo did not make
+    theirs = (tmp_path / "mlflow.db").read_bytes()
+    data, out = gray_images(tmp_path / "images"), tmp_path / "run"
+    argv = ["finetune", "resnet20", "--data", str(data), "--out", str(out), *QUICK]
+    assert cli.main([*argv, "--track", "."]) == 2
+    [line] = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("20")]  # not MLflow's INFO
+    database = tmp_path / "mlflow.db"
+    assert line == (
+        f"zoo: error: TrainConfig.track (--track) '.': {database} is there already and zoo did not make it; zoo "
+        f"writes into a database you name only: --track sqlite:///{database} to log into it, or name another folder"
+    )
+    assert (tmp_path / "mlflow.db").read_bytes() == theirs and not out.exists()
+    ours = tmp_path / "ours"
+    assert store_uri(str(ours))[0] == f"sqlite:///{ours / 'mlflow.db'}"  # made by zoo: marked as its own
+    mlflow.MlflowClient(store_uri(str(ours))[0]).search_experiments()  # the database is made
+    assert store_uri(str(ours))[0] == f"sqlite:///{ours / 'mlflow.db'}"  # and used again
+    assert store_uri(f"sqlite:///{database}")[0] == f"sqlite:///{database}"  # named: used as it is

@@ -6,8 +6,11 @@ Where (``URI``): ``http://HOST:PORT`` or ``https://...``, a tracking server (``m
 checked before anything trains (`CONNECT_TIMEOUT_S`); a database MLflow reads
 (``sqlite:///runs.db``, ``postgresql://...``); or a folder (``./mlruns``, ``file:///...``), which
 holds MLflow's local store: a SQLite database ``mlflow.db`` with the artifacts in ``artifacts/``
-(``mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db`` browses it); a folder that already is
-an MLflow file store (MLflow 2's ``mlruns`` layout) is used as one. The experiment is
+(``mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db`` browses it), marked as zoo's by
+`STORE_MARK`; a folder whose ``mlflow.db`` zoo did not make (MLflow 3's default store is one in
+the working folder) is refused, naming the ``sqlite:///`` URI that logs into it, so zoo never
+writes into a database the user did not name; a folder that already is an MLflow file store
+(MLflow 2's ``mlruns`` layout) is used as one. The experiment is
 ``TrainConfig.track_experiment`` (default `DEFAULT_EXPERIMENT`).
 
 What a run logs: its `TrainConfig` as params; after each epoch's validation every metric of the
@@ -76,6 +79,7 @@ CONNECT_TIMEOUT_S = 5.0  # a tracking server that does not answer /health in thi
 MAX_PARAM_CHARS = 6000  # MLflow's longest param value
 BATCH = 100  # params (and metrics) per log_batch call: MLflow's limit for params
 PARENT_TAG = "mlflow.parentRunId"
+STORE_MARK = "zoo_store.json"  # beside the mlflow.db zoo made in a --track folder: zoo uses only such a one
 SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "databricks", "databricks-uc", "uc")
 
 
@@ -119,11 +123,19 @@ def store_uri(uri: str) -> tuple[str, str | None]:
         raise TrackingError(f"{_flag(uri)} is a file, not a folder: name a folder for the runs, or sqlite:///FILE.db")
     if _is_file_store(folder):
         return folder.as_uri(), None
+    database, mark = folder / "mlflow.db", folder / STORE_MARK
+    if database.exists() and not mark.is_file():  # someone else's (MLflow 3's default store is ./mlflow.db)
+        raise TrackingError(
+            f"{_flag(uri)}: {database} is there already and zoo did not make it; zoo writes into a database you "
+            f"name only: --track sqlite:///{database} to log into it, or name another folder"
+        )
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        if not mark.is_file():  # before the database: a second process sees the store as zoo's
+            mark.write_text('{"made_by": "zoo", "database": "mlflow.db", "artifacts": "artifacts"}\n')
     except OSError as error:
         raise TrackingError(f"{_flag(uri)}: cannot create the folder ({error.strerror}): name a writable one") from None
-    return f"sqlite:///{folder / 'mlflow.db'}", (folder / "artifacts").as_uri()
+    return f"sqlite:///{database}", (folder / "artifacts").as_uri()
 
 
 def _check_server(uri: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
