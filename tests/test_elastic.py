@@ -286,3 +286,32 @@ def test_zoo_torchrun_ends_a_lost_node_in_zoo_lines_without_cpp_frames(tmp_path:
         ), lines
     else:
         assert lines == [line for line in lines if line.startswith("zoo finetune: error: another process")], lines
+
+
+def test_zoo_torchrun_says_each_agent_failure_in_one_line() -> None:
+    """A worker that said why itself (exit 2) is not said again; one killed otherwise, and a
+    rendezvous that timed out or was lost, are one line each with the command that resumes."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+    from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError, RendezvousTimeoutError
+
+    from zoo.cli.torchrun_command import LaunchError, _SaidByWorker, again, launch_error, torchrun_parser
+
+    command = "zoo torchrun --nnodes 2 --rdzv-endpoint node0:29400 -m zoo.training.finetune resnet20 --out runs/a"
+    parsed = torchrun_parser().parse_args(command.split()[2:])
+    restart = again(command, parsed)
+    assert restart == f"start `{command} --resume` again on every node (the --rdzv-endpoint node first)"
+
+    def failed(code: int) -> ChildFailedError:
+        return ChildFailedError("zoo.training.finetune", {1: ProcessFailure(0, 4242, code, "<N/A>")})
+
+    assert isinstance(launch_error(failed(2), parsed, restart), _SaidByWorker)
+    killed = launch_error(failed(-9), parsed, restart)
+    assert isinstance(killed, LaunchError) and str(killed).startswith("worker 1 (pid 4242 on ")
+    assert "was killed by SIGKILL; its output above says why; start `zoo torchrun" in str(killed)
+    timed_out = str(launch_error(RendezvousTimeoutError("x"), parsed, restart))
+    assert timed_out.startswith("the rendezvous at node0:29400 timed out waiting for the other nodes")
+    cause = RuntimeError("Failed to recv\nException raised from recvBytes at Utils.hpp:790\nframe #0: c10::Error")
+    lost = RendezvousConnectionError("The connection to the C10d store has failed.")
+    lost.__cause__ = cause
+    text = str(launch_error(lost, parsed, restart))
+    assert text.startswith("lost the rendezvous at node0:29400 (the node that hosts it is gone") and "frame" not in text

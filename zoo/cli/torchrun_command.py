@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import shlex
+import socket
 import sys
 from typing import Any
 
@@ -38,10 +39,7 @@ def run_torchrun(args: argparse.Namespace) -> int:
     _quiet_cpp_warnings()
     from torch.distributed import run as torchrun
 
-    parser = torchrun.get_args_parser()
-    parser.prog = PROG
-    parser.error = lambda message: parser.exit(2, f"{PROG}: error: {message} (see {PROG} --help)\n")  # type: ignore[method-assign]
-    parsed = parser.parse_args(argv)
+    parsed = torchrun_parser().parse_args(argv)
     if os.environ.get("LOGLEVEL") is None:  # torchrun's own loggers: what they say, the one line says
         for name in ("torch.distributed.elastic", "torch.distributed.run", "torch.distributed.launcher"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
@@ -66,6 +64,16 @@ class _SaidByWorker(Exception):
     def __init__(self, code: int) -> None:
         super().__init__(code)
         self.code = code
+
+
+def torchrun_parser() -> argparse.ArgumentParser:
+    """torchrun's own parser, named ``zoo torchrun``, its errors in one line."""
+    from torch.distributed import run as torchrun
+
+    parser = torchrun.get_args_parser()
+    parser.prog = PROG
+    parser.error = lambda message: parser.exit(2, f"{PROG}: error: {message} (see {PROG} --help)\n")  # type: ignore[method-assign]
+    return parser
 
 
 def _quiet_cpp_warnings() -> None:
@@ -119,4 +127,4 @@ def _worker_failure(rank: int, failure: Any, failed: int) -> str:
     """Which worker failed, where, and how (its exit code or signal)."""
     how = f"was killed by {failure.signal_name()}" if failure.exitcode < 0 else f"exited with {failure.exitcode}"
     others = f" ({failed - 1} more failed)" if failed > 1 else ""
-    return f"worker {rank} (pid {failure.pid} on {failure.hostname}) {how}{others}"
+    return f"worker {rank} (pid {failure.pid} on {socket.gethostname()}) {how}{others}"
