@@ -331,4 +331,7 @@ def test_a_folder_holding_a_database_zoo_did_not_make_is_refused_unless_named(
     assert store_uri(str(ours))[0] == f"sqlite:///{ours / 'mlflow.db'}"  # made by zoo: marked as its own
     mlflow.MlflowClient(store_uri(str(ours))[0]).search_experiments()  # the database is made
     assert store_uri(str(ours))[0] == f"sqlite:///{ours / 'mlflow.db'}"  # and used again
+    mlflow.MlflowClient(f"sqlite:///{ours / 'mlflow.db'}").create_experiment("zoo", (ours / "artifacts").as_uri())
+    (ours / "zoo_store.json").unlink()  # a store zoo made before it marked them: its experiments' artifacts beside
+    assert store_uri(str(ours))[0] == f"sqlite:///{ours / 'mlflow.db'}" and (ours / "zoo_store.json").is_file()
     assert store_uri(f"sqlite:///{database}")[0] == f"sqlite:///{database}"  # named: used as it is

@@ -45,6 +45,7 @@ import contextvars
 import dataclasses
 import math
 import os
+import sqlite3
 import time
 import urllib.error
 import urllib.request
@@ -124,7 +125,7 @@ def store_uri(uri: str) -> tuple[str, str | None]:
     if _is_file_store(folder):
         return folder.as_uri(), None
     database, mark = folder / "mlflow.db", folder / STORE_MARK
-    if database.exists() and not mark.is_file():  # someone else's (MLflow 3's default store is ./mlflow.db)
+    if database.exists() and not mark.is_file() and not _made_before_marks(database, folder / "artifacts"):
         raise TrackingError(
             f"{_flag(uri)}: {database} is there already and zoo did not make it; zoo writes into a database you "
             f"name only: --track sqlite:///{database} to log into it, or name another folder"
@@ -136,6 +137,17 @@ def store_uri(uri: str) -> tuple[str, str | None]:
     except OSError as error:
         raise TrackingError(f"{_flag(uri)}: cannot create the folder ({error.strerror}): name a writable one") from None
     return f"sqlite:///{database}", (folder / "artifacts").as_uri()
+
+
+def _made_before_marks(database: Path, artifacts: Path) -> bool:
+    """Whether ``database`` is a store zoo made before it marked them (read only): its experiments
+    but MLflow's Default keep their artifacts in ``artifacts`` beside it, as zoo creates them."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True)) as db:
+            rows = db.execute("SELECT artifact_location FROM experiments WHERE experiment_id != 0").fetchall()
+    except sqlite3.Error:
+        return False
+    return bool(rows) and all(str(location).startswith(artifacts.as_uri()) for (location,) in rows)
 
 
 def _check_server(uri: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
