@@ -98,7 +98,8 @@ def test_the_same_text_listed_twice_with_two_labels_is_warned_once_by_both_lines
     (message,) = _conflict_warnings(record)
     assert message == (
         f"{path}: the text 'fine day' is on line 2 labelled 'good' and on line 4 labelled 'bad' (2 inputs listed "
-        "again with another label): the model would train on both; fix the label or drop one of the rows"
+        "again with another label): the model trains on both (a class: fix the label or drop a row; replicates of "
+        "a measured value: their mean is what it learns)"
     )
 
 

@@ -278,7 +278,8 @@ def warn_conflicts(
         warnings.warn(
             f"{where}: the {what} {name[:60]!r} is on line {rows[j][0]} labelled {_label(rows[j][1])} and on line "
             f"{rows[i][0]} labelled {_label(rows[i][1])} ({plural(inputs, 'input')} listed again with another "
-            "label): the model would train on both; fix the label or drop one of the rows",
+            "label): the model trains on both (a class: fix the label or drop a row; replicates of a measured "
+            "value: their mean is what it learns)",
             stacklevel=3,
         )
     return len(conflicts)
