@@ -20,8 +20,8 @@ from torch.utils.data import TensorDataset
 
 from zoo.cli import main
 from zoo.errors import CheckpointError
-from zoo.training.loop.checkpoint import CHECKPOINT_FORMAT, TRAIN_STATE_SCHEMA, TrainState, read_best_weights
 from zoo.training.loop.optim import make_scheduler
+from zoo.training.loop.records.checkpoint import CHECKPOINT_FORMAT, TRAIN_STATE_SCHEMA, TrainState, read_best_weights
 from zoo.training.loop.trainer import TrainConfig, Trainer
 
 QUIET = dict(progress=False, tensorboard=False, plot=False)

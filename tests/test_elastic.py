@@ -30,7 +30,7 @@ SCRIPT = textwrap.dedent(
     import torch.nn as nn
     import zoo
     from zoo.errors import run_command
-    from zoo.training.loop.checkpoint import elastic_resume, full_model_state
+    from zoo.training.loop.records.checkpoint import elastic_resume, full_model_state
     from zoo.training.loop.trainer import Trainer, TrainConfig
 
     def main(kind, batch_size, out_dir, kill_at=0, how="worker"):

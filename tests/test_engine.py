@@ -545,7 +545,7 @@ DISTRIBUTED_SCRIPT = textwrap.dedent(
     import torch
     import torch.nn as nn
     import zoo
-    from zoo.training.loop.checkpoint import full_model_state
+    from zoo.training.loop.records.checkpoint import full_model_state
     from zoo.training.loop.trainer import Trainer, TrainConfig
 
     def main(kind, batch_size):

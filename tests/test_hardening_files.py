@@ -26,7 +26,7 @@ from zoo.errors import CheckpointError, InvalidArgumentError, WeightsError, Weig
 from zoo.store.download import fetch_state_dict
 from zoo.store.files import LOCK_FILE, write_bytes_atomic
 from zoo.training.finetune.run_folder import Output, prepare, prepare_output
-from zoo.training.loop.checkpoint import read_best_weights, read_checkpoint, write_best_weights
+from zoo.training.loop.records.checkpoint import read_best_weights, read_checkpoint, write_best_weights
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 QUIET = ["--no-post-training", "--no-progress", "--no-tensorboard", "--max-steps", "1", "--batch-size", "4"]

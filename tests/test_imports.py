@@ -37,7 +37,7 @@ ROOMS = {
     "zoo.serve": 7,
     "zoo.serve.routes": 7,  # zoo.serve's routes, a sub-room of it
     "zoo.training.loop": 8,
-    "zoo.training.loop.records": 8,  # what a run leaves to read: logs, curves, MLflow
+    "zoo.training.loop.records": 8,  # what a run leaves to read: checkpoints, logs, curves, MLflow
     "zoo.training.data": 9,  # and its sub-rooms by input kind, one room with it:
     "zoo.training.data.images": 9,
     "zoo.training.data.text": 9,

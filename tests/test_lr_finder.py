@@ -18,8 +18,8 @@ import zoo
 from zoo.cli import main
 from zoo.errors import InvalidArgumentError
 from zoo.training.loop import lr_finder
-from zoo.training.loop.checkpoint import rng_state
 from zoo.training.loop.epochs import plan_epochs
+from zoo.training.loop.records.checkpoint import rng_state
 from zoo.training.loop.trainer import TrainConfig, Trainer
 
 QUIET = dict(progress=False, tensorboard=False, plot=False, precision="fp32", num_workers=0)

@@ -52,9 +52,9 @@ from zoo.training.finetune.options import FinetuneOptions, add_arguments, option
 from zoo.training.finetune.run_folder import evaluate_and_export, prepare_output
 from zoo.training.finetune.stages import MODES, apply_mode, layer_decay_scale, parameter_levels
 from zoo.training.loop.callbacks import Callback
-from zoo.training.loop.checkpoint import elastic_resume
 from zoo.training.loop.lr_finder import PLOT_FILE as LR_FINDER_PLOT
 from zoo.training.loop.lr_finder import resumed_lr
+from zoo.training.loop.records.checkpoint import elastic_resume
 from zoo.training.loop.records.tracking import check_tracking
 from zoo.training.loop.steps import MultiLabelStep, RegressionStep, StepFn, fold_standardisation
 from zoo.training.loop.train_config import TrainConfig, config_from_args, given_options

@@ -41,9 +41,9 @@ from zoo.store.files import LOCK_FILE, FolderLock, lock_folder, read_json, write
 from zoo.training.data.source import DataSource
 from zoo.training.finetune import post_training as after_training
 from zoo.training.finetune.mlflow_run import RUN_FILE as MLFLOW_RUN_FILE
-from zoo.training.loop.checkpoint import BEST_CHECKPOINT, LAST_CHECKPOINT
 from zoo.training.loop.loaders import build_loader
 from zoo.training.loop.lr_finder import PLOT_FILE as LR_FINDER_PLOT
+from zoo.training.loop.records.checkpoint import BEST_CHECKPOINT, LAST_CHECKPOINT
 from zoo.training.loop.steps import split_batch
 from zoo.training.loop.train_config import TrainConfig
 

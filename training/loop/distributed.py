@@ -20,7 +20,7 @@ import torch.nn as nn
 
 from zoo.devices import checked_device
 from zoo.errors import InvalidArgumentError, ZooError, without_cpp_frames
-from zoo.training.loop.checkpoint import LAST_CHECKPOINT, checkpoint_dir
+from zoo.training.loop.records.checkpoint import LAST_CHECKPOINT, checkpoint_dir
 
 # What Gloo and NCCL say when another process of the group is gone (killed, its node lost).
 _PEER_ADDRESS = re.compile(r"\[([0-9A-Za-z.:-]+)\]:(\d+)")  # Gloo: "Connection closed by peer [10.0.0.7]:59308"

@@ -32,9 +32,9 @@ import torch
 from tqdm.auto import tqdm
 
 from zoo.errors import InvalidArgumentError
-from zoo.training.loop.checkpoint import rng_state, set_rng_state
 from zoo.training.loop.distributed import from_first_process
 from zoo.training.loop.optim import start_lr
+from zoo.training.loop.records.checkpoint import rng_state, set_rng_state
 from zoo.training.loop.records.curves import figure, save_figure
 from zoo.training.loop.speed import alone, trying
 

@@ -33,7 +33,21 @@ from tqdm.auto import tqdm
 
 from zoo.errors import CheckpointError, DataError, InvalidArgumentError
 from zoo.training.loop.callbacks import Callback, checked_callbacks, run_callbacks
-from zoo.training.loop.checkpoint import (
+from zoo.training.loop.distributed import (
+    average_gradients,
+    gradient_sync,
+    init_distributed,
+    lost_peer,
+    pick_device,
+    use_fsdp,
+    wrap_model,
+)
+from zoo.training.loop.epochs import Epochs, plan_epochs
+from zoo.training.loop.loaders import ShardSampler, build_loader
+from zoo.training.loop.lr_finder import find_lr
+from zoo.training.loop.meter import EpochMeter, count_correct, count_samples, take_first_samples
+from zoo.training.loop.optim import make_optimizer, make_scheduler, param_groups, start_lr
+from zoo.training.loop.records.checkpoint import (
     BEST_CHECKPOINT,
     LAST_CHECKPOINT,
     TrainState,
@@ -51,20 +65,6 @@ from zoo.training.loop.checkpoint import (
     write_best_weights,
     write_checkpoint,
 )
-from zoo.training.loop.distributed import (
-    average_gradients,
-    gradient_sync,
-    init_distributed,
-    lost_peer,
-    pick_device,
-    use_fsdp,
-    wrap_model,
-)
-from zoo.training.loop.epochs import Epochs, plan_epochs
-from zoo.training.loop.loaders import ShardSampler, build_loader
-from zoo.training.loop.lr_finder import find_lr
-from zoo.training.loop.meter import EpochMeter, count_correct, count_samples, take_first_samples
-from zoo.training.loop.optim import make_optimizer, make_scheduler, param_groups, start_lr
 from zoo.training.loop.records.run_logs import RunLogs, check_finite, start_profiler
 from zoo.training.loop.records.tracking import tracked
 from zoo.training.loop.speed import Setting, fixed_setting, tune, use_setting

@@ -25,7 +25,7 @@ from typing import Any
 from zoo.errors import InvalidArgumentError
 from zoo.training.data.images.augment import Augment
 from zoo.training.finetune import Distillation, FinetuneOptions, FinetuneResult, finetune
-from zoo.training.loop.checkpoint import LAST_CHECKPOINT
+from zoo.training.loop.records.checkpoint import LAST_CHECKPOINT
 from zoo.training.loop.trainer import TrainConfig
 from zoo.training.recipes.evaluate import evaluate, task_key
 from zoo.training.recipes.publish import WEIGHTS_DIR, Provenance, Stopwatch, publish, recipe_main

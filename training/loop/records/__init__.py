@@ -1,1 +1,1 @@
-"""What a `zoo.training.loop.trainer.Trainer` run leaves to read: train.log and TensorBoard points (`run_logs`), curves as pictures (`curves`), and runs logged to MLflow (`tracking`)."""
+"""What a `zoo.training.loop.trainer.Trainer` run leaves to read: its checkpoints and the random state they carry (`checkpoint`), train.log and TensorBoard points (`run_logs`), curves as pictures (`curves`), and runs logged to MLflow (`tracking`)."""

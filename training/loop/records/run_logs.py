@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from zoo.errors import TrainingDivergedError
 from zoo.store.files import write_bytes_atomic, write_json
-from zoo.training.loop.checkpoint import to_json_types
+from zoo.training.loop.records.checkpoint import to_json_types
 from zoo.training.loop.records.curves import plot_curves
 from zoo.training.loop.steps import StepOutput
 from zoo.training.loop.train_config import TrainConfig
