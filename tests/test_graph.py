@@ -478,9 +478,9 @@ def test_default_sizes_readout_options_and_edge_features():
     assert zoo.load("gin_sum", pretrained=False).num_features == 256
     assert zoo.load("gin_sopool", pretrained=False, out_channels=8).num_features == 64
     # gin3: the sum, then the moment (rank 32) and triangle (32 channels) parts on top of it
-    assert zoo.load("gin3", pretrained=False).num_features == 4 * 128 + 32 + 32  # 128 wide by default
+    assert zoo.load("gin3", pretrained=False).num_features == 3 * 96 + 32 + 32  # 3 layers of 96 by default
     assert zoo.load("gin3", pretrained=False, triangle=False, first_order=False, rank=16).num_features == 16
-    assert zoo.load("gin3", pretrained=False, triangle_channels=8).num_features == 512 + 32 + 8
+    assert zoo.load("gin3", pretrained=False, triangle_channels=8).num_features == 288 + 32 + 8
 
     batch = _batch(channels=3)
     batch.edge_attr = torch.randn(batch.num_edges, 2)
