@@ -193,3 +193,34 @@ def test_non_finite_metrics_are_written_as_json_null(tmp_path, capsys, monkeypat
     text = out.read_text()
     assert "NaN" not in text and "Infinity" not in text
     assert json.loads(text)["r2"] is None and json.loads(text)["mse"] is None
+
+
+def test_a_run_remembers_its_label_column_and_tokens_per_row(tmp_path, capsys):
+    """--label-field and --max-length are saved with the run, so zoo eval --data reads a file
+    with several label columns as training did, and predict/serve cut texts where training did."""
+    from zoo.loading.saved import read_saved_config
+    from zoo.loading.transforms import text_length
+
+    def write(path: Path, count: int) -> Path:
+        with open(path, "w", newline="") as file:
+            rows = [[f"text {i} " + "ab" * (i % 5), ["pos", "neg"][i % 2], ["art", "sport", "news"][i % 3]] for i in range(count)]  # fmt: skip
+            csv.writer(file).writerows([["text", "mood", "topic"], *rows])
+        return path
+
+    tiny = dict(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=32, num_experts=4)
+    options = FinetuneOptions(
+        model_kwargs=tiny, post_training=False, max_length=24, molecules=MoleculeOptions(label_field="topic")
+    )
+    run = finetune("moe_encoder", write(tmp_path / "train.csv", 30), tmp_path / "run", options, config=QUIET).out
+    config = json.loads((run / "config.json").read_text())
+    assert (config["label_field"], config["max_length"]) == ("topic", 24)
+    assert text_length(zoo.load(run)) == 24
+    out = tmp_path / "m.json"
+    assert main(["eval", str(run), "--data", str(write(tmp_path / "test.csv", 12)), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["samples"] == 12  # scored on topic: mood's classes are not the run's
+    capsys.readouterr()
+
+    for bad in (0, "24", 1 << 21):
+        (run / "config.json").write_text(json.dumps({**config, "max_length": bad}))
+        with pytest.raises(zoo.ZooError, match=r"config.json.*max_length"):
+            read_saved_config(run)

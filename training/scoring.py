@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 import zoo
 from zoo.errors import DataError, InvalidArgumentError
 from zoo.loading.outputs import OutputMeaning, describe_task, output_meaning
+from zoo.loading.transforms import text_length
 from zoo.store import weight_entries
 from zoo.training.data.kinds import DataSource, open_data
 from zoo.training.data.molecules.molecule_files import MoleculeOptions
@@ -34,7 +35,6 @@ from zoo.training.finetune.report import classification_report
 from zoo.training.loop.meter import regression_metrics
 from zoo.training.loop.steps import move_to_device, regression_sums, split_batch
 
-TEXT_LENGTH = 512  # tokens per text, as zoo finetune's --max-length default
 TOP5_ABOVE = 5  # classes: top-5 accuracy is reported for models of more classes than this
 
 
@@ -87,11 +87,13 @@ def _open(
             f"{name} reads molecules, and {data} is a folder: score it on a .csv/.jsonl with a smiles column"
         )
     reading = dataclasses.replace(reading, task=TASKS[meaning.task], graph_model=name if reads == "graphs" else None)
-    length = min(TEXT_LENGTH, getattr(getattr(model, "config", None), "max_position_embeddings", TEXT_LENGTH))
+    length = text_length(model)
+    # the label column training was given, or a regression's target (its column's name)
+    remembered = model.pretrained_cfg.get("label_field") or meaning.target_name
     source = None
-    if reading.label_field is None and meaning.target_name:  # a regression's column is named as its target
+    if reading.label_field is None and remembered:
         with contextlib.suppress(DataError):
-            named = dataclasses.replace(reading, label_field=meaning.target_name)
+            named = dataclasses.replace(reading, label_field=remembered)
             source = open_data(data, max_length=length, molecules=named, images=images)
     if source is None:
         source = open_data(data, max_length=length, molecules=reading, images=images)

@@ -242,7 +242,7 @@ def finetune(
             labels = (
                 saved_thresholds(model, val_set, source.collate_fn, config.batch_size) if source.multi_label else None
             )
-            _record_data(model, source, base, labels[0] if labels else None)
+            _record_data(model, source, base, labels[0] if labels else None, options)
             model.requires_grad_(True)  # the returned model trains whole again
             zoo.save(model, out, overwrite=True)  # prepare_output let only a run's own files (a resumed run's) stay
             ran = options.post_training and val_set is not None and source.target is None and not source.multi_label
@@ -418,13 +418,18 @@ def _task_details(source: DataSource, options: FinetuneOptions) -> dict[str, Any
     return {"target": source.target, "loss": options.loss if source.target else None, "split": split}
 
 
-def _record_data(model: nn.Module, source: DataSource, base: str | None, thresholds: list[float] | None) -> None:
+def _record_data(
+    model: nn.Module, source: DataSource, base: str | None, thresholds: list[float] | None, options: FinetuneOptions
+) -> None:
     """Record in the model's configuration where it started, its classes, a regression's target
-    statistics, a multi-label's names and decision ``thresholds``, and the molecule featurizer
+    statistics, a multi-label's names and decision ``thresholds``, the molecule featurizer
     (predictions take SMILES and come back in the target's units: the standardisation is
-    folded into the head)."""
+    folded into the head), the label column it was given and a text model's tokens per row (so
+    ``zoo eval --data`` and ``zoo predict`` read a file as training did)."""
     extra: dict[str, Any] = {"target": source.target}  # None for classes (a regression's start loses its own)
     extra["multi_label"] = {"names": source.class_names, "thresholds": thresholds} if source.multi_label else None
+    extra["label_field"] = options.molecules.label_field if options.molecules is not None else None
+    extra["max_length"] = options.max_length if source.kind == "text" else None
     if isinstance(source, MoleculeSource):
         extra["input_format"] = source.input_format
     update_config(model, weights=None, finetuned_from=base, class_names=source.class_names, **extra)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from zoo.bounds import Bounds, bounded, check_fields, count
+from zoo.bounds import TEXT_TOKENS, Bounds, bounded, check_fields, count
 from zoo.errors import InvalidArgumentError
 from zoo.training.data.images.augment import Augment
 from zoo.training.data.molecules.molecule_files import SPLITS, TASKS, MoleculeOptions
@@ -24,7 +24,6 @@ from zoo.training.loop.steps import REGRESSION_LOSSES
 from zoo.training.loop.train_config import add_config_options
 
 MAX_IMAGE_SIZE = 4096  # pixels a side at most
-MAX_TOKENS = 1 << 20  # tokens per text row at most
 FLAGS = {
     "stages": "--stages",
     "layer_decay": "--layer-decay",
@@ -64,7 +63,7 @@ class FinetuneOptions:
     limit: int | None = field(default=None, metadata=bounded(count()))
     image_size: int | None = field(default=None, metadata=bounded(count(1, MAX_IMAGE_SIZE)))
     augment: Augment | None = None
-    max_length: int = field(default=512, metadata=bounded(count(1, MAX_TOKENS)))
+    max_length: int = field(default=512, metadata=bounded(TEXT_TOKENS))
     shuffle_buffer: int = field(default=SHUFFLE_BUFFER, metadata=bounded(BUFFER))
     distill: Distillation | None = None
     molecules: MoleculeOptions | None = None

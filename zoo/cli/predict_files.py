@@ -28,11 +28,11 @@ from zoo.errors import DataError, InvalidArgumentError, ZooError
 from zoo.loading.images import open_image
 from zoo.loading.outputs import OutputMeaning, output_meaning
 from zoo.loading.smiles import graph_or_problem, parse_smiles, reads_molecules
+from zoo.loading.transforms import text_length
 from zoo.store import weight_entries
 from zoo.store.files import check_writable
 from zoo.tokenizer import ByteTokenizer
 
-TEXT_LENGTH = 512  # tokens per text, as zoo finetune's --max-length default
 FORMATS = ("csv", "jsonl")
 
 
@@ -113,7 +113,7 @@ def _runner(model: nn.Module, kind: str) -> Runner:
     if kind == "images":
         preprocess = zoo.transforms(model)
         return lambda rows: _images(model, device, preprocess, rows)
-    length = min(TEXT_LENGTH, getattr(model.config, "max_position_embeddings", TEXT_LENGTH))
+    length = text_length(model)
     tokenizer = ByteTokenizer()
 
     def texts(rows: list[InputRow]) -> torch.Tensor:

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from zoo.bounds import NAME_RULE, unprintable_name
+from zoo.bounds import NAME_RULE, TEXT_TOKENS, unprintable_name
 from zoo.errors import WeightsError
 from zoo.store import weight_entries
 
@@ -60,8 +60,11 @@ def _check(config: Any) -> None:
     _check_options(config.get("model_kwargs"))
     _check_preprocess(config.get("preprocess"))
     _check_classes(config, num_classes)
-    for name in ("weights", "finetuned_from", "input_format"):
+    for name in ("weights", "finetuned_from", "input_format", "label_field"):
         _string(config, name, required=False)
+    problem = None if config.get("max_length") is None else TEXT_TOKENS.problem(config["max_length"])
+    if problem:
+        raise _Refusal("max_length", f"(tokens kept per text) {problem}, or null")
     _check_target(config.get("target"))
     _check_multi_label(config.get("multi_label"), num_classes, config.get("target"))
     if not isinstance(config.get("features_only", False), bool):

@@ -17,7 +17,16 @@ from zoo.errors import InvalidArgumentError
 from zoo.store import weight_entries
 from zoo.store.weight_entries import IMAGENET_MEAN, IMAGENET_STD
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "ConvertChannels", "build_transforms", "transforms"]
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "ConvertChannels", "build_transforms", "text_length", "transforms"]
+
+TEXT_LENGTH = 512  # byte tokens per text row: zoo finetune's --max-length default
+
+
+def text_length(model: nn.Module) -> int:
+    """The byte tokens a text model reads per row: as many as it was fine-tuned with
+    (``max_length`` in its configuration), else `TEXT_LENGTH`, never more than its positions."""
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", TEXT_LENGTH)
+    return min(model.pretrained_cfg.get("max_length") or TEXT_LENGTH, positions)
 
 
 def transforms(name_or_model: str | nn.Module) -> Callable[[Any], torch.Tensor]:

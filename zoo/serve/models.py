@@ -21,6 +21,7 @@ from zoo.deploy.exporter import example_input_for
 from zoo.errors import InvalidArgumentError, ZooError
 from zoo.loading.outputs import OutputMeaning, output_meaning
 from zoo.loading.smiles import reads_molecules
+from zoo.loading.transforms import text_length
 from zoo.serve.protocol import ModelMetadata, TensorMetadata
 from zoo.serve.serve_options import ServeConfig
 from zoo.store import weight_entries
@@ -173,8 +174,7 @@ def _molecule_model(name: str, model: nn.Module, documents: Documents) -> Served
 def _text_classifier(name: str, model: nn.Module, documents: Documents) -> ServedModel:
     """A text classifier (or regression, or multi-label) fine-tuned on text rows: the v2 BYTES
     input ``text``, byte tokens as in training (`zoo.serve.text_requests`)."""
-    context = min(512, model.config.max_position_embeddings)
-    return _strings_model(name, model, documents, "texts", "text", context_length=context)
+    return _strings_model(name, model, documents, "texts", "text", context_length=text_length(model))
 
 
 def _strings_model(name: str, model: nn.Module, documents: Documents, kind: str, input_name: str,

@@ -29,6 +29,8 @@ class ModelConfig:
     input_format: str | None = None  # what a non-image, non-token model reads, e.g. "smiles/onehot-v1"
     target: dict[str, Any] | None = None  # regression: {"name", "mean", "std"}, folded into the head
     multi_label: dict[str, Any] | None = None  # {"names", "thresholds"}: one per output, probabilities by sigmoid
+    label_field: str | None = None  # the column its labels were read from (zoo finetune --label-field)
+    max_length: int | None = None  # text: the tokens kept per row in training (zoo finetune --max-length)
     features_only: bool = False
     out_indices: tuple[int, ...] | list[int] | None = None
 
@@ -45,7 +47,15 @@ class ModelConfig:
     def to_dict(self) -> dict[str, Any]:
         """zoo's ``pretrained_cfg`` keys (class names, origin and feature levels only when set)."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        for optional in ("class_names", "finetuned_from", "input_format", "target", "multi_label"):
+        for optional in (
+            "class_names",
+            "finetuned_from",
+            "input_format",
+            "target",
+            "multi_label",
+            "label_field",
+            "max_length",
+        ):
             if values[optional] is None:
                 del values[optional]
         if not self.features_only:
