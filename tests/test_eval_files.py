@@ -22,7 +22,7 @@ from zoo.store.model_config import update_config
 from zoo.training.data.molecules.molecule_files import MoleculeOptions
 from zoo.training.finetune import FinetuneOptions, finetune
 from zoo.training.loop.train_config import TrainConfig
-from zoo.training.scoring import average_precision, score_file
+from zoo.training.scoring import score_file
 
 QUIET = TrainConfig(epochs=1, batch_size=8, progress=False, plot=False, tensorboard=False, seed=0)
 COLOURS = ("red", "green", "blue")
@@ -134,14 +134,6 @@ def test_a_multi_label_run_scored_at_its_saved_thresholds(tmp_path):
     assert scores["f1_micro"] == pytest.approx(sklearn.f1_score(truth, decided, average="micro"))
     assert scores["f1_macro"] == pytest.approx(sklearn.f1_score(truth, decided, average="macro", zero_division=0))
     assert scores["task"] == "3 labels (multi-label)" and scores["samples"] == 12
-
-
-def test_average_precision_counts_ties_as_scikit_learn():
-    sklearn = pytest.importorskip("sklearn.metrics")
-    rng = np.random.default_rng(1)
-    scores, truth = rng.integers(0, 5, 40) / 4, rng.random(40) < 0.4
-    expected = sklearn.average_precision_score(truth, scores)
-    assert average_precision(torch.tensor(scores), torch.tensor(truth)) == pytest.approx(expected)
 
 
 def test_a_molecule_regression_run_scored_on_a_csv_in_its_units(tmp_path, capsys):

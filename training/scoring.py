@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,7 +31,7 @@ from zoo.store import weight_entries
 from zoo.training.data.kinds import DataSource, open_data
 from zoo.training.data.molecules.molecule_files import MoleculeOptions
 from zoo.training.finetune.report import classification_report
-from zoo.training.loop.meter import regression_metrics
+from zoo.training.loop.meter import multi_label_metrics, regression_metrics
 from zoo.training.loop.steps import move_to_device, regression_sums, split_batch
 
 TOP5_ABOVE = 5  # classes: top-5 accuracy is reported for models of more classes than this
@@ -175,8 +174,8 @@ def _metrics(meaning: OutputMeaning, outputs: torch.Tensor, targets: torch.Tenso
     if meaning.task == "regression":
         return regression_metrics({k: float(v) for k, v in regression_sums(outputs, targets).items()})
     if meaning.task == "multi_label":
-        thresholds = torch.tensor(meaning.thresholds or [0.5] * outputs.shape[1])
-        return multi_label_metrics(outputs.sigmoid(), targets, thresholds)
+        thresholds = meaning.thresholds or [0.5] * outputs.shape[1]
+        return multi_label_metrics(outputs.sigmoid().numpy(), (targets > 0.5).numpy(), thresholds)
     return class_metrics(outputs, targets, meaning.names, width)
 
 
@@ -190,45 +189,6 @@ def class_metrics(ranked: torch.Tensor, targets: torch.Tensor, names: list[str] 
     return {**metrics, "per_class": report.to_dict()["per_class"]}
 
 
-def multi_label_metrics(probabilities: torch.Tensor, targets: torch.Tensor, thresholds: torch.Tensor) -> dict[str, Any]:
-    """mAP (average precision per label, over the labels with a positive sample; scikit-learn's
-    ``average_precision_score``), and micro and macro F1 (over the labels with a positive sample,
-    as the training metrics) of the decisions at ``thresholds``: the names of ``val_map``,
-    ``val_f1_micro`` and ``val_f1_macro``."""
-    truth = targets > 0.5
-    decided = probabilities >= thresholds
-    tp = (decided & truth).sum(0).double()
-    fp = (decided & ~truth).sum(0).double()
-    fn = (~decided & truth).sum(0).double()
-    denominator = 2 * tp + fp + fn
-    f1 = torch.where(denominator > 0, 2 * tp / denominator.clamp(min=1), torch.zeros_like(tp))
-    micro = 2 * tp.sum() / max(float(denominator.sum()), 1.0)
-    precisions = [average_precision(probabilities[:, j], truth[:, j]) for j in range(truth.shape[1])]
-    present = [p for p in precisions if not math.isnan(p)]
-    seen = truth.any(0)
-    return {
-        "map": sum(present) / len(present) if present else math.nan,
-        "f1_micro": float(micro),
-        "f1_macro": f1[seen].mean().item() if seen.any() else math.nan,
-    }
-
-
-def average_precision(scores: torch.Tensor, truth: torch.Tensor) -> float:
-    """The area under one label's precision-recall curve as scikit-learn sums it (precision at
-    each distinct score, weighted by the recall it adds); NaN for a label without positives."""
-    positives = int(truth.sum())
-    if positives == 0:
-        return math.nan
-    order = torch.argsort(scores, descending=True, stable=True)
-    scores, hits = scores[order], truth[order].double()
-    last_of_score = torch.ones(len(scores), dtype=torch.bool)
-    last_of_score[:-1] = scores[1:] != scores[:-1]  # ties count together, at their last position
-    tp = hits.cumsum(0)[last_of_score]
-    seen = torch.arange(1, len(scores) + 1, dtype=torch.double)[last_of_score]
-    recall_gain = torch.diff(tp, prepend=torch.zeros(1)) / positives
-    return float((recall_gain * tp / seen).sum())
-
-
 def format_scores(scores: Mapping[str, Any]) -> list[str]:
     """The lines ``zoo eval --data`` prints: what was scored, then one metric a line."""
     lines = [f"{scores['model']} on {scores['data']}: {scores['samples']} samples, {scores['task']}"]
@@ -239,4 +199,4 @@ def format_scores(scores: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-__all__ = ["average_precision", "class_metrics", "format_scores", "multi_label_metrics", "score_file"]
+__all__ = ["class_metrics", "format_scores", "score_file"]

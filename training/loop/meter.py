@@ -9,7 +9,7 @@ multi-label step's ``cat/`` logs (the probabilities and targets of every sample)
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -135,17 +135,22 @@ def multi_label_thresholds(scores: np.ndarray, targets: np.ndarray) -> list[floa
     return thresholds
 
 
-def multi_label_metrics(scores: np.ndarray, targets: np.ndarray) -> dict[str, float]:
+def multi_label_metrics(
+    scores: np.ndarray, targets: np.ndarray, thresholds: Sequence[float] | None = None
+) -> dict[str, float]:
     """mAP (scikit-learn's ``average_precision_score``, the macro mean over the labels with a
-    positive) and micro and macro F1 at the thresholds `multi_label_thresholds` chooses on the
-    same samples, of probabilities ``scores`` [N, K] against 0/1 ``targets`` [N, K]."""
+    positive) and micro and macro F1 (over the labels with a positive) of probabilities
+    ``scores`` [N, K] against 0/1 ``targets`` [N, K], decided at ``thresholds`` (a model's saved
+    ones: ``zoo eval --data``), or else at those `multi_label_thresholds` chooses on the same
+    samples (validation)."""
     from sklearn.metrics import average_precision_score
 
     present = targets.sum(0) > 0
     if not present.any():
         return {"map": math.nan, "f1_micro": math.nan, "f1_macro": math.nan}
     ap = float(average_precision_score(targets[:, present], scores[:, present], average="macro"))
-    decided = scores >= np.asarray(multi_label_thresholds(scores, targets))
+    chosen = multi_label_thresholds(scores, targets) if thresholds is None else thresholds
+    decided = scores >= np.asarray(chosen)
     tp = (decided & (targets > 0)).sum(0)
     fp = (decided & (targets == 0)).sum(0)
     fn = ((~decided) & (targets > 0)).sum(0)
