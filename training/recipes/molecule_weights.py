@@ -44,8 +44,9 @@ from zoo.training.recipes.publish import WEIGHTS_DIR, Provenance, Stopwatch, pub
 
 SEEDS = (0, 1, 2)
 ARCHS = ("gin3", "gin_sum", "gin_sopool")  # what the cards compare: labels of VARIANTS
-MODEL_KWARGS = {"num_layers": 4, "head": "graph_regression"}  # each model's own width: what zoo finetune gives
-# gin3's width and readout, written into the entries so the weights load whatever gin3's defaults become
+MODEL_KWARGS = {"num_layers": 4, "head": "graph_regression"}  # the baselines at their default size (4 x 64)
+# gin3's size and readout (4 x 128; its default is 3 x 96 since 2026-11-28), written into the
+# entries so the weights load whatever gin3's defaults become
 GIN3 = {"hidden_channels": 128, "first_order": True, "moment": True, "triangle": True, "l2": False}
 # label -> (architecture, its options); "gin3, readout before 2026-11" is the replacement of the sum
 # that gin3's readout was until then: moment and triangles only, moments L2-normalised per graph
@@ -244,7 +245,7 @@ def run(
 
 def _hyperparameters(config: TrainConfig) -> dict[str, str]:
     return {
-        "model": f"{MODEL_KWARGS}, each model's default width (gin3 128, gin_sum and gin_sopool 64), readouts: "
+        "model": f"{MODEL_KWARGS}, gin3 128 channels wide, gin_sum and gin_sopool 64 (their defaults), readouts: "
         "gin3 the sum + third-order moment (rank 32, signed cube root) + triangles (32 channels), gated to start "
         "as the sum; gin_sopool bilinear second order; gin_sum sum",
         "optimizer": f"{config.optimizer}, lr {config.lr}, weight decay {config.weight_decay}, batch "
