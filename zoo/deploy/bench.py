@@ -32,7 +32,7 @@ from zoo.deploy.inference import medians
 from zoo.deploy.inference import optimize as optimize_model
 from zoo.deploy.optimize_report import OptimizeReport
 from zoo.errors import UnknownModelError
-from zoo.store import weight_entries as registry
+from zoo.store import weight_entries
 from zoo.store.files import write_bytes_atomic
 from zoo.store.weight_entries import WeightInfo
 
@@ -60,7 +60,7 @@ def gmacs(model: nn.Module, preprocess: dict[str, Any], attention: bool = True) 
     """GMACs per sample (4 significant digits, and at least 3 decimals: torchvision's ``_ops``
     is rounded to 3) at the weights' input size (``preprocess``), text at `TEXT_TOKENS` tokens;
     None for graph models. ``attention=False``: as torchvision's ``_ops`` (`count_macs`)."""
-    if registry.input_kind(model.pretrained_cfg["architecture"]) == "graphs":
+    if weight_entries.input_kind(model.pretrained_cfg["architecture"]) == "graphs":
         return None
     macs = count_macs(model, _example(model, preprocess, 1), attention) / 1e9
     return round(macs, max(3, 3 - math.floor(math.log10(macs)))) if macs > 0 else 0.0
@@ -100,10 +100,10 @@ class BenchTarget:
 def select(patterns: Sequence[str]) -> list[BenchTarget]:
     """The weight entries matching any fnmatch pattern (every entry without patterns), and the
     architectures named exactly (benchmarked with random weights)."""
-    entries = registry.list_models(list(patterns) or "*", pretrained=True)
-    targets = [BenchTarget(name, registry.info(name)) for name in entries]
+    entries = weight_entries.list_models(list(patterns) or "*", pretrained=True)
+    targets = [BenchTarget(name, weight_entries.info(name)) for name in entries]
     for pattern in patterns:
-        if pattern in registry.list_models(pattern):
+        if pattern in weight_entries.list_models(pattern):
             targets.append(BenchTarget(pattern, None))
         elif not fnmatch.filter(entries, pattern):
             raise UnknownModelError(

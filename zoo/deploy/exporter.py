@@ -26,7 +26,7 @@ from torch.export import Dim
 
 from zoo.devices import model_device
 from zoo.errors import InvalidArgumentError, ZooError
-from zoo.store import weight_entries as registry
+from zoo.store import weight_entries
 from zoo.store.files import atomic_files, check_writable, write_bytes_atomic
 
 ExampleInput = torch.Tensor | tuple[Any, ...]
@@ -343,7 +343,7 @@ def example_input_for(
             f"{type(model).__name__} is not a zoo model (no pretrained_cfg['architecture']), so its input is "
             "unknown; pass example_input=, a batch of 2+ samples"
         )
-    kind = registry.input_kind(arch)
+    kind = weight_entries.input_kind(arch)
     device = model_device(model)
     if kind == "images":
         preprocess = (cfg.get("preprocess") or {}) if preprocess is None else preprocess

@@ -41,7 +41,7 @@ from zoo.deploy.optimize_report import PRECISIONS, Candidate, OptimizeReport, re
 from zoo.deploy.optimized import MAX_BATCH_GRAPHS, OptimizedModel
 from zoo.devices import has_amx, model_device
 from zoo.errors import InvalidArgumentError
-from zoo.store import weight_entries as registry
+from zoo.store import weight_entries
 
 # Largest relative output difference (max |diff| / max |fp32|) that passes for outputs that are not class scores.
 RELATIVE_TOLERANCE = {"eager": 0.0, "channels_last": 1e-4, "fp32": 1e-3, "bf16": 5e-2, "fp16": 1e-2, "int8": 1e-1}
@@ -471,7 +471,7 @@ def _architecture(model: nn.Module) -> str:
 def _is_cnn(model: nn.Module) -> bool:
     """Whether the model's architecture is a CNN family (its spec's ``int8``: static int8
     quantizes it, and its samples are computed alone, so compiled graphs can be padded)."""
-    spec = registry.find_spec(_architecture(model))
+    spec = weight_entries.find_spec(_architecture(model))
     return spec is not None and spec.int8
 
 
