@@ -216,3 +216,49 @@ def test_a_run_remembers_its_label_column_and_tokens_per_row(tmp_path, capsys):
         (run / "config.json").write_text(json.dumps({**config, "max_length": bad}))
         with pytest.raises(zoo.ZooError, match=r"config.json.*max_length"):
             read_saved_config(run)
+
+
+def test_a_file_without_the_saved_label_column_is_said_by_that_column(tmp_path, capsys):
+    """A run trained on --label-field sentiment: a test file lacking that column is refused
+    naming 'sentiment' (was: 'label'); one whose 'sentiment' holds one class is refused for that
+    (was: a missing 'label' column); one with only a default 'label' column is scored by it with a
+    warning naming both columns; a label_field that is not a printable name is refused on load."""
+    from zoo.loading.saved import read_saved_config
+
+    def write(path: Path, header: list[str], rows: list[list[str]]) -> Path:
+        with open(path, "w", newline="") as file:
+            csv.writer(file).writerows([header, *rows])
+        return path
+
+    train = write(
+        tmp_path / "train.csv", ["text", "sentiment"], [[f"text {i}", ["pos", "neg"][i % 2]] for i in range(16)]
+    )
+    tiny = dict(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=32, num_experts=4)
+    options = FinetuneOptions(
+        model_kwargs=tiny, post_training=False, max_length=16, molecules=MoleculeOptions(label_field="sentiment")
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = finetune("moe_encoder", train, tmp_path / "run", options, config=QUIET).out
+    capsys.readouterr()
+
+    other = write(tmp_path / "other.csv", ["text", "foo"], [["a", "pos"], ["b", "neg"]])
+    assert main(["eval", str(run), "--data", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "missing ['sentiment']" in err and "'label'" not in err
+
+    one_class = write(tmp_path / "one.csv", ["text", "sentiment"], [["a", "pos"], ["b", "pos"]])
+    assert main(["eval", str(run), "--data", str(one_class)]) == 2
+    err = capsys.readouterr().err
+    assert "has 1 class ('pos')" in err and "missing" not in err
+
+    default = write(tmp_path / "default.csv", ["text", "label"], [["a", "pos"], ["b", "neg"]])
+    with pytest.warns(UserWarning, match=r"default label column, not 'sentiment'.*--label-field"):
+        scores = score_file(str(run), default, progress=False)
+    assert scores["samples"] == 2
+
+    config = json.loads((run / "config.json").read_text())
+    for bad in ("a\x1b[31mred", "two\nlines", "x" * 300):
+        (run / "config.json").write_text(json.dumps({**config, "label_field": bad}))
+        with pytest.raises(zoo.ZooError, match=r"config.json.*label_field.*printable"):
+            read_saved_config(run)

@@ -11,9 +11,9 @@ a regression."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -89,12 +89,9 @@ def _open(
     length = text_length(model)
     # the label column training was given, or a regression's target (its column's name)
     remembered = model.pretrained_cfg.get("label_field") or meaning.target_name
-    source = None
     if reading.label_field is None and remembered:
-        with contextlib.suppress(DataError):
-            named = dataclasses.replace(reading, label_field=remembered)
-            source = open_data(data, max_length=length, molecules=named, images=images)
-    if source is None:
+        source = _remembered_column(name, data, remembered, reading, length, images)
+    else:
         source = open_data(data, max_length=length, molecules=reading, images=images)
     head = model.pretrained_cfg.get("head")
     if reads == "text" and head != "sequence_classification":
@@ -105,6 +102,36 @@ def _open(
     holds = source.kind if source.kind != "tensors" else "images" if source.image_size else "vectors"
     if holds != reads:
         raise DataError(f"{name} reads {reads}, and {source.description} holds {holds}: score it on {reads}")
+    return source
+
+
+def _remembered_column(
+    name: str,
+    data: str | os.PathLike,
+    remembered: str,
+    reading: MoleculeOptions,
+    length: int,
+    images: str | os.PathLike | None,
+) -> DataSource:
+    """The file read by the label column the model was trained on; a file without a usable one
+    is read by its default label column, with a warning naming both; when that fails too, the
+    refusal is the remembered column's (the one the user's file was meant to have)."""
+    try:
+        return open_data(
+            data, max_length=length, molecules=dataclasses.replace(reading, label_field=remembered), images=images
+        )
+    except DataError as error:
+        refused = error
+        try:
+            source = open_data(data, max_length=length, molecules=reading, images=images)
+        except DataError:
+            raise refused from None
+    warnings.warn(
+        f"{data}: scored by its default label column, not {remembered!r}, the column {name} was trained on "
+        f"(label_field in its config.json), which this file cannot give ({str(refused)[:160]}); "
+        "--label-field COLUMN names the column to score",
+        stacklevel=3,
+    )
     return source
 
 

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from zoo.bounds import NAME_RULE, TEXT_TOKENS, unprintable_name
+from zoo.bounds import MAX_CLASS_NAME, NAME_RULE, TEXT_TOKENS, unprintable_name
 from zoo.errors import WeightsError
 from zoo.store import weight_entries
 
@@ -60,8 +60,13 @@ def _check(config: Any) -> None:
     _check_options(config.get("model_kwargs"))
     _check_preprocess(config.get("preprocess"))
     _check_classes(config, num_classes)
-    for name in ("weights", "finetuned_from", "input_format", "label_field"):
+    for name in ("weights", "finetuned_from", "input_format"):
         _string(config, name, required=False)
+    if config.get("label_field") is not None and unprintable_name([config["label_field"]]) is not None:
+        raise _Refusal(
+            "label_field",
+            f"(the label column) must be a column name of 1 to {MAX_CLASS_NAME} printable characters, or null",
+        )
     problem = None if config.get("max_length") is None else TEXT_TOKENS.problem(config["max_length"])
     if problem:
         raise _Refusal("max_length", f"(tokens kept per text) {problem}, or null")
