@@ -32,7 +32,7 @@ from torch.utils.data import TensorDataset
 import zoo
 from zoo import cli
 from zoo.training.finetune.mlflow_run import RUN_FILE
-from zoo.training.loop.records.tracking import parent_run, store_uri
+from zoo.training.loop.records.tracking import TrackingError, parent_run, store_uri
 from zoo.training.loop.trainer import TrainConfig, Trainer
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.filterwarnings("ignore:.*bare architecture")]
@@ -335,3 +335,15 @@ def test_a_folder_holding_a_database_zoo_did_not_make_is_refused_unless_named(
     (ours / "zoo_store.json").unlink()  # a store zoo made before it marked them: its experiments' artifacts beside
     assert store_uri(str(ours))[0] == f"sqlite:///{ours / 'mlflow.db'}" and (ours / "zoo_store.json").is_file()
     assert store_uri(f"sqlite:///{database}")[0] == f"sqlite:///{database}"  # named: used as it is
+
+
+@pytest.mark.parametrize("link", ["mlflow.db", "zoo_store.json", "artifacts"])
+def test_a_link_in_the_folder_is_refused_before_anything_is_written_through_it(tmp_path: Path, link: str) -> None:
+    """A --track folder whose mlflow.db (or mark, or artifacts) is a link, even one to nothing:
+    MLflow would make its database where the link points, outside the folder (it did)."""
+    folder, elsewhere = tmp_path / "runs", tmp_path / "elsewhere"
+    folder.mkdir()
+    (folder / link).symlink_to(elsewhere)
+    with pytest.raises(TrackingError, match=rf"{link} is a link \(to {elsewhere}\), which zoo did not make"):
+        store_uri(str(folder))
+    assert not elsewhere.exists() and sorted(p.name for p in folder.iterdir()) == [link]

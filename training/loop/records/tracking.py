@@ -125,6 +125,13 @@ def store_uri(uri: str) -> tuple[str, str | None]:
     if _is_file_store(folder):
         return folder.as_uri(), None
     database, mark = folder / "mlflow.db", folder / STORE_MARK
+    linked = next((path for path in (database, mark, folder / "artifacts") if path.is_symlink()), None)
+    if linked is not None:  # zoo makes none: through one, MLflow or zoo would write outside the folder
+        raise TrackingError(
+            f"{_flag(uri)}: {linked} is a link (to {os.readlink(linked)}), which zoo did not make; zoo writes only "
+            f"into the folder it names: remove the link, name another folder, or --track sqlite:///PATH to log "
+            "into a database you name"
+        )
     if database.exists() and not mark.is_file() and not _made_before_marks(database, folder / "artifacts"):
         raise TrackingError(
             f"{_flag(uri)}: {database} is there already and zoo did not make it; zoo writes into a database you "
