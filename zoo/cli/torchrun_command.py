@@ -7,9 +7,12 @@ is not said again."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
+import re
 import shlex
+import signal
 import socket
 import sys
 from typing import Any
@@ -40,14 +43,23 @@ def run_torchrun(args: argparse.Namespace) -> int:
     from torch.distributed import run as torchrun
 
     parsed = torchrun_parser().parse_args(argv)
+    problem = options_problem(parsed)
+    if problem:
+        print(f"{PROG}: error: {problem} (see {PROG} --help)", file=sys.stderr)
+        return 2
     if os.environ.get("LOGLEVEL") is None:  # torchrun's own loggers: what they say, the one line says
-        for name in ("torch.distributed.elastic", "torch.distributed.run", "torch.distributed.launcher"):
-            logging.getLogger(name).setLevel(logging.CRITICAL)
+        _quiet_torchrun_loggers()
     os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")  # a store per round (the docs page)
 
     def launch() -> int:
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+
         try:
             torchrun.run(parsed)
+        except SignalException as error:  # Ctrl-C (SIGINT) is one line and 130; SIGTERM/SIGHUP one line and 128+N
+            if error.sigval == signal.SIGINT:
+                raise KeyboardInterrupt from None
+            raise _Signalled(error.sigval) from None
         except Exception as error:  # noqa: BLE001 (torch's own errors, each said in one line below)
             raise launch_error(error, parsed, again(command, parsed)) from None
         return 0
@@ -56,6 +68,12 @@ def run_torchrun(args: argparse.Namespace) -> int:
         return run_command(launch, prog=PROG)
     except _SaidByWorker as said:
         return said.code
+    except _Signalled as stopped:
+        print(
+            f"{PROG}: stopped by {stopped.name}; this node's workers were stopped: {again(command, parsed)}",
+            file=sys.stderr,
+        )
+        return 128 + stopped.number
 
 
 class _SaidByWorker(Exception):
@@ -64,6 +82,68 @@ class _SaidByWorker(Exception):
     def __init__(self, code: int) -> None:
         super().__init__(code)
         self.code = code
+
+
+class _Signalled(Exception):
+    """The agent was sent SIGTERM or SIGHUP (not Ctrl-C): it stopped its workers."""
+
+    def __init__(self, sigval: signal.Signals) -> None:
+        super().__init__(sigval)
+        self.number = int(sigval)
+        self.name = signal.Signals(sigval).name
+
+
+_TORCHRUN_LOGGERS = ("torch.distributed.elastic", "torch.distributed.run", "torch.distributed.launcher")
+
+
+def _quiet_torchrun_loggers() -> None:
+    """torchrun's loggers off (each of torch's elastic modules sets its own level as it is
+    imported, so the parents' level is not enough): the agent's failures are said in one line."""
+    import torch.distributed.elastic.rendezvous.dynamic_rendezvous  # noqa: F401 (their loggers made now)
+    import torch.distributed.elastic.rendezvous.static_tcp_rendezvous  # noqa: F401
+    from torch.distributed import run  # noqa: F401
+
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith(_TORCHRUN_LOGGERS):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+_NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
+
+
+def options_problem(parsed: argparse.Namespace) -> str | None:
+    """What is wrong with torchrun's options, said by the option, before anything starts
+    (torchrun's own checks are bare assertions, or a worker's traceback for a missing script)."""
+    nodes = parsed.nnodes.split(":")
+    if len(nodes) > 2 or not all(part.strip().isdigit() for part in nodes):
+        return f"--nnodes must be a number of nodes N or a range MIN:MAX, e.g. 2 or 1:4; got {parsed.nnodes!r}"
+    low, high = int(nodes[0]), int(nodes[-1])
+    if not 1 <= low <= high:
+        return f"--nnodes must be at least 1 (MIN:MAX with 1 <= MIN <= MAX), got {parsed.nnodes!r}"
+    nproc = str(parsed.nproc_per_node)
+    if not (nproc.isdigit() and int(nproc) >= 1) and nproc not in _NPROC_WORDS:
+        return f"--nproc-per-node must be a number of processes (1 or more) or one of {', '.join(_NPROC_WORDS)}; got {nproc!r}"
+    if parsed.max_restarts < 0:
+        return f"--max-restarts must be 0 or more (0: none), got {parsed.max_restarts}"
+    port = _endpoint_port(parsed.rdzv_endpoint or "")
+    if port is not None and not (port.isdigit() and int(port) <= 65535):
+        return f"--rdzv-endpoint must be HOST or HOST:PORT with a port from 0 to 65535, got {parsed.rdzv_endpoint!r}"
+    if parsed.module:
+        top = parsed.training_script.split(".")[0]
+        if not top.isidentifier() or importlib.util.find_spec(top) is None:
+            return f"-m {parsed.training_script}: no module {top!r} here; name an installed module, e.g. -m zoo.training.finetune"
+    elif not parsed.no_python and not os.path.isfile(parsed.training_script):
+        return f"no script {parsed.training_script!r} (from {os.getcwd()}): give a Python file's path, or -m MODULE"
+    return None
+
+
+def _endpoint_port(endpoint: str) -> str | None:
+    """The port of HOST:PORT or [IPv6]:PORT as written ("" when the colon has none), None when there
+    is none to read (HOST, [IPv6], or a bare IPv6 address: torch's to read)."""
+    if endpoint.startswith("["):
+        after = endpoint.partition("]")[2]
+        return after[1:] if after.startswith(":") else after or None
+    return endpoint.partition(":")[2] if endpoint.count(":") == 1 else None
 
 
 def torchrun_parser() -> argparse.ArgumentParser:
@@ -103,8 +183,15 @@ def launch_error(error: BaseException, parsed: argparse.Namespace, restart: str)
 
     from zoo.errors import without_cpp_frames
 
-    endpoint = parsed.rdzv_endpoint or "the rendezvous"
+    endpoint = parsed.rdzv_endpoint or f"{parsed.master_addr or '127.0.0.1'}:{parsed.master_port}"
     cause = without_cpp_frames(str(error.__cause__ or error))[:200]
+    if "EADDRINUSE" in cause or "address already in use" in cause.lower():
+        port = re.search(r"port:? (\d+)", cause)
+        return LaunchError(
+            f"port {port.group(1) if port else parsed.master_port} on this host is in use already (another torchrun, or "
+            "another program, listens there): stop it, or give a free port (--rdzv-endpoint HOST:PORT, --master-port "
+            "PORT, or --standalone, which finds one); no worker was started"
+        )
     if isinstance(error, ChildFailedError):
         failures = list(error.failures.items())
         if all(failure.exitcode == 2 for _, failure in failures):
