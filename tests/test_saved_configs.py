@@ -116,3 +116,26 @@ def test_a_saved_features_only_model_exports_and_predict_refuses_it(tmp_path: Pa
     assert main(["predict", str(folder), str(image)]) == 2
     assert "outputs feature maps, not class scores" in capsys.readouterr().err
     assert main(["export", str(folder), "--format", "torchscript", "--out", str(tmp_path / "f.pt")]) == 0
+
+
+def test_a_gin3_folder_of_the_old_default_size_is_told_its_size(tmp_path):
+    """A gin3 run saved before the default became 3 layers of 96 states no size in its config.json;
+    loading it now names the size its weights hold and the fields to add (was only the mismatch)."""
+    import zoo
+
+    model = zoo.load("gin3", pretrained=False, in_channels=9, num_classes=2, num_layers=4, hidden_channels=16)
+    zoo.save(model, tmp_path / "old")
+    config = json.loads((tmp_path / "old" / "config.json").read_text())
+    config["model_kwargs"] = {
+        k: v for k, v in config["model_kwargs"].items() if k not in ("num_layers", "hidden_channels")
+    }
+    (tmp_path / "old" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(zoo.ZooError) as refused:
+        zoo.load(tmp_path / "old")
+    assert str(refused.value).endswith(
+        f"its weights hold 4 layers of 16 channels, and {tmp_path / 'old' / 'config.json'} states no size (a run saved "
+        'before gin3\'s default became 3 layers of 96): add "num_layers": 4, "hidden_channels": 16 to its model_kwargs'
+    )
+    config["model_kwargs"] |= {"num_layers": 4, "hidden_channels": 16}
+    (tmp_path / "old" / "config.json").write_text(json.dumps(config))
+    assert zoo.load(tmp_path / "old").num_classes == 2

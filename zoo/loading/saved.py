@@ -104,6 +104,22 @@ def saved_folder(name_or_path: str | os.PathLike) -> Path | None:
     return None
 
 
+def _gin_size_hint(config: dict[str, Any], state_dict: dict[str, Any], directory: Path) -> str:
+    """For a GIN folder whose config.json does not state its size: the size its weights hold, and
+    where to write it (a run saved before gin3's default became 3 layers of 96, on 2026-11-28, was
+    4 of 128 and recorded no size)."""
+    options = config["model_kwargs"]
+    first = state_dict.get("convs.0.nn.lins.0.weight")
+    if not config["architecture"].startswith("gin") or first is None or "num_layers" in options:
+        return ""
+    layers = len({key.split(".")[1] for key in state_dict if key.startswith("convs.")})
+    return (
+        f"; its weights hold {layers} layers of {first.shape[0]} channels, and {directory / CONFIG_FILE} states no "
+        f'size (a run saved before gin3\'s default became 3 layers of 96): add "num_layers": {layers}, '
+        f'"hidden_channels": {first.shape[0]} to its model_kwargs'
+    )
+
+
 def load_saved(
     directory: Path, pretrained: bool, head: str | None, weights: str | os.PathLike | None, model_kwargs: dict[str, Any]
 ) -> nn.Module:
@@ -135,7 +151,8 @@ def load_saved(
                 state_dict = {k.removeprefix("model."): v for k, v in state_dict.items()}
             model = build_with_state_dict(builder, kwargs, state_dict, None)
     except WeightsMismatchError as error:
-        raise WeightsMismatchError(f"{error}\n  (in {directory / WEIGHTS_FILE})") from None
+        size = _gin_size_hint(config, state_dict, directory) if pretrained else ""
+        raise WeightsMismatchError(f"{error}\n  (in {directory / WEIGHTS_FILE}){size}") from None
     except InvalidArgumentError as error:  # an option of the file's (or one given over it) the builder refuses
         given = f", or the model_kwargs given over it ({sorted(model_kwargs)})" if model_kwargs else ""
         raise InvalidArgumentError(f"{directory / CONFIG_FILE}, field model_kwargs{given}: {error}") from None
