@@ -245,6 +245,12 @@ def test_served_answers_are_those_predict_prints(runs, tmp_path, capsys):
         assert texts.status_code == 200 and texts.json()["predictions"][0]["classes"][0]["label"] in ("neg", "pos")
         bad = client.post("/v1/models/text:predict", json={"texts": "not a list"})
         assert bad.status_code == 400 and "error" in bad.json()
+        for empty in (["fine", ""], [""]):  # no token to read: was a 500 (alone) or a made-up answer (beside others)
+            refused = client.post("/v1/models/text:predict", json={"texts": empty})
+            assert refused.status_code == 400 and f"text {len(empty) - 1} is empty" in refused.json()["error"]
+        v2 = {"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": [""]}]}
+        refused = client.post("/v2/models/text/infer", json=v2)
+        assert refused.status_code == 400 and "text 0 is empty" in refused.json()["error"]
         assert client.get("/v2/health/live").status_code == 200  # still serving
 
 

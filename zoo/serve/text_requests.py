@@ -33,6 +33,9 @@ class TextsRequest(BaseModel):
 
 def text_outputs(served: ServedModel, texts: list[str]) -> torch.Tensor:
     """The model's outputs [N, K] (float32, CPU) for ``texts``."""
+    empty = next((i for i, text in enumerate(texts) if not text), None)
+    if empty is not None:  # no token to read: the model would refuse it (was a 500)
+        raise bad_request(f"text {empty} is empty: send at least one character per text", param="texts")
     ids, mask = _TOKENIZER(texts, max_length=served.context_length)
     with torch.no_grad():
         return served.model(input_ids=ids.to(served.device), attention_mask=mask.to(served.device)).float().cpu()
