@@ -108,3 +108,25 @@ def test_a_signal_to_the_agent_is_one_line_and_the_shells_code(tmp_path, sent, c
     _, err = agent.communicate(timeout=60)
     assert agent.returncode == code
     assert err.strip().splitlines() == [line] if sent == signal.SIGINT else err.startswith(line), err
+
+
+def test_workers_that_said_why_are_not_said_again_when_the_agent_stopped_the_rest() -> None:
+    """One worker exited 2 (its own zoo line) and the agent stopped the other with SIGTERM: no
+    second line saying 'start again with --resume' (a run that never began has nothing to resume)."""
+    import signal as signals
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from zoo.cli.torchrun_command import LaunchError, _SaidByWorker, launch_error, torchrun_parser
+
+    parsed = torchrun_parser().parse_args(["--standalone", "-m", "zoo.training.finetune", "resnet20"])
+
+    def failed(*codes: int) -> ChildFailedError:
+        return ChildFailedError(
+            "m", {rank: ProcessFailure(rank, 100 + rank, code, "<N/A>") for rank, code in enumerate(codes)}
+        )
+
+    assert isinstance(launch_error(failed(2, -signals.SIGTERM), parsed, "again"), _SaidByWorker)
+    assert isinstance(launch_error(failed(-signals.SIGTERM, 2), parsed, "again"), _SaidByWorker)
+    assert isinstance(launch_error(failed(-signals.SIGKILL, 2), parsed, "again"), LaunchError)  # killed by someone else
+    assert isinstance(launch_error(failed(-signals.SIGTERM, -signals.SIGTERM), parsed, "again"), LaunchError)

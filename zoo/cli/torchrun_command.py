@@ -194,7 +194,9 @@ def launch_error(error: BaseException, parsed: argparse.Namespace, restart: str)
         )
     if isinstance(error, ChildFailedError):
         failures = list(error.failures.items())
-        if all(failure.exitcode == 2 for _, failure in failures):
+        said = [failure.exitcode == 2 for _, failure in failures]
+        stopped = [failure.exitcode == -signal.SIGTERM for _, failure in failures]  # by the agent, after one failed
+        if any(said) and all(a or b for a, b in zip(said, stopped)):
             return _SaidByWorker(2)
         return LaunchError(f"{_worker_failure(*failures[0], len(failures))}; its output above says why; {restart}")
     if isinstance(error, RendezvousTimeoutError):
