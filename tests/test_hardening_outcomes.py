@@ -124,7 +124,7 @@ def test_a_remembered_precision_is_checked_against_fp32s_loss(
     monkeypatch.setattr(speed, "probe", fixed_trials({"fp32": 100, "bf16": 50}))
     assert choose(trainer(channels_last=False, compile=False)).precision == "fp32"
     speed.write_cache(first.cache_key, "bf16", first.candidates, speed.CACHE_FILE)
-    short = choose(trainer(channels_last=False, compile=False), total_steps=50)
+    short = choose(trainer(channels_last=False, compile=False), total_steps=5)
     assert short.precision == "fp32" and not short.cached
 
 
