@@ -34,15 +34,12 @@ native bf16, bf16's graph still runs (emulated, slowly) for its accuracy, untime
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn as nn
@@ -51,8 +48,8 @@ import torchvision
 
 import zoo
 from zoo.deploy import inference, runtimes
+from zoo.deploy.bench import load_average, machine_line
 from zoo.deploy.optimize_report import OptimizeReport
-from zoo.devices import has_amx
 from zoo.store.weight_entries import IMAGENET_MEAN, IMAGENET_STD
 from zoo.training.data.builtin import load_fashion_mnist
 
@@ -269,7 +266,7 @@ def auto_runs(name: str, batch: int, runs: int) -> None:
         report = optimized.optimize_report
         print(
             f"\nauto run {run} of {runs}, {name} batch {batch} ({time.perf_counter() - start:.0f} s, load average "
-            f"{_load()}):\n{report}\n{_agrees_with_itself(report)}",
+            f"{load_average()}):\n{report}\n{_agrees_with_itself(report)}",
             flush=True,
         )
 
@@ -312,25 +309,6 @@ def accuracy(names: list[str], limit: int, batch_size: int) -> None:
             print(f"| {name} | bf16, emulated (no native bf16 here) | {top1:.2f} | {top1 - fp32:+.2f} | not timed |")
 
 
-def _load() -> str:
-    return ", ".join(f"{value:.2f}" for value in os.getloadavg())
-
-
-def _machine() -> str:
-    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    cpu = next(
-        (line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
-        platform.processor() or platform.machine(),
-    )
-    return (
-        f"{datetime.date.today()}, {cpu}, {os.cpu_count()} cores, CPU capability "
-        f"{torch.backends.cpu.get_cpu_capability()}, AMX {'yes' if has_amx() else 'no'}, native bf16 "
-        f"{'yes' if torch.ops.mkldnn._is_mkldnn_bf16_supported() else 'no'}, VNNI "
-        f"{'yes' if runtimes.has_vnni() else 'no'}, {torch.get_num_threads()} threads; torch {torch.__version__}, "
-        f"{runtimes.versions() or 'no runtime installed'}; load average {_load()} (1, 5, 15 min)"
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -351,7 +329,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=500, help="batch size for --accuracy")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(_machine(), flush=True)
+    print(machine_line(), flush=True)
     if args.accuracy:
         accuracy(args.models or list(ACCURACY_MODELS), args.limit, args.batch_size)
         return
@@ -364,7 +342,7 @@ def main() -> None:
             _table(setup, batch, args.repeats)
     if args.auto_runs:
         auto_runs(args.auto_model, args.auto_batch, args.auto_runs)
-    print(f"\nload average at the end: {_load()} (1, 5, 15 min)")
+    print(f"\nload average at the end: {load_average()} (1, 5, 15 min)")
 
 
 if __name__ == "__main__":

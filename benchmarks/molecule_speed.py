@@ -15,7 +15,6 @@ average go in the first line.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 
@@ -23,6 +22,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import zoo
+from zoo.deploy.bench import machine_line
 from zoo.training.data.molecules.molecule_sets import SETS, benchmark
 from zoo.training.loop.steps import RegressionStep
 
@@ -66,15 +66,6 @@ def epoch_seconds(name: str, epochs: int, batch_size: int) -> dict[str, list[flo
     return times
 
 
-def machine() -> str:
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = "unknown CPU"
-    load = f", load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
-    return f"{cpu}, capability {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads, torch {torch.__version__}{load}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     regression = [name for name in SETS if name != "solubility-class"]  # the same molecules as solubility
@@ -84,7 +75,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(machine())
+    print(machine_line())
     print("| molecules | model | median s per epoch | x gin_sum |")
     print("| --- | --- | ---: | ---: |")
     for name in args.sets:

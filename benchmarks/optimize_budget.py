@@ -32,8 +32,6 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="zoo-in
 
 import argparse  # noqa: E402
 import csv  # noqa: E402
-import datetime  # noqa: E402
-import platform  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
@@ -44,7 +42,7 @@ import torchvision  # noqa: E402
 
 import zoo  # noqa: E402
 from zoo.deploy import inference, runtimes  # noqa: E402
-from zoo.devices import has_amx  # noqa: E402
+from zoo.deploy.bench import load_average, machine_line  # noqa: E402
 
 PEERS = {
     "onnxruntime": "ONNX Runtime fp32",
@@ -56,26 +54,6 @@ REFERENCE = "torchvision fp32 eager"
 BUDGETED = "zoo.optimize auto, budget"
 FULL = "zoo.optimize auto, full search"
 AGREEMENT = 0.99  # auto's min_agreement: a candidate below it would not be picked
-
-
-def load() -> str:
-    return ", ".join(f"{value:.2f}" for value in os.getloadavg())
-
-
-def machine() -> str:
-    """The CPU by name and features, threads, versions, and the load average now."""
-    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    cpu = next(
-        (line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
-        platform.processor() or platform.machine(),
-    )
-    bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    return (
-        f"{datetime.date.today()}, {cpu}, {os.cpu_count()} cores; CPU capability "
-        f"{torch.backends.cpu.get_cpu_capability()}, native bf16 {'yes' if bf16 else 'no'}, VNNI "
-        f"{'yes' if runtimes.has_vnni() else 'no'}, AMX {'yes' if has_amx() else 'no'}; {torch.get_num_threads()} "
-        f"threads; torch {torch.__version__}, {runtimes.versions()}; load average {load()} (1, 5, 15 min)"
-    )
 
 
 def peers(reference: torch.nn.Module, x: torch.Tensor) -> tuple[dict[str, Callable], dict[str, float]]:
@@ -187,12 +165,17 @@ def build(args: argparse.Namespace, reference: torch.nn.Module, model: torch.nn.
     """Every variant, by label, the seconds each took, and auto's picks."""
     variants, seconds = peers(reference, x)
     budgeted, seconds[BUDGETED] = search(model, x, args.budget, args.repeats)
-    print(f"\nbudgeted search ({seconds[BUDGETED]:.0f} s, load {load()}):\n{budgeted.optimize_report}", flush=True)
+    print(
+        f"\nbudgeted search ({seconds[BUDGETED]:.0f} s, load {load_average()}):\n{budgeted.optimize_report}", flush=True
+    )
     variants[BUDGETED], picks = budgeted, {BUDGETED: budgeted.optimize_report.precision}
     if args.full_search:
         variants[FULL], seconds[FULL] = search(model, x, None, args.repeats)
         picks[FULL] = variants[FULL].optimize_report.precision
-        print(f"\nfull search ({seconds[FULL]:.0f} s, load {load()}):\n{variants[FULL].optimize_report}", flush=True)
+        print(
+            f"\nfull search ({seconds[FULL]:.0f} s, load {load_average()}):\n{variants[FULL].optimize_report}",
+            flush=True,
+        )
     else:
         more, more_seconds = zoo_candidates(model, x)
         variants, seconds = {**variants, **more}, {**seconds, **more_seconds}
@@ -216,7 +199,7 @@ def main() -> None:
     parser.add_argument("--csv", type=Path, help="write the table here")
     args = parser.parse_args()
     started = time.perf_counter()
-    print(machine(), flush=True)
+    print(machine_line(), flush=True)
     torch.manual_seed(0)
     reference = torchvision.models.resnet50().eval()
     model = zoo.load("resnet50", pretrained=False).eval()
@@ -229,7 +212,7 @@ def main() -> None:
     for row in table:
         print("| " + " | ".join(row.values()) + " |")
     print(verdict(table))
-    print(f"\nload average at the end: {load()} (1, 5, 15 min); {time.perf_counter() - started:.0f} s in all")
+    print(f"\nload average at the end: {load_average()} (1, 5, 15 min); {time.perf_counter() - started:.0f} s in all")
     if args.csv:
         args.csv.parent.mkdir(parents=True, exist_ok=True)
         with args.csv.open("w", newline="") as file:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import datetime
 import fnmatch
 import io
 import math
@@ -20,6 +21,7 @@ import os
 import platform
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -173,6 +175,34 @@ def machine_header(device: str = "cpu") -> list[str]:
         f"AMX {'present' if amx else 'absent'}",
         f"torch {torch.__version__}, {torch.get_num_threads()} threads",
     ]
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, for a benchmark's lines (speeds on a shared machine depend on them)."""
+    return ", ".join(f"{value:.2f}" for value in os.getloadavg()) if hasattr(os, "getloadavg") else "unknown"
+
+
+def machine_line() -> str:
+    """One line for a benchmark's output: the date, the CPU by name and features (capability,
+    AMX, native bf16, VNNI), threads, torch's and the runtimes' versions, the load average now."""
+    from zoo.deploy import runtimes
+    from zoo.devices import has_amx
+
+    def yes(flag: bool) -> str:
+        return "yes" if flag else "no"
+
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
+        platform.processor() or platform.machine(),
+    )
+    return (
+        f"{datetime.date.today()}, {cpu}, {os.cpu_count()} cores, CPU capability "
+        f"{torch.backends.cpu.get_cpu_capability()}, AMX {yes(has_amx())}, native bf16 "
+        f"{yes(torch.ops.mkldnn._is_mkldnn_bf16_supported())}, VNNI {yes(runtimes.has_vnni())}, "
+        f"{torch.get_num_threads()} threads; torch {torch.__version__}, "
+        f"{runtimes.versions() or 'no runtime installed'}; load average {load_average()} (1, 5, 15 min)"
+    )
 
 
 def _cell(value: Any) -> str:
