@@ -57,12 +57,15 @@ class EpochMeter:
         """Sum over every process (before `result`, under DDP/FSDP)."""
         if not (dist.is_available() and dist.is_initialized()):
             return
-        if self.kept:
-            gathered: list[Any] = [None] * dist.get_world_size()
-            dist.all_gather_object(gathered, {k: torch.cat(v).cpu() for k, v in self.kept.items()})
-            self.kept = {k: [part[k] for part in gathered if k in part] for k in self.kept}
-        keys = sorted(self.sums)
-        total = torch.tensor([float(self.sums[k]) for k in keys] + [self.samples, self.steps], dtype=torch.float64)
+        # every process the same collectives of the same sizes, also one that got no sample (a
+        # validation set smaller than the group: its meter is empty; was Gloo's size mismatch, an abort)
+        gathered: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, (sorted(self.sums), {k: torch.cat(v).cpu() for k, v in self.kept.items()}))
+        kept = sorted({k for _, part in gathered for k in part})
+        self.kept = {k: [part[k] for _, part in gathered if k in part] for k in kept}
+        keys = sorted({k for names, _ in gathered for k in names})
+        sums = [float(self.sums.get(k, 0.0)) for k in keys]
+        total = torch.tensor(sums + [self.samples, self.steps], dtype=torch.float64)
         dist.all_reduce(total)
         values = total.tolist()
         self.sums = dict(zip(keys, values))
