@@ -288,6 +288,13 @@ class GIN(LinearClassifier, nn.Module):
                 self.norm.weight[pool.in_channels :] = 0.0
 
     @property
+    def size_kwargs(self) -> dict[str, int]:
+        """The options that fix its parameters' shapes beside the data's (``hidden_channels``,
+        ``num_layers``): what a saved configuration states, so a later change of the defaults
+        cannot change what it builds."""
+        return {"hidden_channels": self.norms[0].num_features, "num_layers": len(self.convs)}
+
+    @property
     def needs_triangles(self) -> bool:
         """Whether the readout reads ``data.triangle_index`` (the triangle part of third-order pooling)."""
         return isinstance(self.pool, ThirdOrderPooling) and self.pool.triangle

@@ -18,6 +18,7 @@ import torch
 
 pytest.importorskip("rdkit")
 
+import zoo  # noqa: E402
 from zoo.cli import main  # noqa: E402
 from zoo.errors import DataError, WeightsError, ZooError  # noqa: E402
 from zoo.loading.smiles import INPUT_FORMAT, smiles_batch  # noqa: E402
@@ -352,3 +353,16 @@ def test_a_classification_set_of_real_molecules():
                      edge_dim=source.edge_dim, hidden_channels=8, num_layers=1)  # fmt: skip
     scores = evaluate(model, "solubility-class", limit=40)
     assert set(scores) == {"top1", "loss", "f1_macro"} and 0 <= scores["top1"] <= 100 and 0 <= scores["f1_macro"] <= 1
+
+
+def test_a_run_states_the_size_its_defaults_gave(tmp_path):
+    """zoo finetune of a bare graph architecture writes the size its defaults gave into the run's
+    model_kwargs, so the folder builds the same model after the defaults change (gin3's did)."""
+    path = _csv(tmp_path / "t.csv", _tpsa_rows(0, 24), ("smiles", "TPSA"))
+    options = FinetuneOptions(post_training=False, val_fraction=0.25)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = finetune("gin3", path, tmp_path / "run", options, config=_config(1))
+    kwargs = json.loads((result.out / "config.json").read_text())["model_kwargs"]
+    assert (kwargs["hidden_channels"], kwargs["num_layers"]) == (96, 3)
+    assert zoo.load(result.out).size_kwargs == {"hidden_channels": 96, "num_layers": 3}

@@ -158,7 +158,10 @@ def load_for_data(
             hint = f" For pretrained weights that fit this data name them, e.g. {', '.join(tags[:2])}." if tags else ""
             message = f"{name!r} is a bare architecture: training it from scratch (random weights).{hint}"
             warnings.warn(message, stacklevel=3)
-        return zoo.load(source, pretrained=False, num_classes=data.num_classes, **kwargs), None
+        model = zoo.load(source, pretrained=False, num_classes=data.num_classes, **kwargs)
+        if hasattr(model, "size_kwargs"):  # a graph model's size stated, whatever its defaults become
+            update_config(model, model_kwargs={**model.size_kwargs, **model.pretrained_cfg["model_kwargs"]})
+        return model, None
     model = zoo.load(source, pretrained=pretrained, num_classes=data.num_classes, **kwargs)
     return model, name if pretrained else None
 
