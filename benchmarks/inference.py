@@ -55,12 +55,6 @@ from zoo.training.data.builtin import load_fashion_mnist
 
 PEER_MODELS = ("resnet50", "resnet20.fmnist", "densenet_bc_40.fmnist", "mobilenet_v2_cifar.fmnist")
 ACCURACY_MODELS = ("resnet56.fmnist", "densenet_bc_40.fmnist", "mobilenet_v2_cifar.fmnist")
-PEER_NAMES = {
-    "onnxruntime": "ONNX Runtime fp32",
-    "onnxruntime-int8": "ONNX Runtime int8 (quantize_static)",
-    "openvino": "OpenVINO fp32",
-    "openvino-int8": "OpenVINO int8 (NNCF)",
-}
 
 
 @dataclass
@@ -137,20 +131,13 @@ def _recorded_builds() -> Iterator[dict[str, nn.Module]]:
 
 def _peers(setup: Setup, batch: int) -> tuple[dict[str, Callable], dict[str, str]]:
     """The runtimes built from the reference model with their own tools, and what each cost to build."""
-    example = (setup.images[:batch],)
     calibration = [(b,) for b in setup.calibration.split(16)]
-    variants, notes = {}, {}
-    for runtime in ("onnxruntime", "openvino"):
-        conversion = runtimes.Conversion(runtime)
-        for name in (runtime, f"{runtime}-int8"):
-            if (reason := runtimes.missing(name)) is not None:
-                print(f"  {PEER_NAMES[name]}: not measured: {reason}")
-                continue
-            start = time.perf_counter()
-            variants[PEER_NAMES[name]] = runtimes.build_runtime(name, setup.reference, example, calibration, conversion)
-            seconds = time.perf_counter() - start
-            what = "quantized" if name.endswith("-int8") else "exported" if runtime == "onnxruntime" else "converted"
-            notes[PEER_NAMES[name]] = f"{what} in {seconds:.0f} s"
+    variants, seconds = runtimes.build_peers(setup.reference, (setup.images[:batch],), calibration)
+    notes = {}
+    for name, shown in runtimes.PEER_NAMES.items():
+        if shown in seconds:
+            what = "quantized" if name.endswith("-int8") else "exported" if name == "onnxruntime" else "converted"
+            notes[shown] = f"{what} in {seconds[shown]:.0f} s"
     return variants, notes
 
 

@@ -44,31 +44,10 @@ import zoo  # noqa: E402
 from zoo.deploy import inference, runtimes  # noqa: E402
 from zoo.deploy.bench import load_average, machine_line  # noqa: E402
 
-PEERS = {
-    "onnxruntime": "ONNX Runtime fp32",
-    "onnxruntime-int8": "ONNX Runtime int8 (quantize_static)",
-    "openvino": "OpenVINO fp32",
-    "openvino-int8": "OpenVINO int8 (NNCF)",
-}
 REFERENCE = "torchvision fp32 eager"
 BUDGETED = "zoo.optimize auto, budget"
 FULL = "zoo.optimize auto, full search"
 AGREEMENT = 0.99  # auto's min_agreement: a candidate below it would not be picked
-
-
-def peers(reference: torch.nn.Module, x: torch.Tensor) -> tuple[dict[str, Callable], dict[str, float]]:
-    """The runtimes built from ``reference`` with their own tools, and the seconds each took."""
-    variants, seconds = {}, {}
-    for runtime in ("onnxruntime", "openvino"):
-        conversion = runtimes.Conversion(runtime)
-        for name in (runtime, f"{runtime}-int8"):
-            if (reason := runtimes.missing(name)) is not None:
-                print(f"  {PEERS[name]}: not measured: {reason}")
-                continue
-            start = time.perf_counter()
-            variants[PEERS[name]] = runtimes.build_runtime(name, reference, (x,), [(x,)], conversion)
-            seconds[PEERS[name]] = time.perf_counter() - start
-    return variants, seconds
 
 
 def search(
@@ -163,7 +142,7 @@ def verdict(table: list[dict[str, str]]) -> str:
 
 def build(args: argparse.Namespace, reference: torch.nn.Module, model: torch.nn.Module, x: torch.Tensor) -> tuple:
     """Every variant, by label, the seconds each took, and auto's picks."""
-    variants, seconds = peers(reference, x)
+    variants, seconds = runtimes.build_peers(reference, (x,), [(x,)])
     budgeted, seconds[BUDGETED] = search(model, x, args.budget, args.repeats)
     print(
         f"\nbudgeted search ({seconds[BUDGETED]:.0f} s, load {load_average()}):\n{budgeted.optimize_report}", flush=True

@@ -34,6 +34,7 @@ import io
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -130,6 +131,33 @@ def build_runtime(
         else:
             run = _OpenVINORun(_compile_openvino(_quantize_nncf(converted, batches)), model)
     return OptimizedModel(model, run)
+
+
+PEER_NAMES = {
+    "onnxruntime": "ONNX Runtime fp32",
+    "onnxruntime-int8": "ONNX Runtime int8 (quantize_static)",
+    "openvino": "OpenVINO fp32",
+    "openvino-int8": "OpenVINO int8 (NNCF)",
+}
+
+
+def build_peers(
+    model: nn.Module, args: tuple[Any, ...], batches: list[tuple[Any, ...]]
+) -> tuple[dict[str, OptimizedModel], dict[str, float]]:
+    """Each runtime's fp32 and int8 built from ``model`` with the runtime's own tools (what a user
+    of ONNX Runtime or OpenVINO would run), by `PEER_NAMES`, and the seconds each took to build;
+    a runtime not installed is said on one line and left out. For the benchmarks' side-by-side tables."""
+    built, seconds = {}, {}
+    for runtime in ("onnxruntime", "openvino"):
+        conversion = Conversion(runtime)
+        for name in (runtime, f"{runtime}-int8"):
+            if (reason := missing(name)) is not None:
+                print(f"  {PEER_NAMES[name]}: not measured: {reason}")
+                continue
+            start = time.perf_counter()
+            built[PEER_NAMES[name]] = build_runtime(name, model, args, batches, conversion)
+            seconds[PEER_NAMES[name]] = time.perf_counter() - start
+    return built, seconds
 
 
 class _SignalStack(ctypes.Structure):  # Linux's stack_t
