@@ -327,3 +327,18 @@ def test_non_finite_values_are_written_as_json_null(tmp_path, capsys):
     line = capsys.readouterr().out.splitlines()[0]
     assert "Infinity" not in line and json.loads(line)["value"] is None
     assert predict_files.strict_json({"a": [float("nan"), 1.5, float("inf")]}) == '{"a": [null, 1.5, null]}'
+
+
+def test_texts_as_arguments_to_a_text_model_point_to_input(runs, capsys):
+    """A text model given texts as arguments is told to put them in a file (was: no such image file)."""
+    assert main(["predict", str(runs["text"]), "good movie"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"zoo: error: {runs['text']} reads text, and zoo predict takes texts from a file, one per row: zoo predict "
+        'NAME --input rows.csv (a text column) or rows.jsonl ({"text": ...} per line)'
+    )
+    assert main(["predict", "moe_lm.stdlib", "def fib("]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "zoo: error: moe_lm.stdlib is a language model: continue a text with zoo generate NAME 'PROMPT'"
+    )
+    assert main(["predict", "resnet20.fmnist", "nothing.png"]) == 2  # an image model: the missing file
+    assert "nothing.png: no such image file" in capsys.readouterr().err

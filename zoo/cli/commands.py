@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import torch
@@ -14,7 +15,7 @@ from tqdm import tqdm
 import zoo
 from zoo.cli.catalog import format_size
 from zoo.cli.predict_files import answer_lines, strict_json
-from zoo.errors import InvalidArgumentError
+from zoo.errors import InvalidArgumentError, ZooError
 from zoo.loading.images import open_image
 from zoo.loading.outputs import output_meaning
 from zoo.store import weight_entries
@@ -36,6 +37,14 @@ def run_predict(args: argparse.Namespace) -> int:
         from zoo.cli.predict_smiles import predict_smiles
 
         return predict_smiles(args)
+    head = None if any(Path(path).exists() for path in args.images) else _text_head(args.name)
+    if head == "lm":
+        raise InvalidArgumentError(f"{args.name} is a language model: continue a text with zoo generate NAME 'PROMPT'")
+    if head is not None:
+        raise InvalidArgumentError(
+            f"{args.name} reads text, and zoo predict takes texts from a file, one per row: "
+            'zoo predict NAME --input rows.csv (a text column) or rows.jsonl ({"text": ...} per line)'
+        )
     for path in args.images:  # a missing, unreadable or truncated file is found before the model loads
         open_image(path, decode=False)
     model = zoo.load(args.name, device=args.device)
@@ -70,6 +79,26 @@ def run_predict(args: argparse.Namespace) -> int:
     finally:
         progress.close()  # clears the bar, also before an error message
     return 0
+
+
+def _text_head(name: str) -> str | None:
+    """The head of ``name`` (registered weights, or a saved folder) when it is a model that reads
+    text, from its entry or config.json alone; None otherwise (loading says what it is)."""
+    from zoo.loading.saved import read_saved_config, saved_folder
+
+    try:
+        with warnings.catch_warnings():  # a folder shadowed by a registry name: zoo.load says so, once
+            warnings.simplefilter("ignore")
+            folder = saved_folder(name)
+        if folder is not None:
+            config = read_saved_config(folder)
+            arch, head = config["architecture"], config["head"]
+        else:
+            arch, entry = weight_entries.arch_and_weights(name)
+            head = (entry.model_kwargs.get("head") if entry else None) or weight_entries.supported_heads(arch)[0]
+        return head if weight_entries.input_kind(arch) == "text" else None
+    except ZooError:
+        return None
 
 
 def _check_predict_inputs(args: argparse.Namespace) -> None:
