@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib
 import itertools
 import json
 import logging
@@ -39,6 +40,7 @@ import torch
 from tqdm.auto import tqdm
 
 from zoo.deploy.optimize_report import Candidate, OptimizeReport, remembered, write_cache
+from zoo.deploy.optimized import quiet_logger
 from zoo.devices import has_amx
 from zoo.training.loop import probe_gain
 from zoo.training.loop.distributed import from_first_process, wrap_model
@@ -189,6 +191,8 @@ def use_setting(trainer: Trainer, setting: Setting) -> None:
     model.to(memory_format=torch.channels_last if setting.channels_last else torch.contiguous_format)
     if setting.compile != trainer.setting.compile:
         if setting.compile:
+            with quiet_logger("torch.utils.cpp_extension"):  # inductor imports it: a CPU machine's CUDA_HOME notice
+                importlib.import_module("torch.utils.cpp_extension")
             model.compile(backend=trainer.config.compile_backend)
         else:
             model._compiled_call_impl = None  # what nn.Module.compile set
