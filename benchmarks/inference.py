@@ -48,7 +48,7 @@ import torchvision
 
 import zoo
 from zoo.deploy import inference, runtimes
-from zoo.deploy.bench import load_average, machine_line
+from zoo.deploy.bench import load_average, machine_line, time_in_turn
 from zoo.deploy.optimize_report import OptimizeReport
 from zoo.store.weight_entries import IMAGENET_MEAN, IMAGENET_STD
 from zoo.training.data.builtin import load_fashion_mnist
@@ -161,22 +161,6 @@ def _zoo_candidates(setup: Setup, batch: int) -> tuple[dict[str, Callable], dict
     return variants, notes, report
 
 
-def _time_in_turn(variants: dict[str, Callable], x: torch.Tensor, repeats: int) -> dict[str, list[float]]:
-    """Seconds per call of each variant, called in turn, the order rotated each round."""
-    names = list(variants)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    with torch.no_grad():
-        for name in names:  # warm-up: first calls, and each thread pool awake
-            variants[name](x)
-        for repeat in range(repeats):
-            shift = repeat % len(names)
-            for name in names[shift:] + names[:shift]:
-                start = time.perf_counter()
-                variants[name](x)
-                times[name].append(time.perf_counter() - start)
-    return times
-
-
 @torch.no_grad()
 def _predictions(run: Callable, images: torch.Tensor, batch: int) -> torch.Tensor:
     return torch.cat([run(x).argmax(-1) for x in images.split(batch)])
@@ -193,7 +177,7 @@ def _table(setup: Setup, batch: int, repeats: int) -> OptimizeReport:
     variants.update(candidates)
     notes.update(peer_notes)
     notes.update(candidate_notes)
-    times = _time_in_turn(variants, setup.images[:batch], repeats)
+    times = time_in_turn(variants, setup.images[:batch], repeats)
     medians = {name: statistics.median(t) for name, t in times.items()}
     fp32 = _predictions(setup.reference, setup.images, batch)
     base = medians[setup.reference_name]

@@ -42,7 +42,7 @@ import torchvision  # noqa: E402
 
 import zoo  # noqa: E402
 from zoo.deploy import inference, runtimes  # noqa: E402
-from zoo.deploy.bench import load_average, machine_line  # noqa: E402
+from zoo.deploy.bench import load_average, machine_line, time_in_turn  # noqa: E402
 
 REFERENCE = "torchvision fp32 eager"
 BUDGETED = "zoo.optimize auto, budget"
@@ -69,22 +69,6 @@ def zoo_candidates(model: torch.nn.Module, x: torch.Tensor) -> tuple[dict[str, C
             built(x)
         seconds[f"zoo {name}"] = time.perf_counter() - start
     return variants, seconds
-
-
-def in_turn(variants: dict[str, Callable], x: torch.Tensor, rounds: int) -> dict[str, list[float]]:
-    """Seconds per call of each variant, round by round, called in turn, the order rotated each round."""
-    names = list(variants)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    with torch.no_grad():
-        for name in names:  # first calls, and each thread pool awake
-            variants[name](x)
-        for round_ in range(rounds):
-            shift = round_ % len(names)
-            for name in names[shift:] + names[:shift]:
-                start = time.perf_counter()
-                variants[name](x)
-                times[name].append(time.perf_counter() - start)
-    return times
 
 
 def spread(values: list[float]) -> tuple[float, float, float]:
@@ -185,7 +169,7 @@ def main() -> None:
     model.load_state_dict(reference.state_dict())
     x = torch.randn(args.batch, 3, 224, 224, generator=torch.Generator().manual_seed(1))
     variants, seconds, picks = build(args, reference, model, x)
-    table = rows(in_turn(variants, x, args.rounds), picks, seconds, agreements(variants, x))
+    table = rows(time_in_turn(variants, x, args.rounds), picks, seconds, agreements(variants, x))
     print(f"\nResNet-50, batch {args.batch}, budget {args.budget:g} s, {args.rounds} rounds in turn:")
     print("| " + " | ".join(table[0]) + " |\n|" + "---|" * len(table[0]))
     for row in table:

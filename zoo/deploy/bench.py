@@ -19,7 +19,8 @@ import io
 import math
 import os
 import platform
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -175,6 +176,24 @@ def machine_header(device: str = "cpu") -> list[str]:
         f"AMX {'present' if amx else 'absent'}",
         f"torch {torch.__version__}, {torch.get_num_threads()} threads",
     ]
+
+
+def time_in_turn(variants: dict[str, Callable], x: torch.Tensor, rounds: int) -> dict[str, list[float]]:
+    """Seconds per call of each variant, round by round, called in turn with the order rotated
+    each round (after one untimed call each), so they share the machine's load alike: the one
+    way the benchmarks time variants side by side."""
+    names = list(variants)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    with torch.no_grad():
+        for name in names:  # first calls, and each thread pool awake
+            variants[name](x)
+        for round_ in range(rounds):
+            shift = round_ % len(names)
+            for name in names[shift:] + names[:shift]:
+                start = time.perf_counter()
+                variants[name](x)
+                times[name].append(time.perf_counter() - start)
+    return times
 
 
 def load_average() -> str:
