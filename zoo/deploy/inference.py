@@ -265,7 +265,7 @@ def _search(trials: _Trials, names: list[str], cache: bool) -> tuple[list[Candid
     machine, profile = search.Machine.here(trials.device), search.ModelProfile.of(trials.model, trials.args)
     calls = 2 + trials.repeats + len(trials.batches)  # a check, then the timing in turn with eager
     known = search.similar(machine, profile) if cache else None
-    plan = search.plan(names, machine, profile, trials.eager.median_s, calls, known)
+    plan = search.plan(names, machine, profile, trials.eager.median_s, calls, known, final_calls=trials.repeats)
     measured, costs = search.run(plan, trials._measured, trials.eager, trials.elapsed, trials.budget)
     if cache:
         search.remember(machine, profile, plan, measured, costs)

@@ -41,8 +41,8 @@ MAX_REMEMBERED = 64  # models remembered per machine (the oldest go first)
 
 # Expected speed-up over fp32 eager, by CPU kind and model kind. Measured ones: ResNet-50 at batch
 # 16 (docs/results.md): "avx512-bf16" on a 2-core AMD EPYC (AVX-512 BF16, VNNI), "avx2" on an AVX2
-# EPYC (int8 and compiled fp32; the runtimes there are guesses), "amx" on a 16-thread Xeon (int8,
-# bf16, fp32, channels_last; the runtimes guesses), "cuda" on an H200 at batch 64. The "dense"
+# EPYC (int8 and compiled fp32; the runtimes there are guesses), "amx" on a 2-core Xeon with
+# AMX (every candidate, a full search, 2026-11-28), "cuda" on an H200 at batch 64. The "dense"
 # rows (linear layers and attention: torch's int8 does not apply) are guesses.
 _CONV_AVX512 = {"openvino-int8": 10.2, "int8": 9.2, "onnxruntime-int8": 8.6, "bf16": 5.0, "openvino": 2.55}
 _CONV_AVX512 |= {"onnxruntime": 2.55, "fp32": 2.24, "channels_last": 1.22}
@@ -53,8 +53,8 @@ PRIORS: dict[tuple[str, str], dict[str, float]] = {
     ("avx512", "conv"): {**_CONV_AVX512, "openvino-int8": 5.0, "int8": 4.5, "onnxruntime-int8": 3.0},
     ("avx2", "conv"): {"int8": 3.9, "openvino-int8": 3.5, "onnxruntime-int8": 2.5, "openvino": 2.2}
     | {"onnxruntime": 2.0, "fp32": 1.93, "channels_last": 1.1},
-    ("amx", "conv"): {"int8": 8.4, "openvino-int8": 8.0, "bf16": 6.9, "onnxruntime-int8": 4.0, "openvino": 2.5}
-    | {"onnxruntime": 2.2, "fp32": 1.96, "channels_last": 1.23},
+    ("amx", "conv"): {"openvino-int8": 13.6, "int8": 11.3, "onnxruntime-int8": 7.6, "bf16": 6.95, "openvino": 2.45}
+    | {"onnxruntime": 2.04, "fp32": 2.0, "channels_last": 1.19},
     ("cuda", "conv"): {"fp16": 3.0, "bf16": 2.8, "fp32": 1.3, "channels_last": 1.2},
     ("avx512-bf16", "dense"): _DENSE,
     ("avx512-vnni", "dense"): _DENSE,
@@ -170,14 +170,22 @@ class Plan:
     described: str
     reach: dict[str, float] = field(default_factory=dict)
     eager_s: float = 0.0
+    final_calls: int = 0  # calls of each candidate in the final round
 
 
 def plan(
-    names: list[str], machine: Machine, profile: ModelProfile, eager_s: float, calls: int, known: dict | None = None
+    names: list[str],
+    machine: Machine,
+    profile: ModelProfile,
+    eager_s: float,
+    calls: int,
+    known: dict | None = None,
+    final_calls: int = 0,
 ) -> Plan:
     """The search's plan for ``names``: most promising first (ties: cheapest first); ``calls``
     is how many eager calls checking and timing one candidate takes, ``known`` what this
-    machine remembered for a similar model (`similar`)."""
+    machine remembered for a similar model (`similar`), ``final_calls`` how many calls of each
+    the final round takes."""
     priors = PRIORS.get((machine.kind, profile.kind), {})
     remembered_speed = (known or {}).get("speedups", {})
     common = [n for n in names if n in remembered_speed and n in priors]
@@ -199,7 +207,7 @@ def plan(
     described = f"expectations for {profile.kind} models on an {described}" + (
         ", and what this machine measured for a similar model" if remembered_speed else ""
     )
-    return Plan(order, expected, costs, source, described, reach, eager_s)
+    return Plan(order, expected, costs, source, described, reach, eager_s, final_calls)
 
 
 def expected_cost(name: str, eager_s: float, calls: int, speedup: float, converted: bool = False) -> float:
@@ -228,15 +236,33 @@ def left_untried(
             f"not tried: expected {search.expected[name] * scale:.2g}x, at most {reach:.2g}x, not above "
             f"{best.name}'s {best.speedup or 1.0:.2f}x measured; time_budget_s=None tries all"
         )
-    tried = [n for n in costs if n in search.costs]
-    cost_scale = sum(costs[n] for n in tried) / sum(search.costs[n] for n in tried) if tried else 1.0
-    cost = search.costs[name] * cost_scale
-    if elapsed + cost > budget:
+    cost = search.costs[name] * _cost_scale(name, search, costs)
+    final = _final_round_cost(name, search, measured)
+    if elapsed + cost + final > budget:
         return (
-            f"not tried: expected to cost {cost:.0f} s, {max(budget - elapsed, 0):.0f} s of auto's time budget "
-            f"({budget:g} s) left; time_budget_s=None tries all"
+            f"not tried: expected to cost {cost + final:.0f} s with the final round, {max(budget - elapsed, 0):.0f} s "
+            f"of auto's time budget ({budget:g} s) left; time_budget_s=None tries all"
         )
     return None
+
+
+def _cost_scale(name: str, search: Plan, costs: dict[str, float]) -> float:
+    """How the tried candidates' costs compared with their expectations: those of the same kind
+    (a runtime's, or torch's own) when any was tried; else all of them, but never below 1 (a
+    runtime built fast says little about how fast torch's quantizer or compiler runs here)."""
+    tried = [n for n in costs if n in search.costs and search.costs[n] > 0]
+    same = [n for n in tried if (n in runtimes.RUNTIMES) == (name in runtimes.RUNTIMES)]
+    if same:
+        return sum(costs[n] for n in same) / sum(search.costs[n] for n in same)
+    return max(sum(costs[n] for n in tried) / sum(search.costs[n] for n in tried), 1.0) if tried else 1.0
+
+
+def _final_round_cost(name: str, search: Plan, measured: list[Candidate]) -> float:
+    """Seconds of the final round (eager and every passed candidate timed in turn, ``calls`` calls
+    each) once ``name`` is tried too: part of the budget, which the search must leave room for."""
+    passed = [c for c in measured[1:] if c.passed and c.speedup]
+    per_call = 1.0 + sum(1.0 / c.speedup for c in passed) + 1.0 / max(search.expected.get(name, 1.0), 1e-3)
+    return search.final_calls * per_call * search.eager_s
 
 
 def run(
