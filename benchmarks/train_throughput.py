@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from tqdm import tqdm
 
 import zoo
-from zoo.devices import has_amx
+from zoo.deploy.bench import machine_line
 from zoo.training.data.builtin import load_fashion_mnist
 from zoo.training.loop.loaders import EpochSampler
 from zoo.training.loop.trainer import TrainConfig, Trainer
@@ -112,13 +112,19 @@ def lightning_run(precision: str) -> Run:
 
 
 def zoo_run(
-    precision: str, channels_last: bool | None = None, compile: bool | None = None, home: str | None = None
+    precision: str,
+    channels_last: bool | None = None,
+    compile: bool | None = None,
+    home: str | None = None,
+    out_dir: str | None = None,
 ) -> Run:
     """zoo's Trainer; auto measures anew each run, or with ``home`` finds what an earlier run
-    remembered there (a user's second run on the machine)."""
+    remembered there (a user's second run on the machine). With ``out_dir``: profiled there."""
 
     def run(model: nn.Module, data: TensorDataset, args, steps: int | None, epochs: int, seed: int) -> dict:
         config = TrainConfig(
+            out_dir=out_dir,
+            profile=out_dir is not None,
             epochs=epochs,
             max_steps=steps,
             batch_size=args.batch_size,
@@ -216,15 +222,33 @@ def machine(device: str = "cpu") -> str:
         return (
             f"{props.name} ({props.total_memory / 2**30:.0f} GiB), torch {torch.__version__}, CUDA {torch.version.cuda}"
         )
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = "unknown CPU"
-    return (
-        f"{cpu}, capability {torch.backends.cpu.get_cpu_capability()}, AMX {'yes' if has_amx() else 'no'}, "
-        f"native bf16 {'yes' if torch.ops.mkldnn._is_mkldnn_bf16_supported() else 'no'}, "
-        f"{torch.get_num_threads()} threads, torch {torch.__version__}"
-    )
+    return machine_line()
+
+
+def profile(args: argparse.Namespace, home: str) -> None:
+    """The operators that bound a step of zoo's default (the setting remembered in ``home``),
+    by their share of its time: `TrainConfig.profile`'s own table."""
+    with tempfile.TemporaryDirectory() as out:
+        zoo_run("auto", home=home, out_dir=out)(fresh_model(0), speed_data(args), args, 8, 1, 0)
+        rows = list(csv.DictReader((Path(out) / "profile" / "top_ops-rank0.csv").open()))
+    print("where a step of zoo's default goes (torch.profiler, 3 steps, self time):")
+    for row in rows[:10]:
+        print(f"  {row['op']:<48} {row['share']:>6}  {row['ms_per_step']:>9} ms/step  {row['calls_per_step']:>6} calls")
+
+
+def summary(speed: dict[str, dict]) -> list[str]:
+    """zoo's default (remembered) against the fastest setting fixed by hand and Lightning's fastest."""
+    rate = {name: value["rate"] for name, value in speed.items()}
+    if REMEMBERED not in rate:
+        return []
+    fixed = {name: r for name, r in rate.items() if name.startswith("zoo ") and "default" not in name}
+    lightning = {name: r for name, r in rate.items() if name.startswith("Lightning")}
+    lines = []
+    for label, group in (("the fastest setting fixed by hand", fixed), ("Lightning's fastest", lightning)):
+        if group:
+            best = max(group, key=group.__getitem__)
+            lines.append(f"zoo default (remembered) / {label} ({best}): {rate[REMEMBERED] / group[best]:.3f}")
+    return lines
 
 
 def main() -> None:
@@ -242,6 +266,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--compile", action="store_true", help="also the fixed settings with torch.compile")
     parser.add_argument("--csv", type=Path, help="write the table here")
+    parser.add_argument("--profile", action="store_true", help="also: the ops that bound a step of zoo's default")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (the GPU's candidates: fp16, TF32)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -272,6 +297,9 @@ def main() -> None:
     rows = table(variants, speed, scores, args)
     for row in rows:
         print("  " + "  ".join(f"{v:>12}" if i else f"{v:<36}" for i, v in enumerate(row.values())))
+    print("\n".join(summary(speed)))
+    if args.profile and args.steps:
+        profile(args, remembered_home)
     if args.csv:
         with args.csv.open("w", newline="") as file:
             writer = csv.DictWriter(file, fieldnames=list(rows[0]))

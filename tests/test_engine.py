@@ -189,6 +189,24 @@ def test_every_family_trains_with_all_speed_options(name: str, tmp_path: Path) -
     assert saved["monitor"] == "val_acc" and saved["best_epoch"] == 1
 
 
+def test_profile_names_the_ops_that_bound_a_step(tmp_path: Path) -> None:
+    """profile=True: besides the trace, the operators by their share of a step's time, in a CSV
+    and one line of train.log, the largest first and the shares adding up to at most 100%."""
+    import csv
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(48, 1, 28, 28), torch.randint(0, 3, (48,)))
+    config = TrainConfig(epochs=1, batch_size=8, out_dir=str(tmp_path), profile=True, progress=False, plot=False)
+    Trainer(tiny_model(), config).fit(data)
+    rows = list(csv.DictReader((tmp_path / "profile" / "top_ops-rank0.csv").open()))
+    shares = [float(row["share"].rstrip("%")) for row in rows]
+    assert rows and shares == sorted(shares, reverse=True) and sum(shares) <= 100.05
+    assert any("conv" in row["op"] for row in rows[:5]), rows[:5]  # a ResNet's step is convolutions
+    assert float(rows[0]["ms_per_step"]) > 0 and float(rows[0]["calls_per_step"]) > 0
+    line = next(line for line in (tmp_path / "train.log").read_text().splitlines() if "profile:" in line)
+    assert "a step's CPU time went to" in line and rows[0]["op"] in line and "top_ops-rank0.csv" in line
+
+
 def test_dbn_pretraining_with_a_contrastive_divergence_step() -> None:
     """Greedy pretraining of a DBN's first RBM: the step sets the CD gradients itself."""
     from sklearn.datasets import load_digits

@@ -232,7 +232,7 @@ class Trainer:
         notes = {"precision auto": self.speed_report, "data loading": self.loading_note, "lr auto": self.lr_report}
         for name, note in [(name, note) for name, note in notes.items() if note and self.is_main]:
             log.info("%s: %s", name, note)
-        profiler = start_profiler(self.out_dir, self.device, self.rank) if cfg.profile else None
+        profiler = start_profiler(self.out_dir, self.device, self.rank, log) if cfg.profile else None
 
         try:
             with tracked(self):  # TrainConfig.track: MLflow (zoo.training.loop.records.tracking), ended as the run ends

@@ -118,17 +118,62 @@ def write_history(history: list[dict[str, float]], out_dir: Path, extra: Mapping
     write_json({"history": history, **(extra or {})}, out_dir / "metrics.json")
 
 
-def start_profiler(out_dir: Path, device: torch.device, rank: int) -> torch.profiler.profile:
-    """A started torch.profiler writing a few steps' trace to out_dir/profile (CUDA activity
-    too on a GPU), one file per process."""
+def start_profiler(out_dir: Path, device: torch.device, rank: int, logger: logging.Logger) -> torch.profiler.profile:
+    """A started torch.profiler tracing a few steps (CUDA activity too on a GPU) into
+    out_dir/profile, one trace per process, with `top_ops` of those steps beside it
+    (top_ops-rank{N}.csv) and in one line of ``logger``: which kernels bound a step."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
+    folder = out_dir / "profile"
+    trace = torch.profiler.tensorboard_trace_handler(str(folder), worker_name=f"rank{rank}")
+
+    def ready(profiler: torch.profiler.profile) -> None:
+        trace(profiler)
+        rows = top_ops(profiler, device, steps=PROFILED_STEPS)
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=["op", "ms_per_step", "share", "calls_per_step"])
+        writer.writeheader()
+        writer.writerows(rows)
+        write_bytes_atomic(folder / f"top_ops-rank{rank}.csv", text.getvalue().encode())
+        shown = ", ".join(f"{row['op']} {row['share']}" for row in rows[:5])
+        logger.info(
+            "profile: a step's %s time went to %s (%s)", _busy(device), shown, folder / f"top_ops-rank{rank}.csv"
+        )
+
     profiler = torch.profiler.profile(
         activities=activities,
-        schedule=torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1),
-        on_trace_ready=torch.profiler.tensorboard_trace_handler(str(out_dir / "profile"), worker_name=f"rank{rank}"),
+        schedule=torch.profiler.schedule(wait=1, warmup=1, active=PROFILED_STEPS, repeat=1),
+        on_trace_ready=ready,
         record_shapes=True,
     )
     profiler.start()
     return profiler
+
+
+PROFILED_STEPS = 3
+
+
+def _busy(device: torch.device) -> str:
+    return "GPU" if device.type == "cuda" else "CPU"
+
+
+def top_ops(
+    profiler: torch.profiler.profile, device: torch.device, steps: int, limit: int = 15
+) -> list[dict[str, Any]]:
+    """The operators that took most of the profiled steps' time, by self time (the kernels'
+    own time, without their children's: the shares add up to 100%) on the device that does
+    the work (the GPU's kernels on CUDA, else the CPU's), each with ms and calls per step."""
+    cuda = device.type == "cuda"
+    events = [e for e in profiler.key_averages() if not e.key.startswith("ProfilerStep")]
+
+    def own(event: Any) -> float:
+        return float(event.self_device_time_total if cuda else event.self_cpu_time_total)
+
+    total = sum(own(e) for e in events) or 1.0
+    ranked = sorted((e for e in events if own(e) > 0), key=own, reverse=True)[:limit]
+    return [
+        {"op": e.key, "ms_per_step": round(own(e) / 1000 / steps, 3), "share": f"{100 * own(e) / total:.1f}%",
+         "calls_per_step": round(e.count / steps, 1)}
+        for e in ranked
+    ]  # fmt: skip
