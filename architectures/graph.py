@@ -38,6 +38,7 @@ from torch_geometric.data import Data
 from torch_geometric.nn import MLP, GINConv, GINEConv
 from torch_geometric.nn.aggr import Aggregation
 from torch_geometric.transforms import BaseTransform
+from torch_geometric.utils import scatter
 
 from ._errors import InvalidArgumentError
 from ._registry import register_model
@@ -195,7 +196,10 @@ class GIN(LinearClassifier, nn.Module):
     evened out by an affine map, so a count that the readout carries linearly stays linear.
     ``node_classification`` skips the readout. ``start_as_sum`` zeroes that affine map's scale
     on the readout's parts after the first-order sum, so training starts from ``gin_sum`` and
-    opens each higher-order channel as it helps (gin3's default).
+    opens each higher-order channel as it helps (gin3's default). ``virtual_node`` adds a node
+    joined to every node of its graph (Gilmer et al., 2017; OGB's GIN-VN): before each layer
+    after the first, an MLP of the sum of the node embeddings and the virtual node's last state
+    gives its new state, which is added to every node, so a layer sees the whole molecule.
 
     ``forward_features(data)`` is the graph embedding [num_graphs, num_features] (node
     embeddings [num_nodes, num_features] for node_classification); ``forward_head`` is dropout
@@ -219,17 +223,25 @@ class GIN(LinearClassifier, nn.Module):
         train_eps: bool = True,
         dropout: float = 0.0,
         start_as_sum: bool = False,
+        virtual_node: bool = False,
         name: str = "gin",
     ) -> None:
         super().__init__()
         _check_gin_options(head, readout, in_channels, num_layers, hidden_channels, edge_dim, dropout)
-        check_bool_options(train_eps=train_eps, start_as_sum=start_as_sum)
+        check_bool_options(train_eps=train_eps, start_as_sum=start_as_sum, virtual_node=virtual_node)
         self.name, self.head, self.readout_name = name, head, readout
         self.in_channels, self.edge_dim = in_channels, edge_dim
         self.pretrained_cfg: dict[str, Any] = {}
         self.grad_checkpointing = False
 
         self._build_layers(in_channels, hidden_channels, num_layers, edge_dim, train_eps)
+        # a virtual node per graph (Gilmer et al., 2017; OGB's GIN-VN): before each layer after the
+        # first, the sum of the node embeddings and the virtual node's state through an MLP, added to every node
+        self.virtual = (
+            nn.ModuleList(MLP([hidden_channels] * 3, norm="batch_norm") for _ in range(num_layers - 1))
+            if virtual_node
+            else None
+        )
         self._build_readout(head, readout, readout_kwargs, hidden_channels * num_layers)
         if start_as_sum:
             self._gate_higher_orders()
@@ -288,11 +300,12 @@ class GIN(LinearClassifier, nn.Module):
                 self.norm.weight[pool.in_channels :] = 0.0
 
     @property
-    def size_kwargs(self) -> dict[str, int]:
+    def size_kwargs(self) -> dict[str, Any]:
         """The options that fix its parameters' shapes beside the data's (``hidden_channels``,
-        ``num_layers``): what a saved configuration states, so a later change of the defaults
-        cannot change what it builds."""
-        return {"hidden_channels": self.norms[0].num_features, "num_layers": len(self.convs)}
+        ``num_layers``, ``virtual_node``): what a saved configuration states, so a later change
+        of the defaults cannot change what it builds."""
+        size: dict[str, Any] = {"hidden_channels": self.norms[0].num_features, "num_layers": len(self.convs)}
+        return size | {"virtual_node": True} if self.virtual is not None else size
 
     @property
     def needs_triangles(self) -> bool:
@@ -356,13 +369,17 @@ class GIN(LinearClassifier, nn.Module):
         extra = (edge_attr,) if self.edge_dim is not None else ()
         return torch.relu(self.norms[i](self.convs[i](x, edge_index, *extra)))
 
-    def _node_embeddings(self, data: Data) -> Tensor:
+    def _node_embeddings(self, data: Data, batch: Tensor, num_graphs: int) -> Tensor:
         """Every layer's node embeddings, concatenated (jumping knowledge):
         [num_nodes, num_layers * hidden_channels]."""
         x, edge_attr = data.x, data.edge_attr if self.edge_dim is not None else None
         use_checkpoint = self.grad_checkpointing and self.training and torch.is_grad_enabled()
-        outputs = []
+        outputs, state = [], None
         for i in range(len(self.convs)):
+            if self.virtual is not None and i > 0:
+                pooled = scatter(x, batch, 0, num_graphs, "sum")
+                state = self.virtual[i - 1](pooled if state is None else pooled + state)
+                x = x + state[batch]
             if use_checkpoint:
                 x = checkpoint(self._layer, i, x, data.edge_index, edge_attr, use_reentrant=False)
             else:
@@ -373,14 +390,14 @@ class GIN(LinearClassifier, nn.Module):
     def forward_features(self, data: Data) -> Tensor:
         """Graph embeddings [num_graphs, num_features] (node embeddings for node_classification)."""
         self._check_input(data)
-        h = self._node_embeddings(data)
-        if self.pool is None:
-            return h
         if data.batch is None:  # a single graph
-            batch, num_graphs = h.new_zeros(h.size(0), dtype=torch.long), 1
+            batch, num_graphs = data.edge_index.new_zeros(data.x.size(0)), 1
         else:
             batch = data.batch
             num_graphs = data.num_graphs if hasattr(data, "num_graphs") else int(batch.max()) + 1
+        h = self._node_embeddings(data, batch, num_graphs)
+        if self.pool is None:
+            return h
         extra = {"triangle_index": data.triangle_index} if self.needs_triangles else {}
         return self.norm(self.pool(h, batch, dim_size=num_graphs, **extra))
 
@@ -402,6 +419,7 @@ _GIN_ARGS = (
     "train_eps",
     "dropout",
     "start_as_sum",
+    "virtual_node",
 )
 
 

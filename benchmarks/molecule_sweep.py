@@ -44,7 +44,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "gin3_h128_l5": ("gin3", {"hidden_channels": 128, "num_layers": 5}),
     "gin3_h128_l3": ("gin3", {"hidden_channels": 128, "num_layers": 3}),
     "gin3_h96": ("gin3", {"hidden_channels": 96}),
-    "gin3_h96_l3": ("gin3", {"hidden_channels": 96, "num_layers": 3}),
+    "gin3_h96_l3": ("gin3", {"hidden_channels": 96, "num_layers": 3}),  # gin3's default size
+    "gin3_h96_l3_drop1": ("gin3", {"hidden_channels": 96, "num_layers": 3, "dropout": 0.1}),
+    "gin3_h96_l3_drop2": ("gin3", {"hidden_channels": 96, "num_layers": 3, "dropout": 0.2}),
+    "gin3_h96_l3_vn": ("gin3", {"hidden_channels": 96, "num_layers": 3, "virtual_node": True}),
     "gin3_h128_drop": ("gin3", {"hidden_channels": 128, "dropout": 0.1}),
     "gin3_h256": ("gin3", {"hidden_channels": 256}),
     "gin_sum_h256": ("gin_sum", {"hidden_channels": 256}),
@@ -118,21 +121,28 @@ def cached_benchmarks(path: Path) -> dict[str, Any]:
     return out
 
 
-def _init(cache: str, device: str) -> None:
-    """A worker: one thread, the sets from the cache in place of RDKit's reading."""
+def _init(cache: str, device: str, steps: int | None, patience: int | None) -> None:
+    """A worker: one thread, the sets from the cache in place of RDKit's reading, and the step
+    budget and early-stopping patience of the molecule defaults (None: zoo's own; patience 0: none)."""
     torch.set_num_threads(1)
     import zoo.training.data.molecules.molecule_sets as molecule_sets
+    import zoo.training.finetune.defaults as defaults
     import zoo.training.recipes.molecule_weights as recipe
 
     table = cached_benchmarks(Path(cache))
     molecule_sets.benchmark = recipe.benchmark = table.__getitem__  # type: ignore[assignment]
     recipe.VARIANTS.update(VARIANTS)
     os.environ["ZOO_SWEEP_DEVICE"] = device
+    if steps is not None:
+        defaults.MOLECULE_STEPS = steps
+    if patience is not None:
+        defaults.MOLECULE_FIELDS["early_stopping_patience"] = patience or None
 
 
 def _one(job: tuple[str, str, int]) -> dict[str, Any]:
     import dataclasses
 
+    from zoo.training.finetune import defaults
     from zoo.training.recipes.evaluate import evaluate
     from zoo.training.recipes.molecule_weights import _train, recipe_config
 
@@ -151,9 +161,10 @@ def _one(job: tuple[str, str, int]) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     metrics = evaluate(model, name)
     best = min(range(len(history)), key=lambda i: history[i].get("val_loss", float("inf")))
+    steps, patience = defaults.MOLECULE_STEPS, defaults.MOLECULE_FIELDS.get("early_stopping_patience")
     return {"set": name, "variant": variant, "seed": seed, **metrics, "epochs": len(history), "best_epoch": best + 1,
             "val_loss": history[best].get("val_loss"), "seconds": round(seconds, 1), "device": device,
-            "note": note}  # fmt: skip
+            "steps": steps, "patience": patience, "note": note}  # fmt: skip
 
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:
@@ -186,7 +197,9 @@ def run(args: argparse.Namespace) -> None:
     jobs.sort(key=_cost, reverse=True)  # the longest first: the pool's last minutes are not one long run
     rows: list[dict[str, Any]] = []
     context = multiprocessing.get_context("spawn")
-    with context.Pool(args.jobs, initializer=_init, initargs=(str(args.cache), args.device)) as pool:
+    with context.Pool(
+        args.jobs, initializer=_init, initargs=(str(args.cache), args.device, args.steps, args.patience)
+    ) as pool:
         try:
             for row in pool.imap_unordered(_one, jobs):
                 rows.append(row)
@@ -219,6 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     go.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     go.add_argument("--jobs", type=int, default=2)
     go.add_argument("--device", default="cpu")
+    go.add_argument("--steps", type=int, help="the molecule defaults' step budget (MOLECULE_STEPS) for these runs")
+    go.add_argument("--patience", type=int, help="the molecule defaults' early-stopping patience (0: none)")
     go.add_argument("--csv", type=Path)
     args = parser.parse_args(argv)
     if args.mode == "cache":

@@ -517,6 +517,37 @@ def test_gin3_extends_the_sum_and_starts_as_gin_sum():
     assert bool((parts_only.norm.weight == 1).all())
 
 
+def test_virtual_node_sees_the_whole_graph_and_saves_its_size(tmp_path):
+    """virtual_node=True: a node's embedding after the second layer depends on nodes beyond its
+    2-hop reach (through the graph's sum), the model stays permutation invariant and one graph
+    alone gives its row of the batch; a saved model states the option, so it loads as it was."""
+    torch.manual_seed(0)
+    path = Data(x=torch.eye(6)[:, :3].contiguous(), edge_index=torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]]))
+    path.edge_index = torch.cat([path.edge_index, path.edge_index.flip(0)], 1)
+    options = dict(pretrained=False, in_channels=3, head="node_classification", hidden_channels=8, num_layers=2)
+    for virtual, reaches in ((False, False), (True, True)):
+        model = zoo.load("gin_sum", virtual_node=virtual, **options).eval()
+        far = path.clone()
+        far.x = far.x.clone()
+        far.x[5] = torch.tensor([0.0, 0.0, 5.0])  # node 5 is 5 hops from node 0
+        with torch.no_grad():
+            moved = not torch.allclose(model(path)[0], model(far)[0])
+        assert moved == reaches, virtual
+    batch = _batch(channels=3)
+    model = zoo.load("gin3", pretrained=False, in_channels=3, num_classes=3, virtual_node=True)
+    model.train()(batch)
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(_permute(batch, 1)), model(batch), rtol=1e-4, atol=1e-5)
+        first = batch.get_example(0)
+        first.batch = None
+        torch.testing.assert_close(model(first), model(batch)[:1], rtol=1e-4, atol=1e-5)
+    assert model.size_kwargs == {"hidden_channels": 96, "num_layers": 3, "virtual_node": True}
+    zoo.save(model, tmp_path / "vn")
+    with torch.no_grad():
+        torch.testing.assert_close(zoo.load(tmp_path / "vn")(batch), model(batch))
+
+
 def test_weights_published_before_the_sum_keep_their_readout():
     for name in ("gin3.triangles_er", "gin3.fmnist"):
         model = zoo.load(name)

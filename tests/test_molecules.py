@@ -302,15 +302,17 @@ def test_molecules_get_training_defaults_by_size_and_a_flag_overrides_each():
 
     small = molecule_source(_csv(Path(tempfile.mkdtemp()) / "m.csv", _tpsa_rows(0, 40)))
     low, high = MOLECULE_EPOCHS
-    assert data_defaults(small, 100, 64, True)["epochs"] == high  # 2 steps an epoch: the most epochs
-    assert data_defaults(small, 100_000, 64, True)["epochs"] == low  # 1,563 steps an epoch: the fewest
-    assert "early_stopping_patience" not in data_defaults(small, 100, 64, validated=False)
-    config, note = with_data_defaults(TrainConfig(epochs=3), small, list(range(800)), True, given={"epochs"})
+    assert data_defaults(small, 100, 64)["epochs"] == high  # 2 steps an epoch: the most epochs
+    assert data_defaults(small, 100_000, 64)["epochs"] == low  # 1,563 steps an epoch: the fewest
+    assert data_defaults(small, 1_600, 64)["epochs"] == 120  # 25 steps an epoch: 3,000 steps in 120
+    # no early stopping: the schedule runs to its end, the best epoch on validation is kept
+    assert "early_stopping_patience" not in data_defaults(small, 1_600, 64)
+    config, note = with_data_defaults(TrainConfig(epochs=3), small, list(range(800)), given={"epochs"})
     assert config.epochs == 3 and config.warmup_epochs < 3 and config.lr == 1e-3 and config.clip_grad_norm
     assert note.startswith("defaults for molecules (800 training graphs")
     assert "epochs" not in [item.split()[0] for item in note.split(": ")[1].split(", ")]
     everything = {f.name for f in dataclasses.fields(TrainConfig)}
-    assert with_data_defaults(TrainConfig(), small, list(range(800)), True, everything) == (TrainConfig(), None)
+    assert with_data_defaults(TrainConfig(), small, list(range(800)), everything) == (TrainConfig(), None)
 
 
 def test_zoo_finetune_on_molecules_keeps_the_flags_given_and_says_the_rest(tmp_path, capsys):

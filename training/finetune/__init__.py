@@ -234,7 +234,7 @@ def finetune(
         if main_process and config.progress:
             print(f"data: {source.description}; {source.describe_classes()}")
         train_set, val_set = _datasets(model, source, val_source, options, config.seed)
-        config, defaults = with_data_defaults(config, source, train_set, val_set is not None, given)
+        config, defaults = with_data_defaults(config, source, train_set, given)
         if main_process and config.progress and defaults:
             print(defaults)
         trainable = apply_mode(model, options.mode, options.stages)

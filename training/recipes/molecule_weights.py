@@ -80,7 +80,7 @@ def recipe_config(task: str, epochs: int | None = None) -> TrainConfig:
     data defaults on TrainConfig's, fp32), or over ``epochs`` epochs."""
     source, (train, _, _) = benchmark(task)
     base = TrainConfig(precision="fp32", seed=0, progress=False, tensorboard=False, plot=False)
-    config = dataclasses.replace(base, **data_defaults(source, len(train), base.batch_size, validated=True))
+    config = dataclasses.replace(base, **data_defaults(source, len(train), base.batch_size))
     return config if epochs is None else config.for_epochs(epochs)
 
 
