@@ -1,12 +1,13 @@
-"""Graph-model variants on the four molecule sets, many runs at once: the recipes' split, budget
-and test metrics (`zoo.training.recipes.molecule_weights`), one process per run.
+"""Graph-model variants on the four molecule sets, many runs at once: the recipes' split and test
+metrics (`zoo.training.recipes.molecule_weights`) with zoo finetune's current molecule defaults
+(``--steps`` and ``--patience`` change them), one process per run.
 
 The molecules are read by RDKit once, here (``cache``), into a file of plain tensors (the
 one-hot atom and bond features as their nonzero columns, loaded with ``weights_only=True``),
 so the runs need neither RDKit nor the sets' files: they can go to a machine with more cores
 or a GPU (``benchmarks/gpu_session.sh sweep``). ``run`` trains every variant of ``--variants``
-on every set and seed with `zoo.training.recipes.molecule_weights._train` (the recipe's own training:
-`TrainConfig` from the data defaults, best epoch on validation, standardisation folded into the
+on every set and seed with `zoo.training.recipes.molecule_weights._train` (`TrainConfig`
+from zoo finetune's data defaults, best epoch on validation, standardisation folded into the
 head) and measures the test split with `zoo.training.recipes.evaluate.evaluate`, ``--jobs``
 runs at a time (one thread each), and writes one CSV row per run and a Markdown table of
 mean ± std per set and variant.
@@ -148,7 +149,7 @@ def _one(job: tuple[str, str, int]) -> dict[str, Any]:
 
     variant, name, seed = job
     device = os.environ["ZOO_SWEEP_DEVICE"]
-    config = dataclasses.replace(recipe_config(name), device=device, num_workers=0)  # a pool worker has no children
+    config = dataclasses.replace(recipe_config(name, current=True), device=device, num_workers=0)  # a pool worker has no children
     start, note = time.perf_counter(), ""
     try:
         model, history = _train(variant, name, config, seed, None)

@@ -26,14 +26,14 @@ MOLECULE_EPOCHS = (30, 150)
 MOLECULE_FIELDS: dict[str, Any] = {"lr": 1e-3, "weight_decay": 1e-4, "warmup_epochs": 2.0, "clip_grad_norm": 5.0}
 
 
-def data_defaults(source: DataSource, train_samples: int, batch_size: int) -> dict[str, Any]:
+def data_defaults(source: DataSource, train_samples: int, batch_size: int, steps: int | None = None) -> dict[str, Any]:
     """The TrainConfig fields the data chooses ({} for data without its own defaults): for
-    molecules, epochs from `MOLECULE_STEPS` at ``batch_size``, and `MOLECULE_FIELDS`."""
+    molecules, epochs from ``steps`` (`MOLECULE_STEPS`) at ``batch_size``, and `MOLECULE_FIELDS`."""
     if not isinstance(source, MoleculeSource):
         return {}
     steps_per_epoch = max(1, math.ceil(train_samples / batch_size))
     low, high = MOLECULE_EPOCHS
-    epochs = min(high, max(low, math.ceil(MOLECULE_STEPS / steps_per_epoch)))
+    epochs = min(high, max(low, math.ceil((steps or MOLECULE_STEPS) / steps_per_epoch)))
     return {"epochs": epochs, **MOLECULE_FIELDS}
 
 
