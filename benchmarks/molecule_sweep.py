@@ -49,6 +49,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "gin3_h96_l3_drop1": ("gin3", {"hidden_channels": 96, "num_layers": 3, "dropout": 0.1}),
     "gin3_h96_l3_drop2": ("gin3", {"hidden_channels": 96, "num_layers": 3, "dropout": 0.2}),
     "gin3_h96_l3_vn": ("gin3", {"hidden_channels": 96, "num_layers": 3, "virtual_node": True}),
+    "gin3_h96_l3_so": ("gin3", {"hidden_channels": 96, "num_layers": 3, "second_order": True}),
     "gin3_h128_drop": ("gin3", {"hidden_channels": 128, "dropout": 0.1}),
     "gin3_h256": ("gin3", {"hidden_channels": 256}),
     "gin_sum_h256": ("gin_sum", {"hidden_channels": 256}),

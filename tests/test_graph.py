@@ -262,11 +262,12 @@ def test_readout_options_are_refused_with_zoo_errors():
 def test_a_saved_gin3_whose_config_switches_are_not_bools_is_refused_naming_the_file(tmp_path):
     folder = zoo.save(zoo.load("gin3", pretrained=False, in_channels=3), tmp_path / "g")
     config = json.loads((folder / "config.json").read_text())
-    config["model_kwargs"]["l2"] = "no"
-    (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ZooError, match="l2 must be true or false") as caught:
-        zoo.load(folder)
-    assert "config.json" in str(caught.value)
+    for key in ("l2", "virtual_node"):
+        changed = {**config, "model_kwargs": {**config["model_kwargs"], key: "no"}}
+        (folder / "config.json").write_text(json.dumps(changed))
+        with pytest.raises(ZooError, match=f"{key} must be true or false") as caught:
+            zoo.load(folder)
+        assert "config.json" in str(caught.value)
 
 
 # --- AddTriangles --------------------------------------------------------------------------
