@@ -150,7 +150,9 @@ def _one(job: tuple[str, str, int]) -> dict[str, Any]:
 
     variant, name, seed = job
     device = os.environ["ZOO_SWEEP_DEVICE"]
-    config = dataclasses.replace(recipe_config(name, current=True), device=device, num_workers=0)  # a pool worker has no children
+    config = dataclasses.replace(
+        recipe_config(name, current=True), device=device, num_workers=0
+    )  # a pool worker has no children
     start, note = time.perf_counter(), ""
     try:
         model, history = _train(variant, name, config, seed, None)

@@ -48,11 +48,21 @@ def test_sigterm_answers_the_requests_in_flight_then_exits_0() -> None:
         with ThreadPoolExecutor(4) as pool:
             stream = pool.submit(_stream_events, url, started)
             assert started.wait(60)
-            queued = [  # three samplings: three batches, one after another, behind the stream
-                pool.submit(httpx.post, f"{url}/v1/completions", json={**body, "temperature": t}, timeout=120)
-                for t in (0, 0.5, 0.9)
-            ]
-            threading.Event().wait(0.1)  # the three are in, waiting behind the stream for the model
+            sent = [threading.Event() for _ in range(3)]
+
+            def post(temperature: float, done: threading.Event) -> httpx.Response:
+                def trace(name: str, info: dict) -> None:  # httpcore's: the request's body is on the wire
+                    if name == "http11.send_request_body.complete":
+                        done.set()
+
+                with httpx.Client(timeout=120) as client:
+                    json_body = {**body, "temperature": temperature}
+                    return client.post(f"{url}/v1/completions", json=json_body, extensions={"trace": trace})
+
+            # three samplings: three batches, one after another, behind the stream
+            queued = [pool.submit(post, t, done) for t, done in zip((0, 0.5, 0.9), sent)]
+            assert all(done.wait(60) for done in sent)  # the three are sent (a loaded machine takes its time)
+            threading.Event().wait(0.2)  # and read by the server, waiting behind the stream for the model
             process.send_signal(signal.SIGTERM)
             events = stream.result(timeout=120)
             answers = [q.result(timeout=120) for q in queued]
