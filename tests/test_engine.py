@@ -205,6 +205,15 @@ def test_profile_names_the_ops_that_bound_a_step(tmp_path: Path) -> None:
     assert float(rows[0]["ms_per_step"]) > 0 and float(rows[0]["calls_per_step"]) > 0
     line = next(line for line in (tmp_path / "train.log").read_text().splitlines() if "profile:" in line)
     assert "a step's CPU time went to" in line and rows[0]["op"] in line and "top_ops-rank0.csv" in line
+    # a run that ends inside the profiled window: per step by the steps the trace holds (2 here)
+    short = tmp_path / "short"
+    config = TrainConfig(epochs=1, batch_size=12, out_dir=str(short), profile=True, progress=False, plot=False)
+    model = tiny_model()
+    Trainer(model, config).fit(data)  # 4 steps: one waited, one warm-up, two traced
+    convs = sum(isinstance(m, nn.Conv2d) for m in model.modules())
+    rows = list(csv.DictReader((short / "profile" / "top_ops-rank0.csv").open()))
+    forward = next(row for row in rows if row["op"] in ("aten::mkldnn_convolution", "aten::_convolution"))
+    assert float(forward["calls_per_step"]) == convs, (forward, convs)
 
 
 def test_dbn_pretraining_with_a_contrastive_divergence_step() -> None:

@@ -15,8 +15,9 @@ expected cost (seconds to build, check and time it) from what is known already:
 The candidates are tried most promising first. Before each, the stop rule (`left_untried`)
 leaves it untried when it cannot be expected to beat the best that passed so far (its expected
 speed-up, times how the measured ones compared with theirs, times `SLACK`: the priors' error),
-or when its expected cost (times how the measured costs compared with theirs) would take the
-search past the budget; the first one is always tried. The report says what was left and why.
+or when its expected cost (times how the measured costs of its kind, a runtime's or torch's
+own, compared with theirs), with the final round's, would take the search past the budget; the
+first one is always tried. The report says what was left and why.
 """
 
 from __future__ import annotations
@@ -258,8 +259,9 @@ def _cost_scale(name: str, search: Plan, costs: dict[str, float]) -> float:
 
 
 def _final_round_cost(name: str, search: Plan, measured: list[Candidate]) -> float:
-    """Seconds of the final round (eager and every passed candidate timed in turn, ``calls`` calls
-    each) once ``name`` is tried too: part of the budget, which the search must leave room for."""
+    """Seconds of the final round (eager and every passed candidate timed in turn,
+    ``search.final_calls`` calls each) once ``name`` is tried too: part of the budget, which the
+    search must leave room for."""
     passed = [c for c in measured[1:] if c.passed and c.speedup]
     per_call = 1.0 + sum(1.0 / c.speedup for c in passed) + 1.0 / max(search.expected.get(name, 1.0), 1e-3)
     return search.final_calls * per_call * search.eager_s

@@ -130,7 +130,9 @@ def start_profiler(out_dir: Path, device: torch.device, rank: int, logger: loggi
 
     def ready(profiler: torch.profiler.profile) -> None:
         trace(profiler)
-        rows = top_ops(profiler, device, steps=PROFILED_STEPS)
+        # the steps traced: fewer than PROFILED_STEPS when the run ended inside the window
+        steps = min(profiler.step_num - _WAIT - _WARMUP, PROFILED_STEPS)
+        rows = top_ops(profiler, device, max(steps, 1))
         text = io.StringIO()
         writer = csv.DictWriter(text, fieldnames=["op", "ms_per_step", "share", "calls_per_step"])
         writer.writeheader()
@@ -143,7 +145,7 @@ def start_profiler(out_dir: Path, device: torch.device, rank: int, logger: loggi
 
     profiler = torch.profiler.profile(
         activities=activities,
-        schedule=torch.profiler.schedule(wait=1, warmup=1, active=PROFILED_STEPS, repeat=1),
+        schedule=torch.profiler.schedule(wait=_WAIT, warmup=_WARMUP, active=PROFILED_STEPS, repeat=1),
         on_trace_ready=ready,
         record_shapes=True,
     )
@@ -152,6 +154,7 @@ def start_profiler(out_dir: Path, device: torch.device, rank: int, logger: loggi
 
 
 PROFILED_STEPS = 3
+_WAIT, _WARMUP = 1, 1  # steps before the traced ones: one skipped, one warming up
 
 
 def _busy(device: torch.device) -> str:
@@ -163,7 +166,8 @@ def top_ops(
 ) -> list[dict[str, Any]]:
     """The operators that took most of the profiled steps' time, by self time (the kernels'
     own time, without their children's: the shares add up to 100%) on the device that does
-    the work (the GPU's kernels on CUDA, else the CPU's), each with ms and calls per step."""
+    the work (the GPU's kernels on CUDA, else the CPU's), each with ms and calls per step of
+    the ``steps`` traced."""
     cuda = device.type == "cuda"
     events = [e for e in profiler.key_averages() if not e.key.startswith("ProfilerStep")]
 
