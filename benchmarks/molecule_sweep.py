@@ -46,8 +46,6 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "gin3_h128_l3": ("gin3", {"hidden_channels": 128, "num_layers": 3}),
     "gin3_h96": ("gin3", {"hidden_channels": 96}),
     "gin3_h96_l3": ("gin3", {"hidden_channels": 96, "num_layers": 3}),  # gin3's default size
-    "gin3_h96_l3_drop1": ("gin3", {"hidden_channels": 96, "num_layers": 3, "dropout": 0.1}),
-    "gin3_h96_l3_drop2": ("gin3", {"hidden_channels": 96, "num_layers": 3, "dropout": 0.2}),
     "gin3_h96_l3_vn": ("gin3", {"hidden_channels": 96, "num_layers": 3, "virtual_node": True}),
     "gin3_h96_l3_so": ("gin3", {"hidden_channels": 96, "num_layers": 3, "second_order": True}),
     "gin3_h128_drop": ("gin3", {"hidden_channels": 128, "dropout": 0.1}),
@@ -125,34 +123,34 @@ def cached_benchmarks(path: Path) -> dict[str, Any]:
 
 def _init(cache: str, device: str, steps: int | None, patience: int | None) -> None:
     """A worker: one thread, the sets from the cache in place of RDKit's reading, and the step
-    budget and early-stopping patience of the molecule defaults (None: zoo's own; patience 0: none)."""
+    budget and early-stopping patience to train with (None: zoo finetune's own; patience 0: none)."""
     torch.set_num_threads(1)
     import zoo.training.data.molecules.molecule_sets as molecule_sets
-    import zoo.training.finetune.defaults as defaults
     import zoo.training.recipes.molecule_weights as recipe
 
     table = cached_benchmarks(Path(cache))
     molecule_sets.benchmark = recipe.benchmark = table.__getitem__  # type: ignore[assignment]
     recipe.VARIANTS.update(VARIANTS)
     os.environ["ZOO_SWEEP_DEVICE"] = device
-    if steps is not None:
-        defaults.MOLECULE_STEPS = steps
-    if patience is not None:
-        defaults.MOLECULE_FIELDS["early_stopping_patience"] = patience or None
+    _TRAINING.clear()
+    _TRAINING.update({"steps": steps} if steps is not None else {})
+    _TRAINING.update({"early_stopping_patience": patience or None} if patience is not None else {})
+
+
+_TRAINING: dict[str, Any] = {}  # a worker's changes to zoo finetune's molecule defaults (`_init`)
 
 
 def _one(job: tuple[str, str, int]) -> dict[str, Any]:
     import dataclasses
 
-    from zoo.training.finetune import defaults
+    from zoo.training.finetune.defaults import MOLECULE_STEPS
     from zoo.training.recipes.evaluate import evaluate
     from zoo.training.recipes.molecule_weights import _train, recipe_config
 
     variant, name, seed = job
     device = os.environ["ZOO_SWEEP_DEVICE"]
-    config = dataclasses.replace(
-        recipe_config(name, current=True), device=device, num_workers=0
-    )  # a pool worker has no children
+    base = recipe_config(name, training=_TRAINING or None)
+    config = dataclasses.replace(base, device=device, num_workers=0)  # a pool worker has no children
     start, note = time.perf_counter(), ""
     try:
         model, history = _train(variant, name, config, seed, None)
@@ -165,10 +163,10 @@ def _one(job: tuple[str, str, int]) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     metrics = evaluate(model, name)
     best = min(range(len(history)), key=lambda i: history[i].get("val_loss", float("inf")))
-    steps, patience = defaults.MOLECULE_STEPS, defaults.MOLECULE_FIELDS.get("early_stopping_patience")
+    steps = _TRAINING.get("steps", MOLECULE_STEPS)
     return {"set": name, "variant": variant, "seed": seed, **metrics, "epochs": len(history), "best_epoch": best + 1,
             "val_loss": history[best].get("val_loss"), "seconds": round(seconds, 1), "device": device,
-            "steps": steps, "patience": patience, "note": note}  # fmt: skip
+            "steps": steps, "patience": config.early_stopping_patience, "note": note}  # fmt: skip
 
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:
@@ -223,6 +221,16 @@ def _write(path: Path, rows: list[dict[str, Any]]) -> None:
         writer.writerows(rows)
 
 
+def _at_least(low: int) -> Any:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+
+    return parse
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="mode", required=True)
@@ -236,8 +244,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     go.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     go.add_argument("--jobs", type=int, default=2)
     go.add_argument("--device", default="cpu")
-    go.add_argument("--steps", type=int, help="the molecule defaults' step budget (MOLECULE_STEPS) for these runs")
-    go.add_argument("--patience", type=int, help="the molecule defaults' early-stopping patience (0: none)")
+    go.add_argument("--steps", type=_at_least(1), help="the step budget for these runs (zoo's: MOLECULE_STEPS)")
+    go.add_argument(
+        "--patience", type=_at_least(0), help="early-stopping patience for these runs (0: none; zoo's: none)"
+    )
     go.add_argument("--csv", type=Path)
     args = parser.parse_args(argv)
     if args.mode == "cache":

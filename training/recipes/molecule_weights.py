@@ -80,18 +80,19 @@ RECIPES = {
 PUBLISHED_TRAINING: dict[str, Any] = {"steps": 1200, "early_stopping_patience": 20}
 
 
-def recipe_config(task: str, epochs: int | None = None, current: bool = False) -> TrainConfig:
-    """What the task's training split trains with (fp32): the published weights' training
-    (`PUBLISHED_TRAINING`), or with ``current`` what ``zoo finetune gin3 --data molecules.csv``
-    gives molecules now (its data defaults); over ``epochs`` epochs when given."""
+def recipe_config(
+    task: str, epochs: int | None = None, training: dict[str, Any] | None = PUBLISHED_TRAINING
+) -> TrainConfig:
+    """What the task's training split trains with (fp32): the molecule data defaults with
+    ``training``'s step budget and early-stopping patience (the published weights' by default;
+    None: what ``zoo finetune gin3 --data molecules.csv`` gives molecules now), over ``epochs``
+    epochs when given."""
     source, (train, _, _) = benchmark(task)
     base = TrainConfig(precision="fp32", seed=0, progress=False, tensorboard=False, plot=False)
-    if current:
-        config = dataclasses.replace(base, **data_defaults(source, len(train), base.batch_size))
-    else:
-        fields = data_defaults(source, len(train), base.batch_size, PUBLISHED_TRAINING["steps"])
-        patience = PUBLISHED_TRAINING["early_stopping_patience"]
-        config = dataclasses.replace(base, **fields, early_stopping_patience=patience)
+    training = training or {}
+    config = dataclasses.replace(base, **data_defaults(source, len(train), base.batch_size, training.get("steps")))
+    if "early_stopping_patience" in training:
+        config = dataclasses.replace(config, early_stopping_patience=training["early_stopping_patience"])
     return config if epochs is None else config.for_epochs(epochs)
 
 
