@@ -19,7 +19,8 @@ from zoo.errors import InvalidArgumentError
 from zoo.training.finetune.options import add_arguments
 from zoo.training.loop import probe_gain, speed
 from zoo.training.loop.epochs import plan_epochs
-from zoo.training.loop.speed import Setting, Trial
+from zoo.training.loop.speed import Trial
+from zoo.training.loop.speed_settings import Setting, candidates
 from zoo.training.loop.trainer import TrainConfig, Trainer
 
 QUIET = dict(progress=False, tensorboard=False, plot=False)
@@ -65,19 +66,19 @@ def bf16_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_candidates_follow_the_machine_and_the_batches(monkeypatch: pytest.MonkeyPatch, bf16_cpu) -> None:
-    settings, skipped = speed.candidates(CPU, image=True, fixed_shapes=True, channels_last=None, compile=None)
+    settings, skipped = candidates(CPU, image=True, fixed_shapes=True, channels_last=None, compile=None)
     assert settings[0] == Setting("fp32")  # the reference first
     names = {s.name for s in settings}
     assert {"bf16+channels_last", "bf16", "fp32+channels_last", "bf16+channels_last+compile", "fp32+compile"} <= names
     assert not skipped
     # text or graph batches: no NHWC; batches that change shape: no compile
-    settings, skipped = speed.candidates(CPU, image=False, fixed_shapes=False, channels_last=None, compile=None)
+    settings, skipped = candidates(CPU, image=False, fixed_shapes=False, channels_last=None, compile=None)
     assert {s.name for s in settings} == {"fp32", "bf16"} and "compile" in skipped
     # a switch the user set stays as set
-    settings, _ = speed.candidates(CPU, image=True, fixed_shapes=True, channels_last=False, compile=False)
+    settings, _ = candidates(CPU, image=True, fixed_shapes=True, channels_last=False, compile=False)
     assert {s.name for s in settings} == {"fp32", "bf16"}
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
-    settings, skipped = speed.candidates(CPU, image=True, fixed_shapes=True, channels_last=None, compile=False)
+    settings, skipped = candidates(CPU, image=True, fixed_shapes=True, channels_last=None, compile=False)
     assert {s.precision for s in settings} == {"fp32"} and "no native bf16" in skipped["bf16"]
 
 
@@ -177,6 +178,49 @@ def test_a_run_is_probed_when_what_it_may_save_pays_for_the_probe(monkeypatch: p
     full = choose(trainer(), total_steps=100_000)
     assert not full.cached and full.precision == "bf16+channels_last+compile"
     assert choose(trainer(), total_steps=25).cached  # the longer run's choice now
+
+
+def test_a_compile_measured_here_replaces_the_guess(monkeypatch: pytest.MonkeyPatch, bf16_cpu) -> None:
+    """A short run leaves compiling untried on the 30 s guess; once a compile of this model has
+    cost 2 s here (a probe's first step, or a run compiled by hand), a run as short tries it,
+    and the choice remembered from the first run no longer stands for it."""
+    clock = [0.0]
+    monkeypatch.setattr(speed.time, "perf_counter", lambda: clock[0])
+    times = {"fp32": 100, "bf16+channels_last": 50, "bf16": 60, "fp32+channels_last": 90}
+    times |= {"bf16+channels_last+compile": 35, "bf16+compile": 55, "fp32+channels_last+compile": 85}
+    stand_in = fixed_trials(times | {"fp32+compile": 95}, clock=clock)
+
+    def probe(trainer, setting, batches, hopeless_s):
+        trial = stand_in(trainer, setting, batches, hopeless_s)
+        trial.warmup_s = trial.median_s + (2.0 if setting.compile else 0.0)  # a 2 s compile in the first step
+        return trial
+
+    monkeypatch.setattr(speed, "probe", probe)
+    first = choose(trainer(), total_steps=300)
+    assert first.precision == "bf16+channels_last" and speed.compile_cost_s(trainer(), _batch()) == 30.0
+    assert choose(trainer(), total_steps=300).cached  # the guess still says no
+    # a compile measured here: 2 s, kept under the model's key (an edited value falls back to the guess)
+    assert speed.remember_compile(trainer(), _batch(), 2.0) == 2.0
+    assert speed.compile_cost_s(trainer(), _batch()) == 2.0
+    again = choose(trainer(), total_steps=300)
+    assert not again.cached and again.precision == "bf16+channels_last+compile"
+    assert speed.compile_cost_s(trainer(), _batch()) == pytest.approx(2.0)  # what the probe measured, kept
+    speed.write_entry(speed.cache_key(trainer(), _batch(), None), lambda _: "soon", speed.CACHE_FILE)
+    assert speed.compile_cost_s(trainer(), _batch()) == speed.COMPILE_GUESS_S
+
+
+def _batch():
+    tr = trainer()
+    return speed.first_batches(plan_epochs(image_data(), tr.config, 1, 0, tr._loader).loader, 1)[0]
+
+
+def test_a_run_compiled_by_hand_keeps_what_its_compile_cost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loader's probe of a run compiled by hand times its first step: the compile is kept."""
+    tr = trainer(precision="fp32", channels_last=False, compile=True, compile_backend="eager", max_steps=80)
+    assert tr.config.num_workers is None
+    tr.fit(image_data(640))
+    measured = speed.compile_cost_s(tr, _batch())
+    assert measured != speed.COMPILE_GUESS_S and 0.0 <= measured < 30.0
 
 
 def test_the_gain_rule_scales_its_expectations_by_what_it_measured() -> None:

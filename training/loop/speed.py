@@ -11,9 +11,12 @@ fp32's by more than `LOSS_TOLERANCE` is dropped, one whose first timed step is m
 in turns (`final_round`), and the fastest by those times trains. The probe spends what it may
 save over the run (`zoo.training.loop.probe_gain`): a run too short for even fp32's probe and
 one more to pay off trains in fp32, and each setting is tried only when what it could save
-covers its probe's cost, as fp32's probe measured it. Choices are remembered per machine, model and input shape in
-``$ZOO_HOME/train_speed.json`` (one from a search the budget cut short until a run long enough
-to try every candidate), as `zoo.optimize` remembers its own; a remembered choice is used
+covers its probe's cost, as fp32's probe measured it, and a compiled one its compile's (what
+this machine's last compile of the model cost, `compile_cost_s`, or `COMPILE_GUESS_S` before
+any). Choices are remembered per machine, model and input shape in
+``$ZOO_HOME/train_speed.json`` (one from a search that left candidates untried stands until a
+run that would try them: longer, or with a compile's cost now known to be lower), as
+`zoo.optimize` remembers its own; a remembered choice is used
 only after its loss on the run's first batches is checked against fp32's again (another model
 of the same key may train differently in it), else the search runs anew. An explicit
 ``precision`` skips all this. With ``num_workers=None`` the same first batches say whether the
@@ -25,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib
-import itertools
 import json
 import logging
 import math
@@ -39,12 +41,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from tqdm.auto import tqdm
 
-from zoo.deploy.optimize_report import Candidate, OptimizeReport, remembered, write_cache
+from zoo.deploy.optimize_report import Candidate, OptimizeReport, read_entry, remembered, write_cache, write_entry
 from zoo.deploy.optimized import quiet_logger
 from zoo.devices import has_amx
 from zoo.training.loop import probe_gain
 from zoo.training.loop.distributed import from_first_process, wrap_model
 from zoo.training.loop.meter import EpochMeter
+from zoo.training.loop.speed_settings import Setting, candidates
 
 if TYPE_CHECKING:
     from zoo.training.loop.epochs import Epochs
@@ -60,75 +63,10 @@ HOPELESS = 2.0  # a first timed step this many times fp32's median ends the cand
 WARMUP_STEPS = 1  # untimed steps per candidate (a compiled one compiles its graphs there)
 TIMED_STEPS = 3
 NOT_TRIED = "not tried"
-COMPILE_GUESS_S = 30.0  # what a compile is assumed to cost before one is tried
+COMPILE_GUESS_S = 30.0  # what a compile is assumed to cost before one is measured here
+MAX_COMPILE_S = 3600.0  # a remembered compile cost above this is an edited file's
 FINAL_ROUNDS = 3  # of `final_round`
 LOADING_SHARE = 0.05  # loading a batch in the main process up to this share of a step: no workers
-
-
-@dataclass(frozen=True)
-class Setting:
-    """How the Trainer runs its steps: autocast precision, NHWC memory format, torch.compile,
-    TF32 matmuls (CUDA)."""
-
-    precision: str = "fp32"
-    channels_last: bool = False
-    compile: bool = False
-    tf32: bool = False
-
-    @property
-    def name(self) -> str:
-        parts = [self.precision] + [n for n in ("tf32", "channels_last", "compile") if getattr(self, n)]
-        return "+".join(parts)
-
-    def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
-        """Autocast to this setting's bf16/fp16 (nothing for fp32)."""
-        if self.precision == "fp32":
-            return contextlib.nullcontext()
-        return torch.autocast(device.type, dtype=torch.bfloat16 if self.precision == "bf16" else torch.float16)
-
-    @classmethod
-    def from_name(cls, name: str) -> Setting | None:
-        """The setting a `name` spells, or None when it spells none (an edited cache file)."""
-        precision, *flags = name.split("+")
-        known = {"tf32", "channels_last", "compile"}
-        if precision not in ("fp32", "bf16", "fp16") or not set(flags) <= known:
-            return None
-        return cls(precision, **{flag: True for flag in flags})
-
-
-def fixed_setting(precision: str, channels_last: bool | None, compile: bool | None) -> Setting:
-    """The setting of an explicit precision; unset switches are off."""
-    return Setting(precision, bool(channels_last), bool(compile))
-
-
-def candidates(
-    device: torch.device, image: bool, fixed_shapes: bool, channels_last: bool | None, compile: bool | None
-) -> tuple[list[Setting], dict[str, str]]:
-    """The settings worth measuring here, the fp32 reference first, then cheapest to try and
-    most promising first; and why the others are left out. A switch the user set is kept."""
-    skipped: dict[str, str] = {}
-    precisions = ["fp32"]
-    if device.type == "cuda":
-        precisions += (["bf16"] if torch.cuda.is_bf16_supported() else []) + ["fp16"]
-    elif torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        precisions.append("bf16")
-    else:
-        capability = torch.backends.cpu.get_cpu_capability()
-        skipped["bf16"] = f"this CPU ({capability}) has no native bf16 (no AVX512-BF16 or AMX): about 10x slower"
-    layouts = [False, True] if image else [False]
-    if channels_last is not None:
-        layouts = [channels_last and image]
-    compiles = [False, True] if fixed_shapes else [False]
-    if compile is not None:
-        compiles = [compile]
-    elif not fixed_shapes:
-        skipped["compile"] = "the batches change shape from one to the next (each shape would compile anew)"
-    reference = Setting("fp32", layouts[0], compiles[0])
-    settings = [reference]
-    for compiled, precision, layout in itertools.product(compiles, reversed(precisions), reversed(layouts)):
-        tf32s = [True, False] if device.type == "cuda" and precision == "fp32" else [False]
-        settings += [Setting(precision, layout, compiled, tf32) for tf32 in tf32s]
-    return list(dict.fromkeys(settings)), skipped
 
 
 @dataclass
@@ -139,10 +77,18 @@ class Trial:
     losses: list[float]
     note: str = ""
     final: bool = False  # its seconds are the final round's (`final_round`)
+    warmup_s: float | None = None  # of its untimed first steps, a compile's included
 
     @property
     def median_s(self) -> float | None:
         return statistics.median(self.seconds) if self.seconds else None
+
+    @property
+    def compile_s(self) -> float | None:
+        """What compiling cost in the first steps: their time beyond as many timed steps."""
+        if self.warmup_s is None or self.median_s is None:
+            return None
+        return max(self.warmup_s - WARMUP_STEPS * self.median_s, 0.0)
 
 
 def loss_gap(trial: Trial, reference: Trial) -> float:
@@ -260,7 +206,10 @@ def choose_workers(
     worker would slow the steps down), else enough to keep up on the spare cores; the step
     timed here unless the precision probe did. A run too short to probe keeps none."""
     if step_s is None and epochs.total_steps * PROBE_SHARE >= WARMUP_STEPS + TIMED_STEPS:
-        step_s = probe(trainer, trainer.setting, batches, None).median_s
+        trial = probe(trainer, trainer.setting, batches, None)
+        if trainer.setting.compile and trial.compile_s is not None:  # compiled by hand: its cost is kept too
+            remember_compile(trainer, batches[0], trial.compile_s)
+        step_s = trial.median_s
     if not step_s:
         trainer.loading_note = "0 workers (the run is too short to measure)"
         return
@@ -291,11 +240,14 @@ def choose(trainer: Trainer, batches: list[Any], total_steps: int) -> OptimizeRe
     report.cache_key = cache_key(trainer, batches[0], settings)
     known = remembered(report.cache_key, CACHE_FILE)
     kind = probe_gain.device_kind(device)
-    # a choice from a search cut short stands until a run long enough to pay for probing all
-    partial = known is not None and any(c.note.startswith(NOT_TRIED) for c in known[1])
-    can_search_all = probe_gain.probe_worth_it(total_steps, settings, kind, len(settings) * steps_each) is None
+    compile_s = compile_cost_s(trainer, batches[0])
     short = probe_gain.probe_worth_it(total_steps, settings, kind, 2 * steps_each)
-    if known is not None and Setting.from_name(known[0]) in settings and not (partial and can_search_all):
+    # a choice from a search that left candidates untried stands until a run that would try them
+    if (
+        known is not None
+        and Setting.from_name(known[0]) in settings
+        and not would_try_more(known[1], settings, kind, total_steps, compile_s)
+    ):
         # remembered for a model of the same key, which may train differently: its loss is
         # checked against fp32's on this run's batches before it is used
         if short is None and rechecked(trainer, settings[0], Setting.from_name(known[0]), batches):  # type: ignore[arg-type]
@@ -307,7 +259,7 @@ def choose(trainer: Trainer, batches: list[Any], total_steps: int) -> OptimizeRe
             Candidate(s.name, note=short) for s in settings[1:]
         ]
         return report
-    trials = run_trials(trainer, settings, batches, total_steps)
+    trials = run_trials(trainer, settings, batches, total_steps, compile_s)
     measured = judge(settings, trials)
     chosen = fastest(measured)
     report.candidates = measured + [Candidate(name, note=why) for name, why in skipped.items()]
@@ -335,10 +287,13 @@ def rechecked(trainer: Trainer, reference: Setting, setting: Setting, batches: l
     return False
 
 
-def run_trials(trainer: Trainer, settings: Sequence[Setting], batches: list[Any], total_steps: int) -> list[Trial]:
+def run_trials(
+    trainer: Trainer, settings: Sequence[Setting], batches: list[Any], total_steps: int, compile_s: float
+) -> list[Trial]:
     """Probe each setting in turn, the first (fp32) being the reference: its probe's measured
     cost and step time say which others may save more over the run than their probe costs
-    (`probe_gain.left_untried`); the rest are not tried."""
+    (`probe_gain.left_untried`; ``compile_s`` on top for a compiled one, then what a compile
+    here measured); the rest are not tried."""
     started = time.perf_counter()
     trials = [probe(trainer, settings[0], batches, None)]
     probe_s, reference_s = time.perf_counter() - started, trials[0].median_s or 0.0
@@ -347,11 +302,13 @@ def run_trials(trainer: Trainer, settings: Sequence[Setting], batches: list[Any]
         timed = [(s, t) for s, t in zip(settings, trials) if t.median_s and not t.note]
         best_s = min(t.median_s for _, t in timed if loss_gap(t, trials[0]) <= LOSS_TOLERANCE)
         measured = [(s, t.median_s) for s, t in timed]
-        if note := probe_gain.left_untried(setting, kind, total_steps, measured, best_s, probe_s, COMPILE_GUESS_S):
+        if note := probe_gain.left_untried(setting, kind, total_steps, measured, best_s, probe_s, compile_s):
             trials.append(Trial([], [], note))
             continue
         try:
             trials.append(probe(trainer, setting, batches, HOPELESS * reference_s))
+            if setting.compile and trials[-1].compile_s is not None:
+                compile_s = remember_compile(trainer, batches[0], trials[-1].compile_s)
         except Exception as error:  # noqa: BLE001 - a candidate that fails is recorded, the run goes on
             trials.append(Trial([], [], f"failed: {type(error).__name__}: {' '.join(str(error).split())[:160]}"))
     fastest_s = min((t.median_s for t in trials if t.median_s and not t.note), default=reference_s)
@@ -392,18 +349,22 @@ def probe(trainer: Trainer, setting: Setting, batches: list[Any], hopeless_s: fl
     `WARMUP_STEPS`; stopped when a timed step takes over ``hopeless_s``."""
     seconds: list[float] = []
     losses: list[float] = []
+    warmup_s = 0.0
     with trying(trainer, setting):
         for index, batch in enumerate(batches):
             start = time.perf_counter()
             (output,) = trainer.train_step([batch])
             losses.append(float(output.loss.detach()))  # waits for the device
             if index < WARMUP_STEPS:
+                warmup_s += time.perf_counter() - start
                 continue
             seconds.append(time.perf_counter() - start)
             if hopeless_s is not None and seconds[-1] > hopeless_s:
                 slower = seconds[-1] / hopeless_s * HOPELESS
-                return Trial(seconds, losses, f"stopped: its first timed step took {slower:.1f}x fp32's")
-    return Trial(seconds, losses)
+                return Trial(
+                    seconds, losses, f"stopped: its first timed step took {slower:.1f}x fp32's", warmup_s=warmup_s
+                )
+    return Trial(seconds, losses, warmup_s=warmup_s)
 
 
 @contextlib.contextmanager
@@ -459,9 +420,10 @@ def describe(batch: Any) -> str:
     return f"{type(batch).__name__}({getattr(batch, 'num_nodes', '')})"
 
 
-def cache_key(trainer: Trainer, batch: Any, settings: Sequence[Setting]) -> str:
+def cache_key(trainer: Trainer, batch: Any, settings: Sequence[Setting] | None) -> str:
     """What the choice depends on: machine, threads, torch, model, step, the first batch's
-    shapes, the optimizer and the settings there were to try."""
+    shapes, the optimizer and the settings there were to try (None: the key of what a compile
+    of this model costs here, `compile_cost_s`)."""
     device = trainer.device
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     model = trainer.model
@@ -477,6 +439,39 @@ def cache_key(trainer: Trainer, batch: Any, settings: Sequence[Setting]) -> str:
         "step": type(trainer.step_fn).__name__,
         "optimizer": type(trainer.optimizer).__name__,
         "batch": describe(batch),
-        "settings": ",".join(s.name for s in settings),
+        "settings": ",".join(s.name for s in settings) if settings is not None else "compile seconds",
     }
     return json.dumps(parts, sort_keys=True)
+
+
+def compile_cost_s(trainer: Trainer, batch: Any) -> float:
+    """What compiling this model cost on this machine the last time it was measured (a probe
+    of a compiled setting, or the first steps of a run compiled by hand), else `COMPILE_GUESS_S`."""
+    seconds = read_entry(cache_key(trainer, batch, None), CACHE_FILE)
+    valid = isinstance(seconds, int | float) and not isinstance(seconds, bool) and 0 <= seconds <= MAX_COMPILE_S
+    return float(seconds) if valid else COMPILE_GUESS_S
+
+
+def remember_compile(trainer: Trainer, batch: Any, seconds: float) -> float:
+    """Keep ``seconds`` as what a compile of this model costs here (`compile_cost_s`); returned."""
+    write_entry(cache_key(trainer, batch, None), lambda _: round(min(seconds, MAX_COMPILE_S), 3), CACHE_FILE)
+    return seconds
+
+
+def would_try_more(
+    known: Sequence[Candidate], settings: Sequence[Setting], kind: str, total_steps: int, compile_s: float
+) -> bool:
+    """Whether this run would try a candidate the remembered search left "not tried", judged
+    on that search's own step times (`probe_gain.left_untried`) with ``compile_s``."""
+    timed = [(Setting.from_name(c.name), c) for c in known if c.median_s]
+    measured = [(s, c.median_s) for s, c in timed if s is not None]
+    passed = [c.median_s for s, c in timed if s is not None and c.passed]
+    if not measured or not passed or measured[0][0] != settings[0]:
+        return True  # nothing to judge by: search again
+    probe_s = (WARMUP_STEPS + TIMED_STEPS) * measured[0][1]
+    untried = [Setting.from_name(c.name) for c in known if c.note.startswith(NOT_TRIED)]
+    return any(
+        probe_gain.left_untried(s, kind, total_steps, measured, min(passed), probe_s, compile_s) is None
+        for s in untried
+        if s in settings
+    )

@@ -5,9 +5,8 @@ The batch -> loss computation is a small pluggable function (`zoo.training.loop.
 (e.g. a contrastive-divergence step for DBN pretraining that sets the gradients itself).
 Everything else is shared: the epoch loop, mixed precision (measured with ``precision="auto"``:
 `zoo.training.loop.speed`), accumulation, clipping, EMA, early stopping, checkpoints with an
-exact resume and the best weights. Its parts live beside it in `zoo.training.loop`: the config
-and its options, optimizers and schedules, epochs and loaders, checkpoint files, run logs, the
-meter, the processes of torchrun (DDP or FSDP2).
+exact resume and the best weights. Its parts live beside it in `zoo.training.loop`: config,
+optimizers, epochs, loaders, checkpoints, run logs, meter, torchrun's processes (DDP, FSDP2).
 
     trainer = Trainer(model, TrainConfig(epochs=10, lr=1e-3, precision="bf16", out_dir="run"), callbacks=[fn])
     trainer.fit(train_set, val_set)  # fn(trainer, metrics) after each epoch; trainer.should_stop = True ends it
@@ -67,7 +66,8 @@ from zoo.training.loop.records.checkpoint import (
 )
 from zoo.training.loop.records.run_logs import RunLogs, check_finite, start_profiler
 from zoo.training.loop.records.tracking import tracked
-from zoo.training.loop.speed import Setting, fixed_setting, tune, use_setting
+from zoo.training.loop.speed import tune, use_setting
+from zoo.training.loop.speed_settings import Setting
 from zoo.training.loop.steps import (
     ClassificationStep,
     StepFn,
@@ -164,7 +164,7 @@ class Trainer:
             else None
         )
         precision = "fp32" if cfg.precision == "auto" else cfg.precision
-        use_setting(self, fixed_setting(precision, cfg.channels_last, cfg.compile))
+        use_setting(self, Setting(precision, bool(cfg.channels_last), bool(cfg.compile)))
         self.wrapped = wrap_model(model, self.world_size, self.fsdp, self.device, cfg.find_unused_parameters)
 
     # -- training ------------------------------------------------------------------------------
