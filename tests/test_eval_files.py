@@ -75,6 +75,21 @@ def test_an_image_run_scored_on_a_folder_with_classes_by_name(image_run, tmp_pat
     assert [row["class"] for row in scores["per_class"]] == names and scores["per_class"][2]["support"] == 0
 
 
+def test_a_test_file_of_one_class_is_scored(image_run, tmp_path, capsys):
+    """Scoring needs no second class (training does): every image is 'red', accuracy is the share
+    predicted red; a training folder of one class is still refused."""
+    test = image_folder(tmp_path / "test", ("red",), 3, seed=2)
+    out = tmp_path / "scores.json"
+    assert main(["eval", str(image_run), "--data", str(test), "--out", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith("3 samples, 3 classes")
+    logits, _ = by_hand(image_run, test)
+    names = zoo.load(image_run).pretrained_cfg["class_names"]
+    predicted = [names[i] for i in logits.argmax(-1).tolist()]
+    assert json.loads(out.read_text())["accuracy"] == pytest.approx(predicted.count("red") / 3)
+    code = main(["finetune", "resnet20", "--scratch", "--data", str(test), "--out", str(tmp_path / "run")])
+    assert code == 2 and "has 1 class ('red'): a classifier needs at least 2" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "make,message",
     [
@@ -220,7 +235,7 @@ def test_a_run_remembers_its_label_column_and_tokens_per_row(tmp_path, capsys):
 
 def test_a_file_without_the_saved_label_column_is_said_by_that_column(tmp_path, capsys):
     """A run trained on --label-field sentiment: a test file lacking that column is refused
-    naming 'sentiment' (was: 'label'); one whose 'sentiment' holds one class is refused for that
+    naming 'sentiment' (was: 'label'); one whose 'sentiment' holds one class is scored by it
     (was: a missing 'label' column); one with only a default 'label' column is scored by it with a
     warning naming both columns; a label_field that is not a printable name is refused on load."""
     from zoo.loading.saved import read_saved_config
@@ -248,9 +263,8 @@ def test_a_file_without_the_saved_label_column_is_said_by_that_column(tmp_path, 
     assert err.count("\n") == 1 and "missing ['sentiment']" in err and "'label'" not in err
 
     one_class = write(tmp_path / "one.csv", ["text", "sentiment"], [["a", "pos"], ["b", "pos"]])
-    assert main(["eval", str(run), "--data", str(one_class)]) == 2
-    err = capsys.readouterr().err
-    assert "has 1 class ('pos')" in err and "missing" not in err
+    assert main(["eval", str(run), "--data", str(one_class)]) == 0  # a test file may hold one class
+    assert "2 samples, 2 classes" in capsys.readouterr().out
 
     default = write(tmp_path / "default.csv", ["text", "label"], [["a", "pos"], ["b", "neg"]])
     with pytest.warns(UserWarning, match=r"default label column, not 'sentiment'.*--label-field"):

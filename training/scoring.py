@@ -30,6 +30,7 @@ from zoo.loading.transforms import text_length
 from zoo.store import weight_entries
 from zoo.training.data.kinds import DataSource, open_data
 from zoo.training.data.molecules.molecule_files import MoleculeOptions
+from zoo.training.data.source import for_scoring
 from zoo.training.finetune.report import classification_report
 from zoo.training.loop.meter import multi_label_metrics, regression_metrics
 from zoo.training.loop.steps import move_to_device, regression_sums, split_batch
@@ -59,7 +60,8 @@ def score_file(
             "zoo eval --data scores a classifier's or a regression's weights"
         )
     meaning = output_meaning(cfg)
-    source = _open(name, data, model, meaning, reading or MoleculeOptions(), images)
+    with for_scoring():  # a test file of one class is scored as any other
+        source = _open(name, data, model, meaning, reading or MoleculeOptions(), images)
     order = _label_order(name, data, source, meaning, int(cfg["num_classes"]))  # before the model runs
     width = int(cfg["num_classes"])
     ranked = meaning.task == "classes"  # classes: the top 5 of each sample are all the metrics need

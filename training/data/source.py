@@ -4,10 +4,12 @@ and the checks every kind of data shares (class counts, at least two classes, th
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -19,6 +21,18 @@ from zoo.errors import DataError, InvalidArgumentError
 from zoo.training.data.text.text_rows import plural
 
 MAX_CLASS_INDEX = 100_000  # integer labels above this are ids, not class indices
+_SCORING = contextvars.ContextVar("scoring", default=False)  # read to score a trained model (`for_scoring`)
+
+
+@contextlib.contextmanager
+def for_scoring() -> Iterator[None]:
+    """Data read inside this scores a trained model rather than trains one: a file of one class
+    is a test set like any other, and classes it lacks are no news (`check_classes`)."""
+    token = _SCORING.set(True)
+    try:
+        yield
+    finally:
+        _SCORING.reset(token)
 
 
 @dataclass
@@ -154,8 +168,12 @@ def class_counts(labels: torch.Tensor, class_names: list[str]) -> dict[str, int]
 
 def check_classes(where: str, counts: dict[str, int], how_to_add: str, labels_hint: str = "") -> None:
     """At least two classes with samples (a classifier of one class learns nothing); a warning
-    for declared classes without any."""
+    for declared classes without any. Data read `for_scoring` needs one class, and no warning."""
     present = [name for name, count in counts.items() if count]
+    if _SCORING.get():
+        if not present:
+            raise DataError(f"{where} has no labelled samples to score")
+        return
     if len(present) < 2:
         named = f" ({present[0]!r})" if present else ""
         raise DataError(
