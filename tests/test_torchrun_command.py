@@ -130,3 +130,33 @@ def test_workers_that_said_why_are_not_said_again_when_the_agent_stopped_the_res
     assert isinstance(launch_error(failed(-signals.SIGTERM, 2), parsed, "again"), _SaidByWorker)
     assert isinstance(launch_error(failed(-signals.SIGKILL, 2), parsed, "again"), LaunchError)  # killed by someone else
     assert isinstance(launch_error(failed(-signals.SIGTERM, -signals.SIGTERM), parsed, "again"), LaunchError)
+
+
+def test_a_program_that_is_no_rendezvous_store_at_the_endpoint_is_one_line(tmp_path, monkeypatch, capsys) -> None:
+    """A c10d endpoint whose port a silent program holds: torchrun's agent would wait on it for
+    good; zoo says so in one line, exit 2, within the store's answer time. A real store there
+    (the hosting node's agent already up) passes."""
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    from zoo.cli import torchrun_command
+
+    monkeypatch.setattr(torchrun_command, "STORE_ANSWER_S", 8.0)
+    script = tmp_path / "train.py"
+    script.write_text("print('ran')\n")
+    with socket.socket() as silent:  # accepts (the backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        options = ["--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", str(script)]
+        started = time.monotonic()
+        assert main(["torchrun", *options]) == 2
+        assert time.monotonic() - started < 60
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"zoo torchrun: error: --rdzv-endpoint 127.0.0.1:{port}: a program")
+    assert "did not answer as a store within 8 s" in err and "no worker was started" in err
+    monkeypatch.setattr(torchrun_command, "STORE_ANSWER_S", 60.0)
+    store = TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=30), wait_for_workers=False)
+    parsed = torchrun_command.torchrun_parser().parse_args(options[:-2] + [f"127.0.0.1:{store.port}", str(script)])
+    assert torchrun_command.foreign_service(parsed) is None

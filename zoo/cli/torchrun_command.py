@@ -14,6 +14,7 @@ import re
 import shlex
 import signal
 import socket
+import subprocess
 import sys
 from typing import Any
 
@@ -43,7 +44,7 @@ def run_torchrun(args: argparse.Namespace) -> int:
     from torch.distributed import run as torchrun
 
     parsed = torchrun_parser().parse_args(argv)
-    problem = options_problem(parsed)
+    problem = options_problem(parsed) or foreign_service(parsed)
     if problem:
         print(f"{PROG}: error: {problem} (see {PROG} --help)", file=sys.stderr)
         return 2
@@ -135,6 +136,51 @@ def options_problem(parsed: argparse.Namespace) -> str | None:
     elif not parsed.no_python and not os.path.isfile(parsed.training_script):
         return f"no script {parsed.training_script!r} (from {os.getcwd()}): give a Python file's path, or -m MODULE"
     return None
+
+
+STORE_ANSWER_S = 20.0  # a rendezvous store answers its handshake in well under this, torch's import included
+C10D_PORT = 29400  # torchrun's port for a c10d --rdzv-endpoint without one
+_PING_STORE = (
+    "import sys; from datetime import timedelta; from torch.distributed import TCPStore; "
+    "TCPStore(sys.argv[1], int(sys.argv[2]), is_master=False, timeout=timedelta(seconds=5), wait_for_workers=False)"
+)
+
+
+def foreign_service(parsed: argparse.Namespace) -> str | None:
+    """What is wrong when a program that is not a rendezvous store listens at a c10d
+    ``--rdzv-endpoint``: torchrun's agent would connect to it as a store and wait for an answer
+    that never comes (no timeout bounds that read), so a connection that is accepted gets a
+    store's handshake, in a process of its own, bounded by `STORE_ANSWER_S`. Nothing listening is
+    torchrun's to wait for (the hosting node may start later)."""
+    if parsed.standalone or parsed.rdzv_backend != "c10d" or not parsed.rdzv_endpoint:
+        return None
+    endpoint = parsed.rdzv_endpoint
+    host = endpoint[1:].partition("]")[0] if endpoint.startswith("[") else endpoint.rpartition(":")[0] or endpoint
+    port = int(_endpoint_port(endpoint) or C10D_PORT)
+    try:
+        socket.create_connection((host, port), timeout=2.0).close()
+    except OSError:
+        return None
+    env = {**os.environ, "TORCH_CPP_LOG_LEVEL": "FATAL"}
+    try:
+        answered = (
+            subprocess.run(
+                [sys.executable, "-c", _PING_STORE, host, str(port)],
+                capture_output=True,
+                timeout=STORE_ANSWER_S,
+                env=env,
+            ).returncode
+            == 0
+        )
+    except subprocess.TimeoutExpired:
+        answered = False
+    if answered:
+        return None
+    return (
+        f"--rdzv-endpoint {endpoint}: a program that is not torchrun's rendezvous listens at port {port} (it did not "
+        f"answer as a store within {STORE_ANSWER_S:g} s): stop it, or give a free port (--rdzv-endpoint HOST:PORT, or "
+        "--standalone, which finds one); no worker was started"
+    )
 
 
 def _endpoint_port(endpoint: str) -> str | None:
