@@ -7,12 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 import torch.nn as nn
 from torchvision.transforms import InterpolationMode, v2
 
 from zoo.bounds import Bounds, bounded, check_fields, count
-from zoo.loading.transforms import ConvertChannels, build_transforms
+from zoo.loading.transforms import ConvertChannels, ToNormalized, build_transforms
 
 # ---------------------------------------------------------------------------------------------
 # Image preprocessing and augmentation
@@ -84,11 +83,7 @@ def image_transforms(
         steps.append(v2.ColorJitter(brightness=strength, contrast=strength, saturation=strength))
     if augment.trivial_augment:
         steps.append(v2.TrivialAugmentWide(interpolation=interpolation))
-    steps += [
-        v2.ToImage(),
-        v2.ToDtype(torch.float32, scale=True),
-        v2.Normalize(mean=preprocess["mean"], std=preprocess["std"]),
-    ]
+    steps.append(ToNormalized(preprocess["mean"], preprocess["std"]))
     if augment.random_erasing:
         steps.append(v2.RandomErasing(p=augment.random_erasing))
     return v2.Compose(steps)
