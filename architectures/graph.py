@@ -290,14 +290,15 @@ class GIN(LinearClassifier, nn.Module):
         self.norm = BatchRenorm(self.num_features)
 
     def _gate_higher_orders(self) -> None:
-        """Zero the readout norm's scale on every part after the first-order sum, so the model
-        starts as ``gin_sum`` and each higher-order channel enters as training opens its scale
-        (a gate the BatchRenorm's standardisation cannot undo, since it follows it). Without a
-        first-order part there is no sum to start as: nothing changes."""
+        """Zero the readout norm's scale on every part after the first-order sum (and SOPool's
+        bilinear part, when the readout has one), so the model starts as ``gin_sum`` (or
+        ``gin_sopool`` with the sum) and each higher-order channel enters as training opens its
+        scale (a gate the BatchRenorm's standardisation cannot undo, since it follows it).
+        Without a first-order part there is no sum to start as: nothing changes."""
         pool = self.pool
         if isinstance(pool, ThirdOrderPooling) and pool.first_order:
             with torch.no_grad():
-                self.norm.weight[pool.in_channels :] = 0.0
+                self.norm.weight[pool.lower_channels :] = 0.0
 
     @property
     def size_kwargs(self) -> dict[str, Any]:

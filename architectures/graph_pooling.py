@@ -85,6 +85,8 @@ class ThirdOrderPooling(Aggregation):
     this order, ``out_channels`` in total):
 
     * ``first_order``: the plain sum (or mean) of the node embeddings (``in_channels``);
+    * ``bilinear``: SOPool's readout (``SecondOrderPooling`` with ``out_channels=bilinear``),
+      uncentred and unnormalised, so it keeps each graph's size (``bilinear**2``);
     * ``second_order``: ``s_k = sum_i (p_k . h_i)(q_k . h_i)``, signed square root (``rank``);
     * ``moment``: ``z_k = sum_i (u_k . h_i)(v_k . h_i)(w_k . h_i)``, the third-order moment
       tensor of the node embeddings (centred per graph when ``center``) contracted with ``rank``
@@ -117,15 +119,18 @@ class ThirdOrderPooling(Aggregation):
         normalize: bool = True,
         l2: bool = True,
         eps: float = 1e-6,
+        bilinear: int = 0,
     ) -> None:
         super().__init__()
         check_bool_options(
             moment=moment, triangle=triangle, center=center, first_order=first_order,
             second_order=second_order, normalize=normalize, l2=l2,
         )  # fmt: skip
-        if not (moment or triangle or first_order or second_order):
+        if isinstance(bilinear, bool) or not isinstance(bilinear, int) or bilinear < 0:
+            raise InvalidArgumentError(f"bilinear must be an int >= 0 (0: no SOPool part), got {bilinear!r}")
+        if not (moment or triangle or first_order or second_order or bilinear):
             raise InvalidArgumentError(
-                "ThirdOrderPooling needs at least one part: moment, triangle, first_order or second_order"
+                "ThirdOrderPooling needs at least one part: moment, triangle, first_order, second_order or bilinear"
             )
         if reduce not in ("sum", "mean"):
             raise InvalidArgumentError(f"reduce must be 'sum' or 'mean', got {reduce!r}")
@@ -139,7 +144,10 @@ class ThirdOrderPooling(Aggregation):
         self.factors = nn.Linear(in_channels, rank * self.factor_sets, bias=False) if self.factor_sets else None
         self.triangle_channels = (triangle_channels or rank) if triangle else 0
         self.phi = nn.Linear(in_channels, self.triangle_channels) if triangle else None
-        self.out_channels = in_channels * first_order + rank * (second_order + moment) + self.triangle_channels
+        self.bilinear = SecondOrderPooling(in_channels, bilinear, reduce) if bilinear else None
+        # the outputs gin_sum's and gin_sopool's readouts have too, ahead of the higher orders
+        self.lower_channels = in_channels * first_order + bilinear**2
+        self.out_channels = self.lower_channels + rank * (second_order + moment) + self.triangle_channels
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -149,6 +157,8 @@ class ThirdOrderPooling(Aggregation):
             nn.init.normal_(self.factors.weight, std=self.in_channels**-0.5)
         if self.phi is not None:
             self.phi.reset_parameters()
+        if self.bilinear is not None:
+            self.bilinear.reset_parameters()
 
     def forward(
         self,
@@ -166,6 +176,9 @@ class ThirdOrderPooling(Aggregation):
         parts: list[Tensor] = []
         if self.first_order:
             parts.append(scatter(x, index, 0, dim_size, self.reduce_op))
+        bilinear = self.bilinear
+        if bilinear is not None:
+            parts.append(bilinear(x, index, dim_size=dim_size))
         factors = self.factors
         if factors is not None:  # the moment and second-order parts
             proj = factors(x)
@@ -208,7 +221,7 @@ class ThirdOrderPooling(Aggregation):
         return out
 
     def __repr__(self) -> str:
-        parts = [p for p in ("first_order", "second_order", "moment", "triangle") if getattr(self, p)]
+        parts = [p for p in ("first_order", "bilinear", "second_order", "moment", "triangle") if getattr(self, p)]
         return (
             f"{self.__class__.__name__}({self.in_channels}, rank={self.rank}, parts={parts}, reduce={self.reduce_op!r})"
         )

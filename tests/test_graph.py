@@ -83,7 +83,7 @@ def _permute(batch: Batch, seed: int) -> Batch:
 
 def _all_parts(channels: int, **kwargs) -> ThirdOrderPooling:
     return ThirdOrderPooling(
-        channels, rank=5, moment=True, triangle=True, first_order=True, second_order=True, **kwargs
+        channels, rank=5, moment=True, triangle=True, first_order=True, second_order=True, bilinear=2, **kwargs
     )
 
 
@@ -154,6 +154,11 @@ def test_second_order_parts_equal_brute_force():
         weight = sopool.proj.weight.t()
         torch.testing.assert_close(sopool(x, index)[g], (weight.t() @ gram @ weight).flatten())
         torch.testing.assert_close(third(x, index)[g], torch.einsum("ab,ka,kb->k", gram, p, q))
+    # the bilinear part is SOPool's readout, after the sum and before the other parts
+    both = ThirdOrderPooling(4, 2, first_order=True, bilinear=3).double()
+    both.bilinear.load_state_dict(sopool.state_dict())
+    assert both.lower_channels == 4 + 9 and both.out_channels == 4 + 9 + 2
+    torch.testing.assert_close(both(x, index)[:, 4:13], sopool(x, index))
 
 
 def test_triangle_part_sums_symmetric_function_over_triangles():
@@ -250,6 +255,8 @@ def test_readout_options_are_refused_with_zoo_errors():
         lambda: ThirdOrderPooling(3, reduce="max"),
         lambda: ThirdOrderPooling(3, rank=0),
         lambda: SecondOrderPooling(3, reduce="max"),
+        lambda: ThirdOrderPooling(3, bilinear=-1),
+        lambda: ThirdOrderPooling(3, bilinear=True),
     ):
         with pytest.raises(InvalidArgumentError):
             make()
@@ -513,6 +520,9 @@ def test_gin3_extends_the_sum_and_starts_as_gin_sum():
         torch.testing.assert_close(gin3(batch), before)
     gin3.train()(batch).sum().backward()
     assert gin3.norm.weight.grad[16:].abs().sum() > 0
+    # with SOPool's part beside the sum, it starts as the two: only the third-order parts are gated
+    both = zoo.load("gin3", pretrained=False, in_channels=3, hidden_channels=8, num_layers=2, bilinear=4)
+    assert bool((both.norm.weight[: 16 + 16] == 1).all()) and bool((both.norm.weight[16 + 16 :] == 0).all())
     # without the sum there is nothing to start as: no gate
     parts_only = zoo.load("gin3", pretrained=False, first_order=False, l2=True, in_channels=3)
     assert bool((parts_only.norm.weight == 1).all())
