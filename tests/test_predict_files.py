@@ -209,12 +209,16 @@ def test_smiles_from_a_csv_one_bad_row_reported(tmp_path, capsys):
                      edge_dim=edges, hidden_channels=16, num_layers=2)  # fmt: skip
     run = saved(model, tmp_path / "mol", input_format=INPUT_FORMAT, target={"name": "TPSA", "mean": 0.0, "std": 1.0})
     path = tmp_path / "test.csv"
-    path.write_text("ID,SMILES,TPSA\nm1,CCO,20.2\nm2,C1CC(,3\nm3,c1ccccc1O,20.2\n")
+    path.write_text("ID,SMILES,TPSA\nm1,CCO,20.2\nm2,C1CC(,3\nm3,c1ccccc1O,20.2\n=HYPERLINK(1),@SUM(A1),1\n")
     out = tmp_path / "out.csv"
     assert main(["predict", str(run), "--input", str(path), "--out", str(out)]) == 0
-    assert "1 of 3 rows not predicted" in capsys.readouterr().err
+    assert "2 of 4 rows not predicted" in capsys.readouterr().err
     table = list(csv.DictReader(out.open()))
-    assert [r["id"] for r in table] == ["m1", "m2", "m3"] and "RDKit cannot parse it" in table[1]["error"]
+    assert [r["id"] for r in table][:3] == ["m1", "m2", "m3"] and "RDKit cannot parse it" in table[1]["error"]
+    # a cell from the file that a spreadsheet would run as a formula is written behind a quote
+    assert (table[3]["id"], table[3]["input"]) == ("'=HYPERLINK(1)", "'@SUM(A1)")
+    safe = predict_files.spreadsheet_safe
+    assert safe("-1.5") == "-1.5" and safe("-x") == "'-x" and safe(3) == 3
     expected = predict_molecules(zoo.load(run), ["CCO", "c1ccccc1O"])
     assert [float(table[0]["value"]), float(table[2]["value"])] == pytest.approx(expected, rel=1e-5)
 

@@ -185,9 +185,26 @@ def _writer(form: str, stream: IO[str], meaning: OutputMeaning, top_k: int, ids:
 
     def write_csv(row: InputRow, answer: dict[str, Any] | None) -> None:
         cells = csv_cells(answer, len(columns)) if answer is not None else [""] * len(columns)
-        table.writerow([row.line, *([row.id or ""] if ids else []), row.value or "", *cells, row.error or ""])
+        cells = [row.line, *([row.id or ""] if ids else []), row.value or "", *cells, row.error or ""]
+        table.writerow([spreadsheet_safe(cell) for cell in cells])
 
     return write_csv
+
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(cell: Any) -> Any:
+    """A text cell that a spreadsheet would run as a formula (it starts with =, +, -, @, a tab or
+    a carriage return: an input, id, label or error taken from the user's file) behind a ``'``,
+    as OWASP advises for CSV; numbers, negative ones included, stay as they are."""
+    if not isinstance(cell, str) or not cell.startswith(_FORMULA_START):
+        return cell
+    try:
+        float(cell)
+    except ValueError:
+        return "'" + cell
+    return cell
 
 
 def finite(value: Any) -> Any:
