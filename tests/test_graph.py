@@ -16,7 +16,7 @@ import torch
 from torch_geometric.data import Batch, Data
 from torch_geometric.loader import DataLoader
 from torch_geometric.nn import SimpleConv, SumAggregation
-from torch_geometric.utils import to_undirected
+from torch_geometric.utils import scatter, to_undirected
 
 import zoo
 from zoo.architectures.graph import (
@@ -159,6 +159,26 @@ def test_second_order_parts_equal_brute_force():
     both.bilinear.load_state_dict(sopool.state_dict())
     assert both.lower_channels == 4 + 9 and both.out_channels == 4 + 9 + 2
     torch.testing.assert_close(both(x, index)[:, 4:13], sopool(x, index))
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("sizes", [[3, 0, 5, 2], [40, 1, 1, 1, 1, 1]], ids=["contiguous", "padded_too_much"])
+def test_sopool_batched_product_equals_the_node_by_node_sum(sizes, reduce, monkeypatch):
+    """The one-bmm path (contiguous graphs, an empty one among them) and the node-by-node path it
+    steps aside for (a batch that padding would blow up) give the same numbers and gradients."""
+    torch.manual_seed(0)
+    pool = SecondOrderPooling(6, 3, reduce=reduce).double()
+    index = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    x = torch.randn(index.numel(), 6, dtype=torch.float64, requires_grad=True)
+    g = pool.proj(x)
+    batched = pool._batched(g, index, len(sizes))
+    assert (batched is None) == (sizes[0] == 40)
+    out = pool(x, index, dim_size=len(sizes))
+    expected = scatter((g.unsqueeze(2) * g.unsqueeze(1)).flatten(1), index, 0, len(sizes), reduce)
+    torch.testing.assert_close(out, expected)
+    (grad,) = torch.autograd.grad(out.square().sum(), x)
+    (expected_grad,) = torch.autograd.grad(expected.square().sum(), x)
+    torch.testing.assert_close(grad, expected_grad)
 
 
 def test_triangle_part_sums_symmetric_function_over_triangles():
