@@ -294,9 +294,9 @@ class GIN(LinearClassifier, nn.Module):
         bilinear part, when the readout has one), so the model starts as ``gin_sum`` (or
         ``gin_sopool`` with the sum) and each higher-order channel enters as training opens its
         scale (a gate the BatchRenorm's standardisation cannot undo, since it follows it).
-        Without a first-order part there is no sum to start as: nothing changes."""
+        Without a first-order or bilinear part there is nothing to start as: nothing changes."""
         pool = self.pool
-        if isinstance(pool, ThirdOrderPooling) and pool.first_order:
+        if isinstance(pool, ThirdOrderPooling) and pool.lower_channels:
             with torch.no_grad():
                 self.norm.weight[pool.lower_channels :] = 0.0
 

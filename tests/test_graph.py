@@ -543,7 +543,11 @@ def test_gin3_extends_the_sum_and_starts_as_gin_sum():
     # with SOPool's part beside the sum, it starts as the two: only the third-order parts are gated
     both = zoo.load("gin3", pretrained=False, in_channels=3, hidden_channels=8, num_layers=2, bilinear=4)
     assert bool((both.norm.weight[: 16 + 16] == 1).all()) and bool((both.norm.weight[16 + 16 :] == 0).all())
-    # without the sum there is nothing to start as: no gate
+    # SOPool's part alone: it starts as gin_sopool, the third-order parts gated
+    sopool_first = zoo.load("gin3", pretrained=False, in_channels=3, hidden_channels=8, num_layers=2, bilinear=4,
+                            first_order=False)  # fmt: skip
+    assert bool((sopool_first.norm.weight[:16] == 1).all()) and bool((sopool_first.norm.weight[16:] == 0).all())
+    # without the sum or SOPool's part there is nothing to start as: no gate
     parts_only = zoo.load("gin3", pretrained=False, first_order=False, l2=True, in_channels=3)
     assert bool((parts_only.norm.weight == 1).all())
 
