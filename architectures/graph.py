@@ -195,8 +195,9 @@ class GIN(LinearClassifier, nn.Module):
     ``ThirdOrderPooling`` with ``readout_kwargs``), then ``BatchRenorm``: the parts' scales are
     evened out by an affine map, so a count that the readout carries linearly stays linear.
     ``node_classification`` skips the readout. ``start_as_sum`` zeroes that affine map's scale
-    on the readout's parts after the first-order sum, so training starts from ``gin_sum`` and
-    opens each higher-order channel as it helps (gin3's default). ``virtual_node`` adds a node
+    on the readout's parts after the first-order sum and SOPool's part (``bilinear``), so
+    training starts from ``gin_sum`` (or ``gin_sopool``) and opens each higher-order channel as
+    it helps (gin3's default). ``virtual_node`` adds a node
     joined to every node of its graph (Gilmer et al., 2017; OGB's GIN-VN): before each layer
     after the first, an MLP of the sum of the node embeddings and the virtual node's last state
     gives its new state, which is added to every node, so a layer sees the whole molecule.
