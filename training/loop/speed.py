@@ -62,6 +62,7 @@ LOSS_TOLERANCE = 0.05  # largest relative gap between a candidate's mean probe l
 HOPELESS = 2.0  # a first timed step this many times fp32's median ends the candidate's trial
 WARMUP_STEPS = 1  # untimed steps per candidate (a compiled one compiles its graphs there)
 TIMED_STEPS = 3
+RECHECK_STEPS = 2  # steps of a remembered choice and of fp32 whose losses are compared again (`rechecked`)
 NOT_TRIED = "not tried"
 COMPILE_GUESS_S = 30.0  # what a compile is assumed to cost before one is measured here
 MAX_COMPILE_S = 3600.0  # a remembered compile cost above this is an edited file's
@@ -269,10 +270,13 @@ def choose(trainer: Trainer, batches: list[Any], total_steps: int) -> OptimizeRe
 
 
 def rechecked(trainer: Trainer, reference: Setting, setting: Setting, batches: list[Any]) -> bool:
-    """Whether ``setting``'s losses on ``batches`` stay within `LOSS_TOLERANCE` of
-    ``reference``'s (always for the reference itself); logged when they do not."""
+    """Whether ``setting``'s losses on the first `RECHECK_STEPS` of ``batches`` stay within
+    `LOSS_TOLERANCE` of ``reference``'s (always for the reference itself); logged when they do
+    not. Two steps each: a remembered choice costs a short run little (four would cost a
+    200-step run 4% of its time, half of what compiling saves there)."""
     if setting == reference:
         return True
+    batches = batches[:RECHECK_STEPS]
     gap = loss_gap(probe(trainer, setting, batches, None), probe(trainer, reference, batches, None))
     if gap <= LOSS_TOLERANCE:
         return True
