@@ -300,6 +300,7 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="also the fixed settings with torch.compile")
     parser.add_argument("--csv", type=Path, help="write the table here")
     parser.add_argument("--profile", action="store_true", help="also: the ops that bound a step of zoo's default")
+    parser.add_argument("--only", nargs="+", help="time only the rows whose names hold one of these words")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (the GPU's candidates: fp16, TF32)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -333,6 +334,8 @@ def main() -> None:
             variants[AFTER_COMPILE] = zoo_run("auto", home=compiled_home)
             variants[AFTER_COMPILE](fresh_model(0), speed_data(args), args, args.steps, 1, 0)
     print(f"resnet20 on Fashion-MNIST 28x28 gray, batch {args.batch_size}, SGD; {machine(args.device)}")
+    if args.only:  # a subset, by name: more rounds of the rows a comparison needs
+        variants = {name: run for name, run in variants.items() if any(word in name for word in args.only)}
     speed = throughput(variants, args) if args.steps else {}
     scores = (
         accuracies({k: v for k, v in variants.items() if k not in (REMEMBERED, AFTER_COMPILE, CLI)}, args)
