@@ -142,7 +142,6 @@ def test_a_program_that_is_no_rendezvous_store_at_the_endpoint_is_one_line(tmp_p
 
     from zoo.cli import torchrun_command
 
-    monkeypatch.setattr(torchrun_command, "STORE_ANSWER_S", 8.0)
     script = tmp_path / "train.py"
     script.write_text("print('ran')\n")
     with socket.socket() as silent:  # accepts (the backlog), never answers
@@ -152,10 +151,10 @@ def test_a_program_that_is_no_rendezvous_store_at_the_endpoint_is_one_line(tmp_p
         options = ["--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", str(script)]
         started = time.monotonic()
         assert main(["torchrun", *options]) == 2
-        assert time.monotonic() - started < 60
+        assert time.monotonic() - started < torchrun_command.STORE_ANSWER_S + 40
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"zoo torchrun: error: --rdzv-endpoint 127.0.0.1:{port}: a program")
-    assert "did not answer as a store within 8 s" in err and "no worker was started" in err
+    assert "did not answer as a store within 20 s" in err and "no worker was started" in err
     monkeypatch.setattr(torchrun_command, "STORE_ANSWER_S", 60.0)
     store = TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=30), wait_for_workers=False)
     parsed = torchrun_command.torchrun_parser().parse_args(options[:-2] + [f"127.0.0.1:{store.port}", str(script)])

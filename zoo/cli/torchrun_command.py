@@ -141,7 +141,7 @@ def options_problem(parsed: argparse.Namespace) -> str | None:
 STORE_ANSWER_S = 20.0  # a rendezvous store answers its handshake in well under this, torch's import included
 C10D_PORT = 29400  # torchrun's port for a c10d --rdzv-endpoint without one
 _PING_STORE = (
-    "import sys; from datetime import timedelta; from torch.distributed import TCPStore; "
+    "import sys; from datetime import timedelta; from torch.distributed import TCPStore; print('asking', flush=True); "
     "TCPStore(sys.argv[1], int(sys.argv[2]), is_master=False, timeout=timedelta(seconds=5), wait_for_workers=False)"
 )
 
@@ -150,7 +150,8 @@ def foreign_service(parsed: argparse.Namespace) -> str | None:
     """What is wrong when a program that is not a rendezvous store listens at a c10d
     ``--rdzv-endpoint``: torchrun's agent would connect to it as a store and wait for an answer
     that never comes (no timeout bounds that read), so a connection that is accepted gets a
-    store's handshake, in a process of its own, bounded by `STORE_ANSWER_S`. Nothing listening is
+    store's handshake, in a process of its own, bounded by `STORE_ANSWER_S` (one that has not
+    imported torch by then gives no verdict: a slow machine is not refused). Nothing listening is
     torchrun's to wait for (the hosting node may start later)."""
     if parsed.standalone or parsed.rdzv_backend != "c10d" or not parsed.rdzv_endpoint:
         return None
@@ -162,18 +163,11 @@ def foreign_service(parsed: argparse.Namespace) -> str | None:
     except OSError:
         return None
     env = {**os.environ, "TORCH_CPP_LOG_LEVEL": "FATAL"}
+    command = [sys.executable, "-c", _PING_STORE, host, str(port)]
     try:
-        answered = (
-            subprocess.run(
-                [sys.executable, "-c", _PING_STORE, host, str(port)],
-                capture_output=True,
-                timeout=STORE_ANSWER_S,
-                env=env,
-            ).returncode
-            == 0
-        )
-    except subprocess.TimeoutExpired:
-        answered = False
+        answered = subprocess.run(command, capture_output=True, timeout=STORE_ANSWER_S, env=env).returncode == 0
+    except subprocess.TimeoutExpired as waited:
+        answered = b"asking" not in (waited.stdout or b"")  # still importing torch: no verdict, torchrun's to try
     if answered:
         return None
     return (
