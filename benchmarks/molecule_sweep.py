@@ -52,6 +52,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "gin3_h96_l3_bi_open": ("gin3", {"hidden_channels": 96, "num_layers": 3, "bilinear": 32, "start_as_sum": False}),
     "gin3_h96_l3_raw": ("gin3", {"hidden_channels": 96, "num_layers": 3, "center": False, "normalize": False}),
     "gin3_h64_l4_bi": ("gin3", {"hidden_channels": 64, "num_layers": 4, "bilinear": 32}),
+    "gin3_h96_l3_bi_nosum": (
+        "gin3",
+        {"hidden_channels": 96, "num_layers": 3, "bilinear": 32, "first_order": False},
+    ),
     "gin3_h64_l4_bi_nosum": (
         "gin3",
         {"hidden_channels": 64, "num_layers": 4, "bilinear": 32, "first_order": False},
