@@ -91,6 +91,8 @@ class SecondOrderPooling(Aggregation):
         if is_capturing() or g.size(0) == 0 or bool((index[1:] < index[:-1]).any()):
             return None
         counts = torch.bincount(index, minlength=dim_size or 0)
+        if dim_size is not None and counts.numel() > dim_size:  # a node past the last graph: scatter's error
+            return None
         if counts.numel() * int(counts.max()) > self.MAX_PADDING * g.size(0):
             return None
         dense, _ = to_dense_batch(g, index, batch_size=counts.numel(), max_num_nodes=int(counts.max()))
