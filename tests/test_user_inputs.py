@@ -110,6 +110,28 @@ def test_convert_channels_brings_any_image_mode_to_the_models_channels(
         assert ConvertChannels(channels)(gray.expand(have, -1, -1).clone()).shape == (channels, height, width)
 
 
+@pytest.mark.parametrize("make", ["pil_rgb", "pil_gray", "uint8_tensor", "numpy_hwc"])
+def test_to_normalized_gives_torchvisions_three_steps_bit_for_bit(make: str) -> None:
+    """`ToNormalized` is v2.ToImage, ToDtype(float32, scale=True) and Normalize in one step: the
+    same numbers, as a plain tensor, from PIL images, uint8 tensors and HWC arrays."""
+    from torchvision.transforms import v2
+
+    from zoo.loading.transforms import ToNormalized
+
+    pixels = np.random.default_rng(3).integers(0, 256, (11, 7, 3), dtype=np.uint8)
+    image = {
+        "pil_rgb": Image.fromarray(pixels),
+        "pil_gray": Image.fromarray(pixels[..., 0]),
+        "uint8_tensor": torch.from_numpy(pixels).permute(2, 0, 1).contiguous(),
+        "numpy_hwc": pixels,
+    }[make]
+    mean, std = ([0.2], [0.3]) if make == "pil_gray" else ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    steps = v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)])
+    ours = ToNormalized(mean, std)(image)
+    assert type(ours) is torch.Tensor and ours.dtype == torch.float32
+    assert torch.equal(ours, steps(image).as_subclass(torch.Tensor))
+
+
 def test_a_read_only_zoo_home_loads_bundled_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "ro"
     home.mkdir()
