@@ -272,8 +272,8 @@ def choose(trainer: Trainer, batches: list[Any], total_steps: int) -> OptimizeRe
 def rechecked(trainer: Trainer, reference: Setting, setting: Setting, batches: list[Any]) -> bool:
     """Whether ``setting``'s losses on the first `RECHECK_STEPS` of ``batches`` stay within
     `LOSS_TOLERANCE` of ``reference``'s (always for the reference itself); logged when they do
-    not. Two steps each: a remembered choice costs a short run little (four would cost a
-    200-step run 4% of its time, half of what compiling saves there)."""
+    not. Two steps each, so a remembered choice costs a short run little (four each, eight
+    steps, were 4% of a 200-step run)."""
     if setting == reference:
         return True
     batches = batches[:RECHECK_STEPS]
