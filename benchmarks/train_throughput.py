@@ -19,6 +19,7 @@ first line and into the CSV (``--csv``), which docs/results.md renders.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import csv
 import math
@@ -27,7 +28,7 @@ import re
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -147,18 +148,28 @@ def zoo_run(
             tensorboard=False,
             plot=False,
         )
-        before = os.environ.get("ZOO_HOME")
-        with tempfile.TemporaryDirectory() as fresh:  # auto measures anew: nothing remembered
-            os.environ["ZOO_HOME"] = home or fresh
+        with zoo_home(home):  # without one, auto measures anew: nothing remembered
             trainer = Trainer(model.train(), config)
             trainer.fit(data)
-        if before is None:
-            del os.environ["ZOO_HOME"]
-        else:
-            os.environ["ZOO_HOME"] = before
         return {"chose": trainer.setting.name} if precision == "auto" else {}
 
     return run
+
+
+@contextlib.contextmanager
+def zoo_home(home: str | None) -> Iterator[str]:
+    """``$ZOO_HOME`` set to ``home`` (None: a fresh empty folder, removed after) while inside, then
+    as it was."""
+    before = os.environ.get("ZOO_HOME")
+    with tempfile.TemporaryDirectory() as fresh:
+        os.environ["ZOO_HOME"] = home or fresh
+        try:
+            yield os.environ["ZOO_HOME"]
+        finally:
+            if before is None:
+                del os.environ["ZOO_HOME"]
+            else:
+                os.environ["ZOO_HOME"] = before
 
 
 def cli_run(model: nn.Module, data: TensorDataset, args, steps: int | None, epochs: int, seed: int) -> dict:
@@ -172,18 +183,12 @@ def cli_run(model: nn.Module, data: TensorDataset, args, steps: int | None, epoc
     options = {"--limit": limit, "--max-steps": steps, "--batch-size": args.batch_size, "--optimizer": "sgd"}
     options |= {"--lr": args.lr, "--momentum": args.momentum, "--weight-decay": 0, "--scheduler": "none"}
     options |= {"--seed": seed, "--device": args.device, "--val-fraction": VAL_FRACTION}
-    before = os.environ.get("ZOO_HOME")
-    with tempfile.TemporaryDirectory() as home:
-        os.environ["ZOO_HOME"] = home
+    with zoo_home(None) as home:
         out = Path(home) / "run"
         argv = ["finetune", "resnet20", "--scratch", "--data", "fashion-mnist", "--out", str(out)]
         argv += [str(v) for pair in options.items() for v in pair]
         code = zoo_main(argv + ["--no-post-training", "--no-tensorboard", "--no-progress"])
         found = re.search(r"precision auto: chose (\S+)", (out / "train.log").read_text()) if code == 0 else None
-    if before is None:
-        del os.environ["ZOO_HOME"]
-    else:
-        os.environ["ZOO_HOME"] = before
     if code != 0:
         raise SystemExit(f"zoo finetune exited {code}")
     return {"chose": found.group(1) if found else "?"}
