@@ -56,10 +56,12 @@ def test_a_missing_script_or_module_is_one_line_before_any_worker(tmp_path, caps
 
 
 def test_the_endpoint_port_is_read_as_written() -> None:
-    from zoo.cli.torchrun_command import _endpoint_port
+    from zoo.cli.torchrun_command import _endpoint_host, _endpoint_port
 
     cases = {"node0": None, "node0:29400": "29400", "[::1]": None, "[::1]:29400": "29400", "::1": None, "h:": ""}
     assert {endpoint: _endpoint_port(endpoint) for endpoint in cases} == cases
+    hosts = {"node0": "node0", "node0:29400": "node0", "[::1]": "::1", "[::1]:29400": "::1", "::1": "::1", "h:": "h"}
+    assert {endpoint: _endpoint_host(endpoint) for endpoint in hosts} == hosts
 
 
 def _free_port() -> int:

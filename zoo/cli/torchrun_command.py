@@ -156,8 +156,7 @@ def foreign_service(parsed: argparse.Namespace) -> str | None:
     if parsed.standalone or parsed.rdzv_backend != "c10d" or not parsed.rdzv_endpoint:
         return None
     endpoint = parsed.rdzv_endpoint
-    host = endpoint[1:].partition("]")[0] if endpoint.startswith("[") else endpoint.rpartition(":")[0] or endpoint
-    port = int(_endpoint_port(endpoint) or C10D_PORT)
+    host, port = _endpoint_host(endpoint), int(_endpoint_port(endpoint) or C10D_PORT)
     try:
         socket.create_connection((host, port), timeout=2.0).close()
     except OSError:
@@ -175,6 +174,13 @@ def foreign_service(parsed: argparse.Namespace) -> str | None:
         f"answer as a store within {STORE_ANSWER_S:g} s): stop it, or give a free port (--rdzv-endpoint HOST:PORT, or "
         "--standalone, which finds one); no worker was started"
     )
+
+
+def _endpoint_host(endpoint: str) -> str:
+    """The host of HOST, HOST:PORT, [IPv6] or [IPv6]:PORT, or a bare IPv6 address, as `_endpoint_port` reads them."""
+    if endpoint.startswith("["):
+        return endpoint[1:].partition("]")[0]
+    return endpoint.partition(":")[0] if endpoint.count(":") == 1 else endpoint
 
 
 def _endpoint_port(endpoint: str) -> str | None:
