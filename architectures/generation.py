@@ -10,8 +10,8 @@ projections transposed for ``torch.mm``, query/key/value fused with their rotate
 keys and values go into a static `KVCache` (zero-filled, preallocated for prompt + new tokens,
 written in place with ``index_copy_``); eager steps attend to the filled slots only, compiled
 ones to the whole cache under an additive mask, so that every step has the same shapes (what
-``torch.compile`` needs); the MoE layers skip the module's sort-and-split dispatch
-(`_experts_step`). benchmarks/generate.py measures it against transformers.
+``torch.compile`` needs), and on a GPU the compiled step is replayed as one CUDA graph
+(`GraphedStep`); the MoE layers skip the module's sort-and-split dispatch (`_experts_step`). benchmarks/generate.py measures it against transformers.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from ._errors import InvalidArgumentError
 from .layers import rotary_cos_sin
 from .moe.moe_experts import SparseMoeBlock, _dense_swiglu, _grouped_mm_swiglu
+from .step_graph import GraphedStep
 
 Compile = bool | Literal["auto"]
 CACHE_STEP = 64
@@ -126,6 +127,13 @@ def _decode(
     step_fn = _compiled_decode_step() if compiled else _decode_step
     slot = torch.tensor([length], device=input_ids.device)
     position = positions[:, -1] + 1
+
+    def decode_step(step: torch.Tensor, window: tuple[int, int], step_bias: torch.Tensor | None) -> torch.Tensor:
+        step_rope = None if rope is None else (rope[0][position][:, None, None], rope[1][position][:, None, None])
+        return step_fn(model, weights, step, slot, step_rope, window, step_bias, cache.keys, cache.values)
+
+    if compiled and input_ids.device.type == "cuda":
+        decode_step = GraphedStep(decode_step)
     tokens, finished = [input_ids], torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
     for new in range(options.max_new_tokens):
         step = _next_tokens(logits, options, finished)
@@ -135,8 +143,7 @@ def _decode(
         window, step_bias = _step_attention(
             bias, slot, length + new + 1, model.config.sliding_window, max_length, compiled
         )
-        step_rope = None if rope is None else (rope[0][position][:, None, None], rope[1][position][:, None, None])
-        logits = step_fn(model, weights, step, slot, step_rope, window, step_bias, cache.keys, cache.values)
+        logits = decode_step(step, window, step_bias)
         slot += 1
         position += 1
     return tokens

@@ -4,9 +4,11 @@
 # python3, nothing to download, outputs back through $OUT: at most 8 files of 16 MiB).
 #
 # Here, once, before the first call (the data and any run to continue travel in .gpu/, which git ignores):
-#     mkdir -p .gpu/fashion-mnist && cp /usr/share/datasets/fashion-mnist/*.gz .gpu/fashion-mnist/
+#     mkdir -p .gpu/fashion-mnist, then write there the first 12,000 training and 2,000 test images and labels
+#     as idx .gz files like the originals (all of them, with weights/, are over the 64 MiB a call carries)
 # Then, one call each (carry: [".gpu"]):
 #     bash benchmarks/gpu_session.sh bench                  # ResNet-50, training and generation tables, tests/test_cuda.py
+#     bash benchmarks/gpu_session.sh graphs                 # the CUDA-graph paths: their tests, generation, training
 #     bash benchmarks/gpu_session.sh train resnet56_long    # TRAIN_SECONDS (default 420) of a recipe, then stops
 #     bash benchmarks/gpu_session.sh sweep [VARIANT...]     # benchmarks/molecule_sweep.py on .gpu/molecules.pt
 #         (written here first: .venv/bin/python benchmarks/molecule_sweep.py cache --out .gpu/molecules.pt)
@@ -16,7 +18,7 @@
 # Locally, as a dry run of the script itself: PY=.venv/bin/python OUT=/tmp/gpu bash benchmarks/gpu_session.sh train
 # resnet20 --epochs 1 --limit 64
 set -uo pipefail
-mode=${1:?usage: gpu_session.sh bench | train TARGET [recipe options]}
+mode=${1:?usage: gpu_session.sh bench | graphs | train TARGET [recipe options] | sweep [VARIANT...]}
 out=${OUT:-/tmp/zoo-gpu}
 py=${PY:-python3}
 export PYTHONUNBUFFERED=1
@@ -46,6 +48,19 @@ bench() {
     timeout 90 "$py" -m pytest -q -p no:cacheprovider tests/test_cuda.py 2>&1 | tee "$out/test_cuda.txt"
 }
 
+graphs() {
+    # the CUDA-graph paths (generate's replayed decode step, training compiled under
+    # "reduce-overhead"): their tests, then generation and training speed against the peers
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
+    timeout 120 "$py" -m pytest -q -p no:cacheprovider tests/test_cuda.py -k "decode_step or compiled_training" 2>&1 |
+        tee "$out/test_cuda.txt"
+    timeout 150 "$py" benchmarks/generate.py --device cuda --batches 1 8 --repeats 3 --compile --hf-static \
+        2>&1 | tee "$out/generate.txt"
+    timeout 250 "$py" benchmarks/train_throughput.py --device cuda --steps 300 --repeats 2 --epochs 0 --compile \
+        --only tutorial 16-mixed default "fp16 +" "bf16 + channels_last + compile" \
+        --csv "$out/train-throughput-cuda-graphs.csv" 2>&1 | tr '\r' '\n' | grep -v 'it/s\]$' | tee "$out/train_throughput.txt"
+}
+
 train() {
     local target=${1:?train needs a recipe target, e.g. resnet56_long}
     shift
@@ -73,10 +88,11 @@ sweep() {
 setup
 case "$mode" in
 bench) bench ;;
+graphs) graphs ;;
 train) train "${@:2}" ;;
 sweep) sweep "${@:2}" ;;
 *)
-    echo "unknown mode $mode: bench, train TARGET or sweep [VARIANT...]" >&2
+    echo "unknown mode $mode: bench, graphs, train TARGET or sweep [VARIANT...]" >&2
     exit 2
     ;;
 esac

@@ -331,6 +331,8 @@ def main() -> None:
         variants["zoo fp32 + compile"] = zoo_run("fp32", False, True)
         if bf16:
             variants["zoo bf16 + channels_last + compile"] = zoo_run("bf16", True, True)
+        if cuda:  # compiled on a GPU: CUDA graphs ("reduce-overhead", training/loop/speed.py: compile_mode)
+            variants["zoo fp16 + channels_last + compile"] = zoo_run("fp16", True, True)
         if args.steps:  # a run compiled by hand (its compile's cost kept), then the default once, which remembers
             compiled_home = tempfile.mkdtemp()
             zoo_run("bf16" if bf16 else "fp32", bf16, True, home=compiled_home)(
