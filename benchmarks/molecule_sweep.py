@@ -61,6 +61,15 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         {"hidden_channels": 64, "num_layers": 4, "bilinear": 32, "first_order": False},
     ),
     "gin3_h128_drop": ("gin3", {"hidden_channels": 128, "dropout": 0.1}),
+    # dropout before the head at gin3's default size, with and without SOPool's part and the sum
+    "gin3_h96_l3_d1": ("gin3", {"hidden_channels": 96, "num_layers": 3, "dropout": 0.1}),
+    "gin3_h96_l3_d2": ("gin3", {"hidden_channels": 96, "num_layers": 3, "dropout": 0.2}),
+    "gin3_h96_l3_bi_d1": ("gin3", {"hidden_channels": 96, "num_layers": 3, "bilinear": 32, "dropout": 0.1}),
+    "gin3_h96_l3_bi_nosum_d1": (
+        "gin3",
+        {"hidden_channels": 96, "num_layers": 3, "bilinear": 32, "first_order": False, "dropout": 0.1},
+    ),
+    "gin_sopool_d1": ("gin_sopool", {"dropout": 0.1}),
     "gin3_h256": ("gin3", {"hidden_channels": 256}),
     "gin_sum_h256": ("gin_sum", {"hidden_channels": 256}),
 }
