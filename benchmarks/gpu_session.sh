@@ -6,7 +6,9 @@
 # Here, once, before the first call (the data and any run to continue travel in .gpu/, which git ignores):
 #     mkdir -p .gpu/fashion-mnist, then write there the first 12,000 training and 2,000 test images and labels
 #     as idx .gz files like the originals (all of them, with weights/, are over the 64 MiB a call carries)
-# Then, one call each (carry: [".gpu"]):
+# and copy the pure-Python packages the machine's image lacks:
+#     mkdir -p .gpu/site && cp -r .venv/lib/python3*/site-packages/braceexpand .gpu/site/
+# Then, one call each (carry: [".gpu"], or the parts of it a mode reads: .gpu/site and .gpu/fashion-mnist or .gpu/molecules.pt):
 #     bash benchmarks/gpu_session.sh bench                  # ResNet-50, training and generation tables, tests/test_cuda.py
 #     bash benchmarks/gpu_session.sh graphs                 # the CUDA-graph paths: their tests, generation, training
 #     bash benchmarks/gpu_session.sh train resnet56_long    # TRAIN_SECONDS (default 420) of a recipe, then stops
@@ -33,7 +35,12 @@ setup() {
     if [ -d .gpu/fashion-mnist ] && [ ! -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
         mkdir -p /usr/share/datasets/fashion-mnist && cp .gpu/fashion-mnist/*.gz /usr/share/datasets/fashion-mnist/
     fi
-    "$py" -c 'import torch, zoo; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
+    # pure-Python packages zoo needs that the image lacks (braceexpand, read on the fine-tuning data
+    # path), copied here from .venv into .gpu/site; then every module a mode reads is imported once,
+    # so a missing one stops the call at once rather than inside a pool of workers
+    if [ -d .gpu/site ]; then export PYTHONPATH="$PWD/.gpu/site${PYTHONPATH:+:$PYTHONPATH}"; fi
+    "$py" -c 'import torch, zoo, zoo.training.finetune, zoo.training.recipes.molecule_weights
+print("torch", torch.__version__, "cuda", torch.cuda.is_available())' || exit 3
 }
 
 bench() {

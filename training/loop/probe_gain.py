@@ -2,8 +2,8 @@
 save over the run's length, no more.
 
 Before any probe, each setting's expected speed-up over fp32 comes from the device's kind
-(`GAIN`: measured on the 2-core EPYC with native bf16, docs/results.md "Training speed";
-the CUDA and compile factors are guesses). A run is probed when the steps the most promising
+(`GAIN`: measured on the 2-core EPYC with native bf16, docs/results.md "Training speed", and
+compiling on an H200; the other CUDA and compile factors are guesses). A run is probed when the steps the most promising
 setting could save over it, ``total_steps * (1 - 1 / speed-up)``, are at least the probe's own
 (fp32's steps and that setting's): a threshold that follows the run's length and what the
 device may gain, not a fixed number of steps. Once fp32's probe is measured, each further
@@ -23,11 +23,13 @@ import torch
 
 # Speed-up over fp32 of each switch, by device kind; a setting's is the product of its switches'.
 # "cpu-bf16": bf16 autocast 1.42 and channels_last 1.31 (1.86x together) for the CIFAR ResNet-20
-# on the 2-core EPYC; compile and the CUDA factors are guesses.
+# on the 2-core EPYC; "cuda" compile 2.0: the same model's step compiled under CUDA graphs
+# ("reduce-overhead", speed.compile_mode) on an H200 (1.99-2.15x eager, results page "On a GPU");
+# the CPU's compile and the CUDA precisions are guesses (a launch-bound step gains nothing from them).
 GAIN = {
     "cpu-bf16": {"bf16": 1.42, "channels_last": 1.31, "compile": 1.1},
     "cpu": {"channels_last": 1.31, "compile": 1.1},
-    "cuda": {"fp16": 1.3, "bf16": 1.25, "tf32": 1.15, "channels_last": 1.05, "compile": 1.1},
+    "cuda": {"fp16": 1.3, "bf16": 1.25, "tf32": 1.15, "channels_last": 1.05, "compile": 2.0},
 }
 SLACK = 1.25  # how far a measured speed-up may exceed its expectation
 PAYBACK = 1.0  # a probe runs when what it may save is at least this many times what it costs
