@@ -44,7 +44,8 @@ class GraphedStep:
     def _capture(self, tokens: torch.Tensor, *args: Any) -> torch.Tensor:
         self.tokens, graph = tokens.clone(), torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
+            # thread_local: other threads (a server's) keep working on the GPU meanwhile
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 self.output = self.step(self.tokens, *args)
         except RuntimeError as error:
             warnings.warn(

@@ -69,7 +69,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         "gin3",
         {"hidden_channels": 96, "num_layers": 3, "bilinear": 32, "first_order": False, "dropout": 0.1},
     ),
+    "gin3_h96_l3_d3": ("gin3", {"hidden_channels": 96, "num_layers": 3, "dropout": 0.3}),
+    "gin3_h96_l3_bi_d2": ("gin3", {"hidden_channels": 96, "num_layers": 3, "bilinear": 32, "dropout": 0.2}),
     "gin_sopool_d1": ("gin_sopool", {"dropout": 0.1}),
+    "gin_sopool_d2": ("gin_sopool", {"dropout": 0.2}),
     "gin3_h256": ("gin3", {"hidden_channels": 256}),
     "gin_sum_h256": ("gin_sum", {"hidden_channels": 256}),
 }
