@@ -189,3 +189,76 @@ def test_complete_batch_rows_continue_as_alone_with_their_own_seeds_limits_and_s
     assert stopped[0].finish == "stopped" and stopped[0].text == "".join(heard) == alone[0][: len(stopped[0].text)]
     assert [out.text for out in stopped[1:]] == alone[1:]
     assert complete_batch(model, []) == []
+
+
+class _FakeGraph:
+    """torch.cuda.CUDAGraph on the CPU: replays what its capture recorded."""
+
+    def __init__(self) -> None:
+        self.replays = 0
+        self.body = None
+
+    def replay(self) -> None:
+        self.replays += 1
+        self.body()
+
+
+def _fake_capture(fail: bool, state: dict):
+    """torch.cuda.graph on the CPU: while inside, a step records its work instead of running it
+    (as capture does); ``fail``: it raises, as a capture that meets a forbidden call does."""
+
+    class Capture:
+        def __init__(self, graph: _FakeGraph, capture_error_mode: str = "global") -> None:
+            assert capture_error_mode == "thread_local"
+            self.graph = graph
+
+        def __enter__(self) -> None:
+            if fail:
+                raise RuntimeError("operation not permitted when stream is capturing")
+            state["capturing"] = self.graph
+
+        def __exit__(self, *exc) -> None:
+            state["capturing"] = None
+
+    return Capture
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_graphed_step_warms_up_captures_once_then_replays(monkeypatch, fail):
+    """GraphedStep's order (tests/test_cuda.py checks the tokens on a GPU): two calls run as they
+    are, the third is captured with its tokens in a static buffer and replayed, later calls copy
+    their tokens in and replay; a capture that fails leaves the step running as it is."""
+    from zoo.architectures import step_graph
+
+    state: dict = {"capturing": None, "runs": 0}
+    cache = torch.zeros(4)
+
+    def run(tokens: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+        state["runs"] += 1
+        cache[slot] = tokens.float().sum()  # a write into a tensor updated in place, as the KV cache
+        return tokens * 10
+
+    def step(tokens: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+        if state["capturing"] is None:
+            return run(tokens, slot)
+        out = torch.empty_like(tokens)  # the graph's static output, written by each replay
+        state["capturing"].body = lambda: out.copy_(run(tokens, slot))
+        return out
+
+    monkeypatch.setattr(step_graph.torch.cuda, "CUDAGraph", _FakeGraph)
+    monkeypatch.setattr(step_graph.torch.cuda, "graph", _fake_capture(fail, state))
+    graphed = step_graph.GraphedStep(step)
+    slot = torch.tensor([0])
+    outputs = []
+    for i in range(5):
+        slot.fill_(i % 4)
+        if fail and i == 2:
+            with pytest.warns(UserWarning, match="could not be captured"):
+                outputs.append(graphed(torch.tensor([i, i + 1]), slot).clone())
+            continue
+        outputs.append(graphed(torch.tensor([i, i + 1]), slot).clone())
+    assert [o.tolist() for o in outputs] == [[10 * i, 10 * i + 10] for i in range(5)]
+    assert cache.tolist() == [9.0, 3.0, 5.0, 7.0] and state["runs"] == 5  # each step ran once, the fifth in slot 0
+    assert (graphed.graph is None) == fail
+    if not fail:
+        assert graphed.graph.replays == 3
