@@ -76,6 +76,12 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "gin3_h256": ("gin3", {"hidden_channels": 256}),
     "gin_sum_h256": ("gin_sum", {"hidden_channels": 256}),
 }
+# gin3's default dropout is 0.2 since 2026-11-28; its variants ran without before and keep that
+# meaning ("gin3" alone is the default of the day)
+VARIANTS = {
+    name: (arch, {"dropout": 0.0, **kwargs} if arch == "gin3" and name != "gin3" else kwargs)
+    for name, (arch, kwargs) in VARIANTS.items()
+}
 _GRAPH_KEYS = ("x", "edge_attr")  # one-hot features, stored as their nonzero columns
 
 

@@ -67,7 +67,7 @@ RECIPES = {
     "triangles-er": GraphRecipe(
         "gin3.triangles_er",
         "GIN with third-order pooling, triangle counting (Erdős–Rényi)",
-        {"in_channels": 1, "head": "graph_regression", "hidden_channels": 64, "num_layers": 4},
+        {"in_channels": 1, "head": "graph_regression", "hidden_channels": 64, "num_layers": 4, "dropout": 0.0},
         TrainConfig(
             epochs=300,
             batch_size=64,
@@ -94,7 +94,7 @@ RECIPES = {
     "fashion-mnist-graphs": GraphRecipe(
         "gin3.fmnist",
         "GIN with third-order pooling, Fashion-MNIST as 14x14 pixel graphs",
-        {"in_channels": 3, "hidden_channels": 64, "num_layers": 4},
+        {"in_channels": 3, "hidden_channels": 64, "num_layers": 4, "dropout": 0.0},
         TrainConfig(
             epochs=10,
             batch_size=64,

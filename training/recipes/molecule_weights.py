@@ -47,14 +47,14 @@ ARCHS = ("gin3", "gin_sum", "gin_sopool")  # what the cards compare: labels of V
 MODEL_KWARGS = {"num_layers": 4, "head": "graph_regression"}  # the baselines at their default size (4 x 64)
 # gin3's size and readout (4 x 128; its default is 3 x 96 since 2026-11-28), written into the
 # entries so the weights load whatever gin3's defaults become
-GIN3 = {"hidden_channels": 128, "first_order": True, "moment": True, "triangle": True, "l2": False}
+GIN3 = {"hidden_channels": 128, "first_order": True, "moment": True, "triangle": True, "l2": False, "dropout": 0.0}
 # label -> (architecture, its options); "gin3, readout before 2026-11" is the replacement of the sum
 # that gin3's readout was until then: moment and triangles only, moments L2-normalised per graph
 VARIANTS = {label: (label, {}) for label in ARCHS} | {
     "gin3": ("gin3", GIN3),
     "gin3, readout before 2026-11": (
         "gin3",
-        {"hidden_channels": 64, "first_order": False, "l2": True, "start_as_sum": False},
+        {"hidden_channels": 64, "first_order": False, "l2": True, "start_as_sum": False, "dropout": 0.0},
     ),
 }
 
