@@ -28,9 +28,14 @@ class GraphedStep:
         self.graph: torch.cuda.CUDAGraph | None = None
         self.tokens: torch.Tensor | None = None
         self.output: torch.Tensor | None = None
+        self.args: tuple[Any, ...] = ()
 
     def __call__(self, tokens: torch.Tensor, *args: Any) -> torch.Tensor:
         if self.graph is not None:
+            if not _same(args, self.args):  # a replay would read the captured ones: a wrong answer, silently
+                raise ValueError(
+                    "GraphedStep: a replayed step takes the tensors it was captured with, updated in place"
+                )
             self.tokens.copy_(tokens)
             self.graph.replay()
             return self.output
@@ -42,7 +47,7 @@ class GraphedStep:
         return self._capture(tokens, *args)
 
     def _capture(self, tokens: torch.Tensor, *args: Any) -> torch.Tensor:
-        self.tokens, graph = tokens.clone(), torch.cuda.CUDAGraph()
+        self.tokens, self.args, graph = tokens.clone(), args, torch.cuda.CUDAGraph()
         try:
             # thread_local: other threads (a server's) keep working on the GPU meanwhile
             with torch.cuda.graph(graph, capture_error_mode="thread_local"):
@@ -56,3 +61,11 @@ class GraphedStep:
         self.graph = graph
         graph.replay()
         return self.output
+
+
+def _same(args: tuple[Any, ...], captured: tuple[Any, ...]) -> bool:
+    """The same tensors (the same objects: a graph reads their memory) and equal other values."""
+    return len(args) == len(captured) and all(
+        a is b if isinstance(b, torch.Tensor) else not isinstance(a, torch.Tensor) and a == b
+        for a, b in zip(args, captured)
+    )

@@ -262,3 +262,5 @@ def test_graphed_step_warms_up_captures_once_then_replays(monkeypatch, fail):
     assert (graphed.graph is None) == fail
     if not fail:
         assert graphed.graph.replays == 3
+        with pytest.raises(ValueError, match="captured with"):  # another tensor: the graph would not read it
+            graphed(torch.tensor([0, 1]), slot.clone())
