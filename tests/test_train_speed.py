@@ -418,3 +418,22 @@ def test_under_torchrun_the_first_process_measures_and_every_process_trains_with
         assert row["setting"] == chosen and row["chosen"] == chosen, row  # the first process's choice, everywhere
         assert row["ddp"] == "DistributedDataParallel" and row["in_sync"], row
         assert math.isfinite(row["loss"]), row
+
+
+@pytest.mark.parametrize(
+    ("device", "backend", "world_size", "accum_steps", "mode"),
+    [
+        ("cuda", "inductor", 1, 1, "reduce-overhead"),  # one GPU, one batch a step: CUDA graphs
+        ("cpu", "inductor", 1, 1, None),
+        ("cuda", "eager", 1, 1, None),  # a debugging backend has no graphs to replay
+        ("cuda", "inductor", 2, 1, None),  # DDP's all-reduce between backward and step
+        ("cuda", "inductor", 1, 4, None),  # accumulated gradients outlive a replay
+    ],
+)
+def test_compile_mode_takes_cuda_graphs_only_where_a_step_is_one_replay(device, backend, world_size, accum_steps, mode):
+    trainer = argparse.Namespace(
+        device=torch.device(device),
+        world_size=world_size,
+        config=TrainConfig(compile_backend=backend, accum_steps=accum_steps),
+    )
+    assert speed.compile_mode(trainer) == mode
