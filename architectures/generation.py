@@ -11,7 +11,8 @@ keys and values go into a static `KVCache` (zero-filled, preallocated for prompt
 written in place with ``index_copy_``); eager steps attend to the filled slots only, compiled
 ones to the whole cache under an additive mask, so that every step has the same shapes (what
 ``torch.compile`` needs), and on a GPU the compiled step is replayed as one CUDA graph
-(`GraphedStep`); the MoE layers skip the module's sort-and-split dispatch (`_experts_step`). benchmarks/generate.py measures it against transformers.
+(`GraphedStep`); the MoE layers skip the module's sort-and-split dispatch (`_experts_step`).
+benchmarks/generate.py measures it against transformers.
 """
 
 from __future__ import annotations

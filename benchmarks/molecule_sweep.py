@@ -228,9 +228,8 @@ def run(args: argparse.Namespace) -> None:
     jobs = [(v, s, seed) for s in args.sets for seed in args.seeds for v in args.variants]
     jobs.sort(key=_cost, reverse=True)  # the longest first: the pool's last minutes are not one long run
     rows: list[dict[str, Any]] = []
-    _init(
-        str(args.cache), args.device, args.steps, args.patience
-    )  # here first: a worker that cannot start is respawned forever
+    # here first: a pool respawns a worker whose setup fails, forever
+    _init(str(args.cache), args.device, args.steps, args.patience)
     context = multiprocessing.get_context("spawn")
     with context.Pool(
         args.jobs, initializer=_init, initargs=(str(args.cache), args.device, args.steps, args.patience)

@@ -3,8 +3,8 @@ save over the run's length, no more.
 
 Before any probe, each setting's expected speed-up over fp32 comes from the device's kind
 (`GAIN`: measured on the 2-core EPYC with native bf16, docs/results.md "Training speed", and
-compiling on an H200; the other CUDA and compile factors are guesses). A run is probed when the steps the most promising
-setting could save over it, ``total_steps * (1 - 1 / speed-up)``, are at least the probe's own
+compiling on an H200; the other CUDA and compile factors are guesses). A run is probed when
+the steps the most promising setting could save over it, ``total_steps * (1 - 1 / speed-up)``, are at least the probe's own
 (fp32's steps and that setting's): a threshold that follows the run's length and what the
 device may gain, not a fixed number of steps. Once fp32's probe is measured, each further
 setting is tried only when what it could save (its expectation times `SLACK`, scaled by how
