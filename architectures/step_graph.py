@@ -33,9 +33,8 @@ class GraphedStep:
     def __call__(self, tokens: torch.Tensor, *args: Any) -> torch.Tensor:
         if self.graph is not None:
             if not _same(args, self.args):  # a replay would read the captured ones: a wrong answer, silently
-                raise ValueError(
-                    "GraphedStep: a replayed step takes the tensors it was captured with, updated in place"
-                )
+                message = "GraphedStep: a replayed step takes the tensors it was captured with, updated in place"
+                raise ValueError(message)  # internal: generate's loop passes the same tensors every step
             self.tokens.copy_(tokens)
             self.graph.replay()
             return self.output
