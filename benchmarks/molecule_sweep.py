@@ -85,8 +85,9 @@ VARIANTS = {
 _GRAPH_KEYS = ("x", "edge_attr")  # one-hot features, stored as their nonzero columns
 
 
-def write_cache(out: Path, sets: Sequence[str]) -> None:
-    """Each set's graphs (features as nonzero columns), splits and target, as plain tensors."""
+def write_cache(out: Path, sets: Sequence[str], split_seeds: Sequence[int] = (0,)) -> None:
+    """Each set's graphs (features as nonzero columns), splits (one per seed of ``split_seeds``)
+    and target, as plain tensors."""
     from zoo.training.data.molecules.molecule_sets import benchmark
 
     cache: dict[str, Any] = {}
@@ -94,6 +95,7 @@ def write_cache(out: Path, sets: Sequence[str]) -> None:
         source, (train, val, test) = benchmark(name)
         graphs = list(source.make_subset(range(source.num_samples), None))
         entry: dict[str, Any] = {"split": [torch.tensor(s) for s in (train, val, test)], "target": source.target}
+        entry["splits"] = {seed: [torch.tensor(s) for s in benchmark(name, seed)[1]] for seed in split_seeds}
         entry["sizes"] = torch.tensor([[g.num_nodes, g.edge_index.shape[1], g.triangle_index.shape[1]] for g in graphs])
         for key in _GRAPH_KEYS:
             dense = torch.cat([g[key] for g in graphs])
@@ -133,7 +135,8 @@ def _graphs(entry: dict[str, Any]) -> list[Any]:
 
 
 def cached_benchmarks(path: Path) -> dict[str, Any]:
-    """set name -> (MoleculeSource, (train, val, test)), as `molecule_sets.benchmark` returns."""
+    """set name -> (MoleculeSource, {split seed: (train, val, test)}): `molecule_sets.benchmark`'s
+    source and its splits (a cache without ``splits`` holds split seed 0's alone)."""
     from torch_geometric.loader.dataloader import Collater
 
     from zoo.training.data.molecules.molecule_files import MoleculeSource, _Graphs
@@ -147,8 +150,18 @@ def cached_benchmarks(path: Path) -> dict[str, Any]:
             in_chans=meta["in_chans"], collate_fn=Collater(graphs), target=entry["target"],
             edge_dim=meta["edge_dim"], split_by="scaffold",
         )  # fmt: skip
-        out[name] = (source, tuple(s.tolist() for s in entry["split"]))
+        splits = entry.get("splits", {0: entry["split"]})
+        out[name] = (source, {seed: tuple(s.tolist() for s in split) for seed, split in splits.items()})
     return out
+
+
+def _cached_benchmark(name: str, split_seed: int | None = None) -> tuple[Any, tuple[list[int], ...]]:
+    """`molecule_sets.benchmark` from a worker's cache, at the split of the run it is on."""
+    source, splits = _TABLE[name]
+    seed = _SPLIT[0] if split_seed is None else split_seed
+    if seed not in splits:
+        raise KeyError(f"{name}: the cache holds splits {sorted(splits)}, not {seed} (write it with --split-seeds)")
+    return source, splits[seed]
 
 
 def _init(cache: str, device: str, steps: int | None, patience: int | None) -> None:
@@ -158,8 +171,9 @@ def _init(cache: str, device: str, steps: int | None, patience: int | None) -> N
     import zoo.training.data.molecules.molecule_sets as molecule_sets
     import zoo.training.recipes.molecule_weights as recipe
 
-    table = cached_benchmarks(Path(cache))
-    molecule_sets.benchmark = recipe.benchmark = table.__getitem__  # type: ignore[assignment]
+    _TABLE.clear()
+    _TABLE.update(cached_benchmarks(Path(cache)))
+    molecule_sets.benchmark = recipe.benchmark = _cached_benchmark  # type: ignore[assignment]
     recipe.VARIANTS.update(VARIANTS)
     os.environ["ZOO_SWEEP_DEVICE"] = device
     _TRAINING.clear()
@@ -168,16 +182,18 @@ def _init(cache: str, device: str, steps: int | None, patience: int | None) -> N
 
 
 _TRAINING: dict[str, Any] = {}  # a worker's changes to zoo finetune's molecule defaults (`_init`)
+_TABLE: dict[str, Any] = {}  # a worker's sets from the cache (`_init`)
+_SPLIT = [0]  # the split seed of the run a worker is on
 
 
-def _one(job: tuple[str, str, int]) -> dict[str, Any]:
+def _one(job: tuple[str, str, int, int]) -> dict[str, Any]:
     import dataclasses
 
     from zoo.training.finetune.defaults import MOLECULE_STEPS
     from zoo.training.recipes.evaluate import evaluate
     from zoo.training.recipes.molecule_weights import _train, recipe_config
 
-    variant, name, seed = job
+    variant, name, seed, _SPLIT[0] = job
     device = os.environ["ZOO_SWEEP_DEVICE"]
     base = recipe_config(name, training=_TRAINING or None)
     config = dataclasses.replace(base, device=device, num_workers=0)  # a pool worker has no children
@@ -187,7 +203,7 @@ def _one(job: tuple[str, str, int]) -> dict[str, Any]:
     except Exception as error:  # noqa: BLE001  (a run that fails is a row that says why)
         note = f"{type(error).__name__}: {error}"[:300]
         if device == "cpu":
-            return {"set": name, "variant": variant, "seed": seed, "error": note}
+            return {"set": name, "variant": variant, "seed": seed, "split": _SPLIT[0], "error": note}
         device, start = "cpu", time.perf_counter()  # the accelerator failed: the same run on the CPU
         model, history = _train(variant, name, dataclasses.replace(config, device="cpu"), seed, None)
     seconds = time.perf_counter() - start
@@ -196,14 +212,16 @@ def _one(job: tuple[str, str, int]) -> dict[str, Any]:
     steps = _TRAINING.get("steps", MOLECULE_STEPS)
     return {"set": name, "variant": variant, "seed": seed, **metrics, "epochs": len(history), "best_epoch": best + 1,
             "val_loss": history[best].get("val_loss"), "seconds": round(seconds, 1), "device": device,
-            "steps": steps, "patience": config.early_stopping_patience, "note": note}  # fmt: skip
+            "steps": steps, "patience": config.early_stopping_patience, "note": note, "split": _SPLIT[0]}  # fmt: skip
 
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:
     lines = ["| set | variant | test RMSE | test R² | val loss | s/run |", "| --- | --- | --- | --- | --- | --- |"]
-    for name in dict.fromkeys(r["set"] for r in rows):
-        for variant in dict.fromkeys(r["variant"] for r in rows if r["set"] == name):
-            done = [r for r in rows if r["set"] == name and r["variant"] == variant and "rmse" in r]
+    for name, split in dict.fromkeys((r["set"], r.get("split", 0)) for r in rows):
+        label = name if split == 0 else f"{name} (split {split})"
+        ours = [r for r in rows if r["set"] == name and r.get("split", 0) == split]
+        for variant in dict.fromkeys(r["variant"] for r in ours):
+            done = [r for r in ours if r["variant"] == variant and "rmse" in r]
             if not done:
                 continue
 
@@ -213,19 +231,22 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
                 return f"{statistics.mean(values):.3f} ± {spread:.3f}"
 
             seconds = statistics.mean(float(r["seconds"]) for r in done)
-            lines.append(f"| {name} | {variant} | {cell('rmse')} | {cell('r2')} | {cell('val_loss')} | {seconds:.0f} |")
+            lines.append(
+                f"| {label} | {variant} | {cell('rmse')} | {cell('r2')} | {cell('val_loss')} | {seconds:.0f} |"
+            )
     return lines
 
 
-def _cost(job: tuple[str, str, int]) -> float:
+def _cost(job: tuple[str, str, int, int]) -> float:
     """A run's expected cost, to order the jobs: the set's size times the width's."""
-    variant, name, _ = job
+    variant, name, _, _ = job
     width = VARIANTS[variant][1].get("hidden_channels", 64) / 64
     return {"nci-tpsa": 4, "chembl2321810": 2, "freesolv": 1, "solubility": 2}[name] * width**1.5
 
 
 def run(args: argparse.Namespace) -> None:
-    jobs = [(v, s, seed) for s in args.sets for seed in args.seeds for v in args.variants]
+    splits = args.split_seeds
+    jobs = [(v, s, seed, k) for s in args.sets for k in splits for seed in args.seeds for v in args.variants]
     jobs.sort(key=_cost, reverse=True)  # the longest first: the pool's last minutes are not one long run
     rows: list[dict[str, Any]] = []
     # here first: a pool respawns a worker whose setup fails, forever
@@ -269,11 +290,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache = sub.add_parser("cache")
     cache.add_argument("--out", type=Path, required=True)
     cache.add_argument("--sets", nargs="+", default=SETS, choices=SETS)
+    cache.add_argument(
+        "--split-seeds", nargs="+", type=int, default=[0], help="scaffold splits to store (the cards': 0)"
+    )
     go = sub.add_parser("run")
     go.add_argument("--cache", type=Path, required=True)
     go.add_argument("--variants", nargs="+", default=["gin3", "gin_sum", "gin_sopool"], choices=sorted(VARIANTS))
     go.add_argument("--sets", nargs="+", default=SETS, choices=SETS)
     go.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    go.add_argument("--split-seeds", nargs="+", type=int, default=[0], help="scaffold splits (the cards': 0)")
     go.add_argument("--jobs", type=int, default=2)
     go.add_argument("--device", default="cpu")
     go.add_argument("--steps", type=_at_least(1), help="the step budget for these runs (zoo's: MOLECULE_STEPS)")
@@ -283,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     go.add_argument("--csv", type=Path)
     args = parser.parse_args(argv)
     if args.mode == "cache":
-        write_cache(args.out, args.sets)
+        write_cache(args.out, args.sets, args.split_seeds)
     else:
         run(args)
     return 0

@@ -341,6 +341,23 @@ def test_more_real_molecule_sets_ship_in_wheels():
     assert source.num_samples == 1282 and test == list(range(1025, 1282)) and not set(train + val) & set(test)
 
 
+def test_another_split_seed_gives_another_scaffold_split():
+    """`benchmark(name, split_seed)`: a robustness check on other splits, each scaffold-disjoint."""
+    from rdkit.Chem.Scaffolds import MurckoScaffold
+
+    from zoo.training.data.molecules.molecule_sets import benchmark
+
+    source, cards = benchmark("freesolv")
+    _, other = benchmark("freesolv", 1)
+    assert other != cards and sorted(sum(other, [])) == list(range(642)) and len(other[2]) == len(cards[2])
+
+    def scaffolds(indices: list[int]) -> set[str]:
+        return {MurckoScaffold.MurckoScaffoldSmiles(smiles=source.smiles[i], includeChirality=False) for i in indices}
+
+    train, val, test = map(scaffolds, other)
+    assert not (train | val) & test and not train & val
+
+
 def test_a_classification_set_of_real_molecules():
     """The solubility set's own classes, the same molecules and test split; scored by accuracy and macro F1."""
     import zoo

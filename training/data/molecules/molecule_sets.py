@@ -140,10 +140,10 @@ def write_csv(name: str, path: Path) -> Path:
 
 
 @lru_cache(maxsize=2)
-def benchmark(name: str) -> tuple[MoleculeSource, tuple[list[int], list[int], list[int]]]:
+def benchmark(name: str, split_seed: int = SPLIT_SEED) -> tuple[MoleculeSource, tuple[list[int], list[int], list[int]]]:
     """The set read as a user's CSV, and its training, validation and test indices: the test
     molecules share no Bemis–Murcko scaffold with the others, the validation ones none with
-    the training ones (`scaffold_split`, seed `SPLIT_SEED`)."""
+    the training ones (`scaffold_split`, seed ``split_seed``; the cards' is `SPLIT_SEED`)."""
     with tempfile.TemporaryDirectory() as folder:
         source = molecule_source(write_csv(name, Path(folder) / f"{name}.csv"))
     fixed = SETS[name].fixed_test
@@ -151,8 +151,8 @@ def benchmark(name: str) -> tuple[MoleculeSource, tuple[list[int], list[int], li
         count = source.num_samples
         rest, test = list(range(count - fixed)), list(range(count - fixed, count))
     else:
-        rest, test = scaffold_split(source.smiles, TEST_FRACTION, SPLIT_SEED)
+        rest, test = scaffold_split(source.smiles, TEST_FRACTION, split_seed)
     train_of_rest, val_of_rest = scaffold_split(
-        [source.smiles[i] for i in rest], VAL_FRACTION / (1 - TEST_FRACTION), SPLIT_SEED
+        [source.smiles[i] for i in rest], VAL_FRACTION / (1 - TEST_FRACTION), split_seed
     )
     return source, ([rest[i] for i in train_of_rest], [rest[i] for i in val_of_rest], test)
