@@ -48,6 +48,7 @@ TUTORIAL = "tutorial loop, fp32"
 REMEMBERED = "zoo default (auto, remembered)"
 AFTER_COMPILE = "zoo default (auto, after a compiled run)"
 CLI = "zoo finetune, command line (auto)"
+CLI_BY_HAND = "zoo finetune, command line, bf16 + channels_last"
 VAL_FRACTION = 0.1  # zoo finetune's default hold-out
 Run = Callable[[nn.Module, TensorDataset, argparse.Namespace, int | None, int, int], dict[str, str]]
 
@@ -172,26 +173,31 @@ def zoo_home(home: str | None) -> Iterator[str]:
                 os.environ["ZOO_HOME"] = before
 
 
-def cli_run(model: nn.Module, data: TensorDataset, args, steps: int | None, epochs: int, seed: int) -> dict:
-    """``zoo finetune resnet20 --scratch --data fashion-mnist`` in this process, as a user types it,
-    with an empty ``$ZOO_HOME`` (auto measures anew): its own data path (the built-in set, the
-    hold-out and its evaluation, the run's files) with enough images for ``steps`` in one epoch;
-    without the post-training (evaluation, exports, int8), which is not per step."""
-    from zoo.cli.parser import main as zoo_main
+def cli_run(*flags: str) -> Run:
+    """``zoo finetune resnet20 --scratch --data fashion-mnist [flags]`` in this process, as a user
+    types it, with an empty ``$ZOO_HOME`` (auto measures anew): its own data path (the built-in
+    set, the hold-out and its evaluation, the run's files) with enough images for ``steps`` in one
+    epoch; without the post-training (evaluation, exports, int8), which is not per step. ``flags``
+    fix a setting by hand (``--precision bf16 --channels-last``): the same path's ceiling."""
 
-    limit = math.ceil((steps or 1) * args.batch_size / (1 - VAL_FRACTION)) + args.batch_size
-    options = {"--limit": limit, "--max-steps": steps, "--batch-size": args.batch_size, "--optimizer": "sgd"}
-    options |= {"--lr": args.lr, "--momentum": args.momentum, "--weight-decay": 0, "--scheduler": "none"}
-    options |= {"--seed": seed, "--device": args.device, "--val-fraction": VAL_FRACTION}
-    with zoo_home(None) as home:
-        out = Path(home) / "run"
-        argv = ["finetune", "resnet20", "--scratch", "--data", "fashion-mnist", "--out", str(out)]
-        argv += [str(v) for pair in options.items() for v in pair]
-        code = zoo_main(argv + ["--no-post-training", "--no-tensorboard", "--no-progress"])
-        found = re.search(r"precision auto: chose (\S+)", (out / "train.log").read_text()) if code == 0 else None
-    if code != 0:
-        raise SystemExit(f"zoo finetune exited {code}")
-    return {"chose": found.group(1) if found else "?"}
+    def run(model: nn.Module, data: TensorDataset, args, steps: int | None, epochs: int, seed: int) -> dict:
+        from zoo.cli.parser import main as zoo_main
+
+        limit = math.ceil((steps or 1) * args.batch_size / (1 - VAL_FRACTION)) + args.batch_size
+        options = {"--limit": limit, "--max-steps": steps, "--batch-size": args.batch_size, "--optimizer": "sgd"}
+        options |= {"--lr": args.lr, "--momentum": args.momentum, "--weight-decay": 0, "--scheduler": "none"}
+        options |= {"--seed": seed, "--device": args.device, "--val-fraction": VAL_FRACTION}
+        with zoo_home(None) as home:
+            out = Path(home) / "run"
+            argv = ["finetune", "resnet20", "--scratch", "--data", "fashion-mnist", "--out", str(out), *flags]
+            argv += [str(v) for pair in options.items() for v in pair]
+            code = zoo_main(argv + ["--no-post-training", "--no-tensorboard", "--no-progress"])
+            found = re.search(r"precision auto: chose (\S+)", (out / "train.log").read_text()) if code == 0 else None
+        if code != 0:
+            raise SystemExit(f"zoo finetune exited {code}")
+        return {"chose": found.group(1)} if found else {}
+
+    return run
 
 
 def _cuda(args: argparse.Namespace) -> bool:
@@ -317,7 +323,8 @@ def main() -> None:
         **({"Lightning bf16-mixed": lightning_run("bf16-mixed")} if bf16 else {}),
         **({"Lightning 16-mixed": lightning_run("16-mixed")} if cuda else {}),
         "zoo default (auto, probe counted)": zoo_run("auto"),
-        CLI: cli_run,
+        CLI: cli_run(),
+        **({CLI_BY_HAND: cli_run("--precision", "bf16", "--channels-last")} if bf16 else {}),
         "zoo fp32": zoo_run("fp32"),
         "zoo fp32 + channels_last": zoo_run("fp32", True),
         **({"zoo bf16 + channels_last": zoo_run("bf16", True)} if bf16 else {}),
@@ -345,7 +352,7 @@ def main() -> None:
         variants = {name: run for name, run in variants.items() if any(word in name for word in args.only)}
     speed = throughput(variants, args) if args.steps else {}
     scores = (
-        accuracies({k: v for k, v in variants.items() if k not in (REMEMBERED, AFTER_COMPILE, CLI)}, args)
+        accuracies({k: v for k, v in variants.items() if k not in (REMEMBERED, AFTER_COMPILE, CLI, CLI_BY_HAND)}, args)
         if args.epochs
         else {}
     )
