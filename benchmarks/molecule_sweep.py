@@ -12,9 +12,12 @@ head) and measures the test split with `zoo.training.recipes.evaluate.evaluate`,
 runs at a time (one thread each), and writes one CSV row per run and a Markdown table of
 mean ± std per set and variant.
 
-    .venv/bin/python benchmarks/molecule_sweep.py cache --out .gpu/molecules.pt
+    .venv/bin/python benchmarks/molecule_sweep.py cache --out .gpu/molecules.pt [--split-seeds 0 1 2]
     .venv/bin/python benchmarks/molecule_sweep.py run --cache .gpu/molecules.pt --jobs 2 \\
-        [--variants gin3 gin3_h128 ...] [--sets ...] [--seeds 0 1 2] [--device cpu|cuda] [--csv OUT.csv]
+        [--variants gin3 gin3_h128 ...] [--sets ...] [--seeds 0 1 2] [--split-seeds 0] [--device cpu|cuda] [--csv OUT.csv]
+
+``--split-seeds`` trains on other Bemis–Murcko splits than the cards' (split seed 0), stored in the
+cache by ``cache --split-seeds``: whether an order between models holds beyond one split.
 """
 
 from __future__ import annotations
