@@ -254,6 +254,12 @@ def run(args: argparse.Namespace) -> None:
     rows: list[dict[str, Any]] = []
     # here first: a pool respawns a worker whose setup fails, forever
     _init(str(args.cache), args.device, args.steps, args.patience)
+    missing = [f"{name} split {k}" for name in args.sets for k in splits if k not in _TABLE.get(name, (None, {}))[1]]
+    if missing:
+        raise SystemExit(
+            f"molecule_sweep: {args.cache} lacks {', '.join(missing)}: write it with "
+            f"`cache --out {args.cache} --sets {' '.join(args.sets)} --split-seeds {' '.join(map(str, splits))}`"
+        )
     context = multiprocessing.get_context("spawn")
     with context.Pool(
         args.jobs, initializer=_init, initargs=(str(args.cache), args.device, args.steps, args.patience)

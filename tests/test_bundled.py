@@ -4,6 +4,7 @@ each recipe runs end to end on a tiny budget; the demo runs on a reduced one."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import shlex
@@ -227,6 +228,9 @@ def test_fmnist_recipe_with_its_own_tag(tmp_path: Path, monkeypatch: pytest.Monk
     """A target that names its architecture and tag publishes under ``arch.tag``, not as the
     architecture's default, with the command that reruns it."""
     monkeypatch.setattr(fmnist_recipe, "evaluate", lambda model, task, limit=None: evaluate.evaluate(model, task, 100))
+    recipe = fmnist_recipe.RECIPES["resnet56_long"]
+    assert recipe["config"].compile is True  # on a GPU; here uncompiled, which saves a CPU compile of 20 s
+    monkeypatch.setitem(recipe, "config", dataclasses.replace(recipe["config"], compile=False))
     entry = fmnist_recipe.run("resnet56_long", epochs=1, limit=64, out=str(tmp_path))
     assert entry["name"] == "resnet56.fmnist_long" and entry["default"] is False
     assert entry["recipe"] == "python -m zoo.training.recipes.fmnist resnet56_long"
