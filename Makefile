@@ -33,7 +33,7 @@ demo: $(INSTALLED) data
 	$(BIN)/zoo demo
 
 test: $(INSTALLED) data
-	$(BIN)/python -m pytest -q -n auto
+	$(BIN)/python -m pytest -q -n auto --dist worksteal
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache
