@@ -280,10 +280,16 @@ def test_zoo_torchrun_ends_a_lost_node_in_zoo_lines_without_cpp_frames(tmp_path:
     assert all(line.startswith(("zoo finetune: error: ", "zoo torchrun: error: ")) for line in lines), lines
     assert any(f"its last checkpoint {out / 'checkpoints/last.pt'} is kept" in line for line in lines), lines
     if lost == "the rendezvous host":
-        assert lines[-1].startswith(f"zoo torchrun: error: lost the rendezvous at {endpoint} "), lines
-        assert f"--out {out} " in lines[-1] and lines[-1].endswith(
-            "--num-workers 0 --resume` again on every node (the --rdzv-endpoint node first)"
-        ), lines
+        # the agent adds its line when it meets the lost store before its worker's exit: a race
+        # (a run of the suite had the worker's line alone, which says --resume too)
+        agent = [line for line in lines if line.startswith("zoo torchrun: error: ")]
+        assert agent in ([], [lines[-1]]), lines
+        assert agent or "again on every node with --resume" in lines[-1], lines
+        if agent:
+            assert lines[-1].startswith(f"zoo torchrun: error: lost the rendezvous at {endpoint} "), lines
+            assert f"--out {out} " in lines[-1] and lines[-1].endswith(
+                "--num-workers 0 --resume` again on every node (the --rdzv-endpoint node first)"
+            ), lines
     else:
         assert lines == [line for line in lines if line.startswith("zoo finetune: error: another process")], lines
 
