@@ -27,11 +27,12 @@ after it: zoo's post-training report included), with its CPU time beside it (use
 threads: less moved by other jobs on a shared machine); prediction time is in the CSV. Printed: the
 machine, then one Markdown table per set (mean ± std over the seeds); ``--out/results.csv``
 has one row per run. Runs go one after another; ``--sets``, ``--seeds`` and ``--limit``
-(training molecules) keep a smoke run short.
+(training molecules) keep a smoke run short; ``--split-seed`` takes another scaffold split than
+the cards' (the one `benchmarks/molecule_sweep.py --split-seeds` trains on).
 
     python3 -m venv /work/cp-env && /work/cp-env/bin/pip install chemprop   # once, outside the repository
     .venv/bin/python benchmarks/molecules_vs_chemprop.py [--chemprop /work/cp-env/bin/chemprop]
-        [--sets nci-tpsa chembl2321810] [--seeds 0 1 2] [--limit N] [--chemprop-epochs N]
+        [--sets nci-tpsa chembl2321810] [--seeds 0 1 2] [--split-seed 0] [--limit N] [--chemprop-epochs N]
         [--zoo-models gin3 gin_sum gin_sopool | --zoo-models] [--no-chemprop] [--threads 1]
         [--out runs/molecules_vs_chemprop]
 
@@ -93,10 +94,11 @@ class Run:
     command: str
 
 
-def write_splits(name: str, folder: Path, limit: int | None) -> dict[str, Path]:
-    """train.csv / val.csv / test.csv of the set's scaffold split (the first ``limit`` training
-    molecules), ``smiles,LABEL`` with the labels as read (float32, shortest decimal form)."""
-    source, (train, val, test) = benchmark(name)
+def write_splits(name: str, folder: Path, limit: int | None, split_seed: int = 0) -> dict[str, Path]:
+    """train.csv / val.csv / test.csv of the set's scaffold split (seed ``split_seed``, the cards' 0;
+    the first ``limit`` training molecules), ``smiles,LABEL`` with the labels as read (float32,
+    shortest decimal form)."""
+    source, (train, val, test) = benchmark(name, split_seed)
     train = train[:limit] if limit is not None else train
     label = SETS[name].label
     values = [float(graph.y) for graph in source.make_subset(range(source.num_samples), None)]
@@ -316,6 +318,7 @@ def main() -> None:
     parser.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--limit", type=int, default=None, help="only the first N training molecules")
+    parser.add_argument("--split-seed", type=int, default=0, help="the scaffold split (the cards': 0)")
     parser.add_argument("--chemprop", default=None, help="chemprop's executable (default: chemprop on PATH)")
     parser.add_argument("--chemprop-epochs", type=int, default=None, help="default: chemprop's own (50)")
     parser.add_argument("--chemprop-workers", type=int, default=0, help="chemprop's --num-workers (0: in-process)")
@@ -361,14 +364,18 @@ def main() -> None:
         )
     if args.zoo_models:
         print(f"zoo: {zoo_cli}, finetune with its defaults")
-    print(f"seeds {' '.join(map(str, args.seeds))}; training molecules: {args.limit or 'all'}; out {out}", flush=True)
+    print(
+        f"seeds {' '.join(map(str, args.seeds))}; scaffold split {args.split_seed}; training molecules: "
+        f"{args.limit or 'all'}; out {out}",
+        flush=True,
+    )
 
     runs: list[Run] = []
     results = out / "results.csv"
     for name in args.sets:
         source = benchmark(name)[0]
         classes = source.num_classes if source.target is None else 0
-        paths = write_splits(name, out / name, args.limit)
+        paths = write_splits(name, out / name, args.limit, args.split_seed)
         sizes = {split: len(read_table(path)[0]) for split, path in paths.items()}
         truth = read_table(paths["test"])[1]
         models = ([CHEMPROP] if chemprop is not None else []) + list(args.zoo_models)
