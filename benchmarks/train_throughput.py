@@ -195,7 +195,9 @@ def cli_run(*flags: str) -> Run:
             found = re.search(r"precision auto: chose (\S+)", (out / "train.log").read_text()) if code == 0 else None
         if code != 0:
             raise SystemExit(f"zoo finetune exited {code}")
-        return {"chose": found.group(1)} if found else {}
+        if found or "--precision" in flags:  # a precision set by hand: nothing chosen
+            return {"chose": found.group(1)} if found else {}
+        return {"chose": "?"}  # auto that did not say what it chose: shown, not hidden
 
     return run
 
