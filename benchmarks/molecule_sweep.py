@@ -283,11 +283,15 @@ def _write(path: Path, rows: list[dict[str, Any]]) -> None:
         writer.writerows(rows)
 
 
-def _at_least(low: int) -> Any:
+MAX_SEED = 2**32 - 1  # a seed torch's generators and the scaffold split take
+
+
+def _at_least(low: int, high: int | None = None) -> Any:
     def parse(text: str) -> int:
         value = int(text)
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        if value < low or (high is not None and value > high):
+            bound = f"at least {low}" if high is None else f"from {low} to {high}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
         return value
 
     return parse
@@ -300,15 +304,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache.add_argument("--out", type=Path, required=True)
     cache.add_argument("--sets", nargs="+", default=SETS, choices=SETS)
     cache.add_argument(
-        "--split-seeds", nargs="+", type=int, default=[0], help="scaffold splits to store (the cards': 0)"
+        "--split-seeds",
+        nargs="+",
+        type=_at_least(0, MAX_SEED),
+        default=[0],
+        help="scaffold splits to store (the cards': 0)",
     )
     go = sub.add_parser("run")
     go.add_argument("--cache", type=Path, required=True)
     go.add_argument("--variants", nargs="+", default=["gin3", "gin_sum", "gin_sopool"], choices=sorted(VARIANTS))
     go.add_argument("--sets", nargs="+", default=SETS, choices=SETS)
-    go.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    go.add_argument("--split-seeds", nargs="+", type=int, default=[0], help="scaffold splits (the cards': 0)")
-    go.add_argument("--jobs", type=int, default=2)
+    go.add_argument("--seeds", nargs="+", type=_at_least(0, MAX_SEED), default=[0, 1, 2])
+    go.add_argument(
+        "--split-seeds", nargs="+", type=_at_least(0, MAX_SEED), default=[0], help="scaffold splits (the cards': 0)"
+    )
+    go.add_argument("--jobs", type=_at_least(1, 256), default=2)
     go.add_argument("--device", default="cpu")
     go.add_argument("--steps", type=_at_least(1), help="the step budget for these runs (zoo's: MOLECULE_STEPS)")
     go.add_argument(

@@ -336,6 +336,8 @@ def main() -> None:
     THREADS = args.threads
     if args.chemprop_epochs is not None and args.chemprop_epochs <= CHEMPROP_WARMUP_EPOCHS:
         parser.error(f"--chemprop-epochs must be above chemprop's {CHEMPROP_WARMUP_EPOCHS} warm-up epochs")
+    if not all(0 <= seed < 2**32 for seed in [*args.seeds, args.split_seed]):
+        parser.error("--seeds and --split-seed take seeds from 0 to 2**32 - 1")
     if args.no_chemprop and not args.zoo_models:
         parser.error("nothing to run: --no-chemprop and no --zoo-models")
 
