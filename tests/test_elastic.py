@@ -124,11 +124,28 @@ def finished(agents: list[subprocess.Popen]) -> list[subprocess.CompletedProcess
     return done
 
 
+def hosting(agent: subprocess.Popen, port: int) -> subprocess.Popen:
+    """``agent`` once it listens on ``port`` (it hosts the rendezvous's store), or once it ended."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while agent.poll() is None and time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    return agent
+
+
 def two_nodes(script: Path, args: list[str], max_restarts: int) -> list[subprocess.CompletedProcess]:
-    """Two torchrun agents on 127.0.0.1, one worker each, meeting at a c10d rendezvous."""
-    rendezvous = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-conf"]
+    """Two torchrun agents on 127.0.0.1, one worker each, meeting at a c10d rendezvous. The second
+    starts once the first hosts the store, so the host is node 0 (ranks follow the agents' pids):
+    a test that kills node 1 never kills the store (plain torchrun's agent left without its store
+    ends in torch's traceback, its worker stopped before it could say why: the CI run of stop 59)."""
+    port = free_port()
+    rendezvous = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-conf"]
     options = ["--nnodes", "2", "--nproc-per-node", "1", *rendezvous, "join_timeout=10"]
-    return finished([torchrun(script, args, *options, "--max-restarts", str(max_restarts)) for _ in range(2)])
+    options += ["--max-restarts", str(max_restarts)]
+    first = hosting(torchrun(script, args, *options), port)
+    return finished([first, torchrun(script, args, *options)])
 
 
 def same_weights(one: dict, two: dict) -> None:
@@ -258,15 +275,14 @@ def test_zoo_torchrun_ends_a_lost_node_in_zoo_lines_without_cpp_frames(tmp_path:
     worker's (the peer gone, the checkpoint kept, --resume) and, when the rendezvous's host was
     lost, its agent's, with the command that resumes."""
     data, out = finetune_data(tmp_path / "data.pt"), tmp_path / "out"
-    endpoint = f"127.0.0.1:{free_port()}"
+    port = free_port()
+    endpoint = f"127.0.0.1:{port}"
     options = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint]
     options += ["--rdzv-conf", "join_timeout=10", "--max-restarts", "0", "-m"]
     args = ["resnet20", "--scratch", "--data", str(data), "--out", str(out), "--epochs", "50", "--batch-size", "4"]
     args += ["--no-progress", "--no-post-training", "--no-tensorboard", "--checkpoint-every", "2", "--num-workers", "0"]
-    agents = []
-    for _ in range(2):  # the first one hosts the rendezvous
-        agents.append(torchrun("zoo.training.finetune", args, *options, launcher="zoo torchrun"))
-        time.sleep(2)
+    agents = [hosting(torchrun("zoo.training.finetune", args, *options, launcher="zoo torchrun"), port)]
+    agents.append(torchrun("zoo.training.finetune", args, *options, launcher="zoo torchrun"))  # the first hosts
     deadline = time.monotonic() + TIMEOUT_S
     while not (out / "checkpoints/last.pt").exists() and time.monotonic() < deadline and agents[0].poll() is None:
         time.sleep(0.2)
