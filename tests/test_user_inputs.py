@@ -110,10 +110,11 @@ def test_convert_channels_brings_any_image_mode_to_the_models_channels(
         assert ConvertChannels(channels)(gray.expand(have, -1, -1).clone()).shape == (channels, height, width)
 
 
-@pytest.mark.parametrize("make", ["pil_rgb", "pil_gray", "uint8_tensor", "numpy_hwc"])
+@pytest.mark.parametrize("make", ["pil_rgb", "pil_gray", "uint8_tensor", "uint8_batch", "float_tensor", "numpy_hwc"])
 def test_to_normalized_gives_torchvisions_three_steps_bit_for_bit(make: str) -> None:
     """`ToNormalized` is v2.ToImage, ToDtype(float32, scale=True) and Normalize in one step: the
-    same numbers, as a plain tensor, from PIL images, uint8 tensors and HWC arrays."""
+    same numbers, as a plain tensor, from PIL images, uint8 tensors (its own path) and batches,
+    float tensors and HWC arrays."""
     from torchvision.transforms import v2
 
     from zoo.loading.transforms import ToNormalized
@@ -123,6 +124,8 @@ def test_to_normalized_gives_torchvisions_three_steps_bit_for_bit(make: str) -> 
         "pil_rgb": Image.fromarray(pixels),
         "pil_gray": Image.fromarray(pixels[..., 0]),
         "uint8_tensor": torch.from_numpy(pixels).permute(2, 0, 1).contiguous(),
+        "uint8_batch": torch.from_numpy(pixels).permute(2, 0, 1)[None].repeat(2, 1, 1, 1),
+        "float_tensor": torch.from_numpy(pixels).permute(2, 0, 1).float() / 255,
         "numpy_hwc": pixels,
     }[make]
     mean, std = ([0.2], [0.3]) if make == "pil_gray" else ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
@@ -130,6 +133,28 @@ def test_to_normalized_gives_torchvisions_three_steps_bit_for_bit(make: str) -> 
     ours = ToNormalized(mean, std)(image)
     assert type(ours) is torch.Tensor and ours.dtype == torch.float32
     assert torch.equal(ours, steps(image).as_subclass(torch.Tensor))
+
+
+@pytest.mark.parametrize("size", [28, [28, 40], [40, 28], 20, [20, 30], 40])
+@pytest.mark.parametrize("shape", [(1, 28, 40), (3, 28, 40), (2, 3, 28, 40), (3, 40, 28)])
+def test_resize_if_needed_gives_torchvisions_resize(size: int | list[int], shape: tuple[int, ...]) -> None:
+    """`ResizeIfNeeded` hands back a tensor already at its output size (no dispatch) and resizes
+    any other as ``v2.Resize`` does: the same numbers, tensors (uint8 and float) and PIL images."""
+    from torchvision.transforms import v2
+
+    from zoo.loading.transforms import ResizeIfNeeded
+
+    ours, theirs = ResizeIfNeeded(size, antialias=True), v2.Resize(size, antialias=True)
+    pixels = torch.from_numpy(np.random.default_rng(5).integers(0, 256, shape, dtype=np.uint8))
+    for image in (pixels, pixels.float() / 255):
+        expected = theirs(image)
+        got = ours(image)
+        assert torch.equal(got, expected) and type(got) is type(expected)
+        if got.shape == image.shape:
+            assert got is image  # no copy, as torchvision's kernel returns it
+    if len(shape) == 3:
+        picture = Image.fromarray(pixels.permute(1, 2, 0).numpy().squeeze())
+        assert np.array_equal(np.asarray(ours(picture)), np.asarray(theirs(picture)))
 
 
 def test_a_read_only_zoo_home_loads_bundled_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

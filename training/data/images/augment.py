@@ -11,7 +11,7 @@ import torch.nn as nn
 from torchvision.transforms import InterpolationMode, v2
 
 from zoo.bounds import Bounds, bounded, check_fields, count
-from zoo.loading.transforms import ConvertChannels, ToNormalized, build_transforms
+from zoo.loading.transforms import ConvertChannels, ResizeIfNeeded, ToNormalized, build_transforms
 
 # ---------------------------------------------------------------------------------------------
 # Image preprocessing and augmentation
@@ -71,7 +71,7 @@ def image_transforms(
         steps.append(v2.RandomResizedCrop(size, scale=scale, interpolation=interpolation, antialias=True))
     else:
         if "resize" in preprocess:
-            steps.append(v2.Resize(preprocess["resize"], interpolation=interpolation, antialias=True))
+            steps.append(ResizeIfNeeded(preprocess["resize"], interpolation=interpolation, antialias=True))
         if "crop" in preprocess:
             steps.append(v2.CenterCrop(preprocess["crop"]))
         if augment.crop_padding:
