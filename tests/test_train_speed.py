@@ -139,6 +139,45 @@ def test_a_final_round_in_turns_decides_between_the_fastest(monkeypatch: pytest.
     assert report.speedup == pytest.approx(100 / 60) and "ok (timed again in turns" in str(report)
 
 
+def test_a_final_round_that_agrees_by_a_wide_margin_is_not_repeated(
+    monkeypatch: pytest.MonkeyPatch, tmp_path, bf16_cpu
+) -> None:
+    """bf16 + channels_last at 2.5x fp32 in its probe and again in the first round in turns: the
+    two other rounds are not run and the report says one; at 1.4x (under `SETTLED`) all three are."""
+
+    homes: list = []
+
+    def run(first: dict[str, float], again: dict[str, float]) -> tuple[list[str], dict]:
+        calls: list[str] = []
+
+        def probe(trainer, setting, batches, hopeless_s):
+            seconds = (again if setting.name in calls else first)[setting.name] / 1e3
+            calls.append(setting.name)
+            return Trial([seconds] * (len(batches) - speed.WARMUP_STEPS), [1.0] * len(batches))
+
+        monkeypatch.setattr(speed, "probe", probe)
+        monkeypatch.setenv("ZOO_HOME", str(tmp_path / f"home{len(homes)}"))  # nothing remembered
+        homes.append(tmp_path)
+        every_candidate(monkeypatch)
+        report = choose(trainer(compile=False))
+        return calls, {c.name: c for c in report.candidates}
+
+    wide = {"fp32": 200, "bf16+channels_last": 80, "bf16": 200, "fp32+channels_last": 190}
+    calls, by_name = run(wide, wide)
+    assert calls[4:] == ["fp32", "bf16+channels_last", "fp32+channels_last"]  # one round of the finalists
+    assert by_name["bf16+channels_last"].note == "timed again in turns with the fastest (1 round)"
+    assert by_name["bf16+channels_last"].speedup == pytest.approx(200 / 80)
+    close = {"fp32": 112, "bf16+channels_last": 80, "bf16": 200, "fp32+channels_last": 190}
+    calls, by_name = run(close, close)
+    assert len(calls) == 4 + 3 * 3 and "(3 rounds)" in by_name["bf16+channels_last"].note
+    # the first probe agrees by a wide margin, the round in turns does not: the other rounds run
+    calls, by_name = run(wide, {**wide, "fp32": 100})
+    assert len(calls) == 4 + 3 * 3 and by_name["bf16+channels_last"].speedup == pytest.approx(100 / 80)
+    # each window settled, on different leaders: every round runs, and the rounds decide
+    calls, by_name = run(wide, {**wide, "fp32": 40})
+    assert len(calls) == 4 + 3 * 3 and by_name["bf16+channels_last"].speedup == pytest.approx(40 / 80)
+
+
 def test_a_candidate_with_a_non_finite_loss_is_never_picked(monkeypatch: pytest.MonkeyPatch, bf16_cpu) -> None:
     times = {"fp32": 100, "bf16+channels_last": 10, "bf16": 20, "fp32+channels_last": 90}
     monkeypatch.setattr(speed, "probe", fixed_trials(times, {"bf16+channels_last": math.nan, "bf16": math.inf}))

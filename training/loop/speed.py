@@ -66,7 +66,8 @@ RECHECK_STEPS = 2  # steps of a remembered choice and of fp32 whose losses are c
 NOT_TRIED = "not tried"
 COMPILE_GUESS_S = 30.0  # what a compile is assumed to cost before one is measured here
 MAX_COMPILE_S = 3600.0  # a remembered compile cost above this is an edited file's
-FINAL_ROUNDS = 3  # of `final_round`
+FINAL_ROUNDS = 3  # of `final_round`, at most
+SETTLED = 1.5  # the fastest this many times quicker than each other finalist in two windows: no more rounds
 LOADING_SHARE = 0.05  # loading a batch in the main process up to this share of a step: no workers
 
 
@@ -117,7 +118,8 @@ def judge(settings: Sequence[Setting], trials: Sequence[Trial]) -> list[Candidat
             candidate.note = f"its loss departs from fp32's by {gap:.1%} (tolerance {LOSS_TOLERANCE:.0%})"
         else:
             candidate.passed = True
-            candidate.note = f"timed again in turns with the fastest ({FINAL_ROUNDS} rounds)" if trial.final else ""
+            rounds = f"{len(trial.seconds)} round{'s' if len(trial.seconds) > 1 else ''}"
+            candidate.note = f"timed again in turns with the fastest ({rounds})" if trial.final else ""
         if candidate.median_s and reference.median_s:
             candidate.speedup = reference.median_s / candidate.median_s
         result.append(candidate)
@@ -186,11 +188,8 @@ def tune(trainer: Trainer, epochs: Epochs, train_set: Any) -> None:
             )
         step_s = next((c.median_s for c in report.candidates if c.name == report.precision), None)
         if trainer.config.progress and trainer.is_main:
-            how = (
-                "remembered, its loss checked again"
-                if report.cached
-                else f"measured in {time.perf_counter() - started:.1f} s"
-            )
+            how = f"measured in {time.perf_counter() - started:.1f} s"
+            how = "remembered, its loss checked again" if report.cached else how
             tqdm.write(f"precision auto: {report.precision} ({report.speedup:.2f}x fp32, {how})")
     if trainer.config.num_workers is None and trainer.world_size == 1:
         choose_workers(trainer, epochs, train_set, batches, load_s, step_s)
@@ -336,9 +335,10 @@ def final_round(
     trainer: Trainer, settings: Sequence[Setting], trials: list[Trial], batches: list[Any], left_s: float
 ) -> None:
     """Time fp32 and the two fastest candidates that passed again, in turns (a warm-up and a
-    timed step each, `FINAL_ROUNDS` rounds, each round starting one further along), when the
+    timed step each, up to `FINAL_ROUNDS` rounds, each round starting one further along), when the
     probe's budget has ``left_s`` for it: a burst of other work during one candidate's probe
-    then cannot decide alone. Their step times become the final round's; losses stay the first."""
+    then cannot decide alone; a round that agrees with the first probe by `SETTLED` ends it (each
+    round of two cost a 200-step run 3%). Their step times become the final round's, not losses."""
     reference = trials[0]
     passed = [
         i for i, t in enumerate(trials) if i and t.seconds and not t.note and loss_gap(t, reference) <= LOSS_TOLERANCE
@@ -349,12 +349,21 @@ def final_round(
     if FINAL_ROUNDS * (WARMUP_STEPS + 1) * sum(trials[i].median_s or 0.0 for i in finalists) > left_s:
         return
     seconds: dict[int, list[float]] = {i: [] for i in finalists}
+    leader = settled({i: trials[i].seconds for i in finalists})
     for round_ in range(FINAL_ROUNDS):
         turn = round_ % len(finalists)
         for i in finalists[turn:] + finalists[:turn]:
             seconds[i] += probe(trainer, settings[i], batches[: WARMUP_STEPS + 1], None).seconds
+        if leader is not None and settled(seconds) == leader:
+            break  # two windows apart agree by a wide margin: a burst of other work did not decide
     for i in finalists:
         trials[i] = Trial(seconds[i], trials[i].losses, final=True)
+
+
+def settled(seconds: dict[int, list[float]]) -> int | None:
+    """The fastest, when each of its timed steps is `SETTLED` times quicker than all others'."""
+    best = min(seconds, key=lambda i: statistics.median(seconds[i]))
+    return best if all(min(s) > SETTLED * max(seconds[best]) for i, s in seconds.items() if i != best) else None
 
 
 def probe(trainer: Trainer, setting: Setting, batches: list[Any], hopeless_s: float | None) -> Trial:
