@@ -143,7 +143,8 @@ def test_a_final_round_that_agrees_by_a_wide_margin_is_not_repeated(
     monkeypatch: pytest.MonkeyPatch, tmp_path, bf16_cpu
 ) -> None:
     """bf16 + channels_last at 2.5x fp32 in its probe and again in the first round in turns: the
-    two other rounds are not run and the report says one; at 1.4x (under `SETTLED`) all three are."""
+    two other rounds are not run, the report says one and its times are the median of both
+    windows' steps; at 1.4x (under `SETTLED`) all three are."""
 
     homes: list = []
 
@@ -167,6 +168,8 @@ def test_a_final_round_that_agrees_by_a_wide_margin_is_not_repeated(
     assert calls[4:] == ["fp32", "bf16+channels_last", "fp32+channels_last"]  # one round of the finalists
     assert by_name["bf16+channels_last"].note == "timed again in turns with the fastest (1 round)"
     assert by_name["bf16+channels_last"].speedup == pytest.approx(200 / 80)
+    calls, by_name = run(wide, {**wide, "bf16+channels_last": 70})  # the median of both windows' steps
+    assert len(calls) == 4 + 3 and by_name["bf16+channels_last"].speedup == pytest.approx(200 / 80)
     close = {"fp32": 112, "bf16+channels_last": 80, "bf16": 200, "fp32+channels_last": 190}
     calls, by_name = run(close, close)
     assert len(calls) == 4 + 3 * 3 and "(3 rounds)" in by_name["bf16+channels_last"].note

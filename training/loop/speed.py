@@ -78,7 +78,7 @@ class Trial:
     seconds: list[float]
     losses: list[float]
     note: str = ""
-    final: bool = False  # its seconds are the final round's (`final_round`)
+    rounds: int = 0  # of `final_round` whose times its seconds hold
     warmup_s: float | None = None  # of its untimed first steps, a compile's included
 
     @property
@@ -118,8 +118,8 @@ def judge(settings: Sequence[Setting], trials: Sequence[Trial]) -> list[Candidat
             candidate.note = f"its loss departs from fp32's by {gap:.1%} (tolerance {LOSS_TOLERANCE:.0%})"
         else:
             candidate.passed = True
-            rounds = f"{len(trial.seconds)} round{'s' if len(trial.seconds) > 1 else ''}"
-            candidate.note = f"timed again in turns with the fastest ({rounds})" if trial.final else ""
+            rounds = f"{trial.rounds} round{'s' if trial.rounds > 1 else ''}"
+            candidate.note = f"timed again in turns with the fastest ({rounds})" if trial.rounds else ""
         if candidate.median_s and reference.median_s:
             candidate.speedup = reference.median_s / candidate.median_s
         result.append(candidate)
@@ -337,8 +337,8 @@ def final_round(
     """Time fp32 and the two fastest candidates that passed again, in turns (a warm-up and a
     timed step each, up to `FINAL_ROUNDS` rounds, each round starting one further along), when the
     probe's budget has ``left_s`` for it: a burst of other work during one candidate's probe
-    then cannot decide alone; a round that agrees with the first probe by `SETTLED` ends it (each
-    round of two cost a 200-step run 3%). Their step times become the final round's, not losses."""
+    then cannot decide alone; a round that agrees with the first probe by `SETTLED` ends it (a
+    round of two cost a 200-step run 3%), its times joining the first's. Losses stay the first."""
     reference = trials[0]
     passed = [
         i for i, t in enumerate(trials) if i and t.seconds and not t.note and loss_gap(t, reference) <= LOSS_TOLERANCE
@@ -350,14 +350,15 @@ def final_round(
         return
     seconds: dict[int, list[float]] = {i: [] for i in finalists}
     leader = settled({i: trials[i].seconds for i in finalists})
-    for round_ in range(FINAL_ROUNDS):
-        turn = round_ % len(finalists)
+    for rounds in range(1, FINAL_ROUNDS + 1):
+        turn = (rounds - 1) % len(finalists)
         for i in finalists[turn:] + finalists[:turn]:
             seconds[i] += probe(trainer, settings[i], batches[: WARMUP_STEPS + 1], None).seconds
-        if leader is not None and settled(seconds) == leader:
-            break  # two windows apart agree by a wide margin: a burst of other work did not decide
+        if leader is not None and settled(seconds) == leader:  # two windows apart agree by a wide margin:
+            seconds = {i: trials[i].seconds + seconds[i] for i in finalists}  # the median of both, not one step
+            break
     for i in finalists:
-        trials[i] = Trial(seconds[i], trials[i].losses, final=True)
+        trials[i] = Trial(seconds[i], trials[i].losses, rounds=rounds)
 
 
 def settled(seconds: dict[int, list[float]]) -> int | None:
