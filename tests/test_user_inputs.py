@@ -157,6 +157,34 @@ def test_resize_if_needed_gives_torchvisions_resize(size: int | list[int], shape
         assert np.array_equal(np.asarray(ours(picture)), np.asarray(theirs(picture)))
 
 
+def test_resize_if_needed_leaves_other_inputs_and_max_size_to_torchvision() -> None:
+    """Key points (whose last dimensions are not H and W) are resized and a size torchvision
+    refuses with ``max_size`` is refused, as ``v2.Resize`` does, even at the image's own size."""
+    from torchvision import tv_tensors
+    from torchvision.transforms import v2
+
+    from zoo.loading.transforms import ResizeIfNeeded
+
+    points = tv_tensors.KeyPoints(torch.tensor([[[1.0, 2.0], [3.0, 4.0]]]), canvas_size=(10, 10))
+    assert torch.equal(ResizeIfNeeded(2)(points), v2.Resize(2)(points))
+    image = tv_tensors.Image(torch.zeros(3, 28, 28, dtype=torch.uint8))
+    assert type(ResizeIfNeeded(28)(image)) is tv_tensors.Image
+    for resize in (ResizeIfNeeded, v2.Resize):
+        with pytest.raises(ValueError, match="max_size"):
+            resize([28, 28], max_size=300)(image.as_subclass(torch.Tensor))
+
+
+def test_to_normalized_mean_and_std_are_read_only() -> None:
+    """The uint8 path's tensors are made from the mean and std once, so those cannot change after."""
+    from zoo.loading.transforms import ToNormalized
+
+    normalize = ToNormalized([0.5], [0.5])
+    with pytest.raises(AttributeError):
+        normalize.mean = [0.0]
+    normalize.mean.append(0.0)  # a copy
+    assert normalize.mean == [0.5] and normalize(torch.zeros(1, 2, 2, dtype=torch.uint8)).eq(-1).all()
+
+
 def test_a_read_only_zoo_home_loads_bundled_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "ro"
     home.mkdir()

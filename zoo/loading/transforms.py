@@ -11,6 +11,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 from PIL import Image
+from torchvision import tv_tensors
 from torchvision.transforms import InterpolationMode, v2
 
 from zoo.errors import InvalidArgumentError
@@ -69,11 +70,12 @@ class ResizeIfNeeded(v2.Resize):
     file, Fashion-MNIST) gets a resize to that size, and it cost 40 of 68 us a 28 x 28 image."""
 
     def forward(self, *inputs: Any) -> Any:
-        if len(inputs) == 1 and isinstance(inputs[0], torch.Tensor) and inputs[0].ndim >= 3:
-            height, width = inputs[0].shape[-2:]
-            size = self.size or []
-            if list(size) == [height, width] or (size == [min(height, width)] and self.max_size is None):
-                return inputs[0]
+        image = inputs[0] if len(inputs) == 1 else None
+        # plain tensors and images only (key points' last dimensions are not H and W); no max_size
+        if type(image) in (torch.Tensor, tv_tensors.Image) and image.ndim >= 3 and self.max_size is None:
+            height, width = image.shape[-2:]
+            if list(self.size or []) in ([height, width], [min(height, width)]):
+                return image
         return super().forward(*inputs)
 
 
@@ -86,24 +88,34 @@ class ToNormalized(nn.Module):
 
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
         super().__init__()
-        self.mean, self.std = list(mean), list(std)
-        # the same float32 (C, 1, 1) tensors normalize_image makes on every call, made once
-        self._mean = torch.as_tensor(self.mean, dtype=torch.float32).view(-1, 1, 1)
-        self._std = torch.as_tensor(self.std, dtype=torch.float32).view(-1, 1, 1)
+        self._values = (list(mean), list(std))
+        self._tensors: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @property
+    def mean(self) -> list[float]:
+        return list(self._values[0])
+
+    @property
+    def std(self) -> list[float]:
+        return list(self._values[1])
 
     def forward(self, image: Any) -> torch.Tensor:
         if not isinstance(image, torch.Tensor):
             image = v2.functional.to_image(image)
         image = image.as_subclass(torch.Tensor)
-        if image.dtype == torch.uint8 and image.device.type == "cpu" and self._fits(image):
+        mean, std = self._values
+        if image.dtype == torch.uint8 and image.device.type == "cpu" and self._fits(image, mean, std):
+            if self._tensors is None:  # the float32 (C, 1, 1) tensors normalize_image makes each call, once
+                self._tensors = tuple(torch.as_tensor(v, dtype=torch.float32).view(-1, 1, 1) for v in (mean, std))
             # to_dtype_image's and normalize_image's arithmetic, in their order, without their dispatch
-            return image.to(torch.float32).mul_(1.0 / 255).sub_(self._mean).div_(self._std)
+            return image.to(torch.float32).mul_(1.0 / 255).sub_(self._tensors[0]).div_(self._tensors[1])
         image = v2.functional.to_dtype_image(image, torch.float32, scale=True)
-        return v2.functional.normalize_image(image, self.mean, self.std)
+        return v2.functional.normalize_image(image, mean, std)
 
-    def _fits(self, image: torch.Tensor) -> bool:
+    @staticmethod
+    def _fits(image: torch.Tensor, mean: list[float], std: list[float]) -> bool:
         """One mean and std per channel, none of them zero (else torchvision's checks answer)."""
-        return image.ndim >= 3 and image.shape[-3] == len(self.mean) == len(self.std) and all(self.std)
+        return image.ndim >= 3 and image.shape[-3] == len(mean) == len(std) and all(std)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(mean={self.mean}, std={self.std})"
