@@ -35,6 +35,8 @@ from typing import Any
 
 import torch
 
+from zoo.bounds import SEED, count
+
 SETS = ("nci-tpsa", "chembl2321810", "freesolv", "solubility")
 # variant -> (architecture, options on top of the recipe's MODEL_KWARGS)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -283,20 +285,6 @@ def _write(path: Path, rows: list[dict[str, Any]]) -> None:
         writer.writerows(rows)
 
 
-MAX_SEED = 2**32 - 1  # a seed torch's generators and the scaffold split take
-
-
-def _at_least(low: int, high: int | None = None) -> Any:
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < low or (high is not None and value > high):
-            bound = f"at least {low}" if high is None else f"from {low} to {high}"
-            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
-        return value
-
-    return parse
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="mode", required=True)
@@ -306,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache.add_argument(
         "--split-seeds",
         nargs="+",
-        type=_at_least(0, MAX_SEED),
+        type=SEED.parse,
         default=[0],
         help="scaffold splits to store (the cards': 0)",
     )
@@ -314,15 +302,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     go.add_argument("--cache", type=Path, required=True)
     go.add_argument("--variants", nargs="+", default=["gin3", "gin_sum", "gin_sopool"], choices=sorted(VARIANTS))
     go.add_argument("--sets", nargs="+", default=SETS, choices=SETS)
-    go.add_argument("--seeds", nargs="+", type=_at_least(0, MAX_SEED), default=[0, 1, 2])
-    go.add_argument(
-        "--split-seeds", nargs="+", type=_at_least(0, MAX_SEED), default=[0], help="scaffold splits (the cards': 0)"
-    )
-    go.add_argument("--jobs", type=_at_least(1, 256), default=2)
+    go.add_argument("--seeds", nargs="+", type=SEED.parse, default=[0, 1, 2])
+    go.add_argument("--split-seeds", nargs="+", type=SEED.parse, default=[0], help="scaffold splits (the cards': 0)")
+    go.add_argument("--jobs", type=count(1, 256).parse, default=2)
     go.add_argument("--device", default="cpu")
-    go.add_argument("--steps", type=_at_least(1), help="the step budget for these runs (zoo's: MOLECULE_STEPS)")
     go.add_argument(
-        "--patience", type=_at_least(0), help="early-stopping patience for these runs (0: none; zoo's: none)"
+        "--steps", type=count(1, 10**7).parse, help="the step budget for these runs (zoo's: MOLECULE_STEPS)"
+    )
+    go.add_argument(
+        "--patience", type=count(0, 10**6).parse, help="early-stopping patience for these runs (0: none; zoo's: none)"
     )
     go.add_argument("--csv", type=Path)
     args = parser.parse_args(argv)

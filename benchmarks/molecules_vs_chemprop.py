@@ -63,6 +63,7 @@ import numpy as np
 import torch
 
 import zoo
+from zoo.bounds import SEED, count
 from zoo.loading.smiles import MAX_PREDICT_SMILES, predict_molecules
 from zoo.training.data.molecules.molecule_sets import SETS, benchmark
 from zoo.training.loop.meter import regression_metrics
@@ -316,17 +317,21 @@ def table(runs: Sequence[Run]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--limit", type=int, default=None, help="only the first N training molecules")
-    parser.add_argument("--split-seed", type=int, default=0, help="the scaffold split (the cards': 0)")
+    parser.add_argument("--seeds", nargs="+", type=SEED.parse, default=[0, 1, 2])
+    parser.add_argument("--limit", type=count(1).parse, default=None, help="only the first N training molecules")
+    parser.add_argument("--split-seed", type=SEED.parse, default=0, help="the scaffold split (the cards': 0)")
     parser.add_argument("--chemprop", default=None, help="chemprop's executable (default: chemprop on PATH)")
-    parser.add_argument("--chemprop-epochs", type=int, default=None, help="default: chemprop's own (50)")
-    parser.add_argument("--chemprop-workers", type=int, default=0, help="chemprop's --num-workers (0: in-process)")
+    parser.add_argument(
+        "--chemprop-epochs", type=count(1, 10**5).parse, default=None, help="default: chemprop's own (50)"
+    )
+    parser.add_argument(
+        "--chemprop-workers", type=count(0, 256).parse, default=0, help="chemprop's --num-workers (0: in-process)"
+    )
     parser.add_argument("--no-chemprop", action="store_true", help="zoo's models only")
     parser.add_argument("--zoo-models", nargs="*", default=list(ZOO_MODELS), help="none: chemprop only")
     parser.add_argument(
         "--threads",
-        type=int,
+        type=count(1, 1024).parse,
         default=None,
         help="OMP_NUM_THREADS of every command (default: theirs; 1 on a busy machine)",
     )
@@ -336,8 +341,6 @@ def main() -> None:
     THREADS = args.threads
     if args.chemprop_epochs is not None and args.chemprop_epochs <= CHEMPROP_WARMUP_EPOCHS:
         parser.error(f"--chemprop-epochs must be above chemprop's {CHEMPROP_WARMUP_EPOCHS} warm-up epochs")
-    if not all(0 <= seed < 2**32 for seed in [*args.seeds, args.split_seed]):
-        parser.error("--seeds and --split-seed take seeds from 0 to 2**32 - 1")
     if args.no_chemprop and not args.zoo_models:
         parser.error("nothing to run: --no-chemprop and no --zoo-models")
 
