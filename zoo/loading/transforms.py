@@ -67,7 +67,7 @@ def build_transforms(preprocess: dict[str, Any]) -> v2.Compose:
 class ResizeIfNeeded(v2.Resize):
     """``v2.Resize`` that hands a tensor image already at its output size straight back, as
     torchvision's kernel does, without v2's per-call dispatch: a data set of one size (a tensor
-    file, Fashion-MNIST) gets a resize to that size, and it cost 40 of 68 us a 28 x 28 image."""
+    file, Fashion-MNIST) gets a resize to that size, and it cost about 40 of 68 us a 28 x 28 image."""
 
     def forward(self, *inputs: Any) -> Any:
         image = inputs[0] if len(inputs) == 1 else None
