@@ -11,6 +11,7 @@ import io
 import json
 import logging
 import math
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from zoo.training.loop.records.curves import plot_curves
 from zoo.training.loop.steps import StepOutput
 from zoo.training.loop.train_config import TrainConfig
 
+PLOT_EVERY_S = 30.0  # seconds between redraws of curves.png while a run goes on
 _SHOWN = ("train_loss", "train_acc", "val_loss", "val_acc", "val_map", "val_f1_micro", "val_mae", "val_r2")
 
 
@@ -36,6 +38,8 @@ class RunLogs:
         self.config, self.out_dir, self.logger = config, out_dir, logger
         self._writer: Any = None
         self._handler: logging.Handler | None = None
+        self._unplotted: list[dict[str, float]] | None = None  # a history curves.png does not show yet
+        self._plotted_at = -math.inf
 
     def open(self, resumed: bool, global_step: int) -> None:
         """Start train.log with the run's config, and TensorBoard (dropping the points a resumed
@@ -55,7 +59,10 @@ class RunLogs:
             self._writer = SummaryWriter(str(self.out_dir / "tensorboard"), purge_step=purge)
 
     def close(self) -> None:
-        """Flush and detach whatever `open` started (safe to call when nothing was opened)."""
+        """Draw the curves of the last epochs, flush and detach whatever `open` started (safe
+        to call when nothing was opened)."""
+        if self._unplotted is not None:
+            self._plot()
         if self._writer is not None:
             self._writer.close()
             self._writer = None
@@ -84,8 +91,10 @@ class RunLogs:
                 self._writer.add_scalar(f"step/{key}", float(value), step)
 
     def epoch(self, history: list[dict[str, float]], extra: Mapping[str, Any]) -> None:
-        """The metrics files, TensorBoard's epoch points and the curves, after each epoch
-        (``history[-1]`` is the epoch just ended; ``extra`` goes to metrics.json)."""
+        """The metrics files and TensorBoard's epoch points after each epoch (``history[-1]``
+        is the epoch just ended; ``extra`` goes to metrics.json), and the curves after the first
+        epoch and then at most every `PLOT_EVERY_S` (a redraw takes about half a second, more
+        than a small model's epoch) and when the run ends (`close`)."""
         write_history(history, self.out_dir, extra)
         metrics = history[-1]
         if self._writer is not None:
@@ -94,7 +103,15 @@ class RunLogs:
                     self._writer.add_scalar(f"epoch/{key}", value, int(metrics["epoch"]))
             self._writer.flush()
         if self.config.plot:
-            plot_curves(history, self.out_dir / "curves.png")
+            self._unplotted = history
+            if time.monotonic() - self._plotted_at >= PLOT_EVERY_S:
+                self._plot()
+
+    def _plot(self) -> None:
+        """curves.png of the history not drawn yet."""
+        history, self._unplotted = self._unplotted, None
+        plot_curves(history, self.out_dir / "curves.png")
+        self._plotted_at = time.monotonic()
 
 
 def check_finite(name: str, value: float, when: str) -> None:
