@@ -353,17 +353,28 @@ def test_the_command_line_defaults_to_auto() -> None:
 
 
 @pytest.mark.parametrize(
-    ("load_ms", "step_ms", "cores", "workers"),
-    [(1, 100, 8, 0), (20, 100, 8, 2), (250, 100, 8, 4), (250, 100, 3, 2), (250, 100, 1, 0), (250, 100, 2, 0)],
+    ("load_ms", "step_ms", "cores", "workers", "samples"),
+    [
+        (1, 100, 8, 0, 800),
+        (20, 100, 8, 2, 800),
+        (250, 100, 8, 4, 800),
+        (250, 100, 3, 2, 800),
+        (250, 100, 1, 0, 800),
+        (250, 100, 2, 0, 800),
+        (20, 100, 8, 0, 64),  # 8 batches of 20 ms an epoch: less than starting a worker costs
+    ],
 )
-def test_loader_workers_follow_the_measured_loading_share(monkeypatch, load_ms, step_ms, cores, workers) -> None:
-    """No workers while the main process loads a batch in 5% of a step or less, or when the
-    model's threads use every core; else enough to keep up on the spare cores (the model runs
-    on 1 thread here); the loader is rebuilt with them."""
+def test_loader_workers_follow_the_measured_loading_share(
+    monkeypatch, load_ms, step_ms, cores, workers, samples
+) -> None:
+    """No workers while the main process loads a batch in 5% of a step or less, when the
+    model's threads use every core, or when an epoch's loading costs less than starting a
+    worker; else enough to keep up on the spare cores (the model runs on 1 thread here); the
+    loader is rebuilt with them."""
     monkeypatch.setattr(speed.os, "sched_getaffinity", lambda pid: set(range(cores)))
     monkeypatch.setattr(speed.torch, "get_num_threads", lambda: 2 if cores == 2 else 1)
     tr = trainer(precision="fp32")
-    data = image_data()
+    data = image_data(samples)
     epochs = plan_epochs(data, tr.config, 1, 0, tr._loader)
     speed.choose_workers(tr, epochs, data, [], load_ms / 1e3, step_ms / 1e3)
     assert tr.num_workers == workers and epochs.loader.num_workers == workers

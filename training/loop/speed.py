@@ -69,6 +69,7 @@ MAX_COMPILE_S = 3600.0  # a remembered compile cost above this is an edited file
 FINAL_ROUNDS = 3  # of `final_round`, at most
 SETTLED = 1.5  # the fastest this many times quicker than each other finalist in two windows: no more rounds
 LOADING_SHARE = 0.05  # loading a batch in the main process up to this share of a step: no workers
+WORKER_START_S = 1.0  # what starting a loader worker costs (a process importing torch); each evaluation starts one
 
 
 @dataclass
@@ -211,9 +212,11 @@ def choose_workers(
     trainer: Trainer, epochs: Epochs, train_set: Any, batches: list[Any], load_s: float, step_s: float | None
 ) -> None:
     """No loader workers while the main process loads a batch (``load_s``) in under
-    `LOADING_SHARE` of a step, or when no core is spare (a CPU model's threads use them all: a
-    worker would slow the steps down), else enough to keep up on the spare cores; the step
-    timed here unless the precision probe did. A run too short to probe keeps none."""
+    `LOADING_SHARE` of a step, when no core is spare (a CPU model's threads use them all: a
+    worker would slow the steps down), or when an epoch's loading takes less than starting
+    a worker costs (`WORKER_START_S`: the evaluation's loader starts its own each epoch), else
+    enough to keep up on the spare cores; the step timed here unless the precision probe did.
+    A run too short to probe keeps none."""
     if step_s is None and epochs.total_steps * PROBE_SHARE >= WARMUP_STEPS + TIMED_STEPS:
         trial = probe(trainer, trainer.setting, batches, None)
         if trainer.setting.compile and trial.compile_s is not None:  # compiled by hand: its cost is kept too
@@ -225,10 +228,12 @@ def choose_workers(
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     spare = cores - (torch.get_num_threads() if trainer.device.type == "cpu" else 1)
     share = load_s / step_s
-    workers = 0 if share <= LOADING_SHARE or spare < 1 else min(spare, math.ceil(share) + 1)
+    epoch_s = load_s * len(epochs.loader)
+    few = share <= LOADING_SHARE or spare < 1 or epoch_s < WORKER_START_S
+    workers = 0 if few else min(spare, math.ceil(share) + 1)
     trainer.loading_note = (
         f"{workers} workers (a batch loads in {load_s * 1e3:.1f} ms in the main process, "
-        f"{share:.0%} of a {step_s * 1e3:.0f} ms step; {spare} of {cores} cores not computing)"
+        f"{share:.0%} of a {step_s * 1e3:.0f} ms step, {epoch_s:.2f} s an epoch; {spare} of {cores} cores not computing)"
     )
     if workers:
         trainer.num_workers = workers
