@@ -70,7 +70,7 @@ def write_stdlib_lines(root: Path, train: int = 80, val: int = 40, seed: int = 0
 
 def data_sets(work: Path) -> dict[str, dict[str, Any]]:
     """Each set's model, data, flags and the validation metric read (with whether higher is better)."""
-    digits_train, digits_eval = write_digits_folder(work / "digits", 10, 60, seed=0)
+    digits_train, digits_eval, _ = write_digits_folder(work / "digits", 10, 0, seed=0, val_per_class=60)
     text_train, text_val = write_stdlib_lines(work)
     molecules = write_csv("chembl2321810", work / "chembl2321810.csv")
     return {

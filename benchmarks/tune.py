@@ -44,17 +44,8 @@ RESULTS = Path(__file__).resolve().parent.parent / "results" / "tune"
 
 
 def digits_splits(root: Path, val_per_class: int, test_per_class: int) -> tuple[Path, Path, Path]:
-    """The demo's digits (seed 0) as train/, val/ and test/ image folders: the demo's evaluation
-    images of each class split, the first ``val_per_class`` to validation, the next to test."""
-    train, pool = write_digits_folder(root, 10, val_per_class + test_per_class, seed=0)
-    val, test = root / "val", root / "test"
-    for folder in sorted(pool.iterdir()):
-        images = sorted(folder.iterdir())
-        for split, chosen in ((val, images[:val_per_class]), (test, images[val_per_class:])):
-            (split / folder.name).mkdir(parents=True, exist_ok=True)
-            for image in chosen:
-                shutil.copy(image, split / folder.name / image.name)
-    return train, val, test
+    """The demo's digits (seed 0) as train/, val/ and test/ image folders (`write_digits_folder`)."""
+    return write_digits_folder(root, 10, test_per_class, seed=0, val_per_class=val_per_class)
 
 
 def run(train: Path, val: Path, test: Path, out: Path, seed: int, keywords: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from test_numeric_options import write_pngs
+from test_finetune_defaults import image_folder
 from torch.utils.data import TensorDataset
 
 import zoo
@@ -108,6 +108,25 @@ def test_the_suggestion_is_fastais_valley_on_a_synthetic_curve() -> None:
     assert lr_finder.suggest(losses[:8], planned) is None  # 3 skipped, 5 left out: none to weigh
 
 
+def test_a_flat_curve_keeps_the_default_and_a_valley_on_the_flat_part_gives_way() -> None:
+    """The guards of the pick (`lr_finder.guarded`): a curve that hardly falls says nothing; a
+    valley in the noise before the fall is replaced by a tenth of the lowest loss's rate."""
+    planned = 100  # 10 skipped at the start, 5 at the end; 8 decades in 99 steps: ~12 points a decade
+    flat = [2.30 + 0.01 * math.sin(i) for i in range(planned)]
+    index, why = lr_finder.guarded(flat, planned, lr_finder.suggest(flat, planned))
+    assert index is None and "a flat curve" in why and "default stays" in why
+    falling = [2.3] * 40 + [2.3 - 0.05 * i for i in range(40)] + [0.3 + 0.5 * i for i in range(20)]
+    good = lr_finder.suggest(falling, planned)
+    assert 40 <= good < 80 and lr_finder.guarded(falling, planned, good) == (good, "")
+    # a long, barely falling stretch of noise, then the real fall: fastai's valley sits in the stretch
+    noisy = [2.3 - 1e-4 * i for i in range(70)] + [2.29 - 0.1 * i for i in range(20)] + [1.0 + i for i in range(10)]
+    early = lr_finder.suggest(noisy, planned)
+    assert early < 70 and noisy[0] - noisy[early] < 0.01
+    index, why = lr_finder.guarded(noisy, planned, early)
+    lowest = 10 + noisy[10:-5].index(min(noisy[10:-5]))
+    assert index == lowest - 12 and "flat part" in why  # a decade below the lowest loss
+
+
 def test_the_smoothing_is_a_debiased_running_average() -> None:
     average, values = 0.0, []
     for count in range(1, 6):
@@ -116,7 +135,7 @@ def test_the_smoothing_is_a_debiased_running_average() -> None:
     assert values == pytest.approx([2.0] * 5)  # debiased: a constant loss stays itself from the first step
     steps = lr_finder.sweep_lrs(20)
     assert steps[0] == pytest.approx(1e-7) and steps[-1] == pytest.approx(10.0)
-    assert [lr_finder.sweep_steps(n) for n in (10, 250, 2000)] == [20, 50, 100]
+    assert [lr_finder.sweep_steps(n) for n in (10, 400, 2000)] == [50, 80, 100]
 
 
 def test_a_sweep_that_diverges_stops_and_still_suggests() -> None:
@@ -131,7 +150,7 @@ def test_a_sweep_that_diverges_stops_and_still_suggests() -> None:
 
 def test_zoo_finetune_lr_auto_writes_the_curve_and_the_card_line(tmp_path, capsys) -> None:
     out = tmp_path / "run"
-    argv = ["finetune", "resnet20.fmnist", "--data", str(write_pngs(tmp_path / "pngs", per_class=10)),
+    argv = ["finetune", "resnet20.fmnist", "--data", str(image_folder(tmp_path / "pngs", ["a", "b"], per_class=10)),
             "--out", str(out), "--epochs", "1", "--batch-size", "4", "--lr", "auto", "--precision", "fp32",
             "--num-workers", "0", "--no-post-training", "--no-tensorboard"]  # fmt: skip
     assert main(argv) == 0

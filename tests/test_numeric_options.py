@@ -154,7 +154,7 @@ def test_a_recipes_count_out_of_range_stops_at_parse_time(capsys) -> None:
         (["finetune", "resnet20", "--data", "d", "--out", "o", "--val-fraction", "1"], "--val-fraction: must be in"),
         (["finetune", "resnet20", "--data", "d", "--out", "o", "--seed", "-3"], "--seed: must be from 0 to"),
         (["finetune", "resnet20", "--data", "d", "--out", "o", "--distill-alpha", "2"], "--distill-alpha: must be in"),
-        (["demo", "--per-class", "-1"], "--per-class: must be from 1 to 173"),
+        (["demo", "--per-class", "-1"], "--per-class: must be from 1 to 153"),
         (["demo", "--lr", "nan"], "--lr: must be a finite number in (0, 10]"),
         (["generate", "moe_lm.stdlib", "x", "--top-p", "0"], "--top-p: must be in (0, 1], got '0'"),
         (["eval", "resnet20.fmnist", "--limit", "-1"], "--limit: must be from 1 to 100000000"),
@@ -239,7 +239,7 @@ def _accepted(command: str, args: argparse.Namespace) -> None:
         from zoo.training import finetune
 
         finetune.add_arguments(sub)
-        inner = sub.parse_args(demo.finetune_argv(args, Path("train"), Path("eval")))
+        inner = sub.parse_args(demo.finetune_argv(args, Path("train"), Path("val")))
         _accepted("finetune", inner)
     elif command == "generate":
         from zoo.architectures.generation import GenerationOptions

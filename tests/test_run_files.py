@@ -119,7 +119,7 @@ def test_the_demos_digits_from_a_larger_run_do_not_stay(tmp_path) -> None:
     out = tmp_path / "demo"
     for per_class in (20, 5):
         with prepare(out, demo.DEMO_OUTPUTS, resume=False, overwrite=True).sealing():
-            train, _ = demo.write_digits_folder(out / "digits", per_class, 2)
+            train, _, _ = demo.write_digits_folder(out / "digits", per_class, 2)
         assert len(list(train.rglob("*.png"))) == 10 * per_class
     (out / "digits" / "train" / "0" / "mine.png").write_bytes(b"x")
     with prepare(out, demo.DEMO_OUTPUTS, resume=False, overwrite=True).sealing():

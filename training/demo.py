@@ -1,11 +1,13 @@
 """The main job, ``zoo demo``: transfer learning in a few minutes on 2 CPU cores, offline.
 
 scikit-learn's handwritten digits (1797 real 8x8 scans, a domain the bundled model never saw)
-are written out as an image folder of 28x28 grayscale PNGs; a few labelled images per class
-train, the others measure. The bundled Fashion-MNIST ResNet-20 (``resnet20.fmnist``) is
-fine-tuned on them, and the same network is trained from random weights on the same images
-with the same budget and seed (`zoo.training.transfer`). Both accuracies are printed; the plot of
-both runs and the fine-tuned model (``zoo.load(OUT/pretrained)``) are saved.
+are written out as image folders of 28x28 grayscale PNGs: a few labelled images per class
+train, `VAL_PER_CLASS` others per class choose the best epoch, and the rest measure. The
+bundled Fashion-MNIST ResNet-20 (``resnet20.fmnist``) is fine-tuned on them with ``zoo
+finetune``'s defaults, and the same network is trained from random weights on the same images
+with the same budget and seed (`zoo.training.transfer`). Both test accuracies are printed (the
+test images chose nothing); the plot of both runs and the fine-tuned model
+(``zoo.load(OUT/pretrained)``) are saved.
 """
 
 from __future__ import annotations
@@ -25,75 +27,78 @@ from zoo.training.finetune.run_folder import Output, prepare
 DEFAULT_WEIGHTS = "resnet20.fmnist"
 DEMO_OUTPUTS = (Output("digits", folder=True),)  # then transfer's files and the two arms' folders
 SMALLEST_DIGIT = 174  # images of the rarest digit in scikit-learn's set
+VAL_PER_CLASS = 20  # images per digit that choose the best epoch (never the test images)
 
 
-def write_digits_folder(root: Path, per_class: int, eval_per_class: int, seed: int = 0) -> tuple[Path, Path]:
-    """scikit-learn's digits as ``root/train/<digit>/*.png`` (``per_class`` images per digit)
-    and ``root/eval/<digit>/*.png`` (up to ``eval_per_class`` others), 28x28 grayscale,
-    chosen per class with ``seed``."""
+def write_digits_folder(
+    root: Path, per_class: int, test_per_class: int, seed: int = 0, val_per_class: int = 0
+) -> tuple[Path, Path, Path]:
+    """scikit-learn's digits as ``root/train/<digit>/*.png`` (``per_class`` images per digit),
+    ``root/val/<digit>/*.png`` (``val_per_class`` others) and ``root/test/<digit>/*.png`` (up
+    to ``test_per_class`` of the rest), 28x28 grayscale, chosen per class with ``seed``."""
     from sklearn.datasets import load_digits
 
     digits = load_digits()
     rng = np.random.default_rng(seed)
-    train_dir, eval_dir = root / "train", root / "eval"
+    folders = {split: root / split for split in ("train", "val", "test")}
     for label in range(10):
         indices = rng.permutation(np.flatnonzero(digits.target == label))
-        if len(indices) <= per_class:
-            raise InvalidArgumentError(f"digit {label} has {len(indices)} images: per_class must be below that")
-        for split, chosen in ((train_dir, indices[:per_class]), (eval_dir, indices[per_class:][:eval_per_class])):
-            folder = split / str(label)
+        if len(indices) <= per_class + val_per_class:
+            raise InvalidArgumentError(
+                f"digit {label} has {len(indices)} images: per_class + val_per_class must be below that"
+            )
+        ends = {
+            "train": per_class,
+            "val": per_class + val_per_class,
+            "test": per_class + val_per_class + test_per_class,
+        }
+        start = 0
+        for split, end in ends.items():
+            folder = folders[split] / str(label)
             folder.mkdir(parents=True, exist_ok=True)
-            for index in chosen:
+            for index in indices[start:end]:
                 pixels = (digits.images[index] * (255 / 16)).round().astype(np.uint8)  # values are 0..16
                 Image.fromarray(pixels, mode="L").resize((28, 28), Image.BILINEAR).save(folder / f"{index:04d}.png")
-    return train_dir, eval_dir
+            start = end
+    return folders["train"], folders["val"], folders["test"]
 
 
-def finetune_argv(args: argparse.Namespace, train_dir: Path, eval_dir: Path) -> list[str]:
-    """The ``zoo finetune`` options of both arms of the demo (`zoo.training.transfer.compare`)."""
-    return [
-        args.weights,
-        "--data",
-        str(train_dir),
-        "--val-data",
-        str(eval_dir),
-        "--out",
-        str(args.out),
-        "--epochs",
-        str(args.epochs),
-        "--batch-size",
-        "32",
-        "--lr",
-        str(args.lr),
-        "--warmup-epochs",
-        str(min(1.0, args.epochs / 2)),  # below --epochs
-        "--crop-padding",
-        "2",
-        "--seed",
-        str(args.seed),
-        "--no-post-training",
-        "--overwrite",  # the demo's own folder
-    ]
+def finetune_argv(args: argparse.Namespace, train_dir: Path, val_dir: Path) -> list[str]:
+    """The ``zoo finetune`` options of both arms of the demo (`zoo.training.transfer.compare`):
+    the defaults, with the demo's own epochs and learning rate where given."""
+    argv = [args.weights, "--data", str(train_dir), "--val-data", str(val_dir), "--out", str(args.out)]
+    argv += ["--seed", str(args.seed), "--no-post-training", "--overwrite"]  # overwrite: the demo's own folder
+    if args.epochs is not None:
+        argv += ["--epochs", str(args.epochs)]
+    if args.lr is not None:
+        argv += ["--lr", str(args.lr)]
+    return argv
 
 
 def run(args: argparse.Namespace, command: str | None = None) -> dict[str, Any]:
-    """Write the digits folder, run both arms and print the comparison."""
+    """Write the digits folders, run both arms, score them on the test images and print it."""
+    from zoo.training.scoring import score_file
+
     out = Path(args.out)
     with prepare(out, DEMO_OUTPUTS, resume=False, overwrite=True).sealing():  # the last demo's digits go
-        train_dir, eval_dir = write_digits_folder(out / "digits", args.per_class, args.eval_per_class, args.seed)
+        train_dir, val_dir, test_dir = write_digits_folder(
+            out / "digits", args.per_class, args.eval_per_class, args.seed, VAL_PER_CLASS
+        )
     parser = argparse.ArgumentParser()
     finetune.add_arguments(parser)
+    tested = sum(1 for _ in test_dir.rglob("*.png"))
     print(
-        f"digits: {args.per_class} labelled images per class in {train_dir}, "
-        f"{sum(1 for _ in eval_dir.rglob('*.png'))} for evaluation in {eval_dir}"
+        f"digits: {args.per_class} labelled images per class in {train_dir}, {VAL_PER_CLASS} per class in "
+        f"{val_dir} to choose the epoch, {tested} in {test_dir} to test"
     )
-    summary = transfer.compare(parser.parse_args(finetune_argv(args, train_dir, eval_dir)), command=command)
-    pretrained, scratch = (
-        summary["runs"][arm]["best"].get("val_acc", float("nan")) for arm in ("pretrained", "scratch")
-    )
+    summary = transfer.compare(parser.parse_args(finetune_argv(args, train_dir, val_dir)), command=command)
+    tests = {arm: score_file(str(out / arm), str(test_dir), progress=False)["accuracy"] for arm in summary["runs"]}
+    for arm, accuracy in tests.items():
+        summary["runs"][arm]["test_accuracy"] = accuracy
     print(
-        f"\naccuracy on {eval_dir.parent.name}/eval: fine-tuned from {args.weights} {pretrained:.1%}, "
-        f"from scratch {scratch:.1%} (same network, images, epochs and seed)"
+        f"\ntest accuracy on {tested} digits that chose nothing: fine-tuned from {args.weights} "
+        f"{tests['pretrained']:.1%}, from scratch {tests['scratch']:.1%} (same network, images, budget and seed; "
+        "each at its best epoch on validation)"
     )
     print(f"fine-tuned model: {out / 'pretrained'} (zoo.load('{out / 'pretrained'}'))")
     return summary
@@ -104,9 +109,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--weights", default=DEFAULT_WEIGHTS, help="weights to fine-tune (arch.tag or a zoo.save folder)"
     )
     parser.add_argument("--out", default="runs/demo", help="output folder")
-    per_class = count(1, SMALLEST_DIGIT - 1).parse  # one image of each digit is left to evaluate
+    per_class = count(1, SMALLEST_DIGIT - VAL_PER_CLASS - 1).parse  # one image of each digit is left to test
     parser.add_argument("--per-class", type=per_class, default=10, help="labelled training images per digit")
-    parser.add_argument("--eval-per-class", type=count().parse, default=60, help="evaluation images per digit")
-    parser.add_argument("--epochs", type=count().parse, default=30)
-    parser.add_argument("--lr", type=Bounds(0, 10, low_open=True).parse, default=1e-3)
+    parser.add_argument("--eval-per-class", type=count().parse, default=60, help="test images per digit")
+    parser.add_argument("--epochs", type=count().parse, help="default: zoo finetune's, from the data's size")
+    parser.add_argument("--lr", type=Bounds(0, 10, low_open=True).parse, help="default: zoo finetune's")
     parser.add_argument("--seed", type=count(0, SEED_MAX).parse, default=0)

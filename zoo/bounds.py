@@ -146,3 +146,19 @@ TOP_P = Bounds(0, 1, low_open=True)  # nucleus sampling's probability mass
 TOP_K = count(1, 1_000_000)  # also the classes a top-k answer may ask for (a head has at most 1,000,000)
 SEED = count(0, SEED_MAX)  # torch's CPU generator keeps 32 bits of a seed: more would repeat texts
 TEXT_TOKENS = count(1, 1 << 20)  # tokens kept per text row (zoo finetune --max-length, a text model's max_length)
+
+
+NO_DEFAULT = (None, False, argparse.SUPPRESS)  # what `show_defaults` leaves unsaid
+
+
+def show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Say each option's default in ``parser``'s help, as ``(default: X)``: not for switches
+    that are off, options without one (None) or help that already names its default."""
+    for action in parser._actions:
+        default, text = action.default, action.help
+        if not action.option_strings or text == argparse.SUPPRESS or any(default is v for v in NO_DEFAULT):
+            continue
+        if text is not None and "default" in text:
+            continue
+        shown = f"(default: {default:g})" if isinstance(default, float) else "(default: %(default)s)"
+        action.help = f"{text} {shown}" if text else shown

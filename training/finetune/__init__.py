@@ -34,6 +34,7 @@ from torch.utils.data import Dataset
 
 import zoo
 from zoo.architectures import ARCHS
+from zoo.bounds import show_defaults
 from zoo.errors import DataError, InvalidArgumentError, ZooError, run_command
 from zoo.loading.resolve import Registered, SavedFolder, architecture, resolve
 from zoo.loading.saved import read_saved_config
@@ -44,8 +45,9 @@ from zoo.training.data.images.augment import Augment, default_preprocess, image_
 from zoo.training.data.kinds import DataSource, open_data
 from zoo.training.data.molecules.molecule_files import MoleculeOptions, MoleculeSource
 from zoo.training.finetune import card
-from zoo.training.finetune.defaults import with_data_defaults
+from zoo.training.finetune.defaults import default_augment, with_data_defaults
 from zoo.training.finetune.distill import Distillation, distillation_step
+from zoo.training.finetune.head import match_head, train_head
 from zoo.training.finetune.mlflow_run import finetune_tracking
 from zoo.training.finetune.multi_label import saved_thresholds
 from zoo.training.finetune.options import FinetuneOptions, add_arguments, options_from_args, warn_shared_shards
@@ -227,16 +229,21 @@ def finetune(
     val_source = _open_validation(data, source, options, name, resolved)
     torch.manual_seed(config.seed)  # the new head's initialisation
     model, base = load_for_data(name, source, options.pretrained, options.model_kwargs, resolved)  # before out changes
+    classes = base is not None and source.target is None and not source.multi_label
+    fresh, head_note = match_head(model, source.class_names) if classes else (False, None)
     main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun, one process checks and clears
     files = prepare_output(out, resume=bool(config.resume), overwrite=options.overwrite) if main_process else None
     tracking = finetune_tracking(config, out, name, data, source.description, options, main_process)
     with files.sealing() if files is not None else contextlib.nullcontext(), tracking as tracker:
         if main_process and config.progress:
             print(f"data: {source.description}; {source.describe_classes()}")
-        train_set, val_set = _datasets(model, source, val_source, options, config.seed)
+        train_set, val_set, augment = _datasets(model, source, val_source, options, config.seed)
         config, defaults = with_data_defaults(config, source, train_set, given)
-        if main_process and config.progress and defaults:
-            print(defaults)
+        alone = fresh and not config.resume and options.mode != "linear-probe" and step_fn is None
+        phase = train_head(model, train_set, config, options.head_epochs, source.collate_fn) if alone else None
+        for line in (defaults, head_note, phase):
+            if main_process and config.progress and line:
+                print(line)
         trainable = apply_mode(model, options.mode, options.stages)
         trainer = _trainer(model, source, options, config, step_fn, callbacks)
         history = trainer.fit(train_set, val_set)
@@ -251,6 +258,8 @@ def finetune(
             ran = options.post_training and val_set is not None and source.target is None and not source.multi_label
             after = evaluate_and_export(model, val_set, source, config) if ran else None
             details = _details(name, base, source, options, trainer, (train_set, val_set), trainable, defaults)
+            augmented = f"augmentation: {augment}" if augment is not None else None
+            details["recipe"] = [line for line in (head_note, phase, augmented) if line]
             details["epochs_run"], details["thresholds"] = len(history), labels[1] if labels else None
             details["tracking"] = tracker.describe() if tracker is not None else None
             card.write_card(out, model, details, metrics, after, config, options.command)
@@ -300,15 +309,17 @@ def _lr_auto(trainer: Trainer) -> str:
 
 def _datasets(
     model: nn.Module, source: DataSource, val_source: DataSource | None, options: FinetuneOptions, seed: int
-) -> tuple[Dataset, Dataset | None]:
+) -> tuple[Dataset, Dataset | None, Augment | None]:
     """The training and validation sets: the seeded hold-out of ``source`` or the separate
-    validation data, images transformed for ``model`` (augmented for training; the model's
-    ``pretrained_cfg`` records the preprocessing)."""
-    train_tf = eval_tf = None
+    validation data, images transformed for ``model`` (augmented for training: as asked, or
+    by default for small images, `default_augment`; the model's ``pretrained_cfg`` records
+    the preprocessing); and the images' augmentation."""
+    train_tf = eval_tf = augment = None
     if source.kind == "images":
         preprocess, in_chans = _image_preprocess(model, source, options.image_size)
         eval_tf = image_transforms(preprocess, source.image_size, None, in_chans)
-        train_tf = image_transforms(preprocess, source.image_size, options.augment or Augment(), in_chans)
+        augment = options.augment if options.augment is not None else default_augment(preprocess, source.image_size)
+        train_tf = image_transforms(preprocess, source.image_size, augment, in_chans)
         update_config(model, preprocess=preprocess)
     elif options.augment is not None:
         raise InvalidArgumentError(f"augmentation applies to images, and the data is {source.kind}")
@@ -316,7 +327,7 @@ def _datasets(
     train_set, val_set = source.split(val_fraction, seed, train_tf, eval_tf, options.limit)
     if val_source is not None:
         val_set = val_source.full(eval_tf)
-    return train_set, val_set
+    return train_set, val_set, augment
 
 
 def _open_validation(
@@ -473,6 +484,7 @@ def module_main(
     prog = _COMMAND_OF_MODULE.get(module, f"python -m {module}")
     parser = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
     add_arguments(parser)
+    show_defaults(parser)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     command = shlex.join(["python", "-m", module, *argv])

@@ -52,6 +52,7 @@ def write_card(
         + (f", EMA {config.ema_decay}" if config.ema_decay else ""),
         *([f"- lr auto: {details['lr_auto']}"] if details.get("lr_auto") else []),
         *([f"- {details['defaults']}"] if details.get("defaults") else []),
+        *(f"- {line}" for line in details.get("recipe") or []),
         *([f"- data loading: {details['loading']}"] if details.get("loading") else []),
         *([f"- distillation: {details['distillation']}"] if details["distillation"] else []),
         f"- epochs run: {details['epochs_run']}" + (" (stopped early)" if details["stopped_early"] else ""),

@@ -60,7 +60,10 @@ RENAMED: dict[str, tuple[str, bool]] = {
     "scratch": ("pretrained", True),
     "no_post_training": ("post_training", True),
 }
-KEYWORDS = frozenset({*TRAIN_FIELDS, *OPTION_FIELDS, *MOLECULE_FIELDS, *AUGMENT_FIELDS, *DISTILL_FLAGS, *RENAMED})
+NO_AUGMENT = "no_augment"  # --no-augment: augment=Augment(), no augmentation (None takes the data's default)
+KEYWORDS = frozenset(
+    {*TRAIN_FIELDS, *OPTION_FIELDS, *MOLECULE_FIELDS, *AUGMENT_FIELDS, *DISTILL_FLAGS, *RENAMED, NO_AUGMENT}
+)
 
 
 def finetune(
@@ -122,6 +125,10 @@ def _options(fields: dict[str, Any]) -> FinetuneOptions:
     """The `FinetuneOptions` of the keywords: augmentation, teacher and molecule flags gathered
     into their objects (each refused beside the object itself)."""
     options = {key: fields[key] for key in OPTION_FIELDS if key in fields}
+    if fields.get(NO_AUGMENT):
+        if "augment" in options or any(key in fields for key in AUGMENT_FIELDS):
+            raise InvalidArgumentError("zoo.finetune(): no_augment=True turns augmentation off: drop the other")
+        options["augment"] = Augment()
     groups = (
         ("augment", Augment, {key: key for key in AUGMENT_FIELDS}),
         ("distill", Distillation, DISTILL_FLAGS),

@@ -18,10 +18,11 @@ from zoo.training.data.images.augment import Augment
 from zoo.training.data.molecules.molecule_files import SPLITS, TASKS, MoleculeOptions
 from zoo.training.data.shards.shard_files import shared_shards
 from zoo.training.data.shards.shard_source import BUFFER, SHUFFLE_BUFFER
+from zoo.training.finetune import defaults
 from zoo.training.finetune.distill import Distillation
 from zoo.training.finetune.stages import MODES
 from zoo.training.loop.steps import REGRESSION_LOSSES
-from zoo.training.loop.train_config import add_config_options
+from zoo.training.loop.train_config import TrainConfig, add_config_options
 
 MAX_IMAGE_SIZE = 4096  # pixels a side at most
 FLAGS = {
@@ -32,6 +33,7 @@ FLAGS = {
     "image_size": "--image-size",
     "max_length": "--max-length",
     "shuffle_buffer": "--shuffle-buffer",
+    "head_epochs": "--head-epochs",
 }
 
 
@@ -46,6 +48,9 @@ class FinetuneOptions:
     keeps that many training samples; ``image_size`` resizes images (the model's own size
     otherwise); ``augment`` is for images; ``max_length`` tokens are kept per text row;
     ``shuffle_buffer`` samples are held to shuffle WebDataset shards (0: their own order).
+    ``head_epochs`` of training the head alone come first when it is fresh and the weights
+    pretrained (None: `zoo.training.finetune.defaults.HEAD_SHARE` of the epochs; 0: none);
+    ``augment=None`` takes the data's default (`default_augment`), ``Augment()`` none.
     ``molecules`` says how a molecule file is read (label, task, split, bad rows); ``loss`` is
     a regression's (mse or huber). ``distill`` adds a teacher's predictions to the loss. The run: ``post_training`` adds the
     evaluation report, exports, int8 and pruning (`zoo.training.finetune.post_training`); with
@@ -55,6 +60,7 @@ class FinetuneOptions:
     mode: str = "full"
     stages: int = field(default=1, metadata=bounded(count()))
     layer_decay: float | None = field(default=None, metadata=bounded(Bounds(0, 1, low_open=True)))
+    head_epochs: float | None = field(default=None, metadata=bounded(Bounds(0, 1000)))
     pretrained: bool = True
     model_kwargs: Mapping[str, Any] | None = None
     val_data: str | os.PathLike | None = None
@@ -129,6 +135,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--layer-decay", type=_checked(FinetuneOptions, "layer_decay"), help="layer-wise lr decay factor, e.g. 0.75"
     )
+    g.add_argument(
+        "--head-epochs",
+        type=_checked(FinetuneOptions, "head_epochs"),
+        help="epochs a fresh head trains alone first, the body frozen (default: a tenth of the epochs; 0: none)",
+    )
     g.add_argument("--scratch", action="store_true", help="random weights for NAME's architecture")
     g.add_argument(
         "--model-kwargs",
@@ -155,6 +166,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             ),
         },
     )
+    _data_defaults_help(parser)
+
+
+def _data_defaults_help(parser: argparse.ArgumentParser) -> None:
+    """The help of the options whose defaults the data chooses (`zoo.training.finetune.defaults`)."""
+    low, high = defaults.TRANSFER_EPOCHS
+    (small, first), (medium, second) = defaults.BATCH_SIZES
+    molecules_low, molecules_high = defaults.MOLECULE_EPOCHS
+    shown = {
+        "epochs": f"default: from the data's size, about {defaults.TRANSFER_STEPS} optimizer steps in {low} to {high} "
+        f"epochs (molecules: {defaults.MOLECULE_STEPS:,} in {molecules_low} to {molecules_high})",
+        "batch_size": f"per process and micro-batch (default: from the data's size: {first} below {small:,} samples, "
+        f"{second} below {medium:,}, else {TrainConfig.batch_size}; molecules {TrainConfig.batch_size})",
+        "warmup_epochs": f"default: {defaults.WARMUP_SHARE:.0%} of the epochs (molecules: "
+        f"{defaults.MOLECULE_FIELDS['warmup_epochs']:g})",
+    }
+    for action in parser._actions:
+        if action.dest in shown:
+            action.help = shown[action.dest].replace("%", "%%")
 
 
 def _data_arguments(g: argparse._ArgumentGroup) -> None:
@@ -174,6 +204,11 @@ def _data_arguments(g: argparse._ArgumentGroup) -> None:
         type=_checked(FinetuneOptions, "shuffle_buffer"),
         default=SHUFFLE_BUFFER,
         help="shards: samples held to shuffle them (memory is this many samples; 0 keeps the shards' order)",
+    )
+    g.add_argument(
+        "--no-augment",
+        action="store_true",
+        help="no augmentation (default: images of at most 64 px get --crop-padding side/14)",
     )
     g.add_argument("--hflip", action="store_true", help="random horizontal flips")
     g.add_argument(
@@ -249,7 +284,8 @@ def _distillation_arguments(g: argparse._ArgumentGroup) -> None:
 
 
 def augment_from_args(args: argparse.Namespace) -> Augment | None:
-    """The augmentation the data options ask for (None: none asked)."""
+    """The augmentation the data options ask for (None: none asked, the data's default;
+    ``Augment()`` with --no-augment)."""
     augment = Augment(
         hflip=args.hflip,
         crop_padding=args.crop_padding,
@@ -258,6 +294,10 @@ def augment_from_args(args: argparse.Namespace) -> Augment | None:
         trivial_augment=args.trivial_augment,
         random_erasing=args.random_erasing,
     )
+    if getattr(args, "no_augment", False):
+        if augment != Augment():
+            raise InvalidArgumentError("--no-augment turns augmentation off: drop it or the augmentation flags")
+        return augment
     return None if augment == Augment() else augment
 
 
@@ -289,6 +329,7 @@ def options_from_args(args: argparse.Namespace, command: str | None = None) -> F
         mode=args.mode,
         stages=args.stages,
         layer_decay=args.layer_decay,
+        head_epochs=args.head_epochs,
         pretrained=not args.scratch,
         model_kwargs=args.model_kwargs,
         val_data=args.val_data,

@@ -10,7 +10,11 @@ takes `STEP_SHARE` of the run's optimizer steps, at least `MIN_STEPS` and at mos
 (each costs one training step). The suggestion is fastai's ``valley`` (`valley`), computed as
 ``Learner.lr_find`` does: over the points left after skipping the first tenth of the planned
 steps and the last `SKIP_END`, cut at the first NaN: the longest run of decreasing loss, and a
-point 1/3 + 1/6 of the way into it (`suggest`). Weights and buffers (BatchNorm statistics),
+point 1/3 + 1/6 of the way into it (`suggest`). Two guards keep the pick from hurting
+(`guarded`): a curve that falls by less than `FLAT` of its starting value over the weighed points
+says nothing, and the run keeps the default learning rate; a valley on the flat part before the
+loss falls (less than `FLAT_PART` of the fall behind it, as noise makes on a short sweep) gives way
+to fastai's older ``minimum`` rule, a tenth of the rate at the lowest loss. Weights and buffers (BatchNorm statistics),
 optimizer, EMA, step count, the generators and the data position are put back afterwards, so the
 run starts exactly as it would have with the suggested value given as ``lr``. The curve is
 `PLOT_FILE` in the run folder. Under torchrun with DDP the first process sweeps on its bare model
@@ -45,10 +49,12 @@ Trainer = Any  # a zoo.training.loop.trainer.Trainer (which imports this module)
 
 START_LR, END_LR = 1e-7, 10.0
 MAX_STEPS = 100  # fastai's and Lightning's sweep
-MIN_STEPS = 20  # fewer leave too few points for a valley once the ends are skipped
+MIN_STEPS = 50  # fewer leave too few points over the 8 decades for a valley once the ends are skipped
 STEP_SHARE = 0.2  # of the run's optimizer steps, at most (above MIN_STEPS)
 DIVERGED = 4.0  # the smoothed loss this many times the best so far ends the sweep
 SKIP_END = 5  # last points left out of the suggestion, as fastai does
+FLAT = 0.05  # the smoothed loss must fall by this share of its first weighed value, or the default stays
+FLAT_PART = 0.1  # a valley with less of the fall than this behind it is on the flat part
 PLOT_FILE = "lr_finder.png"
 
 
@@ -67,7 +73,7 @@ class LRFinderReport:
 
     def __str__(self) -> str:
         how = "fastai's valley of the smoothed loss" if self.index is not None else f"no suggestion ({self.note})"
-        ended = f", {self.note}" if self.index is not None and self.note else ""
+        ended = f"; {self.note}" if self.index is not None and self.note else ""
         return (
             f"{self.lr:.3g} ({how}; {len(self.lrs)} of {self.planned} steps from {START_LR:g} to {END_LR:g}"
             f"{ended}, {self.seconds:.1f} s; curve in {PLOT_FILE})"
@@ -178,9 +184,32 @@ def sweep(trainer: Trainer, epochs: Epochs, steps: int) -> LRFinderReport:
     report.index = suggest(report.losses, steps)
     if report.index is None:
         report.note = "too few points before the loss diverged" if report.note else "too few points"
-    else:
+        return report
+    report.index, why = guarded(report.losses, steps, report.index)
+    report.note = "; ".join(part for part in (why, report.note) if part)
+    if report.index is not None:
         report.lr = max(report.lrs[report.index], cfg.min_lr)
     return report
+
+
+def guarded(losses: Sequence[float], planned: int, index: int) -> tuple[int | None, str]:
+    """The suggestion `suggest` made (``index``), unless the curve cannot carry it: None when
+    the weighed points fall by less than `FLAT` of the first (the default rate stays); the
+    point nearest a tenth of the lowest loss's rate (fastai's ``minimum``) when the valley
+    has less than `FLAT_PART` of the fall behind it. With the reason, or "" for the valley."""
+    skip = planned // 10
+    weighed = list(losses[skip:-SKIP_END])
+    weighed = weighed[: next((i for i, v in enumerate(weighed) if math.isnan(v)), len(weighed))]
+    first, low = weighed[0], min(weighed)
+    fall = first - low
+    if fall < FLAT * abs(first):
+        return None, f"a flat curve: the loss fell {fall / abs(first):.1%} over the sweep, so the default stays"
+    if first - losses[index] >= FLAT_PART * fall:
+        return index, ""
+    lowest = skip + weighed.index(low)
+    step = 1 / max(planned - 1, 1) * math.log10(END_LR / START_LR)  # decades between points
+    minimum = max(skip, lowest - round(1 / step))  # a decade below the lowest loss
+    return minimum, "the valley sat on the flat part before the loss falls: a tenth of the lowest loss's rate"
 
 
 def batch_groups(epochs: Epochs, size: int) -> Iterator[list[Any]]:

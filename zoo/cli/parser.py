@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from zoo.bounds import SEED, TEMPERATURE, TOP_K, TOP_P, count
+from zoo.bounds import SEED, TEMPERATURE, TOP_K, TOP_P, count, show_defaults
 from zoo.errors import run_command
 
 PREDICT_BATCH_SIZE = 64
@@ -397,6 +397,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         p = commands.add_parser(name, help=command.help)
         if chosen in (None, name):
             command.arguments(p)
+            show_defaults(p)
     return parser
 
 

@@ -4,14 +4,19 @@ Built-in data sets are in `zoo.training.data.builtin`, users' own files are open
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch.nn as nn
 from torchvision.transforms import InterpolationMode, v2
 
 from zoo.bounds import Bounds, bounded, check_fields, count
-from zoo.loading.transforms import ConvertChannels, ResizeIfNeeded, ToNormalized, build_transforms
+from zoo.loading.transforms import (
+    ConvertChannels,
+    ResizeIfNeeded,
+    ToNormalized,
+    build_transforms,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Image preprocessing and augmentation
@@ -42,6 +47,11 @@ class Augment:
 
     def __post_init__(self) -> None:
         check_fields(self, "Augment", AUGMENT_FLAGS)
+
+    def __str__(self) -> str:
+        """Only the fields set: ``Augment(hflip=True, crop_padding=2)``, or ``none``."""
+        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if getattr(self, f.name) != f.default]
+        return f"Augment({', '.join(shown)})" if shown else "none"
 
 
 def default_preprocess(in_chans: int) -> dict[str, Any]:
