@@ -156,6 +156,22 @@ def zoo_home(_isolated_zoo_home: Path) -> Path:
     return _isolated_zoo_home
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """The first lines of a run name the CPU features zoo's choices see (and an override), so a
+    failure report says where it ran."""
+    from zoo.devices import cpu_features
+
+    model = next((line.split(":", 1)[1].strip() for line in _cpu_lines() if line.startswith("model name")), "?")
+    return f"zoo sees: {model}, {cpu_features()}, {os.cpu_count()} cores"
+
+
+def _cpu_lines() -> list[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return []
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist, split the cores between the workers: each worker's torch takes its
     share of threads instead of all of them (oversubscribed OpenMP pools wait at barriers)."""

@@ -111,7 +111,7 @@ def test_a_remembered_precision_is_checked_against_fp32s_loss(
 
     from zoo.training.loop import speed
 
-    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    monkeypatch.setenv("ZOO_CPU_FEATURES", "avx512_bf16")
     monkeypatch.setattr(speed, "probe", fixed_trials({"fp32": 100, "bf16": 50}))
     first = choose(trainer(channels_last=False, compile=False))
     assert first.precision == "bf16" and not first.cached

@@ -19,11 +19,12 @@ from torch._inductor.utils import run_and_get_code
 import zoo
 from zoo.cli import main
 from zoo.deploy import inference, optimize_report, search
+from zoo.devices import cpu_features
 from zoo.errors import InvalidArgumentError
 from zoo.loading.transforms import build_transforms
 from zoo.training.data.builtin import load_fashion_mnist
 
-BF16_NATIVE = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+BF16_NATIVE = cpu_features().bf16
 BATCH = 64
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -34,9 +37,63 @@ def checked_device(requested: torch.device | str) -> torch.device:
     return device
 
 
-def has_amx() -> bool:
-    """Whether the CPU has AMX tiles (``amx_tile`` in /proc/cpuinfo; False where that file is missing)."""
+CPU_FEATURES_ENV = "ZOO_CPU_FEATURES"
+# what each level of ZOO_CPU_FEATURES stands for: (torch's capability, native bf16, AMX, VNNI)
+CPU_LEVELS: dict[str, tuple[str, bool, bool, bool]] = {
+    "avx2": ("AVX2", False, False, False),
+    "avx512": ("AVX512", False, False, False),
+    "avx512_bf16": ("AVX512", True, False, True),
+    "amx": ("AVX512", True, True, True),
+}
+
+
+@dataclass(frozen=True)
+class CpuFeatures:
+    """What the CPU can do, as every choice zoo makes by it reads it (precision candidates,
+    int8 kernels, the speeds it expects): torch's ATen ``capability`` (``AVX2``, ``AVX512``),
+    native ``bf16`` (AVX512-BF16 or AMX), ``amx`` tiles, ``vnni`` int8 dot products; and the
+    `CPU_FEATURES_ENV` level they were set to, if any."""
+
+    capability: str
+    bf16: bool
+    amx: bool
+    vnni: bool
+    override: str | None = None
+
+    def __str__(self) -> str:
+        shown = f"{self.capability}, native bf16 {_yes(self.bf16)}, AMX {_yes(self.amx)}, VNNI {_yes(self.vnni)}"
+        return shown + (f" ({CPU_FEATURES_ENV}={self.override})" if self.override else "")
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+@functools.cache
+def _cpuinfo() -> str:
     try:
-        return "amx_tile" in Path("/proc/cpuinfo").read_text()
+        return Path("/proc/cpuinfo").read_text()
     except OSError:
-        return False
+        return ""
+
+
+def cpu_features() -> CpuFeatures:
+    """This CPU's features (`CpuFeatures`), or those of the level `CPU_FEATURES_ENV` names
+    (``avx2``, ``avx512``, ``avx512_bf16``, ``amx``): a test or a benchmark makes zoo choose as
+    it would on that CPU, whatever runs it (the kernels themselves stay this CPU's; pair it
+    with ``ATEN_CPU_CAPABILITY`` to emulate a smaller one)."""
+    level = os.environ.get(CPU_FEATURES_ENV, "").strip().lower()
+    if level:
+        if level not in CPU_LEVELS:
+            raise InvalidArgumentError(
+                f"{CPU_FEATURES_ENV}={level!r} is not a CPU level zoo knows: use one of {', '.join(CPU_LEVELS)}, "
+                "or leave it unset for this CPU's own"
+            )
+        return CpuFeatures(*CPU_LEVELS[level], override=level)
+    flags = _cpuinfo()
+    return CpuFeatures(
+        torch.backends.cpu.get_cpu_capability(),
+        bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+        "amx_tile" in flags,
+        "avx512_vnni" in flags or "avx_vnni" in flags,
+    )

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from zoo.devices import cpu_features
+
 # Speed-up over fp32 of each switch, by device kind; a setting's is the product of its switches'.
 # "cpu-bf16": bf16 autocast 1.42 and channels_last 1.31 (1.86x together) for the CIFAR ResNet-20
 # on the 2-core EPYC; "cuda" compile 2.0: the same model's step compiled under CUDA graphs
@@ -38,7 +40,7 @@ PAYBACK = 1.0  # a probe runs when what it may save is at least this many times 
 def device_kind(device: torch.device) -> str:
     if device.type == "cuda":
         return "cuda"
-    return "cpu-bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "cpu"
+    return "cpu-bf16" if cpu_features().bf16 else "cpu"
 
 
 def expected_speedup(setting: Any, kind: str) -> float:

@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 
 from zoo.deploy.optimize_report import Candidate, OptimizeReport, read_entry, remembered, write_cache, write_entry
 from zoo.deploy.optimized import quiet_logger
-from zoo.devices import has_amx
+from zoo.devices import cpu_features
 from zoo.training.loop import probe_gain
 from zoo.training.loop.distributed import from_first_process, wrap_model
 from zoo.training.loop.meter import EpochMeter
@@ -249,7 +249,8 @@ def choose(trainer: Trainer, batches: list[Any], total_steps: int) -> OptimizeRe
     cfg, device = trainer.config, trainer.device
     image, fixed = is_image_batch(batches[0]), len({describe(b) for b in batches}) == 1
     settings, skipped = candidates(device, image, fixed, cfg.channels_last, cfg.compile)
-    report = OptimizeReport(settings[0].name, 1.0, [], torch.backends.cpu.get_cpu_capability(), has_amx(), str(device))
+    cpu = cpu_features()
+    report = OptimizeReport(settings[0].name, 1.0, [], cpu.capability, cpu.amx, str(device))
     report.baseline = "fp32"
     report.cache_key = cache_key(trainer, batches[0], settings)
     known = remembered(report.cache_key, CACHE_FILE)
@@ -459,8 +460,7 @@ def cache_key(trainer: Trainer, batch: Any, settings: Sequence[Setting] | None) 
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     parts = {
         "device": device_name,
-        "cpu": torch.backends.cpu.get_cpu_capability(),
-        "amx": has_amx(),
+        "cpu": str(cpu_features()),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "model": f"{type(model).__name__} {params} params, {trainable} trainable",

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from zoo.devices import cpu_features
+
 
 @dataclass(frozen=True)
 class Setting:
@@ -51,10 +53,10 @@ def candidates(
     precisions = ["fp32"]
     if device.type == "cuda":
         precisions += (["bf16"] if torch.cuda.is_bf16_supported() else []) + ["fp16"]
-    elif torch.ops.mkldnn._is_mkldnn_bf16_supported():
+    elif cpu_features().bf16:
         precisions.append("bf16")
     else:
-        capability = torch.backends.cpu.get_cpu_capability()
+        capability = cpu_features().capability
         skipped["bf16"] = f"this CPU ({capability}) has no native bf16 (no AVX512-BF16 or AMX): about 10x slower"
     layouts = [False, True] if image else [False]
     if channels_last is not None:

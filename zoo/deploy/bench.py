@@ -167,13 +167,13 @@ def measure(
 def machine_header(device: str = "cpu") -> list[str]:
     """What the speeds depend on: CPU capability, AMX, torch version, threads; and the GPU
     when the models run on one (``device``)."""
-    from zoo.devices import has_amx
+    from zoo.devices import cpu_features
 
-    amx = has_amx()
+    cpu = cpu_features()
     gpu = [f"gpu: {torch.cuda.get_device_name(device)}"] if torch.device(device).type == "cuda" else []
     return gpu + [
-        f"cpu: {platform.processor() or platform.machine()}, capability {torch.backends.cpu.get_cpu_capability()}, "
-        f"AMX {'present' if amx else 'absent'}",
+        f"cpu: {platform.processor() or platform.machine()}, capability {cpu.capability}, "
+        f"AMX {'present' if cpu.amx else 'absent'}" + (f" (ZOO_CPU_FEATURES={cpu.override})" if cpu.override else ""),
         f"torch {torch.__version__}, {torch.get_num_threads()} threads",
     ]
 
@@ -205,10 +205,7 @@ def machine_line() -> str:
     """One line for a benchmark's output: the date, the CPU by name and features (capability,
     AMX, native bf16, VNNI), threads, torch's and the runtimes' versions, the load average now."""
     from zoo.deploy import runtimes
-    from zoo.devices import has_amx
-
-    def yes(flag: bool) -> str:
-        return "yes" if flag else "no"
+    from zoo.devices import cpu_features
 
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
     cpu = next(
@@ -216,9 +213,7 @@ def machine_line() -> str:
         platform.processor() or platform.machine(),
     )
     return (
-        f"{datetime.date.today()}, {cpu}, {os.cpu_count()} cores, CPU capability "
-        f"{torch.backends.cpu.get_cpu_capability()}, AMX {yes(has_amx())}, native bf16 "
-        f"{yes(torch.ops.mkldnn._is_mkldnn_bf16_supported())}, VNNI {yes(runtimes.has_vnni())}, "
+        f"{datetime.date.today()}, {cpu}, {os.cpu_count()} cores, CPU capability {cpu_features()}, "
         f"{torch.get_num_threads()} threads; torch {torch.__version__}, "
         f"{runtimes.versions() or 'no runtime installed'}; load average {load_average()} (1, 5, 15 min)"
     )

@@ -39,7 +39,7 @@ from zoo.deploy.exporter import output_tensors
 from zoo.deploy.int8 import has_torchao, quantize_int8
 from zoo.deploy.optimize_report import PRECISIONS, Candidate, OptimizeReport, remembered, write_cache
 from zoo.deploy.optimized import MAX_BATCH_GRAPHS, OptimizedModel
-from zoo.devices import has_amx, model_device
+from zoo.devices import cpu_features, model_device
 from zoo.errors import InvalidArgumentError
 from zoo.store import weight_entries
 
@@ -102,7 +102,8 @@ def optimize(
     if not auto and precision not in available:
         raise InvalidArgumentError(f"precision={precision!r} does not apply here: {unavailable[precision]}")
     trials = _Trials(model, args, batches, available, repeats, min_agreement, not auto, time_budget_s if auto else None)
-    report = OptimizeReport("eager", 1.0, [], torch.backends.cpu.get_cpu_capability(), has_amx(), str(device))
+    cpu = cpu_features()
+    report = OptimizeReport("eager", 1.0, [], cpu.capability, cpu.amx, str(device))
     report.cache_key = _cache_key(model, args, device, report, available)
     if auto:
         chosen = _choose_auto(trials, report, unavailable, cache)
@@ -294,11 +295,11 @@ def _candidates(model: nn.Module, args: tuple[Any, ...], device: torch.device) -
     if device.type != "cpu":
         raise InvalidArgumentError(f"optimize runs models on the CPU or a CUDA GPU, not on {device}")
     unavailable["fp16"] = "fp16 runs on a CUDA GPU; on the CPU use precision='fp32' or 'auto'"
-    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+    if cpu_features().bf16:
         available["bf16"] = torch.bfloat16
     else:
         unavailable["bf16"] = (
-            f"this CPU ({torch.backends.cpu.get_cpu_capability()}, no AVX-512 BF16 or AMX) does not "
+            f"this CPU ({cpu_features().capability}, no AVX-512 BF16 or AMX) does not "
             "run bf16 natively, so it would be slower than fp32; use precision='fp32' or 'auto'"
         )
     if not _is_cnn(model) or not _is_image_batch(args):

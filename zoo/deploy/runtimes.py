@@ -44,6 +44,7 @@ import torch
 import torch.nn as nn
 
 from zoo.deploy.optimized import OptimizedModel, quiet_logger
+from zoo.devices import cpu_features
 from zoo.errors import InvalidArgumentError
 
 RUNTIMES = ("onnxruntime", "onnxruntime-int8", "openvino", "openvino-int8")
@@ -259,7 +260,7 @@ def _quantize_onnx(model_bytes: bytes, batches: list[tuple[Any, ...]]) -> bytes:
                 per_channel=True,
                 activation_type=QuantType.QUInt8,
                 weight_type=QuantType.QInt8,
-                reduce_range=not has_vnni(),
+                reduce_range=not cpu_features().vnni,
             )
         return quantized.read_bytes()
 
@@ -298,15 +299,6 @@ def _quantize_nncf(converted: Any, batches: list[tuple[Any, ...]]) -> Any:
 
         data = nncf.Dataset([[a.numpy() for a in batch] for batch in batches])
         return nncf.quantize(converted, data, subset_size=len(batches), fast_bias_correction=False)
-
-
-def has_vnni() -> bool:
-    """Whether the CPU has VNNI (int8 dot products without saturation); False where unknown."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_vnni" in flags or "avx_vnni" in flags
 
 
 def _feeds(names: list[str], args: tuple[Any, ...]) -> dict[str, Any]:

@@ -33,7 +33,7 @@ import torch.nn as nn
 
 from zoo.deploy import runtimes
 from zoo.deploy.optimize_report import Candidate, read_entry, write_entry
-from zoo.devices import has_amx
+from zoo.devices import cpu_features
 
 SPEEDS_FILE = "optimize_speeds.json"
 SLACK = {"prior": 1.5, "remembered": 1.25}  # how far a measured speed-up may exceed its expectation
@@ -98,14 +98,8 @@ class Machine:
     def here(cls, device: torch.device) -> Machine:
         if device.type == "cuda":
             return cls(torch.cuda.get_device_name(device), "cuda", torch.cuda.is_bf16_supported(), threads=1)
-        return cls(
-            "cpu",
-            torch.backends.cpu.get_cpu_capability(),
-            bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
-            has_amx(),
-            runtimes.has_vnni(),
-            torch.get_num_threads(),
-        )
+        cpu = cpu_features()
+        return cls("cpu", cpu.capability, cpu.bf16, cpu.amx, cpu.vnni, torch.get_num_threads())
 
     @property
     def kind(self) -> str:
