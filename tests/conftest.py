@@ -156,13 +156,16 @@ def zoo_home(_isolated_zoo_home: Path) -> Path:
     return _isolated_zoo_home
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    """The first lines of a run name the CPU features zoo's choices see (and an override), so a
-    failure report says where it ran."""
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The run's first line names the CPU features zoo's choices see (and an override), so a
+    failure report says where it ran (printed by the main process, under ``-q`` too)."""
     from zoo.devices import cpu_features
 
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or hasattr(session.config, "workerinput"):
+        return
     model = next((line.split(":", 1)[1].strip() for line in _cpu_lines() if line.startswith("model name")), "?")
-    return f"zoo sees: {model}, {cpu_features()}, {os.cpu_count()} cores"
+    reporter.write_line(f"zoo sees: {model}, {cpu_features()}, {os.cpu_count()} cores")
 
 
 def _cpu_lines() -> list[str]:
