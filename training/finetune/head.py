@@ -114,6 +114,7 @@ def train_head(
     finally:
         model.requires_grad_(True)
     return (
-        f"head phase: the new head trained alone for {head.max_steps} steps ({epochs:.3g} epochs) at lr {head.lr:.3g}, "
+        f"head phase: the new head trained alone for {head.max_steps} step{'s' if head.max_steps != 1 else ''} "
+        f"({epochs:.3g} epochs) at lr {head.lr:.3g}, "
         "the body frozen; then the whole run"
     )
