@@ -1,5 +1,5 @@
 """What ``zoo finetune`` does when a user gives no flag (`zoo.training.finetune.defaults`,
-`zoo.training.finetune.head`): a budget of steps and a batch size from the data's size, crop
+`zoo.training.finetune.stages`): a budget of steps and a batch size from the data's size, crop
 augmentation for small images, a fresh head unless the data's classes are the weights' own (a
 matching count is not enough), a head phase before the whole network trains, each said in the
 run's first lines and on the card, each overridden by its flag; and ``--help`` shows the defaults."""
@@ -20,7 +20,7 @@ from zoo.store.weight_entries import load_categories
 from zoo.training.data.images.augment import Augment
 from zoo.training.data.kinds import open_data
 from zoo.training.finetune import defaults
-from zoo.training.finetune.head import head_config, match_head, train_head
+from zoo.training.finetune.stages import head_config, match_head, train_head
 from zoo.training.loop.train_config import TrainConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")

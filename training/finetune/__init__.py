@@ -41,18 +41,17 @@ from zoo.loading.saved import read_saved_config
 from zoo.loading.smiles import reads_graphs
 from zoo.store import weight_entries
 from zoo.store.model_config import update_config
-from zoo.training.data.images.augment import Augment, default_preprocess, image_transforms
+from zoo.training.data.images.augment import Augment, image_preprocess, image_transforms
 from zoo.training.data.kinds import DataSource, open_data
 from zoo.training.data.molecules.molecule_files import MoleculeOptions, MoleculeSource
 from zoo.training.finetune import card
 from zoo.training.finetune.defaults import default_augment, with_data_defaults
 from zoo.training.finetune.distill import Distillation, distillation_step
-from zoo.training.finetune.head import match_head, train_head
 from zoo.training.finetune.mlflow_run import finetune_tracking
 from zoo.training.finetune.multi_label import saved_thresholds
 from zoo.training.finetune.options import FinetuneOptions, add_arguments, options_from_args, warn_shared_shards
 from zoo.training.finetune.run_folder import evaluate_and_export, prepare_output
-from zoo.training.finetune.stages import MODES, apply_mode, layer_decay_scale, parameter_levels
+from zoo.training.finetune.stages import MODES, apply_mode, layer_decay_scale, match_head, parameter_levels, train_head
 from zoo.training.loop.callbacks import Callback
 from zoo.training.loop.lr_finder import PLOT_FILE as LR_FINDER_PLOT
 from zoo.training.loop.lr_finder import resumed_lr
@@ -229,21 +228,17 @@ def finetune(
     val_source = _open_validation(data, source, options, name, resolved)
     torch.manual_seed(config.seed)  # the new head's initialisation
     model, base = load_for_data(name, source, options.pretrained, options.model_kwargs, resolved)  # before out changes
-    classes = base is not None and source.target is None and not source.multi_label
+    classes = base is not None and source.target is None and not source.multi_label  # weights' head, or fresh
     fresh, head_note = match_head(model, source.class_names) if classes else (False, None)
     main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun, one process checks and clears
     files = prepare_output(out, resume=bool(config.resume), overwrite=options.overwrite) if main_process else None
     tracking = finetune_tracking(config, out, name, data, source.description, options, main_process)
     with files.sealing() if files is not None else contextlib.nullcontext(), tracking as tracker:
-        if main_process and config.progress:
-            print(f"data: {source.description}; {source.describe_classes()}")
-        train_set, val_set, augment = _datasets(model, source, val_source, options, config.seed)
-        config, defaults = with_data_defaults(config, source, train_set, given)
-        alone = fresh and not config.resume and options.mode != "linear-probe" and step_fn is None
-        phase = train_head(model, train_set, config, options.head_epochs, source.collate_fn) if alone else None
-        for line in (defaults, head_note, phase):
-            if main_process and config.progress and line:
-                print(line)
+        say = main_process and config.progress
+        print(f"data: {source.description}; {source.describe_classes()}") if say else None
+        head = (fresh and step_fn is None, head_note)
+        train_set, val_set, config, recipe = _prepared(model, source, val_source, options, config, given, head)
+        print(*recipe, sep="\n") if say and recipe else None
         trainable = apply_mode(model, options.mode, options.stages)
         trainer = _trainer(model, source, options, config, step_fn, callbacks)
         history = trainer.fit(train_set, val_set)
@@ -257,9 +252,7 @@ def finetune(
             zoo.save(model, out, overwrite=True)  # prepare_output let only a run's own files (a resumed run's) stay
             ran = options.post_training and val_set is not None and source.target is None and not source.multi_label
             after = evaluate_and_export(model, val_set, source, config) if ran else None
-            details = _details(name, base, source, options, trainer, (train_set, val_set), trainable, defaults)
-            augmented = f"augmentation: {augment}" if augment is not None else None
-            details["recipe"] = [line for line in (head_note, phase, augmented) if line]
+            details = _details(name, base, source, options, trainer, (train_set, val_set), trainable, recipe)
             details["epochs_run"], details["thresholds"] = len(history), labels[1] if labels else None
             details["tracking"] = tracker.describe() if tracker is not None else None
             card.write_card(out, model, details, metrics, after, config, options.command)
@@ -274,7 +267,7 @@ def _details(
     trainer: Trainer,
     datasets: tuple[Dataset, Dataset | None],
     trainable: int,
-    defaults: str | None,
+    recipe: list[str],
 ) -> dict[str, Any]:
     """What the card says of the run besides its config, metrics and epochs run."""
     train_set, val_set = datasets
@@ -295,7 +288,7 @@ def _details(
         "speed": str(trainer.speed_report) if trainer.speed_report is not None else None,
         "loading": trainer.loading_note,
         "lr_auto": _lr_auto(trainer) if trainer.config.lr == "auto" else None,
-        "defaults": defaults,
+        "recipe": recipe,
         **_task_details(source, options),
     }
 
@@ -307,6 +300,28 @@ def _lr_auto(trainer: Trainer) -> str:
     return f"{resumed_lr(trainer.optimizer):.3g} (chosen by the run this one resumes; its curve in {LR_FINDER_PLOT})"
 
 
+def _prepared(
+    model: nn.Module,
+    source: DataSource,
+    val_source: DataSource | None,
+    options: FinetuneOptions,
+    config: TrainConfig,
+    given: Collection[str],
+    head: tuple[bool, str | None],
+) -> tuple[Dataset, Dataset | None, TrainConfig, list[str]]:
+    """The training and validation sets, ``config`` with the data's defaults, and the lines of
+    the run's recipe (the defaults, the head, its phase, the augmentation), after the head
+    phase ran: ``head`` is whether the head is fresh (and no custom step replaces the loss), and
+    the line saying so."""
+    train_set, val_set, augment = _datasets(model, source, val_source, options, config.seed)
+    config, defaults = with_data_defaults(config, source, train_set, given)
+    fresh, head_note = head
+    alone = fresh and not config.resume and options.mode != "linear-probe"
+    phase = train_head(model, train_set, config, options.head_epochs, source.collate_fn) if alone else None
+    augmented = f"augmentation: {augment}" if augment is not None else None
+    return train_set, val_set, config, [line for line in (defaults, head_note, phase, augmented) if line]
+
+
 def _datasets(
     model: nn.Module, source: DataSource, val_source: DataSource | None, options: FinetuneOptions, seed: int
 ) -> tuple[Dataset, Dataset | None, Augment | None]:
@@ -316,7 +331,7 @@ def _datasets(
     the preprocessing); and the images' augmentation."""
     train_tf = eval_tf = augment = None
     if source.kind == "images":
-        preprocess, in_chans = _image_preprocess(model, source, options.image_size)
+        preprocess, in_chans = image_preprocess(model, source.in_chans, source.image_size, options.image_size)
         eval_tf = image_transforms(preprocess, source.image_size, None, in_chans)
         augment = options.augment if options.augment is not None else default_augment(preprocess, source.image_size)
         train_tf = image_transforms(preprocess, source.image_size, augment, in_chans)
@@ -393,31 +408,6 @@ def _best_model(
     metrics = {k: v for k, v in best_row.items() if k.startswith(("train_", "val_")) and not k.endswith("_per_s")}
     metrics["epoch"] = best_row.get("epoch")
     return model, metrics
-
-
-def _image_preprocess(model: nn.Module, source: DataSource, image_size: int | None) -> tuple[dict[str, Any], int]:
-    """The preprocessing images get: the weights' own (or [-1, 1] scaling for random
-    weights), resized to ``image_size`` if asked, for the model's channel count."""
-    in_chans = getattr(model, "in_chans", source.in_chans)
-    preprocess = dict(model.pretrained_cfg.get("preprocess") or default_preprocess(in_chans))
-    if image_size is not None:
-        if "crop" in preprocess and "resize" in preprocess:
-            ratio = preprocess["resize"] / preprocess["crop"]
-            preprocess |= {"resize": round(image_size * ratio), "crop": image_size}
-        else:
-            preprocess |= {"resize": image_size, "crop": image_size}
-    elif "resize" not in preprocess and "crop" not in preprocess:  # one size for a folder of mixed sizes
-        preprocess |= {"resize": list(source.image_size)}
-    if in_chans == 1:
-        preprocess["channels"] = 1
-    size = preprocess.get("crop") or preprocess.get("resize") or min(source.image_size)
-    minimum = getattr(model, "min_input_size", 1)
-    if isinstance(size, int) and size < minimum:
-        raise InvalidArgumentError(
-            f"{model.pretrained_cfg.get('architecture')} needs images of at least {minimum}px and these are "
-            f"{size}px: pass --image-size {minimum} or more"
-        )
-    return preprocess, in_chans
 
 
 def _task_details(source: DataSource, options: FinetuneOptions) -> dict[str, Any]:

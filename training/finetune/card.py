@@ -51,7 +51,6 @@ def write_card(
         + (f" ({details['setting']})" if details.get("setting") else "")
         + (f", EMA {config.ema_decay}" if config.ema_decay else ""),
         *([f"- lr auto: {details['lr_auto']}"] if details.get("lr_auto") else []),
-        *([f"- {details['defaults']}"] if details.get("defaults") else []),
         *(f"- {line}" for line in details.get("recipe") or []),
         *([f"- data loading: {details['loading']}"] if details.get("loading") else []),
         *([f"- distillation: {details['distillation']}"] if details["distillation"] else []),

@@ -211,12 +211,9 @@ def alone(trainer: Trainer) -> Iterator[None]:
 def choose_workers(
     trainer: Trainer, epochs: Epochs, train_set: Any, batches: list[Any], load_s: float, step_s: float | None
 ) -> None:
-    """No loader workers while the main process loads a batch (``load_s``) in under
-    `LOADING_SHARE` of a step, when no core is spare (a CPU model's threads use them all: a
-    worker would slow the steps down), or when an epoch's loading takes less than starting
-    a worker costs (`WORKER_START_S`: the evaluation's loader starts its own each epoch), else
-    enough to keep up on the spare cores; the step timed here unless the precision probe did.
-    A run too short to probe keeps none."""
+    """No loader workers while a batch loads (``load_s``) in `LOADING_SHARE` of a step, no core is
+    spare, or an epoch's loading costs less than starting one (`WORKER_START_S`); else enough for
+    the spare cores. The step is timed here unless the precision probe did; a short run keeps none."""
     if step_s is None and epochs.total_steps * PROBE_SHARE >= WARMUP_STEPS + TIMED_STEPS:
         trial = probe(trainer, trainer.setting, batches, None)
         if trainer.setting.compile and trial.compile_s is not None:  # compiled by hand: its cost is kept too
@@ -229,8 +226,7 @@ def choose_workers(
     spare = cores - (torch.get_num_threads() if trainer.device.type == "cpu" else 1)
     share = load_s / step_s
     epoch_s = load_s * len(epochs.loader)
-    few = share <= LOADING_SHARE or spare < 1 or epoch_s < WORKER_START_S
-    workers = 0 if few else min(spare, math.ceil(share) + 1)
+    workers = 0 if share <= LOADING_SHARE or spare < 1 or epoch_s < WORKER_START_S else min(spare, math.ceil(share) + 1)
     trainer.loading_note = (
         f"{workers} workers (a batch loads in {load_s * 1e3:.1f} ms in the main process, "
         f"{share:.0%} of a {step_s * 1e3:.0f} ms step, {epoch_s:.2f} s an epoch; {spare} of {cores} cores not computing)"
@@ -249,8 +245,7 @@ def choose(trainer: Trainer, batches: list[Any], total_steps: int) -> OptimizeRe
     cfg, device = trainer.config, trainer.device
     image, fixed = is_image_batch(batches[0]), len({describe(b) for b in batches}) == 1
     settings, skipped = candidates(device, image, fixed, cfg.channels_last, cfg.compile)
-    cpu = cpu_features()
-    report = OptimizeReport(settings[0].name, 1.0, [], cpu.capability, cpu.amx, str(device))
+    report = OptimizeReport(settings[0].name, 1.0, [], cpu_features().capability, cpu_features().amx, str(device))
     report.baseline = "fp32"
     report.cache_key = cache_key(trainer, batches[0], settings)
     known = remembered(report.cache_key, CACHE_FILE)

@@ -102,8 +102,7 @@ def optimize(
     if not auto and precision not in available:
         raise InvalidArgumentError(f"precision={precision!r} does not apply here: {unavailable[precision]}")
     trials = _Trials(model, args, batches, available, repeats, min_agreement, not auto, time_budget_s if auto else None)
-    cpu = cpu_features()
-    report = OptimizeReport("eager", 1.0, [], cpu.capability, cpu.amx, str(device))
+    report = OptimizeReport("eager", 1.0, [], cpu_features().capability, cpu_features().amx, str(device))
     report.cache_key = _cache_key(model, args, device, report, available)
     if auto:
         chosen = _choose_auto(trials, report, unavailable, cache)

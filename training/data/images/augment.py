@@ -11,6 +11,7 @@ import torch.nn as nn
 from torchvision.transforms import InterpolationMode, v2
 
 from zoo.bounds import Bounds, bounded, check_fields, count
+from zoo.errors import InvalidArgumentError
 from zoo.loading.transforms import (
     ConvertChannels,
     ResizeIfNeeded,
@@ -111,3 +112,31 @@ def _output_size(preprocess: dict[str, Any], image_size: tuple[int, int]) -> tup
         h, w = image_size  # an int resizes the shorter side, keeping the aspect ratio
         return (resize, int(resize * w / h)) if h <= w else (int(resize * h / w), resize)
     return image_size
+
+
+def image_preprocess(
+    model: nn.Module, data_chans: int, data_size: tuple[int, int], image_size: int | None
+) -> tuple[dict[str, Any], int]:
+    """The preprocessing images of ``data_size`` (``data_chans`` channels) get for ``model``:
+    the weights' own (or [-1, 1] scaling for random weights), resized to ``image_size`` if
+    asked, for the model's channel count (returned too)."""
+    in_chans = getattr(model, "in_chans", data_chans)
+    preprocess = dict(model.pretrained_cfg.get("preprocess") or default_preprocess(in_chans))
+    if image_size is not None:
+        if "crop" in preprocess and "resize" in preprocess:
+            ratio = preprocess["resize"] / preprocess["crop"]
+            preprocess |= {"resize": round(image_size * ratio), "crop": image_size}
+        else:
+            preprocess |= {"resize": image_size, "crop": image_size}
+    elif "resize" not in preprocess and "crop" not in preprocess:  # one size for a folder of mixed sizes
+        preprocess |= {"resize": list(data_size)}
+    if in_chans == 1:
+        preprocess["channels"] = 1
+    size = preprocess.get("crop") or preprocess.get("resize") or min(data_size)
+    minimum = getattr(model, "min_input_size", 1)
+    if isinstance(size, int) and size < minimum:
+        raise InvalidArgumentError(
+            f"{model.pretrained_cfg.get('architecture')} needs images of at least {minimum}px and these are "
+            f"{size}px: pass --image-size {minimum} or more"
+        )
+    return preprocess, in_chans
