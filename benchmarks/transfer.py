@@ -27,7 +27,8 @@ The arms:
   stages | head), batch 16, ``learn.freeze(); learn.lr_find()`` (its ``valley``), then
   ``learn.fine_tune(20, valley)``; its best-of-run is the last epoch, as fastai keeps it.
 - ``cand:FLAGS``: ``zoo finetune`` with extra flags, for choosing defaults on validation
-  accuracy (``--arms 'cand:--head-epochs 0'``).
+  accuracy (``--arms 'cand:--head-epochs 0'``); ``budget:N``: the defaults with a budget of N
+  optimizer steps instead of `TRANSFER_STEPS` (the epochs it gives on each task, as ``--epochs``).
 
 Each row is appended to ``--csv`` as it finishes (a rerun skips the rows already there), then a
 table of test accuracy (mean ± std over seeds), validation accuracy and wall time per run.
@@ -311,6 +312,14 @@ def _run_arm(
         if fastai_python is None:
             raise RuntimeError("the fastai arm needs --fastai-python")
         return run_fastai(task, paths, seed, out, fastai_python)
+    if arm.startswith("budget:"):  # the default recipe with another step budget: its epochs on this task
+        from zoo.training.data.kinds import open_data
+        from zoo.training.finetune import defaults
+
+        train = sum(1 for _ in paths["train"].rglob("*.png"))
+        batch, source = defaults.transfer_batch_size(train), open_data(paths["train"])
+        epochs = defaults.data_defaults(source, train, batch, int(arm.removeprefix("budget:")))["epochs"]
+        return run_zoo(task, paths, seed, out, ["--epochs", str(epochs)])
     flags = {"zoo": [], "zoo-lr-auto": ["--lr", "auto"]}.get(arm)
     return run_zoo(task, paths, seed, out, shlex.split(arm.removeprefix("cand:")) if flags is None else flags)
 

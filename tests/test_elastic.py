@@ -6,6 +6,7 @@ comes back ends the run with one line, its checkpoint kept. Every subprocess is 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import signal
@@ -265,7 +266,8 @@ def kill_node(agent: subprocess.Popen) -> None:
     """SIGKILL a torchrun agent and its workers, as a lost machine would."""
     workers = subprocess.run(["pgrep", "-P", str(agent.pid)], capture_output=True, text=True).stdout.split()
     for pid in [*map(int, workers), agent.pid]:
-        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # gone already (a worker may end first): not an error
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("lost", ["the rendezvous host", "the other node"])

@@ -88,7 +88,8 @@ def test_a_run_with_lr_auto_is_the_run_with_the_value_it_found() -> None:
     auto = trainer(epochs=2, lr="auto")
     auto.fit(image_data())
     found = auto.lr_report.lr
-    assert auto.lr_report.index is not None and found == auto.lr_report.lrs[auto.lr_report.index]
+    report = auto.lr_report
+    assert report.index is not None and (found == report.lrs[report.index] or report.kept_default is not None)
     given = trainer(epochs=2, lr=found)
     given.fit(image_data())
     assert same(auto.model.state_dict(), given.model.state_dict())
@@ -127,6 +128,14 @@ def test_a_flat_curve_keeps_the_default_and_a_valley_on_the_flat_part_gives_way(
     assert index == lowest - 12 and "flat part" in why  # a decade below the lowest loss
 
 
+@pytest.mark.parametrize(("picked", "used"), [(4e-4, 1e-3), (2.9e-3, 1e-3), (3.1e-3, 3.1e-3), (1e-5, 1e-5)])
+def test_a_pick_near_the_default_keeps_the_default(picked, used) -> None:
+    report = lr_finder.LRFinderReport(1e-3, lrs=[picked], losses=[1.0], index=0, planned=50)
+    lr_finder.take(report, picked)
+    assert report.lr == used and (report.kept_default == picked) is (used == 1e-3)
+    assert str(report).startswith(f"{used:.3g} (") and (("within 3x" in str(report)) is (used == 1e-3))
+
+
 def test_the_smoothing_is_a_debiased_running_average() -> None:
     average, values = 0.0, []
     for count in range(1, 6):
@@ -145,7 +154,7 @@ def test_a_sweep_that_diverges_stops_and_still_suggests() -> None:
     with lr_finder.kept(run, epochs):
         report = lr_finder.sweep(run, epochs, 100)
     assert len(report.lrs) < 100 and "diverged" in report.note
-    assert report.index is None or report.lr == report.lrs[report.index]
+    assert report.index is None or report.lr == report.lrs[report.index] or report.kept_default is not None
 
 
 def test_zoo_finetune_lr_auto_writes_the_curve_and_the_card_line(tmp_path, capsys) -> None:
