@@ -12,9 +12,10 @@ takes `STEP_SHARE` of the run's optimizer steps, at least `MIN_STEPS` and at mos
 steps and the last `SKIP_END`, cut at the first NaN: the longest run of decreasing loss, and a
 point 1/3 + 1/6 of the way into it (`suggest`). Two guards keep the pick from hurting
 (`guarded`): a curve that falls by less than `FLAT` of its starting value over the weighed points
-says nothing, and the run keeps the default learning rate; a valley on the flat part before the
-loss falls (less than `FLAT_PART` of the fall behind it, as noise makes on a short sweep) gives way
-to fastai's older ``minimum`` rule, a tenth of the rate at the lowest loss. A pick within
+says nothing, and the run keeps the default learning rate; so does a valley on the flat part
+before the loss falls (less than `FLAT_PART` of the fall behind it, as noise makes on a short
+sweep: fastai's older ``minimum`` rule there, a tenth of the lowest loss's rate, cost a point on
+the transfer suite). A pick within
 `SNAP` times the default keeps the default: the smoothed curve cannot tell rates that close
 apart (on the transfer suite, picks 1.1-2.6x off the default cost 0.6-1.3 points). Weights and buffers (BatchNorm statistics),
 optimizer, EMA, step count, the generators and the data position are put back afterwards, so the
@@ -208,10 +209,9 @@ def take(report: LRFinderReport, picked: float) -> None:
 
 
 def guarded(losses: Sequence[float], planned: int, index: int) -> tuple[int | None, str]:
-    """The suggestion `suggest` made (``index``), unless the curve cannot carry it: None when
-    the weighed points fall by less than `FLAT` of the first (the default rate stays); the
-    point nearest a tenth of the lowest loss's rate (fastai's ``minimum``) when the valley
-    has less than `FLAT_PART` of the fall behind it. With the reason, or "" for the valley."""
+    """The suggestion `suggest` made (``index``), unless the curve cannot carry it: None (the
+    default rate stays) when the weighed points fall by less than `FLAT` of the first, or when
+    the valley has less than `FLAT_PART` of the fall behind it. With the reason, or ""."""
     skip = planned // 10
     weighed = list(losses[skip:-SKIP_END])
     weighed = weighed[: next((i for i, v in enumerate(weighed) if math.isnan(v)), len(weighed))]
@@ -221,10 +221,7 @@ def guarded(losses: Sequence[float], planned: int, index: int) -> tuple[int | No
         return None, f"a flat curve: the loss fell {fall / abs(first):.1%} over the sweep, so the default stays"
     if first - losses[index] >= FLAT_PART * fall:
         return index, ""
-    lowest = skip + weighed.index(low)
-    step = 1 / max(planned - 1, 1) * math.log10(END_LR / START_LR)  # decades between points
-    minimum = max(skip, lowest - round(1 / step))  # a decade below the lowest loss
-    return minimum, "the valley sat on the flat part before the loss falls: a tenth of the lowest loss's rate"
+    return None, "fastai's valley sat on the flat, noisy part before the loss falls, so the default stays"
 
 
 def batch_groups(epochs: Epochs, size: int) -> Iterator[list[Any]]:
