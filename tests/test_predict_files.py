@@ -283,7 +283,7 @@ def test_out_naming_the_input_file_is_refused(runs, tmp_path, capsys):
     for out in (listing, link):
         assert main(["predict", str(runs["text"]), "--input", str(listing), "--out", str(out)]) == 2
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "is the --input file" in err, err
+        assert err.count("\n") == 1 and "is an input of this command" in err, err
     assert listing.read_text() == "hi\n"
 
 

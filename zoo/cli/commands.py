@@ -19,7 +19,7 @@ from zoo.errors import InvalidArgumentError, ZooError
 from zoo.loading.images import open_image
 from zoo.loading.outputs import output_meaning
 from zoo.store import weight_entries
-from zoo.store.files import check_writable
+from zoo.store.files import check_output, check_writable, write_bytes_atomic
 from zoo.tokenizer import check_byte_lm, complete
 
 
@@ -198,8 +198,9 @@ def _eval_on_file(args: argparse.Namespace) -> int:
 
     if args.limit is not None:
         raise InvalidArgumentError("--limit takes the card's slice of its test set; with --data, score a shorter file")
-    if args.out:
-        check_writable(args.out)  # before the model runs
+    if args.out:  # before the model runs: not the data, nor a file of its folder or of the run folder NAME
+        data = Path(args.data).expanduser()
+        check_output(Path(args.out).expanduser(), [data], [p for p in (data, Path(args.name)) if p.is_dir()])
     from zoo.training.data.molecules.molecule_files import MoleculeOptions
 
     reading = MoleculeOptions(
@@ -210,7 +211,7 @@ def _eval_on_file(args: argparse.Namespace) -> int:
     )
     print("\n".join(format_scores(scores)))
     if args.out:
-        Path(args.out).write_text(strict_json(scores, indent=2) + "\n")
+        write_bytes_atomic(args.out, (strict_json(scores, indent=2) + "\n").encode())
         print(f"wrote {args.out}")
     return 0
 

@@ -12,7 +12,6 @@ import contextlib
 import csv
 import json
 import math
-import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,7 +29,7 @@ from zoo.loading.outputs import OutputMeaning, output_meaning
 from zoo.loading.smiles import graph_or_problem, parse_smiles, reads_molecules
 from zoo.loading.transforms import text_length
 from zoo.store import weight_entries
-from zoo.store.files import check_writable
+from zoo.store.files import atomic_path, check_output
 from zoo.tokenizer import ByteTokenizer
 
 FORMATS = ("csv", "jsonl")
@@ -41,12 +40,14 @@ def predict_file(args: argparse.Namespace) -> int:
     path = Path(args.input).expanduser()
     check_input_file(path)  # before the model loads
     form = output_format(args.format, args.out)
-    if args.out:
-        _check_not_the_input(path, Path(args.out).expanduser())
-        check_writable(args.out)
+    lists = [path / name for name in ("metadata.csv", "metadata.jsonl")] if path.is_dir() else [path]
+    if args.out:  # not the input, nor a file of the input folder or the run folder NAME
+        check_output(Path(args.out).expanduser(), lists, [p for p in (path, Path(args.name)) if p.is_dir()])
     model = zoo.load(args.name, device=args.device).eval()
     kind = model_input(model, args.name)
     rows = read_inputs(path, kind)
+    if args.out:  # nor a listed image
+        check_output(Path(args.out).expanduser(), [row.path for row in rows])
     meaning = output_meaning(model.pretrained_cfg)
     run = _runner(model, kind)
     top_k = min(args.top_k, model.pretrained_cfg.get("num_classes") or args.top_k)
@@ -61,17 +62,8 @@ def predict_file(args: argparse.Namespace) -> int:
                 bar.update(len(chunk))
         finally:
             bar.close()
+        _check_some_predicted(path, rows)  # else nothing is written: an --out file there stays as it was
     return _summary(path, rows, args.out)
-
-
-def _check_not_the_input(path: Path, out: Path) -> None:
-    """Refuse an --out that is the --input file (or a folder's metadata list): it would be
-    overwritten with the predictions before it is read."""
-    inputs = [path / name for name in ("metadata.csv", "metadata.jsonl")] if path.is_dir() else [path]
-    if out.exists() and any(given.exists() and os.path.samefile(given, out) for given in inputs):
-        raise InvalidArgumentError(
-            f"--out {out} is the --input file {path}: writing would overwrite the inputs; name another --out file"
-        )
 
 
 def output_format(given: str | None, out: str | None) -> str:
@@ -163,8 +155,8 @@ def _opened(out: str | None) -> Iterator[IO[str]]:
     if out is None:
         yield sys.stdout
         return
-    with open(out, "w", encoding="utf-8", newline="") as stream:
-        yield stream
+    with atomic_path(out) as part, open(part, "w", encoding="utf-8", newline="") as stream:
+        yield stream  # out is replaced only when every row is written
 
 
 Write = Callable[[InputRow, dict[str, Any] | None], None]
@@ -258,15 +250,20 @@ def answer_lines(shown: str, answer: dict[str, Any], with_index: bool = True) ->
     return [shown, *(f"  {item['score']:7.2%}  {item['label']}{index(item)}" for item in found)]
 
 
-def _summary(path: Path, rows: list[InputRow], out: str | None) -> int:
-    """The count of rows not predicted on stderr; none predicted at all is an error."""
+def _check_some_predicted(path: Path, rows: list[InputRow]) -> None:
+    """None of the rows predicted is an error."""
     failed = [row for row in rows if row.error is not None]
-    where = f" in {out}" if out else ""
     if failed and len(failed) == len(rows):
         raise DataError(
             f"{path}: none of its {len(rows)} rows could be predicted (line {failed[0].line}: {failed[0].error}); "
             "check that the file holds what the model reads"
         )
+
+
+def _summary(path: Path, rows: list[InputRow], out: str | None) -> int:
+    """The count of rows not predicted on stderr."""
+    failed = [row for row in rows if row.error is not None]
+    where = f" in {out}" if out else ""
     if failed:
         first = failed[0]
         print(

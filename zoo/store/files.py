@@ -12,7 +12,7 @@ import stat
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -114,6 +114,30 @@ def _fsync(path: Path) -> None:
             raise
     finally:
         os.close(fd)
+
+
+def check_output(
+    out: str | os.PathLike, inputs: Iterable[str | os.PathLike | None] = (), folders: Iterable[str | os.PathLike] = ()
+) -> Path:
+    """``out`` when a command may write it (`check_writable`) without destroying what it reads:
+    refused when it is one of ``inputs`` (the same file by any path: the data, a listed image)
+    or a file already inside one of ``folders`` (the data's folder, a run folder the model
+    comes from). Checked before anything is written."""
+    path = check_writable(out)
+    if not path.exists():
+        return path
+    for given in inputs:
+        if given is not None and Path(given).exists() and os.path.samefile(given, path):
+            raise InvalidArgumentError(
+                f"--out {path} is an input of this command ({given}): writing would destroy it; name another --out file"
+            )
+    for folder in folders:
+        if Path(folder).is_dir() and path.resolve().is_relative_to(Path(folder).resolve()):
+            raise InvalidArgumentError(
+                f"--out {path} is an input of this command (a file of {folder}): writing would destroy it; "
+                "name a file outside that folder"
+            )
+    return path
 
 
 def check_writable(path: str | os.PathLike) -> Path:
