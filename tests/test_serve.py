@@ -110,7 +110,13 @@ def test_v2_text_generation_through_tritonclient(server: str, models: dict) -> N
 
 def test_predict_route_gives_the_numbers_of_zoo_predict(server: str, pngs: list[Path], capsys) -> None:
     args = argparse.Namespace(
-        name=IMAGES, images=[str(p) for p in pngs[:3]], top_k=3, batch_size=64, device="cpu", optimize=None
+        name=IMAGES,
+        images=[str(p) for p in pngs[:3]],
+        top_k=3,
+        batch_size=64,
+        device="cpu",
+        optimize=None,
+        no_progress=False,
     )
     run_predict(args)
     printed = [

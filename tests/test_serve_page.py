@@ -31,7 +31,11 @@ def server() -> Iterator[str]:
 
 
 def _zoo_predict_top(path: Path, capsys: pytest.CaptureFixture[str]) -> str:
-    run_predict(argparse.Namespace(name=IMAGES, images=[str(path)], top_k=1, batch_size=1, device="cpu", optimize=None))
+    run_predict(
+        argparse.Namespace(
+            name=IMAGES, images=[str(path)], top_k=1, batch_size=1, device="cpu", optimize=None, no_progress=False
+        )
+    )
     line = capsys.readouterr().out.splitlines()[1]  # "  99.84%  Ankle boot (9)"
     return line.split("%", 1)[1].rsplit(" (", 1)[0].strip()
 

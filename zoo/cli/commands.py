@@ -56,8 +56,9 @@ def run_predict(args: argparse.Namespace) -> int:
     preprocess = zoo.transforms(model)
     meaning = output_meaning(model.pretrained_cfg)
     progress = tqdm(
-        total=len(args.images), desc="zoo predict", unit="img", leave=False, disable=len(args.images) <= args.batch_size
-    )
+        total=len(args.images), desc="zoo predict", unit="img", leave=False,
+        disable=args.no_progress or len(args.images) <= args.batch_size,
+    )  # fmt: skip
     try:
         for start in range(0, len(args.images), args.batch_size):
             paths = args.images[start : start + args.batch_size]
@@ -163,7 +164,7 @@ def run_eval(args: argparse.Namespace) -> int:
     flags = {
         "--out": args.out, "--images": args.images, "--label-field": args.label_field,
         "--device": args.device != "cpu", "--label-delimiter": args.label_delimiter != " ",
-        "--skip-bad-rows": args.skip_bad_rows,
+        "--skip-bad-rows": args.skip_bad_rows, "--no-progress": args.no_progress,
     }  # fmt: skip
     given = [flag for flag, value in flags.items() if value]
     if given:
@@ -207,8 +208,9 @@ def _eval_on_file(args: argparse.Namespace) -> int:
         label_field=args.label_field, label_delimiter=args.label_delimiter, skip_bad_rows=args.skip_bad_rows
     )
     scores = score_file(
-        args.name, args.data, device=args.device, batch_size=args.batch_size, reading=reading, images=args.images
-    )
+        args.name, args.data, device=args.device, batch_size=args.batch_size, reading=reading, images=args.images,
+        progress=not args.no_progress,
+    )  # fmt: skip
     print("\n".join(format_scores(scores)))
     if args.out:
         write_bytes_atomic(args.out, (strict_json(scores, indent=2) + "\n").encode())

@@ -109,6 +109,7 @@ def _predict_arguments(p: argparse.ArgumentParser) -> None:
         help=f"inputs per forward pass (default: {PREDICT_BATCH_SIZE})",
     )
     p.add_argument("--device", default="cpu", help=DEVICE_HELP)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (for logs and redirected output)")
     p.add_argument(
         "--optimize",
         choices=PRECISIONS,
@@ -179,6 +180,7 @@ def _eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--device", default="cpu", help=DEVICE_HELP + " (with --data; the card's evaluation runs on the CPU)"
     )
+    p.add_argument("--no-progress", action="store_true", help="with --data: no progress bar (for logs)")
 
 
 def _demo_arguments(p: argparse.ArgumentParser) -> None:

@@ -53,7 +53,8 @@ def predict_file(args: argparse.Namespace) -> int:
     top_k = min(args.top_k, model.pretrained_cfg.get("num_classes") or args.top_k)
     with _opened(args.out) as stream:
         write = _writer(form, stream, meaning, top_k, any(row.id is not None for row in rows))
-        bar = tqdm(total=len(rows), desc="zoo predict", unit="row", leave=False, disable=len(rows) <= args.batch_size)
+        quiet = args.no_progress or len(rows) <= args.batch_size
+        bar = tqdm(total=len(rows), desc="zoo predict", unit="row", leave=False, disable=quiet)
         try:
             for start in range(0, len(rows), args.batch_size):
                 chunk = rows[start : start + args.batch_size]
