@@ -43,3 +43,13 @@ def test_an_unknown_level_is_refused_naming_the_variable(monkeypatch) -> None:
     monkeypatch.setenv("ZOO_CPU_FEATURES", "avx1024")
     with pytest.raises(InvalidArgumentError, match=r"ZOO_CPU_FEATURES='avx1024' .* avx2, avx512, avx512_bf16, amx"):
         cpu_features()
+
+
+def test_the_command_line_stops_on_an_unknown_level_before_any_work(monkeypatch, tmp_path, pngs, capsys) -> None:
+    from zoo.cli import main
+
+    monkeypatch.setenv("ZOO_CPU_FEATURES", "sse2")
+    assert main(["finetune", "resnet20", "--data", str(pngs), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "ZOO_CPU_FEATURES='sse2'" in err
+    assert not (tmp_path / "run").exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import shlex
 import sys
 import warnings
@@ -305,6 +306,10 @@ class Handler:
     function: str
 
     def __call__(self, args: argparse.Namespace) -> int:
+        if os.environ.get("ZOO_CPU_FEATURES"):  # a level zoo does not know stops here, before any work
+            from zoo.devices import cpu_features
+
+            cpu_features()
         return getattr(importlib.import_module(self.module), self.function)(args)
 
 
