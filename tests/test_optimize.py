@@ -78,7 +78,7 @@ def test_every_candidate_matches_fp32_and_int8_keeps_top1_on_real_images(auto_ru
     if BF16_NATIVE:  # not measured yet (no such CPU in this session): a loose check that bf16 is not broken
         assert ran["bf16"].top1_agreement >= 0.98
     report = optimized.optimize_report
-    assert report.cpu_capability == torch.backends.cpu.get_cpu_capability() and report.device == "cpu"
+    assert report.cpu_capability == cpu_features().capability and report.device == "cpu"
     assert "bf16" in {c.name for c in report.candidates if c.median_s is None} or BF16_NATIVE
     with torch.no_grad():  # the chosen path, called as users call it, on a batch it was checked on
         expected, actual = model(fmnist_batches[1]), optimized(fmnist_batches[1])
@@ -216,7 +216,7 @@ def test_fp32_folds_batchnorm_into_the_convolution_and_fuses_the_relu():
 
 def test_cache_key_names_machine_model_shape_and_torch(auto_run):
     key = auto_run[1].optimize_report.cache_key
-    for part in (torch.backends.cpu.get_cpu_capability(), "resnet20.fmnist", "(64, 1, 28, 28)", torch.__version__):
+    for part in (cpu_features().capability, "resnet20.fmnist", "(64, 1, 28, 28)", torch.__version__):
         assert part in key
     assert Path(auto_run[2], optimize_report.CACHE_FILE).is_file()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,3 +163,19 @@ def show_defaults(parser: argparse.ArgumentParser) -> None:
             continue
         shown = f"(default: {default:g})" if isinstance(default, float) else "(default: %(default)s)"
         action.help = f"{text} {shown}" if text else shown
+
+
+CPU_FEATURES_ENV = "ZOO_CPU_FEATURES"
+CPU_LEVELS = ("avx2", "avx512", "avx512_bf16", "amx")  # what `zoo.devices.cpu_features` can be told the CPU is
+
+
+def cpu_level() -> str | None:
+    """The CPU level `CPU_FEATURES_ENV` names (None when it is unset), refused when zoo does not
+    know it; read without torch, so that the command line checks it before any work."""
+    level = os.environ.get(CPU_FEATURES_ENV, "").strip().lower()
+    if level and level not in CPU_LEVELS:
+        raise InvalidArgumentError(
+            f"{CPU_FEATURES_ENV}={level!r} is not a CPU level zoo knows: use one of {', '.join(CPU_LEVELS)}, "
+            "or leave it unset for this CPU's own"
+        )
+    return level or None

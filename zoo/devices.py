@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 
+from zoo.bounds import CPU_FEATURES_ENV, cpu_level
 from zoo.errors import InvalidArgumentError
 
 
@@ -37,7 +37,6 @@ def checked_device(requested: torch.device | str) -> torch.device:
     return device
 
 
-CPU_FEATURES_ENV = "ZOO_CPU_FEATURES"
 # what each level of ZOO_CPU_FEATURES stands for: (torch's capability, native bf16, AMX, VNNI)
 CPU_LEVELS: dict[str, tuple[str, bool, bool, bool]] = {
     "avx2": ("AVX2", False, False, False),
@@ -82,13 +81,8 @@ def cpu_features() -> CpuFeatures:
     (``avx2``, ``avx512``, ``avx512_bf16``, ``amx``): a test or a benchmark makes zoo choose as
     it would on that CPU, whatever runs it (the kernels themselves stay this CPU's; pair it
     with ``ATEN_CPU_CAPABILITY`` to emulate a smaller one)."""
-    level = os.environ.get(CPU_FEATURES_ENV, "").strip().lower()
-    if level:
-        if level not in CPU_LEVELS:
-            raise InvalidArgumentError(
-                f"{CPU_FEATURES_ENV}={level!r} is not a CPU level zoo knows: use one of {', '.join(CPU_LEVELS)}, "
-                "or leave it unset for this CPU's own"
-            )
+    level = cpu_level()
+    if level is not None:
         return CpuFeatures(*CPU_LEVELS[level], override=level)
     flags = _cpuinfo()
     return CpuFeatures(

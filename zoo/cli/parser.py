@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import shlex
 import sys
 import warnings
@@ -18,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from zoo.bounds import SEED, TEMPERATURE, TOP_K, TOP_P, count, show_defaults
+from zoo.bounds import SEED, TEMPERATURE, TOP_K, TOP_P, count, cpu_level, show_defaults
 from zoo.errors import run_command
 
 PREDICT_BATCH_SIZE = 64
@@ -306,10 +305,7 @@ class Handler:
     function: str
 
     def __call__(self, args: argparse.Namespace) -> int:
-        if os.environ.get("ZOO_CPU_FEATURES"):  # a level zoo does not know stops here, before any work
-            from zoo.devices import cpu_features
-
-            cpu_features()
+        cpu_level()  # a ZOO_CPU_FEATURES level zoo does not know stops here, before any work
         return getattr(importlib.import_module(self.module), self.function)(args)
 
 
