@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 
 from zoo.errors import InvalidArgumentError
+from zoo.training.loop.steps import higher_is_better
 from zoo.training.loop.train_config import TrainConfig
 
 
@@ -84,6 +85,6 @@ def make_scheduler(
         step_size = max(round(cfg.step_epochs * steps_per_epoch), 1)
         return schedules.StepLR(optimizer, step_size=step_size, gamma=cfg.gamma)
     if cfg.scheduler == "plateau":
-        mode = "min" if "loss" in monitor else "max"
+        mode = "max" if higher_is_better(monitor) else "min"
         return schedules.ReduceLROnPlateau(optimizer, mode=mode, factor=cfg.gamma, patience=cfg.plateau_patience)
     return None

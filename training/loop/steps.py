@@ -220,10 +220,31 @@ class DistillationStep(ClassificationStep):
 REGRESSION_LOSSES = ("mse", "huber")
 
 
+# Which way each metric zoo reports is better, by the end of its name (``val_f1_micro``,
+# ``train_loss``, a step's ``val_aux_loss``): stated once, read by the best epoch, early stopping,
+# the plateau schedule, and zoo tune's objective and pruner.
+HIGHER_IS_BETTER = ("acc", "top5", "r2", "map", "f1_micro", "f1_macro", "auroc", "auc")
+LOWER_IS_BETTER = ("loss", "mae", "rmse", "mse", "error", "ppl", "bpb")
+
+
+def higher_is_better(metric: str) -> bool:
+    """Whether a higher value of ``metric`` is better (`HIGHER_IS_BETTER`, `LOWER_IS_BETTER`);
+    a name that ends in neither is refused, naming what it takes."""
+    for ends, higher in ((HIGHER_IS_BETTER, True), (LOWER_IS_BETTER, False)):
+        if any(metric == end or metric.endswith("_" + end) for end in ends):
+            return higher
+    raise InvalidArgumentError(
+        f"metric {metric!r}: zoo does not know whether a higher value is better; name one ending in "
+        f"{', '.join(HIGHER_IS_BETTER)} (higher is better) or {', '.join(LOWER_IS_BETTER)} (lower), e.g. val_acc"
+    )
+
+
 def monitor_name(monitor: str | None, eval_step_fn: StepFn, has_val: bool) -> str:
-    """The metric that picks a run's best epoch: ``monitor`` when set, else val_acc for
-    classifiers, val_loss for other steps, train_loss without validation data."""
+    """The metric that picks a run's best epoch: ``monitor`` when set (its direction known:
+    `higher_is_better`), else val_acc for classifiers, val_loss for other steps, train_loss
+    without validation data."""
     if monitor:
+        higher_is_better(monitor)
         return monitor
     if not has_val:
         return "train_loss"

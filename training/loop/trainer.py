@@ -73,6 +73,7 @@ from zoo.training.loop.steps import (
     StepFn,
     StepOutput,
     check_manual_step,
+    higher_is_better,
     monitor_name,
     move_to_device,
 )
@@ -355,8 +356,8 @@ class Trainer:
         """``value`` of ``monitor`` improved (lower for losses): keep the weights as the best;
         else count the epoch towards early stopping."""
         state, patience = self.state, self.config.early_stopping_patience
-        minimize = "loss" in self.monitor
-        improved = state.best_metric is None or (value < state.best_metric if minimize else value > state.best_metric)
+        higher = higher_is_better(self.monitor)
+        improved = state.best_metric is None or (value > state.best_metric if higher else value < state.best_metric)
         if improved:
             state.best_metric, state.best_epoch, state.bad_epochs = value, state.epoch + 1, 0
             self._keep_best(self._eval_model(), self.monitor, value)

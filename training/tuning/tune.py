@@ -41,6 +41,7 @@ from zoo.training.finetune import keywords as finetune_keywords
 from zoo.training.finetune.options import json_object
 from zoo.training.finetune.stages import parameter_levels
 from zoo.training.loop.records.tracking import check_tracking
+from zoo.training.loop.steps import higher_is_better
 from zoo.training.loop.train_config import GIVEN, TrainConfig
 from zoo.training.tuning import tune_report
 from zoo.training.tuning.tune_space import Param, active_space, default_params, sample, trial_keywords
@@ -53,7 +54,6 @@ STUDY_FILE, TRIALS_DIR, BEST_DIR = "study.db", "trials", "best"
 PRUNERS = ("median", "halving", "none")
 TRIALS = count(1, 100_000)
 TIMEOUT = Bounds(0, 10 * 365 * 86_400, low_open=True)  # seconds
-MAXIMISED = ("acc", "map", "r2", "f1", "auc", "top5")  # metric name endings a higher value of is better
 TUNE_OWNS = ("out", "overwrite", "resume")  # what tune sets for each trial itself
 
 
@@ -193,7 +193,7 @@ def _task(name: str, data: Any, fixed: Mapping[str, Any], metric: str | None) ->
             stages = parameter_levels(model)[1]
         except ZooError:
             stages = 1
-    direction = "maximize" if metric.rsplit("_", 1)[-1] in MAXIMISED else "minimize"
+    direction = "maximize" if higher_is_better(metric) else "minimize"
     return {"metric": metric, "direction": direction, "images": source.kind == "images", "stages": stages}
 
 
