@@ -353,8 +353,7 @@ class Trainer:
         return metrics
 
     def _judge_epoch(self, value: float) -> None:
-        """``value`` of ``monitor`` improved (lower for losses): keep the weights as the best;
-        else count the epoch towards early stopping."""
+        """``value`` of ``monitor`` improved (`higher_is_better`): keep the weights; else count towards early stopping."""
         state, patience = self.state, self.config.early_stopping_patience
         higher = higher_is_better(self.monitor)
         improved = state.best_metric is None or (value > state.best_metric if higher else value < state.best_metric)
