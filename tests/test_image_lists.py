@@ -235,3 +235,22 @@ def test_a_crafted_list_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(image_lists, "MAX_LIST_BYTES", 100)
     with pytest.raises(ZooError, match=r"is read whole, up to"):
         read(tmp_path, label_field="label")
+
+
+def test_a_link_swapped_in_after_the_list_was_read_is_refused_when_opened(tmp_path: Path) -> None:
+    """Issue 62, case 9: the rule that keeps a list's images inside its folder holds when each
+    image is opened, not only when the list is read."""
+    names = write_images(tmp_path / "data", 4)
+    (tmp_path / "data" / "metadata.csv").write_text(
+        "file_name,label\n" + "".join(f"{n},x{i % 2}\n" for i, n in enumerate(names))
+    )
+    dataset = open_data(tmp_path / "data").full()
+    assert dataset[0][1] == 0  # read as listed
+    outside = tmp_path / "secret.png"
+    Image.fromarray(np.zeros((28, 28), np.uint8)).save(outside)
+    victim = tmp_path / "data" / names[0]
+    victim.unlink()
+    os.symlink(outside, victim)
+    with pytest.raises(DataError, match=r"now leads out of .* \(to .*secret\.png\), since the list was read"):
+        dataset[0]
+    assert dataset[1][1] == 1  # the others still read

@@ -22,17 +22,33 @@ from zoo.training.data.text.text_rows import plural
 class ImageFiles(Dataset):
     """Images read by zoo's one image reader (`zoo.loading.images.open_image`, as ``zoo predict``
     reads them), brought to ``channels``, then transformed; a file it cannot read raises
-    `DataError` naming it."""
+    `DataError` naming it. With ``root`` (an image list's folder, resolved), each file is checked
+    again when it is opened, and its resolved path opened: a link swapped in after the list was
+    read cannot lead out of the folder."""
 
-    def __init__(self, samples: list[tuple[str, Any]], channels: int, transform: Callable[[Any], Any] | None) -> None:
-        self.samples, self.channels, self.transform = samples, channels, transform
+    def __init__(
+        self,
+        samples: list[tuple[str, Any]],
+        channels: int,
+        transform: Callable[[Any], Any] | None,
+        root: str | None = None,
+    ) -> None:
+        self.samples, self.channels, self.transform, self.root = samples, channels, transform, root
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def __getitem__(self, index: int) -> tuple[Any, Any]:
         path, label = self.samples[index]
-        image = open_image(path, channels=self.channels)
+        opened = path
+        if self.root is not None:
+            opened = os.path.realpath(path)
+            if not opened.startswith(self.root.rstrip(os.sep) + os.sep):
+                raise DataError(
+                    f"{path} now leads out of {self.root} (to {opened}), since the list was read: a link was put "
+                    "in its place; copy the image in"
+                )
+        image = open_image(opened, channels=self.channels, name=path)
         return (self.transform(image) if self.transform else image), label
 
 

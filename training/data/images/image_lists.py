@@ -89,7 +89,7 @@ def image_list_source(
     )
 
     def make_subset(indices: Sequence[int], transform: Callable[[Any], Any] | None) -> Dataset:
-        return ImageFiles([samples[i] for i in indices], in_chans, transform)
+        return ImageFiles([samples[i] for i in indices], in_chans, transform, root=real_root)
 
     return DataSource(
         kind="images",
