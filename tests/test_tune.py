@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import logging
 import sqlite3
 import sys
@@ -259,3 +260,25 @@ def test_the_setup_leaves_out_tracking_and_compares_data_resolved(tmp_path: Path
     assert tune_study.changes(older, again) == ""
     other = tune_study.setup(NAME, "shop", {"epochs": 3}, "val_acc", "median")
     assert tune_study.changes(stored, other) == "fixed was {'epochs': 2}, now {'epochs': 3}"
+
+
+def test_best_is_copied_from_the_trials_own_folder_never_from_a_path_the_study_holds(tmp_path: Path) -> None:
+    """Issue 62, case 5: a crafted (or copied) study.db whose trial names another folder as its
+    ``out`` cannot make OUT/best a copy of that folder."""
+    from types import SimpleNamespace
+
+    from zoo.training.tuning import tune, tune_report
+
+    secret = tmp_path / "elsewhere"
+    secret.mkdir()
+    (secret / "private.txt").write_text("not the study's")
+    out = tmp_path / "study"
+    own = tune_report.trial_folder(out, 2)
+    own.mkdir(parents=True)
+    (own / "config.json").write_text("{}")
+    crafted = SimpleNamespace(number=2, value=0.9, params={}, user_attrs={"out": str(secret), "best_epoch": 1})
+    tune._save_best(out, crafted)
+    assert sorted(p.name for p in (out / "best").iterdir()) == ["config.json"]
+    assert json.loads((out / "tune.json").read_text())["folder"] == "trials/002"
+    with pytest.raises(InvalidArgumentError, match=r"study\.db: a trial's number is -1, not a count"):
+        tune_report.trial_folder(out, -1)

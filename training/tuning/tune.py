@@ -50,7 +50,7 @@ from zoo.training.tuning.tune_study import STUDY_NAME, StudyFileError, changes, 
 __all__ = ["INSTALL_HINT", "PRUNERS", "TuneResult", "add_arguments", "run", "tune"]
 
 INSTALL_HINT = "pip install 'zoo[tune]'"
-STUDY_FILE, TRIALS_DIR, BEST_DIR = "study.db", "trials", "best"
+STUDY_FILE, BEST_DIR = "study.db", "best"
 PRUNERS = ("median", "halving", "none")
 TRIALS = count(1, 100_000)
 TIMEOUT = Bounds(0, 10 * 365 * 86_400, low_open=True)  # seconds
@@ -146,7 +146,7 @@ def _check_fixed(fixed: Mapping[str, Any]) -> None:
     for key in fixed:
         if key in TUNE_OWNS:
             raise InvalidArgumentError(
-                f"zoo tune writes each trial's folder under OUT/{TRIALS_DIR} itself: drop {key}= (--{key})"
+                f"zoo tune writes each trial's folder under OUT/{tune_report.TRIALS_DIR} itself: drop {key}= (--{key})"
             )
         if key not in finetune_keywords.KEYWORDS:
             close = difflib.get_close_matches(key, sorted(finetune_keywords.KEYWORDS), n=3, cutoff=0.6)
@@ -317,9 +317,9 @@ class _Trials:
 
     def __call__(self, trial: Any) -> float:
         params = sample(trial, self.space, self.fixed)
-        folder = self.out / TRIALS_DIR / f"{trial.number:03d}"
+        folder = tune_report.trial_folder(self.out, trial.number)
         pruning = _Pruning(trial, self.task["metric"], self.task["direction"] == "maximize")
-        trial.set_user_attr("out", str(folder))
+        trial.set_user_attr("out", folder.relative_to(self.out).as_posix())  # shown only: the number finds it
         trial.set_user_attr("seed", self.seed)
         start = time.perf_counter()
         result = finetune_keywords.finetune(self.name, self.data, folder, callbacks=[pruning], **self.keywords(params))
@@ -349,7 +349,7 @@ def _save_best(out: Path, trial: Any) -> None:
     """OUT/best: a copy of the trial's run folder (written aside, then put in place)."""
     fresh, best = out / f".{BEST_DIR}.new", out / BEST_DIR
     shutil.rmtree(fresh, ignore_errors=True)
-    shutil.copytree(trial.user_attrs["out"], fresh)
+    shutil.copytree(tune_report.trial_folder(out, trial.number), fresh, symlinks=True)
     shutil.rmtree(best, ignore_errors=True)
     fresh.rename(best)
     tune_report.write_summary(out, trial)

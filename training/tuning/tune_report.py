@@ -9,13 +9,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from zoo.errors import ZooError
+from zoo.errors import InvalidArgumentError, ZooError
 from zoo.store.files import read_json, write_json
 
 __all__ = ["PLOT_FILE", "SUMMARY_FILE", "plot_trials", "settings", "summary_trial", "trial_line", "write_summary"]
 
 PLOT_FILE = "trials.png"
 SUMMARY_FILE = "tune.json"
+TRIALS_DIR = "trials"  # OUT/trials/NNN: each trial's run folder
 
 
 def settings(params: Mapping[str, Any]) -> str:
@@ -50,6 +51,16 @@ def trial_line(study: Any, trial: Any, metric: str) -> str:
     return f"trial {trial.number}{default}: {settings(trial.params)} -> {outcome}{took}{leader}"
 
 
+def trial_folder(out: Path, number: int) -> Path:
+    """Trial ``number``'s run folder inside the study folder ``out``: found from the number, never
+    from a path the study's database holds (a copied or crafted study.db cannot point elsewhere)."""
+    if not isinstance(number, int) or number < 0:
+        raise InvalidArgumentError(
+            f"{out / 'study.db'}: a trial's number is {number!r}, not a count; this is no study zoo tune wrote"
+        )
+    return out / TRIALS_DIR / f"{number:03d}"
+
+
 def write_summary(out: Path, trial: Any) -> None:
     """``tune.json``: the best trial's number, value, settings and run folder."""
     summary = {
@@ -57,7 +68,7 @@ def write_summary(out: Path, trial: Any) -> None:
         "best_value": trial.value,
         "best_params": trial.params,
         "best_epoch": trial.user_attrs.get("best_epoch"),
-        "folder": trial.user_attrs.get("out"),
+        "folder": trial_folder(out, trial.number).relative_to(out).as_posix(),
     }
     write_json(summary, out / SUMMARY_FILE)
 
