@@ -282,3 +282,25 @@ def test_best_is_copied_from_the_trials_own_folder_never_from_a_path_the_study_h
     assert json.loads((out / "tune.json").read_text())["folder"] == "trials/002"
     with pytest.raises(InvalidArgumentError, match=r"study\.db: a trial's number is -1, not a count"):
         tune_report.trial_folder(out, -1)
+
+
+def test_a_second_zoo_tune_on_a_study_in_use_is_refused_naming_the_first(data: Path, tmp_path: Path) -> None:
+    """Issue 62, case 4: two zoo tune runs on one --out marked each other's running trial as
+    cut off; now the second is refused before it opens the study."""
+    import subprocess
+
+    out = tmp_path / "study"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from zoo.training.tuning import tune; from pathlib import Path\n"
+         f"with tune._study_lock(Path({str(out)!r})):\n    print('held', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"  # waits on the holder's word, not a sleep
+        with pytest.raises(InvalidArgumentError, match=rf"is in use by another zoo tune \(process {holder.pid}\)"):
+            zoo.tune(NAME, data, out, trials=1, val_fraction=0.5, **QUIET)
+        assert not (out / "study.db").exists()
+    finally:
+        holder.communicate(input="", timeout=60)
+    result = zoo.tune(NAME, data, out, trials=1, val_fraction=0.5, **QUIET)  # free again: the study runs
+    assert len(result.study.trials) == 1 and not any(p.name.startswith(".zoo") for p in out.iterdir())

@@ -22,20 +22,23 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import hashlib
 import json
 import os
 import shutil
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
 from torch.utils.data import Dataset
 
 from zoo.bounds import Bounds, count
 from zoo.errors import InvalidArgumentError, ZooError
+from zoo.store import download
 from zoo.training import finetune as finetune_package
 from zoo.training.finetune import keywords as finetune_keywords
 from zoo.training.finetune.options import json_object
@@ -116,19 +119,43 @@ def tune(
     identity = setup(name, data, fixed, task["metric"], pruner)
     space = active_space(fixed, task["images"], task["stages"])
     start = default_params(space, fixed, first)  # checked before the study is written
-    study, resumed = _open_study(optuna, out, identity, task["direction"], trials, pruner, seed)
-    if not resumed and space:
-        study.enqueue_trial(start, user_attrs={"default": "first" if first else "defaults"})
-    runner = _Trials(optuna, name, data, out, space, fixed, task, seed)
-    done = _finished(optuna, study)
-    _say_start(out, study, resumed, done, trials, task, space, fixed)
-    if trials > done:
-        with _tracking(name, fixed, identity) as parent, _quiet(optuna):
-            study.optimize(runner, n_trials=trials - done, timeout=timeout, callbacks=[runner.after_trial])
-            return _finish(study, out, task, parent)
-    if resumed:
-        print(f"zoo tune: the study has {done} finished trials already (--trials {trials}): pass more to go on")
-    return _finish(study, out, task, None)
+    with _study_lock(out):  # one zoo tune at a time on a study
+        study, resumed = _open_study(optuna, out, identity, task["direction"], trials, pruner, seed)
+        if not resumed and space:
+            study.enqueue_trial(start, user_attrs={"default": "first" if first else "defaults"})
+        runner = _Trials(optuna, name, data, out, space, fixed, task, seed)
+        done = _finished(optuna, study)
+        _say_start(out, study, resumed, done, trials, task, space, fixed)
+        if trials > done:
+            with _tracking(name, fixed, identity) as parent, _quiet(optuna):
+                study.optimize(runner, n_trials=trials - done, timeout=timeout, callbacks=[runner.after_trial])
+                return _finish(study, out, task, parent)
+        if resumed:
+            print(f"zoo tune: the study has {done} finished trials already (--trials {trials}): pass more to go on")
+        return _finish(study, out, task, None)
+
+
+@contextlib.contextmanager
+def _study_lock(out: Path) -> Iterator[None]:
+    """Hold OUT's study for this process: a second zoo tune on it is refused, naming the first
+    (two would mark each other's running trials as failed). The lock lives in zoo's cache, keyed
+    by OUT's resolved path, so OUT holds only the study's own files."""
+    key = hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:32]
+    locks = download._subdir("locks", "tune")
+    lock, holder = FileLock(locks / f"{key}.lock", timeout=0), locks / f"{key}.pid"
+    try:
+        lock.acquire()
+    except Timeout:
+        pid = holder.read_text(errors="replace").strip()[:20] if holder.is_file() else "?"
+        raise InvalidArgumentError(
+            f"--out {out} is in use by another zoo tune (process {pid}): wait for it to end, or pass another --out"
+        ) from None
+    try:
+        holder.write_text(str(os.getpid()))
+        yield
+    finally:
+        holder.unlink(missing_ok=True)
+        lock.release()
 
 
 def _checked_budget(trials: Any, timeout: Any) -> tuple[int, float | None]:
