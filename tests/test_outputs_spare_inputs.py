@@ -62,3 +62,12 @@ def test_a_failed_predict_leaves_an_existing_out_as_it_was(run, tmp_path, capsys
     assert main(["predict", str(run), "--input", str(listing), "--out", str(out)]) == 2
     assert "none of its 2 rows could be predicted" in capsys.readouterr().err
     assert out.read_text() == "yesterday's predictions\n" and [p.name for p in tmp_path.glob(".*part")] == []
+
+
+def test_a_format_the_out_suffix_contradicts_is_refused(run, tmp_path, capsys) -> None:
+    """Issue 62: ``--format csv --out x.jsonl`` wrote CSV into the .jsonl file."""
+    listing = tmp_path / "list.csv"
+    listing.write_text("file_name\npngs/a/0.png\n")
+    out = tmp_path / "x.jsonl"
+    assert main(["predict", str(run), "--input", str(listing), "--format", "csv", "--out", str(out)]) == 2
+    assert "--format csv and --out" in capsys.readouterr().err and not out.exists()

@@ -182,6 +182,18 @@ def test_callbacks_see_every_epoch_and_should_stop_ends_the_run_recorded(tmp_pat
     assert "a callback set trainer.should_stop" in (tmp_path / "train.log").read_text()
 
 
+def test_should_stop_takes_a_bool_not_a_truthy_word() -> None:
+    """Issue 62: ``trainer.should_stop = "no"`` stopped the run (a non-empty string is truthy)."""
+    model, data = _tiny()
+
+    def answers_no(trainer: zoo.Trainer, metrics: dict[str, float]) -> None:
+        trainer.should_stop = "no"
+
+    trainer = zoo.Trainer(model, zoo.TrainConfig(epochs=3, batch_size=8, **QUIET), callbacks=[answers_no])
+    with pytest.raises(InvalidArgumentError, match=r"callback 'answers_no' set trainer.should_stop to 'no'"):
+        trainer.fit(data, data)
+
+
 def test_without_callbacks_a_run_goes_its_epochs() -> None:
     model, data = _tiny()
     trainer = zoo.Trainer(model, zoo.TrainConfig(epochs=2, batch_size=16, **QUIET))

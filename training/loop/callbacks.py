@@ -51,7 +51,12 @@ def run_callbacks(trainer: Any, metrics: dict[str, float]) -> bool:
     run stopped early and return True (False when it stopped early already, by patience)."""
     for fn in trainer.callbacks:
         fn(trainer, dict(metrics))
-    stop = bool(trainer.should_stop)
+        if not isinstance(trainer.should_stop, bool):  # "no" is truthy: it would stop the run
+            raise InvalidArgumentError(
+                f"callback {getattr(fn, '__name__', fn)!r} set trainer.should_stop to {trainer.should_stop!r}: "
+                "it takes True (stop after this epoch) or False"
+            )
+    stop = trainer.should_stop
     if trainer.world_size > 1 and trainer.callbacks:
         flag = torch.tensor([float(stop)], device=trainer.device if trainer.device.type == "cuda" else "cpu")
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)

@@ -68,11 +68,14 @@ def predict_file(args: argparse.Namespace) -> int:
 
 
 def output_format(given: str | None, out: str | None) -> str:
-    """--format, else the --out file's suffix (.csv or .jsonl), else JSON lines."""
-    if given:
-        return given
+    """--format, else the --out file's suffix (.csv or .jsonl), else JSON lines; a --format
+    that the --out file's suffix contradicts (CSV into ``x.jsonl``) is refused."""
     suffix = Path(out).suffix.lower().lstrip(".") if out else ""
-    return suffix if suffix in FORMATS else "jsonl"
+    if given and suffix in FORMATS and suffix != given:
+        raise InvalidArgumentError(
+            f"--format {given} and --out {out} disagree: its suffix says {suffix}; name a .{given} file or drop --format"
+        )
+    return given or (suffix if suffix in FORMATS else "jsonl")
 
 
 def model_input(model: nn.Module, name: str) -> str:
