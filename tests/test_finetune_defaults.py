@@ -7,6 +7,7 @@ run's first lines and on the card, each overridden by its flag; and ``--help`` s
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -134,3 +135,15 @@ def test_the_help_shows_each_default(capsys) -> None:
         and "--label-smoothing LABEL_SMOOTHING (default: 0)" in text
     )
     assert "--head-epochs HEAD_EPOCHS epochs a fresh head trains alone first" in text
+
+
+def test_no_augment_is_taken_by_any_data_and_an_augmentation_only_by_images(tmp_path, capsys) -> None:
+    g = torch.Generator().manual_seed(0)
+    data = tmp_path / "data.pt"
+    torch.save({"x": torch.rand(16, 6, generator=g), "y": torch.arange(16) % 2, "classes": ["a", "b"]}, data)
+    argv = ["finetune", "dbn", "--data", str(data), "--model-kwargs", json.dumps({"sizes": [6, 4]})]
+    argv += ["--max-steps", "1", "--batch-size", "4", *QUIET]
+    with pytest.warns(UserWarning):
+        assert main([*argv, "--out", str(tmp_path / "run"), "--no-augment"]) == 0
+        assert main([*argv, "--out", str(tmp_path / "other"), "--hflip"]) == 2
+    assert "augmentation applies to images, and the data is tensors" in capsys.readouterr().err  # vectors

@@ -234,11 +234,9 @@ def finetune(
     files = prepare_output(out, resume=bool(config.resume), overwrite=options.overwrite) if main_process else None
     tracking = finetune_tracking(config, out, name, data, source.description, options, main_process)
     with files.sealing() if files is not None else contextlib.nullcontext(), tracking as tracker:
-        say = main_process and config.progress
-        print(f"data: {source.description}; {source.describe_classes()}") if say else None
         head = (fresh and step_fn is None, head_note)
-        train_set, val_set, config, recipe = _prepared(model, source, val_source, options, config, given, head)
-        print(*recipe, sep="\n") if say and recipe else None
+        say = main_process and config.progress
+        train_set, val_set, config, recipe = _prepared(model, source, val_source, options, config, given, head, say)
         trainable = apply_mode(model, options.mode, options.stages)
         trainer = _trainer(model, source, options, config, step_fn, callbacks)
         history = trainer.fit(train_set, val_set)
@@ -308,18 +306,24 @@ def _prepared(
     config: TrainConfig,
     given: Collection[str],
     head: tuple[bool, str | None],
+    say: bool,
 ) -> tuple[Dataset, Dataset | None, TrainConfig, list[str]]:
     """The training and validation sets, ``config`` with the data's defaults, and the lines of
     the run's recipe (the defaults, the head, its phase, the augmentation), after the head
     phase ran: ``head`` is whether the head is fresh (and no custom step replaces the loss), and
-    the line saying so."""
+    the line saying so. With ``say``, the data's line and the recipe's are printed first."""
+    if say:
+        print(f"data: {source.description}; {source.describe_classes()}")
     train_set, val_set, augment = _datasets(model, source, val_source, options, config.seed)
     config, defaults = with_data_defaults(config, source, train_set, given)
     fresh, head_note = head
     alone = fresh and not config.resume and options.mode != "linear-probe"
     phase = train_head(model, train_set, config, options.head_epochs, source.collate_fn) if alone else None
     augmented = f"augmentation: {augment}" if augment is not None else None
-    return train_set, val_set, config, [line for line in (defaults, head_note, phase, augmented) if line]
+    recipe = [line for line in (defaults, head_note, phase, augmented) if line]
+    if say and recipe:
+        print(*recipe, sep="\n")
+    return train_set, val_set, config, recipe
 
 
 def _datasets(
@@ -336,7 +340,7 @@ def _datasets(
         augment = options.augment if options.augment is not None else default_augment(preprocess, source.image_size)
         train_tf = image_transforms(preprocess, source.image_size, augment, in_chans)
         update_config(model, preprocess=preprocess)
-    elif options.augment is not None:
+    elif options.augment not in (None, Augment()):  # --no-augment (Augment()) says nothing to refuse
         raise InvalidArgumentError(f"augmentation applies to images, and the data is {source.kind}")
     val_fraction = options.val_fraction if val_source is None else 0.0
     train_set, val_set = source.split(val_fraction, seed, train_tf, eval_tf, options.limit)
