@@ -84,12 +84,10 @@ TASKS = {
 def _pool(kind: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """All images (uint8, N x 28 x 28), labels and class names of a task's kind."""
     if kind == "digits":
-        from sklearn.datasets import load_digits
+        from zoo.training.demo import digit_images
 
-        digits = load_digits()
-        small = (digits.images * (255 / 16)).round().astype(np.uint8)
-        images = np.stack([np.asarray(Image.fromarray(x, mode="L").resize((28, 28), Image.BILINEAR)) for x in small])
-        return images, digits.target, [str(d) for d in range(10)]
+        images, labels = digit_images()
+        return images, labels, [str(d) for d in range(10)]
     from zoo.store.weight_entries import load_categories
     from zoo.training.data.builtin import load_fashion_mnist
 
@@ -136,11 +134,11 @@ def run_zoo(task: Task, paths: dict[str, Path], seed: int, out: Path, flags: lis
     metrics = json.loads((out / "metrics.json").read_text())
     card = (out / "README.md").read_text()
     note = "; ".join(line[2:] for line in card.splitlines() if line.startswith(("- lr auto", "- head:")))
-    val = _best_val(out, metrics)
+    val = _best_val(metrics)
     return val, score_file(str(out), str(paths["test"]), progress=False)["accuracy"], note
 
 
-def _best_val(out: Path, metrics: dict[str, Any]) -> float:
+def _best_val(metrics: dict[str, Any]) -> float:
     """The best epoch's validation accuracy of a run folder (metrics.json's best epoch)."""
     rows = metrics["history"]
     return float(next(r for r in rows if r["epoch"] == metrics["best_epoch"])["val_acc"])

@@ -30,19 +30,27 @@ SMALLEST_DIGIT = 174  # images of the rarest digit in scikit-learn's set
 VAL_PER_CLASS = 20  # images per digit that choose the best epoch (never the test images)
 
 
+def digit_images() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits as 28x28 uint8 images (their 0..16 values scaled, bilinear) and labels."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    pixels = (digits.images * (255 / 16)).round().astype(np.uint8)
+    images = np.stack([np.asarray(Image.fromarray(p, mode="L").resize((28, 28), Image.BILINEAR)) for p in pixels])
+    return images, digits.target
+
+
 def write_digits_folder(
     root: Path, per_class: int, test_per_class: int, seed: int = 0, val_per_class: int = 0
 ) -> tuple[Path, Path, Path]:
     """scikit-learn's digits as ``root/train/<digit>/*.png`` (``per_class`` images per digit),
     ``root/val/<digit>/*.png`` (``val_per_class`` others) and ``root/test/<digit>/*.png`` (up
     to ``test_per_class`` of the rest), 28x28 grayscale, chosen per class with ``seed``."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
+    images, targets = digit_images()
     rng = np.random.default_rng(seed)
     folders = {split: root / split for split in ("train", "val", "test")}
     for label in range(10):
-        indices = rng.permutation(np.flatnonzero(digits.target == label))
+        indices = rng.permutation(np.flatnonzero(targets == label))
         if len(indices) <= per_class + val_per_class:
             raise InvalidArgumentError(
                 f"digit {label} has {len(indices)} images: per_class + val_per_class must be below that"
@@ -57,8 +65,7 @@ def write_digits_folder(
             folder = folders[split] / str(label)
             folder.mkdir(parents=True, exist_ok=True)
             for index in indices[start:end]:
-                pixels = (digits.images[index] * (255 / 16)).round().astype(np.uint8)  # values are 0..16
-                Image.fromarray(pixels, mode="L").resize((28, 28), Image.BILINEAR).save(folder / f"{index:04d}.png")
+                Image.fromarray(images[index], mode="L").save(folder / f"{index:04d}.png")
             start = end
     return folders["train"], folders["val"], folders["test"]
 
