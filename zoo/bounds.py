@@ -2,7 +2,9 @@
 between limits) makes the argparse ``type=`` of a command-line option, so a value out of range
 stops the command when it is parsed (one line, exit 2), and `check_fields` checks the fields of
 a dataclass against the bounds in their metadata (``field(metadata=bounded(...))``) for Python
-callers (an `InvalidArgumentError` naming the field)."""
+callers (an `InvalidArgumentError` naming the field). Beside them, the two other values a
+command checks before it starts, without importing torch: the defaults its ``--help`` shows
+(`show_defaults`) and the CPU level ``ZOO_CPU_FEATURES`` names (`cpu_level`)."""
 
 from __future__ import annotations
 
