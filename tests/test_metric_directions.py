@@ -11,7 +11,7 @@ import torch
 import zoo
 from zoo.errors import InvalidArgumentError
 from zoo.training.loop.optim import make_scheduler
-from zoo.training.loop.steps import higher_is_better, monitor_name
+from zoo.training.loop.steps import higher_is_better, improves, monitor_name
 from zoo.training.loop.trainer import TrainConfig, Trainer
 
 QUIET = dict(progress=False, tensorboard=False, plot=False, precision="fp32", num_workers=0)
@@ -39,10 +39,31 @@ def test_the_best_epoch_follows_the_metrics_direction(monitor, values, best) -> 
     trainer = Trainer(model, TrainConfig(monitor=monitor, early_stopping_patience=5, **QUIET))
     trainer.monitor = monitor
     for value in values:
-        trainer._judge_epoch(value)
+        row = {"epoch": trainer.state.epoch + 1, monitor: value}
+        trainer._judge_epoch(row)
+        trainer.state.history.append(row)
         trainer.state.epoch += 1
     expected = min(values) if "mae" in monitor else max(values)
     assert trainer.state.best_epoch == best and trainer.state.best_metric == pytest.approx(expected)
     plateau = make_scheduler(trainer.optimizer, TrainConfig(scheduler="plateau"), 1, 10, monitor)
     assert plateau.mode == ("min" if "mae" in monitor else "max")
     assert isinstance(plateau, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
+
+@pytest.mark.parametrize(
+    ("monitor", "rows", "best"),
+    [("val_acc", [(0.9, 0.5), (1.0, 0.3), (1.0, 0.1), (1.0, 0.2)], 3),  # a tie goes to the lower val_loss
+     ("val_acc", [(1.0, 0.3), (1.0, 0.3)], 1),  # a full tie keeps the first
+     ("val_loss", [(0.4, 0.4), (0.4, 0.4)], 1),
+     ("val_mae", [(2.0, 0.5), (2.0, 0.2), (3.0, 0.0)], 2)],
+)  # fmt: skip
+def test_a_tie_on_the_monitor_goes_to_the_lower_validation_loss(monitor, rows, best) -> None:
+    history: list[dict[str, float]] = []
+    best_row = None
+    for epoch, (value, loss) in enumerate(rows, start=1):
+        row = {"epoch": epoch, monitor: value, "val_loss": loss}
+        if improves(monitor, row, best_row):
+            best_row = row
+        history.append(row)
+    assert best_row is not None and best_row["epoch"] == best
+    assert not improves(monitor, {monitor: 0.5}, {monitor: 0.5})  # no val_loss: no tie-break

@@ -28,7 +28,7 @@ from zoo.errors import DataError, InvalidArgumentError
 from zoo.loading.outputs import OutputMeaning, describe_task, output_meaning
 from zoo.loading.transforms import text_length
 from zoo.store import weight_entries
-from zoo.training.data.kinds import DataSource, open_data
+from zoo.training.data.kinds import TENSOR_SUFFIXES, DataSource, open_data
 from zoo.training.data.molecules.molecule_files import MoleculeOptions
 from zoo.training.data.source import for_scoring
 from zoo.training.finetune.report import classification_report
@@ -91,7 +91,7 @@ def _open(
     length = text_length(model)
     # the label column training was given, or a regression's target (its column's name)
     remembered = model.pretrained_cfg.get("label_field") or meaning.target_name
-    if reading.label_field is None and remembered:
+    if reading.label_field is None and remembered and Path(data).suffix.lower() not in TENSOR_SUFFIXES:
         source = _remembered_column(name, data, remembered, reading, length, images)
     else:
         source = open_data(data, max_length=length, molecules=reading, images=images)
@@ -189,9 +189,9 @@ def _label_order(
 
 def _mapped(meaning: OutputMeaning, targets: torch.Tensor, order: torch.Tensor | None, width: int) -> torch.Tensor:
     """The file's targets in the model's terms: class indices (or multi-hot columns) renumbered by
-    ``order``; a regression's values as they are (the target's units)."""
+    ``order``; a regression's values as they are (the target's units, float64)."""
     if order is None:
-        return targets.float().reshape(len(targets), -1)
+        return targets.double().reshape(len(targets), -1)
     if meaning.task == "classes":
         return order[targets.long().reshape(-1)]
     hot = torch.zeros(len(targets), width)
@@ -201,7 +201,9 @@ def _mapped(meaning: OutputMeaning, targets: torch.Tensor, order: torch.Tensor |
 
 def _metrics(meaning: OutputMeaning, outputs: torch.Tensor, targets: torch.Tensor, width: int) -> dict[str, Any]:
     if meaning.task == "regression":
-        return regression_metrics({k: float(v) for k, v in regression_sums(outputs, targets).items()})
+        predictions = meaning.values(outputs)  # float64, in the target's units
+        sums = regression_sums(predictions, targets, float(targets.mean()))
+        return regression_metrics({k: float(v) for k, v in sums.items()})
     if meaning.task == "multi_label":
         thresholds = meaning.thresholds or [0.5] * outputs.shape[1]
         return multi_label_metrics(outputs.sigmoid().numpy(), (targets > 0.5).numpy(), thresholds)

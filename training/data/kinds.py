@@ -36,6 +36,8 @@ from zoo.training.data.text.text_files import TextBatches, text_source
 
 __all__ = ["MAX_CLASS_INDEX", "DataSource", "TextBatches", "open_data", "samples_needed"]
 
+TENSOR_SUFFIXES = (".pt", ".pth", ".npz", ".npy")  # tensor files: their labels are under y, no column to name
+
 
 def open_data(
     source: str | os.PathLike | Dataset,
@@ -125,7 +127,7 @@ def _open_file(path: Path, reading: MoleculeOptions, max_length: int) -> DataSou
     if suffix in (".csv", ".jsonl"):
         label = reading.label_field or "label"
         return text_source(path, max_length, label, reading.task, reading.label_delimiter)
-    if suffix in (".pt", ".pth", ".npz", ".npy"):
+    if suffix in TENSOR_SUFFIXES:
         if reading.label_field is not None:
             raise InvalidArgumentError(f"{path} is a tensor file (labels under y); --label-field is for tables")
         return tensor_file_source(path, reading.task)

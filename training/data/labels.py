@@ -1,7 +1,7 @@
 """One reader of label values for every data file (text rows, molecules, shard labels): a
-number is a regression target only when finite and within float32 (the dtype training uses),
+number is a regression target only when finite and within `MAX_TARGET`,
 a class index is a whole number of bounded digits, anything else a class name. NaN, infinities
-and numbers past float32 are said by the caller by line or key, never turned into classes."""
+and numbers past the bound are said by the caller by line or key, never turned into classes."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import re
 
 FLOAT32_MAX = 3.4028234663852886e38
 # the largest regression target: a squared error of its size, summed over a million samples,
-# stays inside float32, which the loss and the metrics (MSE, RMSE, R²) are summed in
-MAX_TARGET = 1e15
+# stays inside float64, which the targets and the metrics (MAE, RMSE, R²) are kept in (the loss
+# is on standardised targets)
+MAX_TARGET = 1e150
 MAX_NUMBER_CHARS = 100  # a numeric label longer than this is no label a person wrote
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|inf|infinity)", re.IGNORECASE)
 _INDEX = re.compile(r"\d{1,18}")
@@ -33,14 +34,14 @@ def number_problem(text: str) -> str | None:
         return f"the label {text.strip()[:40]!r} is infinite"
     if abs(value) > MAX_TARGET:
         return (
-            f"the label {text.strip()[:40]!r} is beyond ±{MAX_TARGET:.0e}, where squared errors overflow the float32 "
-            "that training and its metrics sum in; rescale the target (e.g. in thousands, or its log)"
+            f"the label {text.strip()[:40]!r} is beyond ±{MAX_TARGET:.0e}, where squared errors overflow the float64 "
+            "that the metrics sum in; rescale the target (e.g. its log)"
         )
     return None
 
 
 def finite_number(text: str) -> float | None:
-    """``text`` as a regression target: a finite number float32 holds, or None."""
+    """``text`` as a regression target: a finite number within `MAX_TARGET`, or None."""
     return float(text) if is_number(text) and number_problem(text) is None else None
 
 

@@ -168,7 +168,7 @@ def _classes(where: str, rows: Sequence[Row], name: str, note: str) -> Targets:
             if index is None:
                 raise DataError(
                     f"{_at(where, line)}: label {label[:40]}; integer labels are class indices 0, 1, ... "
-                    f"(below {MAX_CLASS_INDEX}): renumber them or use class names"
+                    f"(below {MAX_CLASS_INDEX}): renumber them or use class names, or pass --task regression for values"
                 )
             indices.append(index)
         names = [str(i) for i in range(max(indices) + 1)]
@@ -185,7 +185,8 @@ def _classes(where: str, rows: Sequence[Row], name: str, note: str) -> Targets:
 
 
 def _regression(where: str, rows: Sequence[Row], name: str, note: str) -> Targets:
-    """Finite float32 numbers that vary; their mean and std standardise them for training."""
+    """Finite numbers that vary (float64: 1.7e9 + 10 i keeps its last digit); their mean and
+    std standardise them for training."""
     values = []
     for line, label in rows:
         text = _as_number_text(label)
@@ -202,7 +203,7 @@ def _regression(where: str, rows: Sequence[Row], name: str, note: str) -> Target
     if len(values) < 2 or len(set(values)) == 1:
         raise DataError(f"{where}: every {name!r} value is {values[0]:g}; a regression target must vary")
     target = {"name": name, "mean": statistics.fmean(values), "std": statistics.stdev(values)}
-    return Targets("regression", torch.tensor(values, dtype=torch.float32), None, None, target, note)
+    return Targets("regression", torch.tensor(values, dtype=torch.float64), None, None, target, note)
 
 
 def _tags(where: str, line: int, name: str, label: Any, delimiter: str) -> list[str]:

@@ -431,18 +431,20 @@ def _record_data(
 ) -> None:
     """Record in the model's configuration where it started, its classes, a regression's target
     statistics, a multi-label's names and decision ``thresholds``, the molecule featurizer
-    (predictions take SMILES and come back in the target's units: the standardisation is
-    folded into the head), the label column it was given and a text model's tokens per row (so
-    ``zoo eval --data`` and ``zoo predict`` read a file as training did)."""
-    extra: dict[str, Any] = {"target": source.target}  # None for classes (a regression's start loses its own)
+    (predictions take SMILES), the label column it was given and a text model's tokens per row
+    (so ``zoo eval --data`` and ``zoo predict`` read a file as training did). A regression's
+    standardisation is folded into the head where float32 holds it exactly, else recorded as
+    ``target.standardised`` and undone by what reads the outputs (`OutputMeaning.values`)."""
+    target = source.target  # None for classes (a regression's start loses its own)
+    if target is not None and not fold_standardisation(model, target["mean"], target["std"]):
+        target = {**target, "standardised": True}
+    extra: dict[str, Any] = {"target": target}
     extra["multi_label"] = {"names": source.class_names, "thresholds": thresholds} if source.multi_label else None
     extra["label_field"] = options.molecules.label_field if options.molecules is not None else None
     extra["max_length"] = options.max_length if source.kind == "text" else None
     if isinstance(source, MoleculeSource):
         extra["input_format"] = source.input_format
     update_config(model, weights=None, finetuned_from=base, class_names=source.class_names, **extra)
-    if source.target is not None:
-        fold_standardisation(model, source.target["mean"], source.target["std"])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -92,10 +92,16 @@ def _task_lines(model: nn.Module, details: dict[str, Any]) -> list[str]:
     elif target is None:
         lines = [f"- classes ({model.num_classes}): {', '.join(cfg.get('class_names') or [])}"]
     else:
+        where = (
+            "kept outside the model, too far from zero for a float32 head: `model(x)` outputs standardised "
+            "values, and zoo predict, eval, serve and the MLflow model return x * std + mean in float64"
+            if target.get("standardised")
+            else f"folded into the head: the model outputs {target['name']} in its own units"
+        )
         lines = [
             f"- regression of {target['name']!r}: {details.get('loss') or 'mse'} loss on the target standardised by "
-            f"mean {target['mean']:.6g} and std {target['std']:.6g} (folded into the head: the model outputs "
-            f"{target['name']} in its own units; MAE, RMSE and R² below are in them)"
+            f"mean {target['mean']!r} and std {target['std']!r} ({where}; MAE, RMSE and R² below are in the "
+            "target's units)"
         ]
     lines.append(f"- validation split: {details.get('split', 'random')}")
     if cfg.get("input_format"):

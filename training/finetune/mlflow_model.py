@@ -75,9 +75,11 @@ class Predictor:
             raise InvalidArgumentError("this MLflow model reads graphs: load it with zoo.load and pass PyG batches")
         outputs = [self._forward(chunk) for chunk in self._batches(inputs)]
         out = torch.cat(outputs) if outputs else torch.empty(0, len(self.columns))
-        out = out.float().reshape(len(out), -1)
         task = self.meaning.task
-        values = out if task == "regression" else out.sigmoid() if task == "multi_label" else out.softmax(-1)
+        if task == "regression":
+            return pd.DataFrame(self.meaning.values(out).numpy(), columns=self.columns)
+        out = out.float().reshape(len(out), -1)
+        values = out.sigmoid() if task == "multi_label" else out.softmax(-1)
         return pd.DataFrame(values.numpy(), columns=self.columns)
 
     @torch.no_grad()

@@ -46,8 +46,11 @@ class EpochMeter:
             if key.startswith("cat/"):
                 self.kept.setdefault(key, []).append(value.detach().float())
                 continue
+            if key.startswith("sum/"):  # float64 totals (a regression's, `regression_sums`)
+                self._add(key, value.detach().double() if isinstance(value, torch.Tensor) else float(value))
+                continue
             value = value.detach().float() if isinstance(value, torch.Tensor) else float(value)
-            self._add(key if key.startswith("sum/") else f"log:{key}", value)
+            self._add(f"log:{key}", value)
         self.steps += 1
 
     def _add(self, key: str, value: torch.Tensor | float) -> None:
@@ -96,11 +99,12 @@ class EpochMeter:
 
 def regression_metrics(sums: Mapping[str, Any]) -> dict[str, float]:
     """MAE, RMSE and R² (1 - SSE / total sum of squares; NaN when the targets do not vary)
-    from the ``sum/`` totals of `zoo.training.loop.steps.regression_sums`."""
+    from the ``sum/`` totals of `zoo.training.loop.steps.regression_sums` (shifted targets: the
+    spread is scale-free, so targets near 1e-42 have an R² as those near 1 do)."""
     n = float(sums["sum/count"])
     squared = float(sums["sum/squared_error"])
     spread = float(sums["sum/target_squared"]) - float(sums["sum/target"]) ** 2 / n
-    r2 = 1.0 - squared / spread if spread > 1e-12 * max(float(sums["sum/target_squared"]), 1.0) else math.nan
+    r2 = 1.0 - squared / spread if spread > 1e-9 * float(sums["sum/target_squared"]) and spread > 0 else math.nan
     return {"mae": float(sums["sum/abs_error"]) / n, "rmse": math.sqrt(squared / n), "r2": r2}
 
 
@@ -198,7 +202,7 @@ def take_first_samples(out: StepOutput, n: int) -> StepOutput:
     logits, targets = out.logits[:n], out.targets[:n]
     if out.per_sample_loss is not None:
         logs = {k: v[:n] if k.startswith("cat/") else v for k, v in out.logs.items()}
-        logs |= regression_sums(logits, targets) if "sum/count" in out.logs else {}
-        return StepOutput(out.per_sample_loss[:n].mean(), logits, targets, logs, out.per_sample_loss[:n])
+        logs |= regression_sums(logits, targets, out.shift) if "sum/count" in out.logs else {}
+        return StepOutput(out.per_sample_loss[:n].mean(), logits, targets, logs, out.per_sample_loss[:n], out.shift)
     flat = logits.reshape(-1, logits.shape[-1]).float()
     return StepOutput(F.cross_entropy(flat, targets.reshape(-1)), logits, targets, out.logs)

@@ -30,13 +30,15 @@ class StepOutput:
     ``sum/`` are totals, summed over the epoch: `regression_sums`). A loss without autograd
     history means the step has set the parameters' ``.grad`` itself (contrastive divergence,
     say); the Trainer then only logs it, and averages the gradients over processes.
-    ``per_sample_loss`` lets the loss be recomputed on part of a batch (a padded last batch)."""
+    ``per_sample_loss`` lets the loss be recomputed on part of a batch (a padded last batch),
+    with the ``shift`` a regression's ``sum/`` totals were taken with."""
 
     loss: torch.Tensor
     logits: torch.Tensor | None = None
     targets: torch.Tensor | None = None
     logs: dict[str, torch.Tensor | float] = field(default_factory=dict)
     per_sample_loss: torch.Tensor | None = None
+    shift: float = 0.0
 
 
 StepFn = Callable[[nn.Module, Any], StepOutput]
@@ -239,6 +241,19 @@ def higher_is_better(metric: str) -> bool:
     )
 
 
+def improves(monitor: str, row: dict[str, float], best: dict[str, float] | None) -> bool:
+    """Whether epoch ``row`` beats the best epoch's ``best`` by ``monitor`` (`higher_is_better`).
+    A tie (accuracy on a small validation set often ties) goes to the lower ``val_loss``: the
+    later, better-fitted epoch rather than the first that reached the value."""
+    if best is None:
+        return True
+    value, kept = row[monitor], best[monitor]
+    if value != kept:
+        return value > kept if higher_is_better(monitor) else value < kept
+    loss, kept_loss = row.get("val_loss"), best.get("val_loss")
+    return monitor != "val_loss" and loss is not None and kept_loss is not None and loss < kept_loss
+
+
 def monitor_name(monitor: str | None, eval_step_fn: StepFn, has_val: bool) -> str:
     """The metric that picks a run's best epoch: ``monitor`` when set (its direction known:
     `higher_is_better`), else val_acc for classifiers, val_loss for other steps, train_loss
@@ -253,18 +268,20 @@ def monitor_name(monitor: str | None, eval_step_fn: StepFn, has_val: bool) -> st
     return "val_acc" if isinstance(eval_step_fn, ClassificationStep) else "val_loss"
 
 
-def regression_sums(predictions: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+def regression_sums(predictions: torch.Tensor, targets: torch.Tensor, shift: float = 0.0) -> dict[str, torch.Tensor]:
     """The totals MAE, RMSE and R² are computed from over an epoch (``sum/`` logs, summed by
-    `zoo.training.loop.meter.EpochMeter`): values, absolute and squared errors, targets and
-    squared targets, all in the targets' units."""
-    predictions, targets = predictions.detach().float(), targets.detach().float()
+    `zoo.training.loop.meter.EpochMeter`), in float64 and the targets' units: the absolute and
+    squared errors, and the targets less ``shift`` and their squares (a shift near the targets'
+    mean keeps R²'s spread exact for targets far from zero, as 1.7e9 + 10 i)."""
+    predictions, targets = predictions.detach().double(), targets.detach().double()
     error = predictions - targets
+    centred = targets - shift
     return {
-        "sum/count": torch.tensor(float(targets.numel()), device=targets.device),
+        "sum/count": torch.tensor(float(targets.numel()), dtype=torch.float64, device=targets.device),
         "sum/abs_error": error.abs().sum(),
         "sum/squared_error": error.square().sum(),
-        "sum/target": targets.sum(),
-        "sum/target_squared": targets.square().sum(),
+        "sum/target": centred.sum(),
+        "sum/target_squared": centred.square().sum(),
     }
 
 
@@ -273,8 +290,9 @@ class RegressionStep:
     """MSE (or Huber, ``delta`` 1) between the model's outputs [N, K] and the targets
     standardised by ``mean`` and ``std`` (the training set's), plus ``aux_loss_weight`` times
     the model's auxiliary loss. The step output's ``logits`` are the predictions in the targets'
-    units (``output * std + mean``), and its ``sum/`` logs give MAE, RMSE and R² in them;
-    `fold_standardisation` puts the same map into the head after training."""
+    units (``output * std + mean``, float64: targets as 1.7e9 + 10 i keep their last digits), and
+    its ``sum/`` logs give MAE, RMSE and R² in them; after training `fold_standardisation` puts
+    the same map into the head when float32 holds it exactly, else the run records it."""
 
     mean: float = 0.0
     std: float = 1.0
@@ -292,8 +310,8 @@ class RegressionStep:
         inputs, targets = split_batch(batch)
         output, aux_loss, logs = forward_with_aux(model, inputs)
         output = output.float().reshape(targets.shape[0], -1)
-        targets = targets.float().reshape(output.shape)
-        standard = (targets - self.mean) / self.std
+        targets = targets.double().reshape(output.shape)
+        standard = ((targets - self.mean) / self.std).float()
         if self.loss == "mse":
             per_sample = F.mse_loss(output, standard, reduction="none").mean(-1)
         else:
@@ -302,9 +320,9 @@ class RegressionStep:
         if aux_loss is not None:
             logs["aux_loss"] = aux_loss.detach()
             loss = loss + self.aux_loss_weight * aux_loss
-        predictions = output.detach() * self.std + self.mean
-        logs |= regression_sums(predictions, targets)
-        return StepOutput(loss, predictions, targets, logs, per_sample.detach())
+        predictions = output.detach().double() * self.std + self.mean
+        logs |= regression_sums(predictions, targets, self.mean)
+        return StepOutput(loss, predictions, targets, logs, per_sample.detach(), self.mean)
 
 
 @dataclass
@@ -333,16 +351,30 @@ class MultiLabelStep:
         return StepOutput(loss, logits.detach(), targets, logs, per_sample.detach())
 
 
+# the largest |mean| / std whose map float32 holds to about 1e-5 std, and the std range it scales by safely
+FOLDED_OFFSET = 100.0
+FOLDED_STD = (1e-20, 1e20)
+
+
+def folds_exactly(mean: float, std: float) -> bool:
+    """Whether ``std * output + mean`` in a float32 head keeps the targets' precision (to about
+    1e-5 std): not for targets far from zero against their spread (1.7e9 + 10 i, 1e12 + 0.01 i)."""
+    return FOLDED_STD[0] <= std <= FOLDED_STD[1] and abs(mean) <= FOLDED_OFFSET * std
+
+
 @torch.no_grad()
-def fold_standardisation(model: nn.Module, mean: float, std: float) -> nn.Module:
-    """Make ``model`` output the targets' units: its linear head ``W h + b`` becomes
-    ``std * (W h + b) + mean`` (the map `RegressionStep` reports its predictions through)."""
+def fold_standardisation(model: nn.Module, mean: float, std: float) -> bool:
+    """Make ``model`` output the targets' units when float32 holds them (`folds_exactly`): its
+    linear head ``W h + b`` becomes ``std * (W h + b) + mean``; False (the model unchanged, its
+    outputs standardised: the run records the map for whatever reads them) otherwise."""
     head = model.get_classifier() if hasattr(model, "get_classifier") else None
     if not isinstance(head, nn.Linear):
         raise InvalidArgumentError(  # internal: every zoo model that regresses has a linear head
             f"cannot fold the target standardisation into {type(head).__name__}: a linear head is needed"
         )
+    if not folds_exactly(mean, std):
+        return False
     head.weight.mul_(std)
     if head.bias is not None:
         head.bias.mul_(std).add_(mean)
-    return model
+    return True

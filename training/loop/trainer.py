@@ -73,7 +73,7 @@ from zoo.training.loop.steps import (
     StepFn,
     StepOutput,
     check_manual_step,
-    higher_is_better,
+    improves,
     monitor_name,
     move_to_device,
 )
@@ -314,7 +314,7 @@ class Trainer:
         value = metrics[self.monitor]
         if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
             self.scheduler.step(value)
-        self._judge_epoch(value)
+        self._judge_epoch(metrics)
         state.history.append(metrics)
         state.epoch += 1
         state.batches_done = 0
@@ -352,14 +352,13 @@ class Trainer:
             )
         return metrics
 
-    def _judge_epoch(self, value: float) -> None:
-        """``value`` of ``monitor`` improved (`higher_is_better`): keep the weights; else count towards early stopping."""
+    def _judge_epoch(self, metrics: dict[str, float]) -> None:
+        """The epoch improved on the best by ``monitor`` (`improves`): keep the weights; else count towards early stopping."""
         state, patience = self.state, self.config.early_stopping_patience
-        higher = higher_is_better(self.monitor)
-        improved = state.best_metric is None or (value > state.best_metric if higher else value < state.best_metric)
-        if improved:
-            state.best_metric, state.best_epoch, state.bad_epochs = value, state.epoch + 1, 0
-            self._keep_best(self._eval_model(), self.monitor, value)
+        best = next((row for row in state.history if row.get("epoch") == state.best_epoch), None)
+        if state.best_metric is None or improves(self.monitor, metrics, best or {self.monitor: state.best_metric}):
+            state.best_metric, state.best_epoch, state.bad_epochs = metrics[self.monitor], state.epoch + 1, 0
+            self._keep_best(self._eval_model(), self.monitor, metrics[self.monitor])
         else:
             state.bad_epochs += 1
             if patience is not None and state.bad_epochs >= patience:

@@ -117,8 +117,10 @@ def _train(label: str, task: str, config: TrainConfig, seed: int, limit: int | N
     trainer = Trainer(model, config, step_fn=RegressionStep(mean, std), collate_fn=source.collate_fn)
     history = trainer.fit(source.make_subset(train, None), source.make_subset(val, None))
     model.load_state_dict(trainer.best_state_dict())
-    fold_standardisation(model, mean, std).eval()
-    model.pretrained_cfg = {**model.pretrained_cfg, "target": {"name": SETS[task].label, "mean": mean, "std": std}}
+    target = {"name": SETS[task].label, "mean": mean, "std": std}
+    if not fold_standardisation(model.eval(), mean, std):
+        target["standardised"] = True
+    model.pretrained_cfg = {**model.pretrained_cfg, "target": target}
     return model, history
 
 

@@ -233,7 +233,7 @@ def csv_cells(answer: dict[str, Any], width: int) -> list[str]:
     a space, or any delimiter)."""
     if "value" in answer:
         value = answer["value"]
-        return [" ".join(f"{v:.6g}" for v in value) if isinstance(value, list) else f"{value:.6g}"]
+        return [" ".join(map(repr, value)) if isinstance(value, list) else repr(value)]  # every digit (1.7e9 + 10 i)
     if "labels" in answer:
         found = answer["labels"]
         names = [item["label"] for item in found]
@@ -247,7 +247,7 @@ def answer_lines(shown: str, answer: dict[str, Any], with_index: bool = True) ->
     labels over their thresholds (percent, name, index) a line each; a value on the input's line."""
     if "value" in answer:
         value, target = answer["value"], answer.get("target")
-        text = " ".join(f"{v:.6g}" for v in value) if isinstance(value, list) else f"{value:.6g}"
+        text = " ".join(f"{v:.10g}" for v in value) if isinstance(value, list) else f"{value:.10g}"
         return [f"{shown}\t{text}{f' ({target})' if target else ''}"]
     found = answer.get("classes", answer.get("labels", []))
     index = (lambda item: f" ({item['index']})") if with_index else (lambda item: "")  # noqa: E731

@@ -1,6 +1,6 @@
 """What a model's outputs mean, read from its configuration alone: class scores (softmax, the
-top k), a regression's values in the target's units (the standardisation is folded into the
-head when it is saved), or multi-label logits (sigmoid, each label over its decision
+top k), a regression's values in the target's units (`OutputMeaning.values`: the outputs as
+they are, or un-standardised in float64 when the run recorded ``target.standardised``), or multi-label logits (sigmoid, each label over its decision
 threshold). ``zoo predict`` (arguments and files), ``zoo serve`` (v1 and v2) and ``zoo eval
 --data`` all read outputs through here, so they say the same thing of the same model."""
 
@@ -35,17 +35,26 @@ class OutputMeaning:
     def label(self, index: int) -> str:
         return self.names[index] if self.names and index < len(self.names) else str(index)
 
+    def values(self, outputs: torch.Tensor) -> torch.Tensor:
+        """A regression's outputs [N, K] in the target's units, float64: ``outputs * std + mean``
+        when the model outputs standardised values (``target.standardised``: a mean too far from
+        zero for a float32 head, as 1.7e9), else the outputs as they are."""
+        outputs = outputs.detach().double().cpu().reshape(len(outputs), -1)
+        if self.target and self.target.get("standardised"):
+            return outputs * float(self.target["std"]) + float(self.target["mean"])
+        return outputs
+
     def answers(self, outputs: torch.Tensor, top_k: int = 5) -> list[dict[str, Any]]:
         """One answer per row of ``outputs`` [N, K] (a model's float outputs): ``{"classes":
         [{"label", "index", "score"}, ...]}`` (the top k by softmax), ``{"value", "target"}``
         (regression; a list of values for several outputs), or ``{"labels": [...]}`` (every label
         whose sigmoid probability reaches its threshold, most probable first)."""
-        outputs = outputs.detach().float().cpu().reshape(len(outputs), -1)
         if self.task == "regression":
             return [
                 {"value": row[0].item() if row.numel() == 1 else row.tolist(), "target": self.target_name}
-                for row in outputs
+                for row in self.values(outputs)
             ]
+        outputs = outputs.detach().float().cpu().reshape(len(outputs), -1)
         if self.task == "multi_label":
             return [{"labels": self._over_threshold(row)} for row in outputs.sigmoid()]
         top = outputs.softmax(-1).topk(min(top_k, outputs.shape[-1]), dim=-1)

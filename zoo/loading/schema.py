@@ -79,11 +79,14 @@ def _check(config: Any) -> None:
 
 
 def _check_target(target: Any) -> None:
-    """A regression target: its name and the mean and std its standardisation used (finite, std > 0)."""
+    """A regression target: its name, the mean and std its standardisation used (finite, std > 0),
+    and whether the model's outputs are still standardised (``standardised``: not folded)."""
     if target is None:
         return
-    if not isinstance(target, dict) or set(target) - {"name", "mean", "std"}:
-        raise _Refusal("target", "must be an object with name, mean and std")
+    if not isinstance(target, dict) or set(target) - {"name", "mean", "std", "standardised"}:
+        raise _Refusal("target", "must be an object with name, mean, std and (optionally) standardised")
+    if not isinstance(target.get("standardised", False), bool):
+        raise _Refusal("target.standardised", "must be true or false (whether the outputs are standardised)")
     for stat in ("mean", "std"):
         value = target.get(stat)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from zoo.errors import InvalidArgumentError, ZooError
+from zoo.loading.outputs import output_meaning
 
 INPUT_FORMAT = "smiles/onehot-v1"  # what a molecule model's config.json says it reads
 INSTALL_HINT = "pip install 'zoo[chem]'"
@@ -182,8 +183,9 @@ def predict_molecules(model: torch.nn.Module, smiles: Sequence[str], where: str 
     with torch.no_grad():
         out = model(batch).float().cpu()
     cfg = model.pretrained_cfg
-    if cfg.get("target") is not None or cfg.get("head") == "graph_regression":
-        return [row[0].item() if row.numel() == 1 else row.tolist() for row in out]
+    meaning = output_meaning(cfg)
+    if meaning.task == "regression":  # in the target's units (`OutputMeaning.values`)
+        return [row[0].item() if row.numel() == 1 else row.tolist() for row in meaning.values(out)]
     names = cfg.get("class_names") or [str(i) for i in range(out.shape[-1])]
     return [dict(zip(names, row.softmax(-1).tolist())) for row in out]
 

@@ -107,19 +107,21 @@ class ServedModel:
 
     def v2_outputs(self, outputs: torch.Tensor) -> dict[str, np.ndarray]:
         """The v2 output tensors of the model's outputs [N, K]: ``logits`` (classes), ``prediction``
-        (regression, the target's units), or ``probabilities`` and ``decisions`` (multi-label:
+        (regression, the target's units, FP64), or ``probabilities`` and ``decisions`` (multi-label:
         sigmoid, and whether each reaches its label's threshold)."""
         if self.meaning is not None and self.meaning.task == "multi_label":
             probabilities = outputs.float().sigmoid()
             thresholds = torch.tensor(self.meaning.thresholds or [0.5] * outputs.shape[-1])
             return {"probabilities": probabilities.numpy(), "decisions": (probabilities >= thresholds).numpy()}
+        if self.meaning is not None and self.meaning.task == "regression":
+            return {"prediction": self.meaning.values(outputs).numpy()}  # float64: every digit of 1.7e9 + 10 i
         return {self.outputs[0].name: outputs.float().numpy()}
 
 
 def output_specs(meaning: OutputMeaning, width: int) -> list[TensorSpec]:
     """The v2 outputs a model of this meaning answers (`ServedModel.v2_outputs`)."""
     if meaning.task == "regression":
-        return [TensorSpec("prediction", "FP32", (-1, width))]
+        return [TensorSpec("prediction", "FP64", (-1, width))]
     if meaning.task == "multi_label":
         return [TensorSpec("probabilities", "FP32", (-1, width)), TensorSpec("decisions", "BOOL", (-1, width))]
     return [TensorSpec("logits", "FP32", (-1, width))]

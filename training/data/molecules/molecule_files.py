@@ -184,7 +184,7 @@ def molecule_source(path: Path, options: MoleculeOptions | None = None) -> Molec
             raise DataError(f"{path}: every {label_name!r} value is {values[0]:g}; a regression target must vary")
         target = {"name": label_name, "mean": statistics.fmean(values), "std": statistics.stdev(values)}
         for graph, value in zip(graphs, values):
-            graph.y = torch.tensor([value], dtype=torch.float32)
+            graph.y = torch.tensor([value], dtype=torch.float64)
         num_classes, class_names, counts, indices = 1, None, None, None
         described += ", regression)"
     else:

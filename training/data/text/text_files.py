@@ -27,7 +27,12 @@ class TextBatches:
 
     def __call__(self, rows: list[tuple[str, int]]) -> dict[str, torch.Tensor]:
         input_ids, attention_mask = self.tokenizer([text for text, _ in rows], max_length=self.max_length)
-        labels = torch.tensor([label for _, label in rows])  # class indices (long), values or multi-hot rows (float)
+        labels = [label for _, label in rows]  # class indices (long), values (float64) or multi-hot rows (float)
+        labels = (
+            torch.tensor(labels, dtype=torch.float64)
+            if labels and isinstance(labels[0], float)
+            else torch.tensor(labels)
+        )
         return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
 
