@@ -205,3 +205,48 @@ def test_callbacks_that_are_not_functions_are_refused_before_training(callbacks:
     model, _ = _tiny()
     with pytest.raises(InvalidArgumentError, match=message):
         zoo.Trainer(model, zoo.TrainConfig(**QUIET), callbacks=callbacks)
+
+
+@pytest.mark.parametrize(
+    ("args", "keywords", "message"),
+    [
+        (("resnet20", "d", "o"), {"label_field": 3}, r"zoo.finetune\(\): label_field must be str or None, got 3"),
+        (("resnet20", 42, "o"), {}, r"data must be a path .* or a torch_geometric dataset, got int"),
+        (("resnet20", ["a.png"], "o"), {}, r"data must be a path .*, got list"),
+        (("resnet20", "d", None), {}, r"out must be the folder to save the run in, got None"),
+        ((3, "d", "o"), {}, r"name must be a model name or a saved folder \(a string\), got int"),
+        (("resnet20", "d", "o"), {"hflip": "yes"}, r"hflip must be bool, got 'yes'"),
+        (("resnet20", "d", "o"), {"callbacks": [3]}, r"callbacks must be a list of functions"),
+        (
+            ("resnet20", TensorDataset(torch.zeros(2, 1)), "o"),
+            {},
+            r"data is a TensorDataset; it takes paths and torch_geometric datasets: save tensors with torch.save",
+        ),
+    ],
+)
+def test_finetune_refuses_arguments_of_the_wrong_type_by_name(tmp_path, args, keywords, message) -> None:
+    with pytest.raises(InvalidArgumentError, match=message):
+        zoo.finetune(*args, **keywords)
+    assert not Path("o").exists()
+
+
+def test_trainer_and_optimize_refuse_a_name_or_a_dict_in_one_line() -> None:
+    model = nn.Linear(2, 2)
+    with pytest.raises(InvalidArgumentError, match=r"Trainer takes a model \(a torch nn.Module\), got str"):
+        zoo.Trainer("resnet20", zoo.TrainConfig())
+    with pytest.raises(InvalidArgumentError, match=r"Trainer's config must be a TrainConfig, got dict: TrainConfig"):
+        zoo.Trainer(model, {"epochs": 1})  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match=r"zoo.optimize\(zoo.load\('resnet20.fmnist'\), x\)"):
+        zoo.optimize("resnet20.fmnist", torch.zeros(1, 1, 28, 28))  # type: ignore[arg-type]
+
+
+def test_a_callback_that_replaces_the_head_is_refused() -> None:
+    model = zoo.load("resnet20", pretrained=False, in_chans=1, num_classes=2)
+    data = TensorDataset(torch.rand(8, 1, 28, 28), torch.arange(8) % 2)
+
+    def new_head(trainer, metrics) -> None:
+        trainer.model.reset_classifier(3)
+
+    trainer = zoo.Trainer(model, zoo.TrainConfig(epochs=2, batch_size=4, **QUIET), callbacks=[new_head])
+    with pytest.raises(InvalidArgumentError, match=r"callback 'new_head' gave the model parameters the optimizer"):
+        trainer.fit(data, data)

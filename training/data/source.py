@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import unicodedata
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -204,6 +205,12 @@ def check_class_names(where: str, names: Any, field: str = "'classes'") -> list[
     twice = sorted(name for name, count in Counter(names).items() if count > 1)
     if twice:
         raise DataError(f"{where}: {field} names {twice[:10]} more than once; each class needs its own name")
+    alike = sorted(n for n, count in Counter(unicodedata.normalize("NFC", n) for n in names).items() if count > 1)
+    if alike:  # NFC and NFD "café": two classes that print alike
+        raise DataError(
+            f"{where}: {field} names {alike[0]!r} twice, in different Unicode forms (NFC and NFD), which print alike; "
+            "rename one (or merge them)"
+        )
     return list(names)
 
 

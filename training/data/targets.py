@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
+import unicodedata
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,13 +24,14 @@ from typing import Any
 
 import torch
 
+from zoo.bounds import NAME_RULE, unprintable_name
 from zoo.errors import DataError
 from zoo.training.data.labels import class_index, finite_number, is_number, number_problem
 from zoo.training.data.source import MAX_CLASS_INDEX, check_class_names, check_classes, class_counts
 from zoo.training.data.text.text_rows import plural
 
 TABLE_TASKS = ("auto", "classification", "regression", "multi-label")
-_CLASS_INDEX = re.compile(r"-?[0-9]+")
+_CLASS_INDEX = re.compile(r"-?(0|[1-9][0-9]*)")  # "00" and "01" are names as written, not indices 0 and 1
 Row = tuple[
     int | str, Any
 ]  # (line (or 'sample N'), the label as read: a string, a JSON value, or a list of 0/1 per label column)
@@ -132,22 +134,28 @@ def _as_number_text(label: Any) -> str | None:
     return label if isinstance(label, str) else repr(label)
 
 
+_JSON_KINDS = {float: "number", bool: "boolean", type(None): "null", dict: "object"}
+
+
 def _class_text(where: str, line: int, name: str, label: Any) -> str:
-    """One class label as text: a string or a whole JSON number; anything else refused by line."""
+    """One class label as text (Unicode NFC): a string or a whole JSON number; anything else,
+    and a name with a newline or escape code, refused by line."""
     if isinstance(label, list):
         raise DataError(
             f"{_at(where, line)}: {name!r} is a list, and the task is classification: pass --task multi-label "
             "for several labels per sample"
         )
     if isinstance(label, float) or isinstance(label, bool) or not isinstance(label, (str, int)):
-        kind = "number" if isinstance(label, float) else type(label).__name__
+        kind = _JSON_KINDS.get(type(label), type(label).__name__)
         raise DataError(
             f'{_at(where, line)}: "{name}" must be a class name (string) or class index (integer), got a JSON '
             f"{kind}; pass --task regression for numbers"
         )
-    text = str(label).strip()
+    text = unicodedata.normalize("NFC", str(label).strip())  # "café" typed or decomposed is one class
     if not text:
         raise DataError(f"{_at(where, line)}: the label {name!r} is empty; every row needs its class")
+    if unprintable_name([text]) is not None and not _CLASS_INDEX.fullmatch(text):  # long digits: said as an index
+        raise DataError(f"{_at(where, line)}: the label {name!r} is {text[:40]!r}: {NAME_RULE}")
     if is_number(text) and not math.isfinite(float(text)):
         raise DataError(
             f"{_at(where, line)}: {number_problem(text)}, a missing value rather than a class; fill it in or "
@@ -160,6 +168,7 @@ def _classes(where: str, rows: Sequence[Row], name: str, note: str) -> Targets:
     """Classes: whole numbers are class indices as they are (below `MAX_CLASS_INDEX`), names are
     numbered in sorted order; at least two classes."""
     labels = [_class_text(where, line, name, label) for line, label in rows]
+    _warn_merged_spellings(where, name, [label for _, label in rows], labels)
     hint = ""
     if all(_CLASS_INDEX.fullmatch(label) for label in labels):
         indices = []
@@ -182,6 +191,22 @@ def _classes(where: str, rows: Sequence[Row], name: str, note: str) -> Targets:
     counts = class_counts(values, names)
     check_classes(where, counts, "add rows of the other classes", hint)
     return Targets("classification", values, names, counts, None, note)
+
+
+def _warn_merged_spellings(where: str, name: str, raw: Sequence[Any], names: Sequence[str]) -> None:
+    """Warn when two spellings of a label became one class by Unicode normalisation (NFC and
+    NFD "café" print alike: two classes of them would be a silent split)."""
+    spellings: dict[str, set[str]] = {}
+    for label, text in zip(raw, names):
+        spellings.setdefault(text, set()).add(str(label).strip())
+    merged = next((text for text, forms in spellings.items() if len(forms) > 1), None)
+    if merged is not None:
+        forms = ", ".join(ascii(form) for form in sorted(spellings[merged]))
+        warnings.warn(
+            f"{where}: the {name!r} labels {forms} are one name in different Unicode forms; trained as one class "
+            f"{merged!r} (NFC)",
+            stacklevel=4,
+        )
 
 
 def _regression(where: str, rows: Sequence[Row], name: str, note: str) -> Targets:
@@ -211,10 +236,10 @@ def _tags(where: str, line: int, name: str, label: Any, delimiter: str) -> list[
     if isinstance(label, list):
         if not all(isinstance(tag, (str, int)) and not isinstance(tag, bool) for tag in label):
             raise DataError(f"{_at(where, line)}: {name!r} must be a list of label names (strings), got {label!r:.60}")
-        return [str(tag).strip() for tag in label if str(tag).strip()]
+        return [unicodedata.normalize("NFC", str(tag).strip()) for tag in label if str(tag).strip()]
     if not isinstance(label, (str, int)) or isinstance(label, bool):
         raise DataError(f"{_at(where, line)}: {name!r} must be a list of label names or a string of tags")
-    tags = [tag.strip() for tag in str(label).split(delimiter or None)]
+    tags = [unicodedata.normalize("NFC", tag.strip()) for tag in str(label).split(delimiter or None)]
     tags = [tag for tag in tags if tag]
     if not tags:
         raise DataError(

@@ -74,7 +74,7 @@ def finetune(
     callbacks: Sequence[Callback] | None = None,
     **flags: Any,
 ) -> finetune_package.FinetuneResult:
-    """Fine-tune NAME on ``data`` (a path ``--data`` takes, or a Dataset) and save the best
+    """Fine-tune NAME on ``data`` (a path ``--data`` takes, or a torch_geometric dataset) and save the best
     epoch's model, card, metrics and curves to ``out``, as ``zoo finetune NAME --data DATA
     --out OUT`` does with the same flags, given as keywords: ``epochs=3, batch_size=32, lr=1e-3,
     mode="partial", val_data="val/", task="regression", progress=False`` (the module
@@ -82,6 +82,7 @@ def finetune(
     epoch, on CPU), ``out``, the best epoch's metrics and the history. An unknown keyword is
     an `InvalidArgumentError` naming it and the close ones. ``callbacks``, ``fn(trainer, metrics)``
     after each epoch, are the Trainer's (`zoo.training.loop.callbacks`; ``zoo tune`` prunes with one)."""
+    _check_arguments(name, data, out, callbacks)
     fields = _by_field(flags)
     given = {key for key in fields if key in TRAIN_FIELDS}
     config = TrainConfig(**{key: fields[key] for key in given}, out_dir=os.fspath(out))
@@ -91,6 +92,55 @@ def finetune(
         keywords = "".join(f", {key}={value!r}" for key, value in flags.items())
         options = dataclasses.replace(options, command=f"zoo.finetune({shown}, {os.fspath(out)!r}{keywords})")
     return finetune_package.finetune(name, data, out, options, config=config, given=given, callbacks=callbacks)
+
+
+def _check_arguments(name: Any, data: Any, out: Any, callbacks: Any) -> None:
+    """The positional arguments' and ``callbacks``' types, each refused by name with what it takes."""
+    if not isinstance(name, (str, os.PathLike)):
+        raise InvalidArgumentError(
+            f"zoo.finetune(): name must be a model name or a saved folder (a string), got {type(name).__name__}"
+        )
+    if not isinstance(data, (str, os.PathLike, Dataset)):
+        raise InvalidArgumentError(
+            f"zoo.finetune(): data must be a path (a folder of images, an image list, .csv/.jsonl rows, a .pt/.npz "
+            f"file, shards, molecules) or a torch_geometric dataset, got {type(data).__name__}"
+        )
+    if isinstance(data, Dataset) and not _is_pyg(data):
+        raise InvalidArgumentError(
+            f"zoo.finetune(): data is a {type(data).__name__}; it takes paths and torch_geometric datasets: save "
+            "tensors with torch.save({'x': X, 'y': Y}, 'data.pt') and pass 'data.pt', or train any Dataset with "
+            "zoo.training.Trainer(model, config).fit(train, val)"
+        )
+    if not isinstance(out, (str, os.PathLike)):
+        raise InvalidArgumentError(f"zoo.finetune(): out must be the folder to save the run in, got {out!r:.60}")
+    if callbacks is not None and (isinstance(callbacks, str) or not all(callable(c) for c in callbacks)):
+        raise InvalidArgumentError("zoo.finetune(): callbacks must be a list of functions fn(trainer, metrics)")
+
+
+def _is_pyg(data: Dataset) -> bool:
+    return any(cls.__module__.startswith("torch_geometric") for cls in type(data).__mro__)
+
+
+SIMPLE_TYPES = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,)}
+
+
+def _check_field_types(fields: Mapping[str, Any]) -> None:
+    """The keywords of `FinetuneOptions`, `MoleculeOptions` and `Augment` whose field is a plain
+    bool, int, float or str (or None): a value of another type refused by name (``label_field=3``)."""
+    owners = (FinetuneOptions, MoleculeOptions, Augment)
+    types = {f.name: str(f.type) for owner in owners for f in dataclasses.fields(owner)}
+    for key, value in fields.items():
+        if key not in types or key in TRAIN_FIELDS:  # TrainConfig checks its own
+            continue
+        parts = [part.strip() for part in types[key].split("|")]
+        if not all(part in SIMPLE_TYPES or part == "None" for part in parts):
+            continue
+        allowed = tuple(t for part in parts if part in SIMPLE_TYPES for t in SIMPLE_TYPES[part])
+        ok = (value is None and "None" in parts) or (
+            isinstance(value, allowed) and (bool in allowed or not isinstance(value, bool))
+        )
+        if not ok:
+            raise InvalidArgumentError(f"zoo.finetune(): {key} must be {' or '.join(parts)}, got {value!r:.60}")
 
 
 def _by_field(flags: Mapping[str, Any]) -> dict[str, Any]:
@@ -107,6 +157,7 @@ def _by_field(flags: Mapping[str, Any]) -> dict[str, Any]:
         if inverted and not isinstance(value, bool):
             raise InvalidArgumentError(f"zoo.finetune(): {key} is a switch, True or False, got {value!r}")
         fields[field] = not value if inverted else value
+    _check_field_types(fields)
     return fields
 
 

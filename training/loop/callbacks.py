@@ -45,6 +45,19 @@ def checked_callbacks(callbacks: Sequence[Callback] | None) -> list[Callback]:
     return listed
 
 
+def _check_parameters_kept(trainer: Any, fn: Callable[..., Any]) -> None:
+    """Refuse a callback that gave the model trainable parameters the optimizer does not hold
+    (``reset_classifier`` in a callback: the new head would stay at its random start, unsaid)."""
+    held = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
+    new = [name for name, p in trainer.model.named_parameters() if p.requires_grad and id(p) not in held]
+    if new:
+        raise InvalidArgumentError(
+            f"callback {getattr(fn, '__name__', fn)!r} gave the model parameters the optimizer does not train "
+            f"({', '.join(new[:3])}{', ...' if len(new) > 3 else ''}): change the model before Trainer(model, ...), "
+            "or freeze them (requires_grad=False)"
+        )
+
+
 def run_callbacks(trainer: Any, metrics: dict[str, float]) -> bool:
     """Call each of ``trainer.callbacks`` with a copy of ``metrics``; when one set
     ``trainer.should_stop`` (on any process of a torchrun group: they stop together), mark the
@@ -56,6 +69,7 @@ def run_callbacks(trainer: Any, metrics: dict[str, float]) -> bool:
                 f"callback {getattr(fn, '__name__', fn)!r} set trainer.should_stop to {trainer.should_stop!r}: "
                 "it takes True (stop after this epoch) or False"
             )
+        _check_parameters_kept(trainer, fn)
     stop = trainer.should_stop
     if trainer.world_size > 1 and trainer.callbacks:
         flag = torch.tensor([float(stop)], device=trainer.device if trainer.device.type == "cuda" else "cpu")

@@ -345,3 +345,16 @@ def add_config_options(
 def config_from_args(args: argparse.Namespace, **fields: Any) -> TrainConfig:
     """The TrainConfig of parsed options (`add_config_options`), with ``fields`` set on top."""
     return TrainConfig(**{f.name: getattr(args, f.name) for f in option_fields()}, **fields)
+
+
+def check_trainer_arguments(model: Any, config: Any) -> None:
+    """`zoo.training.Trainer`'s model and config, refused by type with what each takes."""
+    import torch  # this module is read by the command line before torch is needed
+
+    if not isinstance(model, torch.nn.Module):
+        raise InvalidArgumentError(
+            f"Trainer takes a model (a torch nn.Module), got {type(model).__name__}: Trainer(zoo.load(NAME), config)"
+        )
+    if config is not None and not isinstance(config, TrainConfig):
+        hint = ": TrainConfig(**that_dict)" if isinstance(config, dict) else ""
+        raise InvalidArgumentError(f"Trainer's config must be a TrainConfig, got {type(config).__name__}{hint}")

@@ -77,7 +77,7 @@ from zoo.training.loop.steps import (
     monitor_name,
     move_to_device,
 )
-from zoo.training.loop.train_config import SCHEDULERS, TrainConfig
+from zoo.training.loop.train_config import SCHEDULERS, TrainConfig, check_trainer_arguments
 
 __all__ = ["SCHEDULERS", "TrainConfig", "TrainState", "Trainer", "param_groups"]
 
@@ -109,6 +109,7 @@ class Trainer:
         collate_fn: Callable[[list[Any]], Any] | None = None,
         callbacks: Sequence[Callback] | None = None,
     ) -> None:
+        check_trainer_arguments(model, config)
         self.config = cfg = config or TrainConfig()
         self.callbacks, self.should_stop = checked_callbacks(callbacks), False
         self.step_fn = step_fn or ClassificationStep(label_smoothing=cfg.label_smoothing)
@@ -361,8 +362,7 @@ class Trainer:
             self._keep_best(self._eval_model(), self.monitor, metrics[self.monitor])
         else:
             state.bad_epochs += 1
-            if patience is not None and state.bad_epochs >= patience:
-                state.stopped_early = True
+            state.stopped_early = state.stopped_early or (patience is not None and state.bad_epochs >= patience)
 
     @torch.no_grad()
     def evaluate(self, dataset: Dataset, model: nn.Module | None = None) -> dict[str, float]:

@@ -90,6 +90,11 @@ def optimize(
     ``runtimes=False`` leaves the runtimes out. ``time_budget_s`` bounds auto's search
     (`zoo.deploy.search`: the likely winners here first, each only while it may beat the best
     so far and fits; the report says what it left; ``None``: all); the result has ``optimize_report``."""
+    if not isinstance(model, nn.Module):
+        shown = f"zoo.load({model!r:.60})" if isinstance(model, str) else "zoo.load(NAME)"
+        raise InvalidArgumentError(
+            f"zoo.optimize takes a model (a torch nn.Module), got {type(model).__name__}: zoo.optimize({shown}, x)"
+        )
     _check_options(precision, min_agreement, repeats, max_batch_graphs, time_budget_s)
     model.eval()
     args = _example_args(example_input)
