@@ -253,6 +253,11 @@ REFUSED = {  # name -> (path, JSON body, status, words the error names)
     "an unknown v2 parameter": (f"/v2/models/{TEXT}/infer", {"inputs": [{"name": "text_input", "shape": [1],
                                 "datatype": "BYTES", "data": ["x"]}], "parameters": {"presence_penalty": 1}}, 400,
                                 "takes no parameter 'presence_penalty'"),
+    "Triton's class_count": (f"/v2/models/{IMAGES}/infer", _v2_input([1, 1, 28, 28], [0.0] * 784)
+                             | {"outputs": [{"name": "logits", "parameters": {"class_count": 2}}]}, 400,
+                             "unknown parameter 'class_count' (Triton's class_count is the parameter classification)"),
+    "texts to an image model": (f"/v1/models/{IMAGES}:predict", {"texts": ["hello"]}, 400,
+                                f"{IMAGES} reads images, and the body sends texts: send image files"),
     "predict top_k of a float": (f"/v1/models/{IMAGES}:predict", {"instances": [[[[0.0] * 28] * 28]], "top_k": 2.5},
                                  400, "top_k: must be a whole number from 1 to 1000000, got 2.5"),
 }  # fmt: skip

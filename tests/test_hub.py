@@ -236,8 +236,8 @@ def test_verify_file_rehashes_only_when_the_file_changes(tmp_path, monkeypatch):
     path = tmp_path / "w.bin"
     path.write_bytes(payload())
     calls = []
-    real_hash = hub._hash_file
-    monkeypatch.setattr(hub, "_hash_file", lambda p: calls.append(p) or real_hash(p))
+    real_hash = hub.sha256_file
+    monkeypatch.setattr(hub, "sha256_file", lambda p: calls.append(p) or real_hash(p))
     verify_file(path, None)
     verify_file(path, None)
     assert len(calls) == 1
@@ -299,7 +299,7 @@ def test_refetch_is_served_from_cache_without_rehashing(http_server, zoo_home, m
     def must_not_hash(path):
         raise AssertionError(f"{path} was re-read although its record matches")
 
-    monkeypatch.setattr(hub, "_hash_file", must_not_hash)
+    monkeypatch.setattr(hub, "sha256_file", must_not_hash)
     second = fetch(url, sha256=sha(data), progress=False)
     assert second == first
     assert http_server.requests == ["/big.bin"]

@@ -385,3 +385,13 @@ def test_a_run_states_the_size_its_defaults_gave(tmp_path):
     kwargs = json.loads((result.out / "config.json").read_text())["model_kwargs"]
     assert (kwargs["hidden_channels"], kwargs["num_layers"]) == (96, 3)
     assert zoo.load(result.out).size_kwargs == {"hidden_channels": 96, "num_layers": 3}
+
+
+@pytest.mark.parametrize("text", ["CCO c1ccccc1", "CCO\tc1ccccc1"])
+def test_a_smiles_with_a_space_is_refused_not_read_up_to_it(text: str) -> None:
+    pytest.importorskip("rdkit")
+    from zoo.errors import InvalidArgumentError
+    from zoo.loading.smiles import smiles_batch
+
+    with pytest.raises(InvalidArgumentError, match=r"SMILES\[0\] .* it holds a (space|tab): one SMILES per molecule"):
+        smiles_batch([text])

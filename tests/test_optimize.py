@@ -329,3 +329,11 @@ def test_a_budgeted_search_stops_when_the_budget_is_spent_and_remembers_apart(mo
 def test_a_time_budget_out_of_range_is_refused(budget) -> None:
     with pytest.raises(InvalidArgumentError, match="time_budget_s"):
         zoo.optimize(_tiny_cnn(), torch.randn(2, 1, 8, 8), time_budget_s=budget)
+
+
+def test_a_model_with_nan_weights_is_refused_before_any_candidate() -> None:
+    model = zoo.load("resnet20", pretrained=False, in_chans=1, num_classes=3)
+    with torch.no_grad():
+        model.get_classifier().weight.fill_(float("nan"))
+    with pytest.raises(InvalidArgumentError, match=r"own fp32 outputs on the example .* are NaN or infinite"):
+        zoo.optimize(model, torch.zeros(1, 1, 28, 28), runtimes=False)

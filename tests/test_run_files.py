@@ -151,3 +151,25 @@ def test_unreadable_validation_images_stop_the_run_before_training(pngs, tmp_pat
     with pytest.raises(DataError, match=f"{val / 'b' / '19.png'} is not a readable image"):
         finetune("resnet20", pngs, out, options, config=TrainConfig(max_steps=1, batch_size=4, **QUIET))
     assert not out.exists()
+
+
+def test_weights_swapped_in_a_run_folder_load_with_a_warning(tmp_path: Path) -> None:
+    import warnings
+
+    import safetensors.torch
+    import torch
+
+    import zoo
+
+    data = tmp_path / "data.pt"
+    torch.save({"x": torch.rand(16, 6), "y": torch.arange(16) % 2}, data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a bare architecture, trained from scratch
+        run = zoo.finetune("dbn", data, tmp_path / "run", model_kwargs={"sizes": [6, 4]}, max_steps=1, **QUIET).out
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the run's own weights: no warning
+        zoo.load(run)
+    other = zoo.load(run, pretrained=False)  # the architecture, fresh weights
+    safetensors.torch.save_model(other, str(Path(run) / "model.safetensors"))  # same shapes, other values
+    with pytest.warns(UserWarning, match=r"model.safetensors is not the file the run wrote \(its sha256 differs"):
+        zoo.load(run)

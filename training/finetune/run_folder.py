@@ -21,7 +21,6 @@ int8, pruning) into the same folder.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import itertools
 import json
 import os
@@ -36,8 +35,8 @@ import torch.nn as nn
 from torch.utils.data import Dataset, SequentialSampler
 
 from zoo.errors import InvalidArgumentError
-from zoo.loading.saved import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE
-from zoo.store.files import LOCK_FILE, FolderLock, lock_folder, read_json, write_json
+from zoo.loading.saved import CARD_FILE, CONFIG_FILE, RUN_FILES, WEIGHTS_FILE
+from zoo.store.files import LOCK_FILE, FolderLock, lock_folder, read_json, sha256_file, write_json
 from zoo.training.data.source import DataSource
 from zoo.training.finetune import post_training as after_training
 from zoo.training.finetune.mlflow_run import RUN_FILE as MLFLOW_RUN_FILE
@@ -47,7 +46,7 @@ from zoo.training.loop.records.checkpoint import BEST_CHECKPOINT, LAST_CHECKPOIN
 from zoo.training.loop.steps import split_batch
 from zoo.training.loop.train_config import TrainConfig
 
-MANIFEST = "run_files.json"
+MANIFEST = RUN_FILES
 MANIFEST_FORMAT = "zoo-run-files/1"
 MAX_MANIFEST_BYTES = 64 << 20  # a run's list of files: 100,000 files take a few MB
 PENDING, SEALED = "pending", "sealed"  # a folder the run created: all of it the run's / the files listed
@@ -209,7 +208,7 @@ class RunFiles:
         for relative in [r for r in files if self._mine(r)]:
             path = self.out / relative
             if path.is_file() and not path.is_symlink():
-                files[relative] = _sha256(path)
+                files[relative] = sha256_file(path)
             else:
                 del files[relative]
         for output in self.outputs:
@@ -221,7 +220,7 @@ class RunFiles:
                 new = _files_in(self.out, output.name)
             else:
                 new = set(_files_in(self.out, output.name)) - self._before.get(output.name, set())
-            files.update({r: files.get(r) or _sha256(self.out / r) for r in new})
+            files.update({r: files.get(r) or sha256_file(self.out / r) for r in new})
         self._save(files, folders)
 
     @contextlib.contextmanager
@@ -284,7 +283,7 @@ def _foreign_file(out: Path, relative: str, files: dict[str, str | None]) -> lis
         return [f"{relative} (a link)"]
     if relative not in files:
         return [f"{relative} (not written by a run)"]
-    if files[relative] is not None and (not path.is_file() or _sha256(path) != files[relative]):
+    if files[relative] is not None and (not path.is_file() or sha256_file(path) != files[relative]):
         return [f"{relative} (changed since the run wrote it)"]
     return []
 
@@ -308,15 +307,6 @@ def _remove_empty_folders(root: Path) -> None:
     for folder, _, _ in sorted(os.walk(root), key=lambda entry: -len(entry[0])):
         with contextlib.suppress(OSError):
             os.rmdir(folder)
-
-
-def _sha256(path: Path) -> str:
-    """The sha256 of the file at ``path``, as hex, read a megabyte at a time."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def manifest_entries(out: Path) -> dict[str, Any]:

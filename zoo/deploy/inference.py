@@ -120,6 +120,18 @@ def optimize(
     return result
 
 
+def _check_finite_references(references: list[Any]) -> None:
+    """fp32 eager's outputs are what every candidate is checked against: NaN or infinite ones
+    (NaN weights, or such an input) leave nothing to compare, said before any candidate is built."""
+    for tensor in (t for out in references for t in (out if isinstance(out, (tuple, list)) else [out])):
+        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise InvalidArgumentError(
+                "zoo.optimize: the model's own fp32 outputs on the example (or calibration) input are NaN or "
+                "infinite, so no candidate can be checked against them; check its weights "
+                "(any(p.isnan().any() for p in model.parameters())) and the input"
+            )
+
+
 def _check_options(
     precision: str, min_agreement: float, repeats: int, max_batch_graphs: int, time_budget_s: float | None
 ) -> None:
@@ -157,6 +169,7 @@ class _Trials:
         self.budget, self.started = budget, time.perf_counter()
         with torch.no_grad():
             self.references = [model(*batch) for batch in batches]
+        _check_finite_references(self.references)
         self.classifier = _is_classifier(model, self.references[0])
         warmup = _WARMUP_CALLS
         if budget is not None:  # eager is warm: time one call, and as many more as 10% of the budget allows

@@ -13,16 +13,18 @@ import safetensors.torch
 import torch.nn as nn
 
 from zoo.architectures.features import FeatureExtractor
-from zoo.errors import InvalidArgumentError, WeightsMismatchError, WeightsNotFoundError
+from zoo.errors import InvalidArgumentError, WeightsMismatchError, WeightsNotFoundError, ZooError
 from zoo.loading.pretrained_cfg import adapt_preprocess
 from zoo.loading.schema import validate_saved_config
 from zoo.loading.state_dicts import CONFIG_FILE, build_architecture, build_with_state_dict
 from zoo.store import weight_entries
-from zoo.store.files import atomic_files, read_json
+from zoo.store.files import atomic_files, read_json, sha256_file
 from zoo.store.model_config import ModelConfig, set_config
 from zoo.store.state_dict_files import load_state_dict_file
 
 WEIGHTS_FILE = "model.safetensors"
+RUN_FILES = "run_files.json"  # a fine-tuning run's manifest: each file it wrote, with its sha256
+MAX_RUN_FILES_BYTES = 64 << 20
 
 
 CARD_FILE = "README.md"
@@ -147,6 +149,7 @@ def load_saved(
             model = build_architecture(builder, kwargs, arch)
         else:
             state_dict = load_state_dict_file(directory / WEIGHTS_FILE)
+            _warn_if_not_the_runs(directory)
             if config.get("features_only"):
                 state_dict = {k.removeprefix("model."): v for k, v in state_dict.items()}
             model = build_with_state_dict(builder, kwargs, state_dict, None)
@@ -165,6 +168,26 @@ def load_saved(
         saved = saved.replace(model_kwargs={k: v for k, v in kwargs.items() if k not in ("num_classes", "head")})
     set_config(model, saved)
     return model
+
+
+def _warn_if_not_the_runs(directory: Path) -> None:
+    """Warn when a run folder's weights are not the file the run wrote (their sha256 differs from
+    the one its ``run_files.json`` records): weights of the same shape swapped in load silently
+    otherwise. A folder without that record (`zoo.save`'s) is not checked."""
+    record = directory / RUN_FILES
+    if not record.is_file() or record.is_symlink():
+        return
+    try:
+        files = read_json(record, MAX_RUN_FILES_BYTES).get("files") or {}
+    except (ZooError, AttributeError):
+        return  # a manifest zoo cannot read says nothing of the weights; the run's commands refuse it
+    recorded = files.get(WEIGHTS_FILE) if isinstance(files, dict) else None
+    if isinstance(recorded, str) and recorded != sha256_file(directory / WEIGHTS_FILE):
+        warnings.warn(
+            f"{directory / WEIGHTS_FILE} is not the file the run wrote (its sha256 differs from the one "
+            f"{record} records); loading it as it is",
+            stacklevel=4,
+        )
 
 
 def read_saved_config(directory: Path) -> dict[str, Any]:

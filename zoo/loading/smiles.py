@@ -77,13 +77,16 @@ class Unparsed:
 
 
 def smiles_problem(text: str) -> str | None:
-    """Why zoo refuses a (stripped) SMILES before RDKit reads it: empty, a NUL, over zoo's length limit."""
+    """Why zoo refuses a (stripped) SMILES before RDKit reads it: empty, a NUL or a space, over zoo's length limit."""
     if not text:
         return "it is empty"
     if len(text) > MAX_SMILES_CHARS:
         return f"it is {len(text):,} characters, over zoo's limit of {MAX_SMILES_CHARS:,} characters per SMILES"
     if "\x00" in text:
         return "it holds a NUL character"
+    space = next((c for c in text if c.isspace()), None)
+    if space is not None:  # RDKit reads up to the space and takes the rest for a name: "CCO c1ccccc1" is CCO
+        return f"it holds {'a tab' if space == chr(9) else 'a space' if space == ' ' else repr(space)}: one SMILES per molecule, with no spaces"
     return None
 
 

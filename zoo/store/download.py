@@ -33,8 +33,8 @@ from filelock import FileLock
 from safetensors.torch import save_file
 
 from zoo.errors import ChecksumError, DownloadError, InvalidArgumentError, WeightsError, WeightsNotFoundError
-from zoo.store.files import atomic_path, read_json, write_bytes_atomic
-from zoo.store.http_download import CHUNK_SIZE, SHA256_HEX, TransientError, describe_expected, download_once
+from zoo.store.files import atomic_path, read_json, sha256_file, write_bytes_atomic
+from zoo.store.http_download import SHA256_HEX, TransientError, describe_expected, download_once
 from zoo.store.state_dict_files import load_state_dict_file, open_safetensors, standalone_tensors
 
 __all__ = [
@@ -113,9 +113,9 @@ def verify_file(path: Path, sha256: str | None) -> str:
         return known
     record = _read_record(path)
     unchanged = record is not None and record["size"] == stat.st_size and record["mtime_ns"] == stat.st_mtime_ns
-    digest = record["sha256"] if unchanged else _hash_file(path)
+    digest = record["sha256"] if unchanged else sha256_file(path)
     if unchanged and expected is not None and not digest.startswith(expected):
-        unchanged, digest = False, _hash_file(path)  # the record is only a cache: the file's bytes decide
+        unchanged, digest = False, sha256_file(path)  # the record is only a cache: the file's bytes decide
     if expected is not None and not digest.startswith(expected):
         raise ChecksumError(
             f"{path} failed verification: expected sha256 {describe_expected(expected)}, got {digest}. "
@@ -333,15 +333,6 @@ def _verified_read_only(target: Path, expected: str | None, url: str) -> Path:
     return target
 
 
-def _hash_file(path: Path) -> str:
-    """Full sha256 of a file, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK_SIZE):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 MAX_RECORD_BYTES = 1 << 16  # a record is a few hundred bytes
 
 
@@ -435,7 +426,7 @@ def _from_torch_hub_cache(url: str, target: Path, expected: str | None) -> bool:
                 os.link(cached, tmp)
             except OSError:
                 shutil.copyfile(cached, tmp)
-            digest = _hash_file(tmp)
+            digest = sha256_file(tmp)
             if not digest.startswith(expected):
                 raise ChecksumError(
                     f"{cached} in torch.hub's cache has sha256 {digest}, not the expected {describe_expected(expected)}, "

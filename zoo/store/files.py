@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import json
 import os
 import secrets
@@ -159,6 +160,15 @@ def check_writable(path: str | os.PathLike) -> Path:
             f"cannot write {path}: {folder} does not take new files ({error.strerror}); choose another folder"
         ) from None
     return path
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """The sha256 of the file at ``path``, as hex, read a megabyte at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def read_json(path: Path, max_bytes: int, *, name: str | None = None, fix: str = "") -> Any:

@@ -34,6 +34,18 @@ router = APIRouter(tags=["v1"])
 HOW_TO_SEND = 'send image files as a multipart form (curl -F image=@shirt.png) or JSON {"instances": [...]}'
 
 
+def _refuse_another_kind(name: str, served: ServedModel, body: bytes) -> None:
+    """A 400 that names the kind when a JSON body holds another kind's field (texts or SMILES
+    sent to an image model), rather than pydantic's "instances: Field required"."""
+    try:
+        fields = json.loads(body)  # bounded by the server's body limit
+    except ValueError:
+        return
+    sent = next((key for key in ("texts", "smiles") if isinstance(fields, dict) and key in fields), None)
+    if sent is not None and "instances" not in fields:
+        raise bad_request(f"{name} reads {served.kind}, and the body sends {sent}: {HOW_TO_SEND}", param=sent)
+
+
 @router.post("/v1/models/{name}:predict")
 async def predict(name: str, request: Request) -> dict[str, object]:
     """Multipart image files (any field name; ``top_k`` as a form field or query parameter), or
@@ -64,7 +76,12 @@ async def predict(name: str, request: Request) -> dict[str, object]:
         top_k = _top_k(form.get("top_k") or request.query_params.get("top_k"))
         rows, names = await run_in_threadpool(image_rows, served, files, limit), [n for n, _ in files]
     else:
-        body = parse(PredictRequest, await request.body())
+        raw = await request.body()
+        try:
+            body = parse(PredictRequest, raw)
+        except RequestError:
+            _refuse_another_kind(name, served, raw)
+            raise
         top_k = body.top_k if request.query_params.get("top_k") is None else _top_k(request.query_params["top_k"])
         rows, names = await run_in_threadpool(json_rows, served, body.instances, limit), None
     predictions = served.answers(await state.classify(served, rows), top_k)  # classes, values or labels

@@ -137,6 +137,7 @@ def _response(served: ServedModel, inference: InferenceRequest, outputs: dict[st
         raise bad_request(f"{served.name} has the output(s) {sorted(outputs)}; asked for {unknown}")
     parts, blobs = [], []
     for name, parameters in [(o.name, o.parameters or {}) for o in asked] or [(n, {}) for n in outputs]:
+        _check_output_parameters(name, parameters)
         array = outputs[name]
         k = parameters.get("classification")
         if k is not None:
@@ -151,6 +152,21 @@ def _response(served: ServedModel, inference: InferenceRequest, outputs: dict[st
     return Response(
         body + b"".join(blobs), media_type="application/octet-stream", headers={HEADER_LENGTH: str(len(body))}
     )
+
+
+OUTPUT_PARAMETERS = ("binary_data", "classification")
+
+
+def _check_output_parameters(name: str, parameters: dict[str, object]) -> None:
+    """A requested output's parameters are ones zoo answers (not silently dropped): Triton's
+    client option ``class_count`` is ``classification`` in the protocol's JSON."""
+    unknown = sorted(set(parameters) - set(OUTPUT_PARAMETERS))
+    if unknown:
+        hint = " (Triton's class_count is the parameter classification)" if "class_count" in unknown else ""
+        raise bad_request(
+            f"output {name!r}: unknown parameter {unknown[0]!r}{hint}; an output takes {', '.join(OUTPUT_PARAMETERS)}",
+            param=unknown[0],
+        )
 
 
 def _classification(served: ServedModel, name: str, scores: np.ndarray, k: object) -> np.ndarray:
