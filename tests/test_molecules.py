@@ -393,5 +393,5 @@ def test_a_smiles_with_a_space_is_refused_not_read_up_to_it(text: str) -> None:
     from zoo.errors import InvalidArgumentError
     from zoo.loading.smiles import smiles_batch
 
-    with pytest.raises(InvalidArgumentError, match=r"SMILES\[0\] .* it holds a (space|tab): one SMILES per molecule"):
+    with pytest.raises(InvalidArgumentError, match=r"SMILES\[0\] .* \(it holds a (space|tab): one SMILES per molecule"):
         smiles_batch([text])
