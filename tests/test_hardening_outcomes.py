@@ -295,16 +295,17 @@ def test_a_manifests_per_shard_class_counts_are_checked(written: Path) -> None:
 def test_the_card_says_how_validation_was_made() -> None:
     # "validation split: random" when --val-data named a separate file
     from zoo.training.data.source import DataSource
-    from zoo.training.finetune import FinetuneOptions, _task_details
+    from zoo.training.finetune import FinetuneOptions
+    from zoo.training.finetune.card import task_details
 
     source = DataSource("tensors", "t", 10, 2, ["a", "b"], lambda i, t: None)
-    assert _task_details(source, FinetuneOptions(val_data="val.pt"))["split"] == (
+    assert task_details(source, FinetuneOptions(val_data="val.pt"))["split"] == (
         "none: the separate data val.pt (--val-data)"
     )
-    assert _task_details(source, FinetuneOptions(val_fraction=0))["split"] == "none (--val-fraction 0)"
-    assert _task_details(source, FinetuneOptions())["split"] == "random"
+    assert task_details(source, FinetuneOptions(val_fraction=0))["split"] == "none (--val-fraction 0)"
+    assert task_details(source, FinetuneOptions())["split"] == "random"
     source.split_note = "the last 1 shard (x.tar) (whole shards; all 2 classes)"
-    assert _task_details(source, FinetuneOptions())["split"] == source.split_note
+    assert task_details(source, FinetuneOptions())["split"] == source.split_note
 
 
 # --- unclear outcomes -------------------------------------------------------------------------

@@ -33,6 +33,7 @@ ROOMS = {
     "zoo.deploy": 3,
     "zoo.loading": 4,
     "zoo.peers": 5,
+    "zoo.inference": 5,  # one path from inputs to answers: zoo.predict, the MLflow model
     "zoo": 6,  # the facade: `zoo.load`, `zoo.create_model`... (imported lazily)
     "zoo.serve": 7,
     "zoo.serve.routes": 7,  # zoo.serve's routes, a sub-room of it

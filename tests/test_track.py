@@ -279,7 +279,7 @@ def test_the_mlflow_model_reads_texts_and_vectors_as_zoo_does(tmp_path: Path) ->
     with torch.no_grad():
         expected = zoo.load(vectors)(torch.from_numpy(rows)).softmax(-1).numpy()
     np.testing.assert_allclose(predict_table(vectors, pd.DataFrame(rows)).to_numpy(), expected, atol=1e-6)
-    with pytest.raises(zoo.ZooError, match="model_input: this model reads text as strings, got a int"):
+    with pytest.raises(zoo.ZooError, match=r"inputs\[0\] is of type int; this model reads texts as strings"):
         predict_table(folder, [1, 2])
 
 

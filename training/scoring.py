@@ -28,8 +28,9 @@ from zoo.errors import DataError, InvalidArgumentError
 from zoo.loading.outputs import OutputMeaning, describe_task, output_meaning
 from zoo.loading.transforms import text_length
 from zoo.store import weight_entries
+from zoo.training.data.images.image_lists import is_image_list
 from zoo.training.data.kinds import TENSOR_SUFFIXES, DataSource, open_data
-from zoo.training.data.molecules.molecule_files import MoleculeOptions
+from zoo.training.data.molecules.molecule_files import MoleculeOptions, is_molecule_file
 from zoo.training.data.source import for_scoring
 from zoo.training.finetune.report import classification_report
 from zoo.training.loop.meter import multi_label_metrics, regression_metrics
@@ -70,6 +71,30 @@ def score_file(
     return {"model": name, "data": str(data), "task": describe_task(meaning), "samples": len(targets), **metrics}
 
 
+def evaluate(
+    model: str | os.PathLike,
+    data: str | os.PathLike,
+    *,
+    label_field: str | None = None,
+    images: str | os.PathLike | None = None,
+    device: str = "cpu",
+    batch_size: int = 64,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """``zoo.evaluate``: the metrics of ``model`` (a name or a run's folder) on the labelled
+    ``data`` (an image folder or list, text rows, tensors, shards, molecules), as ``zoo eval
+    MODEL --data DATA`` prints them: ``{"model", "data", "task", "samples", "accuracy",
+    "macro_f1", ...}`` for classes, ``mae``, ``rmse``, ``r2`` for a regression (in the target's
+    units), ``map`` and the F1 scores for multi-label. ``label_field`` names the label column
+    (default: the one the run was trained on); ``images`` the folder an image list's paths are under."""
+    if not isinstance(model, str | os.PathLike) or not isinstance(data, str | os.PathLike):
+        raise InvalidArgumentError("zoo.evaluate(model, data): a model name or run folder, and a data path")
+    reading = MoleculeOptions(label_field=label_field) if label_field is not None else None
+    return score_file(
+        os.fspath(model), data, device=device, batch_size=batch_size, progress=progress, reading=reading, images=images
+    )
+
+
 TASKS = {"classes": "classification", "regression": "regression", "multi_label": "multi-label"}
 
 
@@ -87,6 +112,7 @@ def _open(
         raise DataError(
             f"{name} reads molecules, and {data} is a folder: score it on a .csv/.jsonl with a smiles column"
         )
+    _check_table_kind(name, Path(data).expanduser(), reads, images)
     reading = dataclasses.replace(reading, task=TASKS[meaning.task], graph_model=name if reads == "graphs" else None)
     length = text_length(model)
     # the label column training was given, or a regression's target (its column's name)
@@ -105,6 +131,23 @@ def _open(
     if holds != reads:
         raise DataError(f"{name} reads {reads}, and {source.description} holds {holds}: score it on {reads}")
     return source
+
+
+_TABLE_KINDS = {
+    "images": "a list of images (a file_name column)",
+    "graphs": "molecules (a smiles column)",
+    "text": "text rows (no file_name or smiles column)",
+}
+
+
+def _check_table_kind(name: str, path: Path, reads: str, images: str | os.PathLike | None) -> None:
+    """Refuse a .csv/.jsonl of another kind of data than the model reads by the kind, before it is
+    read by the model's label column: the column's absence would hide that it is the wrong file."""
+    if path.suffix.lower() not in (".csv", ".jsonl") or not path.is_file():
+        return
+    holds = "images" if images is not None or is_image_list(path) else "graphs" if is_molecule_file(path) else "text"
+    if holds != reads and (reads, holds) != ("graphs", "text"):  # the molecule reader names the smiles column
+        raise DataError(f"{name} reads {reads}, and {path} holds {_TABLE_KINDS[holds]}: score it on {reads}")
 
 
 def _remembered_column(

@@ -26,16 +26,18 @@ _PUBLIC = {
     "Trainer": "zoo.training.loop.trainer",
     "WeightInfo": "zoo.store.weight_entries",
     "create_model": "zoo.peers.timm",
+    "evaluate": "zoo.training.scoring",
     "export": "zoo.deploy.exporter",
     "export_hf": "zoo.interop.hf_export",
     "finetune": "zoo.training.finetune.keywords",
     "get_model": "zoo.peers.torchvision_models",
     "get_model_weights": "zoo.peers.torchvision_models",
     "get_weight": "zoo.peers.torchvision_models",
-    "info": "zoo.store.weight_entries",
+    "info": "zoo.loading.resolve",
     "list_models": "zoo.store.weight_entries",
     "load": "zoo.loading.build",
     "optimize": "zoo.deploy.inference",
+    "predict": "zoo.inference.predictor",
     "register_model": "zoo.architectures",
     "save": "zoo.loading.saved",
     "transforms": "zoo.loading.transforms",
@@ -50,6 +52,7 @@ __all__ = [
     "WeightsMismatchError",
     "ZooError",
     "create_model",
+    "evaluate",
     "export",
     "export_hf",
     "finetune",
@@ -60,6 +63,7 @@ __all__ = [
     "list_models",
     "load",
     "optimize",
+    "predict",
     "register_model",
     "save",
     "transforms",
@@ -70,13 +74,15 @@ if TYPE_CHECKING:
     from zoo.architectures import register_model
     from zoo.deploy.exporter import export
     from zoo.deploy.inference import optimize
+    from zoo.inference.predictor import predict
     from zoo.interop.hf_export import export_hf
     from zoo.loading.build import load
+    from zoo.loading.resolve import info
     from zoo.loading.saved import save
     from zoo.loading.transforms import transforms
     from zoo.peers.timm import create_model
     from zoo.peers.torchvision_models import get_model, get_model_weights, get_weight
-    from zoo.store.weight_entries import WeightInfo, info, list_models
+    from zoo.store.weight_entries import WeightInfo, list_models
     from zoo.tokenizer import ByteTokenizer
     # zoo.finetune, zoo.tune, zoo.Trainer and zoo.TrainConfig come from zoo.training, above the facade: imported
     # by name only (the rooms' order, tests/test_imports.py), never here

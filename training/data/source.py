@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import math
 import unicodedata
 import warnings
@@ -19,7 +20,7 @@ from torch.utils.data import Dataset
 
 from zoo.bounds import NAME_RULE, unprintable_name
 from zoo.errors import DataError, InvalidArgumentError
-from zoo.training.data.text.text_rows import plural
+from zoo.training.data.text.text_rows import clipped, plural
 
 MAX_CLASS_INDEX = 100_000  # integer labels above this are ids, not class indices
 _SCORING = contextvars.ContextVar("scoring", default=False)  # read to score a trained model (`for_scoring`)
@@ -34,6 +35,22 @@ def for_scoring() -> Iterator[None]:
         yield
     finally:
         _SCORING.reset(token)
+
+
+class WorkerDataError(DataError):
+    """A `DataError` of a DataLoader worker: the DataLoader raises it again in the main process
+    with the worker's traceback as its text; it says only its own message, in one line."""
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        marker = f"{type(self).__name__}: "
+        return text.rsplit(marker, 1)[1].strip() if text.startswith("Caught ") and marker in text else text
+
+
+class DataChangedError(WorkerDataError):
+    """A file of the data, read and checked before training, that cannot be read during it:
+    deleted, moved or rewritten since. The run that meets it says how it goes on
+    (`zoo.training.finetune.run_folder.on_changed_data`: from its last checkpoint)."""
 
 
 @dataclass
@@ -152,6 +169,47 @@ class DataSource:
         """Every sample, in file order (e.g. a separate validation set)."""
         return self.make_subset(range(self.num_samples), transform)
 
+    def over_labels(self, names: list[str], where: str) -> DataSource:
+        """This multi-label data over the labels ``names`` (the training data's; its own are a
+        subset of them, in any order): each sample's targets put in ``names``' order, the labels it
+        lacks 0, as ``zoo eval`` maps a test file. A label ``names`` lacks is refused by name."""
+        own = self.class_names or []
+        unknown = [label for label in own if label not in names]
+        if unknown:
+            more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+            raise DataError(
+                f"{where}: label {clipped(unknown[0])!r}{more} is not one of the {len(names)} labels of the training "
+                f"data ({_listed([repr(clipped(n)) for n in names])}); drop it from the validation data, or train on it"
+            )
+        order = torch.tensor([names.index(label) for label in own], dtype=torch.long)
+        labels = None
+        if self.labels is not None:
+            labels = torch.zeros(len(self.labels), len(names))
+            labels[:, order] = torch.as_tensor(self.labels, dtype=torch.float32)
+        make = self.make_subset
+        return dataclasses.replace(
+            self, num_classes=len(names), class_names=list(names), labels=labels,
+            class_counts={name: (self.class_counts or {}).get(name, 0) for name in names},
+            make_subset=lambda indices, transform: _Relabelled(make(indices, transform), order, len(names)),
+        )  # fmt: skip
+
+
+class _Relabelled(Dataset):
+    """(input, multi-hot targets) samples with the targets spread over ``width`` labels: the
+    j-th goes to label ``order[j]``, the others are 0 (a list stays a list: text rows' targets)."""
+
+    def __init__(self, dataset: Dataset, order: torch.Tensor, width: int) -> None:
+        self.dataset, self.order, self.width = dataset, order, width
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        sample, target = self.dataset[index]
+        hot = torch.zeros(self.width)
+        hot[self.order] = torch.as_tensor(target, dtype=torch.float32)
+        return sample, (hot.tolist() if isinstance(target, list) else hot)
+
 
 def samples_needed(val_fraction: float) -> int:
     """Samples a class needs so that a random hold-out of ``val_fraction`` puts one of them in
@@ -189,6 +247,46 @@ def check_classes(where: str, counts: dict[str, int], how_to_add: str, labels_hi
         )
 
 
+def check_labels(where: str, counts: dict[str, int], num_samples: int) -> None:
+    """Multi-label's `check_classes`: a label on every sample or on none carries no information
+    (its AP is 1.0, or undefined, whatever the model does): warned about, and refused when no
+    label varies (nothing to learn). No positives at all is refused (the metrics would be NaN),
+    also for data read `for_scoring`, which gets no other check."""
+    if not any(counts.values()):
+        raise DataError(
+            f"{where}: no sample has any of the {plural(len(counts), 'label')} (every target is 0): with no "
+            "positives in any label there is nothing to learn or score, and mAP would be NaN; mark each "
+            "sample's labels with 1"
+        )
+    if _SCORING.get():
+        return
+    always = [repr(clipped(name)) for name, count in counts.items() if count == num_samples]
+    never = [repr(clipped(name)) for name, count in counts.items() if count == 0]
+    if len(always) + len(never) == len(counts):  # `always` holds one at least: some label has a positive
+        none = f" and none has {'the label' if len(never) == 1 else 'the labels'} {_listed(never)}" if never else ""
+        raise DataError(
+            f"{where}: every sample has {'the label' if len(always) == 1 else 'the labels'} {_listed(always)}{none}: "
+            "no label varies, so there is nothing to learn (mAP would be 1.0 whatever the model does); add "
+            "samples that differ"
+        )
+    said = [f"{_labels(always)} on every sample"] if always else []
+    said += [f"{_labels(never)} on none"] if never else []
+    if said:
+        one = len(always) + len(never) == 1
+        why = (
+            "AP 1.0 whatever the model does"
+            if not never
+            else "no positive to learn"
+            if not always
+            else "AP 1.0, or no positive"
+        )
+        warnings.warn(
+            f"{where}: {' and '.join(said)}: {'it carries' if one else 'they carry'} no information ({why}); drop "
+            f"{'it' if one else 'them'} or add samples that differ",
+            stacklevel=4,
+        )
+
+
 def check_class_names(where: str, names: Any, field: str = "'classes'") -> list[str]:
     """The class names a file gives under ``field``: a list of at most `MAX_CLASS_INDEX` distinct
     strings, each 1 to `zoo.bounds.MAX_CLASS_NAME` printable characters (no newlines or terminal escapes:
@@ -218,6 +316,11 @@ def first_line(error: BaseException) -> str:
     """An error in one line for a message: its type and the first line of its text."""
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+def _labels(names: list[str]) -> str:
+    """``label 'a' is`` or ``labels 'a', 'b' are``, for a message."""
+    return f"label {names[0]} is" if len(names) == 1 else f"labels {_listed(names)} are"
 
 
 def _listed(items: list[str], most: int = 10) -> str:

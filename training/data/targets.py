@@ -27,8 +27,8 @@ import torch
 from zoo.bounds import NAME_RULE, unprintable_name
 from zoo.errors import DataError
 from zoo.training.data.labels import class_index, finite_number, is_number, number_problem
-from zoo.training.data.source import MAX_CLASS_INDEX, check_class_names, check_classes, class_counts
-from zoo.training.data.text.text_rows import plural
+from zoo.training.data.source import MAX_CLASS_INDEX, check_class_names, check_classes, check_labels, class_counts
+from zoo.training.data.text.text_rows import plural, shown_names
 
 TABLE_TASKS = ("auto", "classification", "regression", "multi-label")
 _CLASS_INDEX = re.compile(r"-?(0|[1-9][0-9]*)")  # "00" and "01" are names as written, not indices 0 and 1
@@ -80,7 +80,7 @@ def choose_task(
     if task != "auto":
         return task, f"task: {task} (--task {task})"
     if columns is not None and len(columns) > 1:
-        return "multi-label", f"task: multi-label (one 0/1 column per label: {', '.join(columns[:10])})"
+        return "multi-label", f"task: multi-label (one 0/1 column per label: {shown_names(columns)})"
     values = [label for _, label in rows]
     if any(isinstance(label, list) for label in values):
         return "multi-label", "task: multi-label (the labels are lists)"
@@ -116,7 +116,7 @@ def read_targets(
         return _multi_label(where, rows, name, delimiter, columns, note)
     if columns is not None and len(columns) > 1:
         raise DataError(
-            f"{where}: {len(columns)} label columns ({', '.join(columns[:10])}) are one 0/1 column per label, "
+            f"{where}: {len(columns)} label columns ({shown_names(columns)}) are one 0/1 column per label, "
             "which is multi-label; pass --task multi-label, or name one column with --label-field"
         )
     return _classes(where, rows, name, note)
@@ -267,9 +267,7 @@ def _multi_label(
         for i, row in enumerate(tags):
             values[i, [number[tag] for tag in row]] = 1.0
     counts = dict(zip(names, values.sum(0).long().tolist()))
-    never = [label for label, count in counts.items() if count == 0]
-    if never:
-        warnings.warn(f"{where}: {plural(len(never), 'label')} on no row ({', '.join(never[:10])})", stacklevel=4)
+    check_labels(where, counts, len(rows))
     return Targets("multi-label", values, names, counts, None, note)
 
 

@@ -22,6 +22,7 @@ import dataclasses
 import os
 import shlex
 import sys
+import time
 import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -50,11 +51,9 @@ from zoo.training.finetune.distill import Distillation, distillation_step
 from zoo.training.finetune.mlflow_run import finetune_tracking
 from zoo.training.finetune.multi_label import saved_thresholds
 from zoo.training.finetune.options import FinetuneOptions, add_arguments, options_from_args, warn_shared_shards
-from zoo.training.finetune.run_folder import evaluate_and_export, prepare_output
+from zoo.training.finetune.run_folder import evaluate_and_export, on_changed_data, prepare_output
 from zoo.training.finetune.stages import MODES, apply_mode, layer_decay_scale, match_head, parameter_levels, train_head
 from zoo.training.loop.callbacks import Callback
-from zoo.training.loop.lr_finder import PLOT_FILE as LR_FINDER_PLOT
-from zoo.training.loop.lr_finder import resumed_lr
 from zoo.training.loop.records.checkpoint import elastic_resume
 from zoo.training.loop.records.tracking import check_tracking
 from zoo.training.loop.steps import MultiLabelStep, RegressionStep, StepFn, fold_standardisation
@@ -217,12 +216,9 @@ def finetune(
     fields not in ``given`` take the data's own defaults where it has some (molecules:
     `zoo.training.finetune.defaults`); ``given`` is every field when a ``config`` is passed
     without it, none without a ``config``. ``callbacks`` are the Trainer's (`zoo.training.loop.callbacks`)."""
-    options = options or FinetuneOptions()
+    options, clock = options or FinetuneOptions(), card.WallClock()
     given = ({f.name for f in dataclasses.fields(TrainConfig)} if config else set()) if given is None else given
-    config = dataclasses.replace(config or TrainConfig(), out_dir=str(out))
-    config.resume = config.resume or elastic_resume(out)  # under torchrun --max-restarts: goes on from last.pt
-    check_tracking(config.track)  # MLflow installed, its server answering: said before anything is read or trained
-    out = Path(out)
+    config, out = _run_config(config, out), Path(out)
     resolved = _resolved(name)
     source = _open_data(data, options, name, resolved)  # read before out changes
     val_source = _open_validation(data, source, options, name, resolved)
@@ -233,13 +229,15 @@ def finetune(
     main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun, one process checks and clears
     files = prepare_output(out, resume=bool(config.resume), overwrite=options.overwrite) if main_process else None
     tracking = finetune_tracking(config, out, name, data, source.description, options, main_process)
-    with files.sealing() if files is not None else contextlib.nullcontext(), tracking as tracker:
+    with files.sealing() if files is not None else contextlib.nullcontext(), tracking as tracker, on_changed_data(out):
         head = (fresh and step_fn is None, head_note)
         say = main_process and config.progress
-        train_set, val_set, config, recipe = _prepared(model, source, val_source, options, config, given, head, say)
+        train_set, val_set, config, recipe = _prepared(
+            model, source, val_source, options, config, given, head, say, clock
+        )
         trainable = apply_mode(model, options.mode, options.stages)
         trainer = _trainer(model, source, options, config, step_fn, callbacks)
-        history = trainer.fit(train_set, val_set)
+        history = clock.timed(trainer.fit, train_set, val_set)
         model, metrics = _best_model(model, trainer, history)
         if trainer.is_main:
             labels = (
@@ -250,52 +248,21 @@ def finetune(
             zoo.save(model, out, overwrite=True)  # prepare_output let only a run's own files (a resumed run's) stay
             ran = options.post_training and val_set is not None and source.target is None and not source.multi_label
             after = evaluate_and_export(model, val_set, source, config) if ran else None
-            details = _details(name, base, source, options, trainer, (train_set, val_set), trainable, recipe)
+            details = card.run_details(name, base, source, options, trainer, (train_set, val_set), trainable, recipe)
             details["epochs_run"], details["thresholds"] = len(history), labels[1] if labels else None
             details["tracking"] = tracker.describe() if tracker is not None else None
+            details["wall_time"] = clock.split(history, trainer)
             card.write_card(out, model, details, metrics, after, config, options.command)
     return FinetuneResult(model, out, metrics, history, tracker.run_id if tracker is not None else None)
 
 
-def _details(
-    name: str,
-    base: str | None,
-    source: DataSource,
-    options: FinetuneOptions,
-    trainer: Trainer,
-    datasets: tuple[Dataset, Dataset | None],
-    trainable: int,
-    recipe: list[str],
-) -> dict[str, Any]:
-    """What the card says of the run besides its config, metrics and epochs run."""
-    train_set, val_set = datasets
-    return {
-        "name": name,
-        "base": base,
-        "data": source.description,
-        "mode": options.mode,
-        "stages": options.stages if options.mode == "partial" else None,
-        "layer_decay": options.layer_decay,
-        "trainable": trainable,
-        "train_samples": len(train_set),  # type: ignore[arg-type]
-        "val_samples": len(val_set) if val_set is not None else 0,  # type: ignore[arg-type]
-        "monitor": trainer.monitor,
-        "stopped_early": trainer.state.stopped_early,
-        "distillation": str(options.distill) if options.distill else None,
-        "setting": trainer.setting.name,  # what precision auto chose, or the one asked for
-        "speed": str(trainer.speed_report) if trainer.speed_report is not None else None,
-        "loading": trainer.loading_note,
-        "lr_auto": _lr_auto(trainer) if trainer.config.lr == "auto" else None,
-        "recipe": recipe,
-        **_task_details(source, options),
-    }
-
-
-def _lr_auto(trainer: Trainer) -> str:
-    """What ``lr="auto"`` chose: the sweep's report, or for a resumed run the value its optimizer holds."""
-    if trainer.lr_report is not None:
-        return str(trainer.lr_report)
-    return f"{resumed_lr(trainer.optimizer):.3g} (chosen by the run this one resumes; its curve in {LR_FINDER_PLOT})"
+def _run_config(config: TrainConfig | None, out: str | os.PathLike) -> TrainConfig:
+    """``config`` writing to ``out``, resuming under torchrun --max-restarts (from last.pt), its
+    MLflow store checked (installed, answering) before anything is read or trained."""
+    config = dataclasses.replace(config or TrainConfig(), out_dir=str(out))
+    config.resume = config.resume or elastic_resume(out)
+    check_tracking(config.track)
+    return config
 
 
 def _prepared(
@@ -307,18 +274,21 @@ def _prepared(
     given: Collection[str],
     head: tuple[bool, str | None],
     say: bool,
+    clock: card.WallClock,
 ) -> tuple[Dataset, Dataset | None, TrainConfig, list[str]]:
     """The training and validation sets, ``config`` with the data's defaults, and the lines of
     the run's recipe (the defaults, the head, its phase, the augmentation), after the head
     phase ran: ``head`` is whether the head is fresh (and no custom step replaces the loss), and
-    the line saying so. With ``say``, the data's line and the recipe's are printed first."""
+    the line saying so; ``clock`` takes the head phase's time. With ``say``, the data's line and the recipe's are printed first."""
     if say:
         print(f"data: {source.description}; {source.describe_classes()}")
     train_set, val_set, augment = _datasets(model, source, val_source, options, config.seed)
-    config, defaults = with_data_defaults(config, source, train_set, given)
     fresh, head_note = head
+    config, defaults = with_data_defaults(config, source, train_set, given)
     alone = fresh and not config.resume and options.mode != "linear-probe"
+    began = time.perf_counter()
     phase = train_head(model, train_set, config, options.head_epochs, source.collate_fn) if alone else None
+    clock.head_s = time.perf_counter() - began if phase else 0.0
     augmented = f"augmentation: {augment}" if augment is not None else None
     recipe = [line for line in (defaults, head_note, phase, augmented) if line]
     if say and recipe:
@@ -352,13 +322,15 @@ def _datasets(
 def _open_validation(
     data: str | os.PathLike | Dataset, source: DataSource, options: FinetuneOptions, name: str, resolved: Any
 ) -> DataSource | None:
-    """The separate validation data (``options.val_data``), with the training data's classes;
-    shards it shares with the training data are warned about by name."""
+    """The separate validation data (``options.val_data``), with the training data's classes (a
+    multi-label's: a subset of its labels); shards it shares with the training data are warned about by name."""
     if options.val_data is None:
         return None
     if isinstance(data, (str, os.PathLike)):
         warn_shared_shards(data, options.val_data)
     val_source = _open_data(options.val_data, options, name, resolved)
+    if source.multi_label and val_source.multi_label and source.class_names:  # a subset, mapped as zoo eval maps
+        return val_source.over_labels(source.class_names, f"--val-data {options.val_data}")
     if val_source.class_names != source.class_names:
         raise DataError(
             f"the validation data's classes {val_source.class_names} differ from the training data's "
@@ -412,18 +384,6 @@ def _best_model(
     metrics = {k: v for k, v in best_row.items() if k.startswith(("train_", "val_")) and not k.endswith("_per_s")}
     metrics["epoch"] = best_row.get("epoch")
     return model, metrics
-
-
-def _task_details(source: DataSource, options: FinetuneOptions) -> dict[str, Any]:
-    """The card's facts on the task: the regression target and loss, how validation was made."""
-    split = source.split_by if isinstance(source, MoleculeSource) else "random"
-    if options.val_data is not None:
-        split = f"none: the separate data {options.val_data} (--val-data)"
-    elif options.val_fraction == 0:
-        split = "none (--val-fraction 0)"
-    elif source.split_note:
-        split = source.split_note
-    return {"target": source.target, "loss": options.loss if source.target else None, "split": split}
 
 
 def _record_data(

@@ -6,14 +6,65 @@ from __future__ import annotations
 
 import datetime
 import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch.nn as nn
+from torch.utils.data import Dataset
 
 from zoo.loading.saved import CARD_FILE
 from zoo.store.files import write_bytes_atomic
+from zoo.training.data.kinds import DataSource
+from zoo.training.data.molecules.molecule_files import MoleculeSource
+from zoo.training.finetune.options import FinetuneOptions
+from zoo.training.loop.lr_finder import PLOT_FILE as LR_FINDER_PLOT
+from zoo.training.loop.lr_finder import resumed_lr
 from zoo.training.loop.train_config import TrainConfig
+from zoo.training.loop.trainer import Trainer
+
+
+@dataclass
+class WallClock:
+    """Where a run's wall time went, for the card: the training steps (the head phase's too),
+    validation, the per-epoch extras (checkpoints, logs, curves), what came before the epochs
+    (data, model, the speed and lr choices) and after them (best weights, exports). `timed`
+    runs the epochs; ``head_s`` is the head phase's time."""
+
+    started: float = field(default_factory=time.perf_counter)
+    head_s: float = 0.0
+    laps: list[float] = field(default_factory=list)
+
+    def timed(self, fit: Callable[..., Any], *args: Any) -> Any:
+        """``fit(*args)``, the epochs' start and end noted."""
+        self.laps.append(time.perf_counter())
+        try:
+            return fit(*args)
+        finally:
+            self.laps.append(time.perf_counter())
+
+    def split(self, history: list[dict[str, float]], trainer: Trainer) -> str | None:
+        """The card's line; None for a resumed run (its history spans other processes)."""
+        if trainer.config.resume or len(self.laps) != 2:
+            return None
+        total = time.perf_counter() - self.started
+        steps = sum(row.get("epoch_time_s", 0.0) for row in history)
+        val = sum(row.get("val_time_s", 0.0) for row in history)
+        fit_began, fit_ended = (t - self.started for t in self.laps)
+        parts = [
+            ("training steps", steps + self.head_s, f"the head phase {self.head_s:.0f} s" if self.head_s else ""),
+            ("validation", val, ""),
+            ("per-epoch checkpoints, logs and curves", trainer.state.elapsed_s - steps - val, ""),
+            ("before the epochs", fit_began - self.head_s + (fit_ended - fit_began - trainer.state.elapsed_s),
+             "data, model, speed and lr choice"),
+            ("after them", total - fit_ended, "best weights, exports"),
+        ]  # fmt: skip
+        shown = ", ".join(
+            f"{name} {s:.1f} s ({s / total:.0%}{f'; {why}' if why else ''})" for name, s, why in parts if s > 0.05
+        )
+        return f"{total:.1f} s: {shown}"
 
 
 def write_card(
@@ -55,6 +106,7 @@ def write_card(
         *([f"- data loading: {details['loading']}"] if details.get("loading") else []),
         *([f"- distillation: {details['distillation']}"] if details["distillation"] else []),
         f"- epochs run: {details['epochs_run']}" + (" (stopped early)" if details["stopped_early"] else ""),
+        *([f"- wall time: {details['wall_time']}"] if details.get("wall_time") else []),
         *([f"- tracked in MLflow: {details['tracking']} (mlflow_run.json)"] if details.get("tracking") else []),
         *(
             ["", "Precision auto measured (`zoo.training.loop.speed`):", "", "```", details["speed"], "```"]
@@ -162,3 +214,56 @@ def _post_training_lines(after: dict[str, Any] | None) -> list[str]:
             for row in pruning
         ]
     return [*lines, ""]
+
+
+def run_details(
+    name: str,
+    base: str | None,
+    source: DataSource,
+    options: FinetuneOptions,
+    trainer: Trainer,
+    datasets: tuple[Dataset, Dataset | None],
+    trainable: int,
+    recipe: list[str],
+) -> dict[str, Any]:
+    """What the card says of the run besides its config, metrics and epochs run."""
+    train_set, val_set = datasets
+    return {
+        "name": name,
+        "base": base,
+        "data": source.description,
+        "mode": options.mode,
+        "stages": options.stages if options.mode == "partial" else None,
+        "layer_decay": options.layer_decay,
+        "trainable": trainable,
+        "train_samples": len(train_set),  # type: ignore[arg-type]
+        "val_samples": len(val_set) if val_set is not None else 0,  # type: ignore[arg-type]
+        "monitor": trainer.monitor,
+        "stopped_early": trainer.state.stopped_early,
+        "distillation": str(options.distill) if options.distill else None,
+        "setting": trainer.setting.name,  # what precision auto chose, or the one asked for
+        "speed": str(trainer.speed_report) if trainer.speed_report is not None else None,
+        "loading": trainer.loading_note,
+        "lr_auto": lr_auto(trainer) if trainer.config.lr == "auto" else None,
+        "recipe": recipe,
+        **task_details(source, options),
+    }
+
+
+def lr_auto(trainer: Trainer) -> str:
+    """What ``lr="auto"`` chose: the sweep's report, or for a resumed run the value its optimizer holds."""
+    if trainer.lr_report is not None:
+        return str(trainer.lr_report)
+    return f"{resumed_lr(trainer.optimizer):.3g} (chosen by the run this one resumes; its curve in {LR_FINDER_PLOT})"
+
+
+def task_details(source: DataSource, options: FinetuneOptions) -> dict[str, Any]:
+    """The card's facts on the task: the regression target and loss, how validation was made."""
+    split = source.split_by if isinstance(source, MoleculeSource) else "random"
+    if options.val_data is not None:
+        split = f"none: the separate data {options.val_data} (--val-data)"
+    elif options.val_fraction == 0:
+        split = "none (--val-fraction 0)"
+    elif source.split_note:
+        split = source.split_note
+    return {"target": source.target, "loss": options.loss if source.target else None, "split": split}

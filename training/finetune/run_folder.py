@@ -37,7 +37,7 @@ from torch.utils.data import Dataset, SequentialSampler
 from zoo.errors import InvalidArgumentError
 from zoo.loading.saved import CARD_FILE, CONFIG_FILE, RUN_FILES, WEIGHTS_FILE
 from zoo.store.files import LOCK_FILE, FolderLock, lock_folder, read_json, sha256_file, write_json
-from zoo.training.data.source import DataSource
+from zoo.training.data.source import DataChangedError, DataSource
 from zoo.training.finetune import post_training as after_training
 from zoo.training.finetune.mlflow_run import RUN_FILE as MLFLOW_RUN_FILE
 from zoo.training.loop.loaders import build_loader
@@ -361,6 +361,25 @@ def prepare_output(out: Path, resume: bool, overwrite: bool) -> RunFiles:
             f"--resume: {out} holds no run to resume (no {last}); check --out, or drop --resume to start a new run"
         )
     return prepare(out, RUN_OUTPUTS, resume, overwrite)
+
+
+@contextlib.contextmanager
+def on_changed_data(out: Path) -> Iterator[None]:
+    """A run stopped by a file of its data that cannot be read mid-run (`DataChangedError`: it
+    was checked before training) ends in one line saying how it goes on: from its last
+    checkpoint with --resume once the file is back, or over again when none was written yet."""
+    try:
+        yield
+    except DataChangedError as error:
+        last = out / "checkpoints" / LAST_CHECKPOINT
+        how = (
+            f"the run's last checkpoint {last} is kept: put the file back and continue the run with "
+            "`zoo finetune ... --resume` (the same command, plus --resume)"
+            if last.is_file()
+            else "no checkpoint was written yet: put the file back (or drop it from the data) and start the run "
+            "again, with --overwrite"
+        )
+        raise DataChangedError(f"{error}; {how}") from None
 
 
 def evaluate_and_export(model: nn.Module, val_set: Dataset, source: DataSource, config: TrainConfig) -> dict[str, Any]:

@@ -7,7 +7,9 @@ layer-wise scales), and records an exponentially smoothed, debiased loss (fastai
 ``beta = 1 - 2 / steps``: its 0.98 at 100 steps, the same lag in decades of lr on fewer steps). It
 stops early when the smoothed loss passes `DIVERGED` times the best so far or is not finite. It
 takes `STEP_SHARE` of the run's optimizer steps, at least `MIN_STEPS` and at most `MAX_STEPS`
-(each costs one training step). The suggestion is fastai's ``valley`` (`valley`), computed as
+(each costs one training step); a loader of fewer than `MIN_BATCHES` optimizer steps a pass is not
+swept (the sweep would repeat them, its loss falling by memorising them whatever the rate) and the
+default stays, said so. The suggestion is fastai's ``valley`` (`valley`), computed as
 ``Learner.lr_find`` does: over the points left after skipping the first tenth of the planned
 steps and the last `SKIP_END`, cut at the first NaN: the longest run of decreasing loss, and a
 point 1/3 + 1/6 of the way into it (`suggest`). Two guards keep the pick from hurting
@@ -59,6 +61,7 @@ SKIP_END = 5  # last points left out of the suggestion, as fastai does
 FLAT = 0.05  # the smoothed loss must fall by this share of its first weighed value, or the default stays
 FLAT_PART = 0.1  # a valley with less of the fall than this behind it is on the flat part
 SNAP = 3.0  # a pick within this factor of the default keeps the default
+MIN_BATCHES = 3  # fewer steps a pass: the sweep repeats each 25+ times, its loss falling by memorising them
 PLOT_FILE = "lr_finder.png"
 
 
@@ -77,6 +80,8 @@ class LRFinderReport:
     kept_default: float | None = None  # the pick, when it was within SNAP times the default (which stays)
 
     def __str__(self) -> str:
+        if not self.lrs:  # no sweep ran (`MIN_BATCHES`)
+            return f"{self.lr:.3g} (the default: {self.note})"
         how = "fastai's valley of the smoothed loss" if self.index is not None else f"no suggestion ({self.note})"
         if self.kept_default is not None:
             how = f"the default: fastai's valley, {self.kept_default:.3g}, is within {SNAP:g}x of it"
@@ -162,10 +167,9 @@ def find_lr(trainer: Trainer, epochs: Epochs) -> LRFinderReport:
     report = from_first_process(report, trainer.world_size, trainer.device)
     set_lr(trainer.optimizer, report.lr)
     if trainer.is_main:
-        if trainer.out_dir is not None and trainer.config.plot:
+        if trainer.out_dir is not None and trainer.config.plot and report.lrs:
             plot_sweep(report, trainer.out_dir / PLOT_FILE)
-        if trainer.config.progress:
-            tqdm.write(f"lr auto: {report}")
+        tqdm.write(f"lr auto: {report}")  # the run's learning rate: said with --no-progress too (it hides bars)
     return report
 
 
@@ -174,6 +178,13 @@ def sweep(trainer: Trainer, epochs: Epochs, steps: int) -> LRFinderReport:
     diverges; the suggestion (`suggest`, at least ``min_lr``), or without one the starting lr."""
     cfg = trainer.config
     report = LRFinderReport(start_lr(cfg), planned=steps)
+    batches = len(epochs.loader) // max(min(cfg.accum_steps, len(epochs.loader)), 1)  # `batch_groups` a pass
+    if batches < MIN_BATCHES:
+        report.note = (
+            f"too few batches: {batches} batch{'es' if batches != 1 else ''} a pass, which the {steps}-step sweep would "
+            f"repeat, its loss falling by memorising them; it needs {MIN_BATCHES} or more, so the sweep is skipped"
+        )
+        return report
     beta, average, best = 1 - 2 / steps, 0.0, math.inf
     started = time.perf_counter()
     trainer.train_mode()

@@ -367,11 +367,10 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self, dataset: Dataset, model: nn.Module | None = None) -> dict[str, float]:
         """Mean loss (and accuracy for classifiers) over ``dataset``; the EMA weights when
-        ``ema_decay`` is set. Every process evaluates its shard and the sums are combined."""
-        cfg = self.config
-        model = model or self._eval_model()
+        ``ema_decay`` is set, and its wall time (``time_s``). Every process evaluates its shard and the sums are combined."""
+        started, model = time.perf_counter(), model or self._eval_model()
         sampler = ShardSampler(dataset, self.world_size, self.rank)
-        loader = self._loader(dataset, sampler, torch.Generator().manual_seed(cfg.seed))
+        loader = self._loader(dataset, sampler, torch.Generator().manual_seed(self.config.seed))
         was_training = model.training
         model.eval()
         meter, seen = EpochMeter(), 0
@@ -391,7 +390,7 @@ class Trainer:
         if was_training:
             self.train_mode(model)
         result = meter.result("x")
-        return {k[2:]: v for k, v in result.items()}
+        return {k[2:]: v for k, v in result.items()} | {"time_s": time.perf_counter() - started}
 
     # -- checkpoints ---------------------------------------------------------------------------
 

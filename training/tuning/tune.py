@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import difflib
 import hashlib
+import inspect
 import json
 import os
 import shutil
@@ -39,6 +40,7 @@ from torch.utils.data import Dataset
 from zoo.bounds import Bounds, count
 from zoo.errors import InvalidArgumentError, ZooError
 from zoo.store import download
+from zoo.store.files import check_folder
 from zoo.training import finetune as finetune_package
 from zoo.training.finetune import keywords as finetune_keywords
 from zoo.training.finetune.options import json_object
@@ -46,7 +48,7 @@ from zoo.training.finetune.stages import parameter_levels
 from zoo.training.loop.records.tracking import check_tracking
 from zoo.training.loop.steps import higher_is_better
 from zoo.training.loop.train_config import GIVEN, TrainConfig
-from zoo.training.tuning import tune_report
+from zoo.training.tuning import tune_report, tune_study
 from zoo.training.tuning.tune_space import Param, active_space, default_params, sample, trial_keywords
 from zoo.training.tuning.tune_study import STUDY_NAME, StudyFileError, changes, check_storage, plain, setup
 
@@ -121,7 +123,11 @@ def tune(
     start = default_params(space, fixed, first)  # checked before the study is written
     with _study_lock(out):  # one zoo tune at a time on a study
         study, resumed = _open_study(optuna, out, identity, task["direction"], trials, pruner, seed)
-        if not resumed and space:
+        if resumed:
+            tune_study.check_best(
+                study, out, out / BEST_DIR
+            )  # rebuilt at the end: from trials/NNN, which must be there
+        if space and not tune_study.first_ran(study):  # new, or its first trial cut off (Ctrl-C, an error)
             study.enqueue_trial(start, user_attrs={"default": "first" if first else "defaults"})
         runner = _Trials(optuna, name, data, out, space, fixed, task, seed)
         done = _finished(optuna, study)
@@ -188,9 +194,11 @@ def _check_fixed(fixed: Mapping[str, Any]) -> None:
 
 
 def _check_out(out: Path) -> None:
-    """OUT is new, empty, or a study zoo tune wrote (its study.db): never another folder's files."""
+    """OUT is new, empty, or a study zoo tune wrote (its study.db), and writable: never another
+    folder's files."""
     if out.exists() and not out.is_dir():
         raise InvalidArgumentError(f"--out {out} is a file: zoo tune writes a folder there; pass a new folder")
+    check_folder(out)
     if out.is_dir() and any(out.iterdir()) and not (out / STUDY_FILE).is_file():
         raise InvalidArgumentError(
             f"--out {out} holds files and no zoo tune study ({STUDY_FILE}): pass a new or empty folder "
@@ -207,15 +215,16 @@ def _task(name: str, data: Any, fixed: Mapping[str, Any], metric: str | None) ->
     source = finetune_package._open_data(data, options, name, resolved)
     if options.val_data is None and options.val_fraction == 0:
         raise InvalidArgumentError("zoo tune compares trials on validation data: drop val_fraction=0 (--val-fraction)")
-    if metric is None:
-        metric = "val_rmse" if source.target is not None else "val_map" if source.multi_label else "val_acc"
-    elif not metric.startswith("val_"):
-        raise InvalidArgumentError(f"--metric {metric}: trials are compared on validation, a val_ metric (val_acc)")
-    stages = None
-    if "mode" not in fixed or fixed["mode"] == "partial":
+    partial, model = "mode" not in fixed or fixed["mode"] == "partial", None
+    if partial or metric == tune_study.AUX_METRIC:  # its stages; whether it reports an auxiliary loss
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a bare architecture's warning: the trials say it
             model, _ = finetune_package.load_for_data(name, source, False, options.model_kwargs, resolved)
+    kind = "regression" if source.target is not None else "multi-label" if source.multi_label else "classification"
+    aux = model is not None and "return_aux" in inspect.signature(model.forward).parameters
+    metric = tune_study.check_metric(metric, kind, aux)  # before any trial or folder: a typo leaves nothing behind
+    stages = None
+    if partial:
         try:
             stages = parameter_levels(model)[1]
         except ZooError:

@@ -2,12 +2,16 @@
 a study the same one: an existing study.db is read first, read-only (`check_storage`), and
 refused untouched unless it is an Optuna storage holding zoo tune's study; a study continues
 only with the same setup (`setup`, `changes`), which leaves out what does not change results
-(tracking, progress, logging: `NOT_SETUP`) and compares data paths resolved (``shop/`` is ``shop``).
+(tracking, progress, logging: `NOT_SETUP`) and compares data paths resolved (``shop/`` is ``shop``);
+the metric it compares trials on is one the task's runs report (`check_metric`), checked before
+the study is written. A continued study runs its first trial again when Ctrl-C or an error cut it
+off (`first_ran`), and needs the best trial's run folder when OUT/best is gone (`check_best`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import os
 import sqlite3
@@ -17,14 +21,36 @@ from typing import Any
 from urllib.parse import quote
 
 from zoo.errors import InvalidArgumentError
+from zoo.training.tuning import tune_report
 
-__all__ = ["NOT_SETUP", "STUDY_NAME", "StudyFileError", "changes", "check_storage", "plain", "setup"]
+__all__ = [
+    "AUX_METRIC",
+    "NOT_SETUP",
+    "REPORTED",
+    "STUDY_NAME",
+    "StudyFileError",
+    "changes",
+    "check_metric",
+    "check_best",
+    "check_storage",
+    "first_ran",
+    "plain",
+    "setup",
+]
 
 STUDY_NAME = "zoo-tune"
 NOT_SETUP = (  # fixed keywords that change no trial's result: a study goes on with or without them
     "track", "track_experiment", "progress", "no_progress", "tensorboard", "no_tensorboard", "plot", "log_every",
     "checkpoint_every", "profile", "pin_memory", "persistent_workers",
 )  # fmt: skip
+
+
+REPORTED = {  # a run's validation metrics by task (zoo.training.loop.meter.EpochMeter.result): the first is the default
+    "classification": ("val_acc", "val_loss"),
+    "regression": ("val_rmse", "val_mae", "val_r2", "val_loss"),
+    "multi-label": ("val_map", "val_f1_micro", "val_f1_macro", "val_loss"),
+}
+AUX_METRIC = "val_aux_loss"  # reported too by a model with an auxiliary loss (the MoE models)
 
 
 class StudyFileError(InvalidArgumentError):
@@ -56,6 +82,60 @@ def check_storage(path: Path) -> None:
         raise _refuse(path, f"a SQLite database of other tables: {shown}")
     if STUDY_NAME not in names:
         raise _refuse(path, f"an Optuna storage without the study {STUDY_NAME!r}")
+
+
+def check_metric(metric: str | None, task: str, aux: bool) -> str:
+    """The metric trials are compared on: ``metric`` when a ``task`` run reports it on validation
+    (`REPORTED`; `AUX_METRIC` too when ``aux``), else refused naming those and the close one;
+    None is the task's own. Checked before the study is written: a typo leaves no folder."""
+    reported = (*REPORTED[task], *((AUX_METRIC,) if aux else ()))
+    if metric is None:
+        return reported[0]
+    if metric not in reported:
+        close = difflib.get_close_matches(metric, reported, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise InvalidArgumentError(
+            f"--metric {metric}: a {task} run reports {', '.join(reported)} on validation; {hint}pass one of them "
+            "(nothing was written)"
+        )
+    return metric
+
+
+def first_ran(study: Any) -> bool:
+    """Whether the study's first trial (zoo finetune's defaults, or ``first=``) ran or waits to:
+    one that Ctrl-C or an error cut off runs again when the study continues, said here."""
+    firsts = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("default")]
+    if any(t.state.name in ("COMPLETE", "PRUNED", "WAITING") for t in firsts):
+        return True
+    if firsts:
+        which = {"defaults": "zoo finetune's defaults", "first": "the first settings given"}
+        named = which.get(firsts[-1].user_attrs["default"], "the first settings")
+        print(f"zoo tune: trial {firsts[-1].number} ({named}) did not finish: it runs again first")
+    return False
+
+
+def check_best(study: Any, out: Path, kept: Path) -> None:
+    """A continued study's best folder ``kept`` (OUT/best), gone or another trial's, is rebuilt
+    from the best trial's run folder; without that folder too it cannot be: refused before a
+    trial runs, naming both and the fix."""
+    try:
+        best = study.best_trial
+    except ValueError:  # no trial completed
+        return
+    named = tune_report.summary_trial(out)
+    folder = tune_report.trial_folder(out, best.number)
+    if (kept.is_dir() and named == best.number) or folder.is_dir():
+        return
+    run = f"the best trial's run folder {folder} (trial {best.number})"
+    what = (
+        f"is not the best trial's ({tune_report.SUMMARY_FILE} names trial {named}) and {run} is missing"
+        if kept.is_dir()
+        else f"is missing and so is {run}"
+    )
+    raise InvalidArgumentError(
+        f"--out {out}: {kept} {what}: zoo tune cannot rebuild {kept}; put {folder} back, or pass another --out "
+        "for a new study"
+    )
 
 
 def plain(value: Any) -> Any:

@@ -90,12 +90,7 @@ def optimize(
     ``runtimes=False`` leaves the runtimes out. ``time_budget_s`` bounds auto's search
     (`zoo.deploy.search`: the likely winners here first, each only while it may beat the best
     so far and fits; the report says what it left; ``None``: all); the result has ``optimize_report``."""
-    if not isinstance(model, nn.Module):
-        shown = f"zoo.load({model!r:.60})" if isinstance(model, str) else "zoo.load(NAME)"
-        raise InvalidArgumentError(
-            f"zoo.optimize takes a model (a torch nn.Module), got {type(model).__name__}: zoo.optimize({shown}, x)"
-        )
-    _check_options(precision, min_agreement, repeats, max_batch_graphs, time_budget_s)
+    _check_options(model, precision, min_agreement, repeats, max_batch_graphs, time_budget_s)
     model.eval()
     args = _example_args(example_input)
     device = model_device(model)
@@ -133,8 +128,13 @@ def _check_finite_references(references: list[Any]) -> None:
 
 
 def _check_options(
-    precision: str, min_agreement: float, repeats: int, max_batch_graphs: int, time_budget_s: float | None
+    model: Any, precision: str, min_agreement: float, repeats: int, max_batch_graphs: int, time_budget_s: float | None
 ) -> None:
+    if not isinstance(model, nn.Module):
+        shown = f"zoo.load({model!r:.60})" if isinstance(model, str) else "zoo.load(NAME)"
+        raise InvalidArgumentError(
+            f"zoo.optimize takes a model (a torch nn.Module), got {type(model).__name__}: zoo.optimize({shown}, x)"
+        )
     if time_budget_s is not None and (problem := TIME_BUDGET.problem(time_budget_s)):
         raise InvalidArgumentError(f"time_budget_s {problem} (seconds), or None for no limit; got {time_budget_s!r}")
     if precision not in CHOICES:

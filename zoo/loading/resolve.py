@@ -17,7 +17,7 @@ from pathlib import Path
 
 from zoo.errors import InvalidArgumentError
 from zoo.interop import hub_names, torchvision_weights
-from zoo.loading.saved import CONFIG_FILE, saved_folder
+from zoo.loading.saved import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, read_saved_config, saved_folder
 from zoo.store import weight_entries
 from zoo.store.weight_entries import WeightInfo
 
@@ -111,6 +111,27 @@ def _too_long(text: str | bytes) -> str:
     return (
         f"{shown} ({len(text):,} characters) is neither a model name nor a path this system can open (at most "
         f"{MAX_NAME_CHARS:,} characters, 255 a folder name); name a model such as 'resnet20.fmnist' or a saved folder"
+    )
+
+
+def info(name: str | os.PathLike) -> WeightInfo:
+    """``zoo.info``: the weight entry of a registered name (`weight_entries.info`), or for a
+    saved or fine-tuned folder what its ``config.json`` records, as a `WeightInfo` named
+    ``ARCH.FOLDER`` (its file, classes count, options, preprocessing, target and card)."""
+    source = resolve(name)
+    if not isinstance(source, SavedFolder):
+        return weight_entries.info(os.fspath(name))
+    config = read_saved_config(source.path)
+    card = source.path / CARD_FILE
+    return WeightInfo(
+        name=f"{config['architecture']}.{source.path.name}",
+        file=str(source.path / WEIGHTS_FILE),
+        num_classes=config["num_classes"],
+        model_kwargs=dict(config.get("model_kwargs") or {}),
+        preprocess=dict(config.get("preprocess") or {}),
+        input_format=config.get("input_format"),
+        target=config.get("target"),
+        card=str(card) if card.is_file() else None,
     )
 
 

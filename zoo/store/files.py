@@ -171,6 +171,33 @@ def sha256_file(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
+def folder_problem(folder: str | os.PathLike) -> str | None:
+    """Why a folder cannot be made and written at ``folder`` (None: it can): the nearest path
+    on it that exists is a file, or a folder that takes no new files. Checked before long work
+    (a run, a study), so that an output folder fails first, in words, not as an OSError."""
+    base = Path(folder).absolute()
+    while not base.exists() and base != base.parent:
+        base = base.parent
+    if not base.is_dir():
+        return f"{base} is a file, not a folder"
+    why = None if os.access(base, os.W_OK | os.X_OK) else "permission denied"
+    if why is None:
+        try:  # a probe file: permission bits do not tell (root writes anywhere, /proc takes no new files)
+            with tempfile.TemporaryFile(dir=base):
+                pass
+        except OSError as error:
+            why = f"a new file there fails: {error.strerror or type(error).__name__}"
+    return None if why is None else f"{base} is not writable ({why})"
+
+
+def check_folder(folder: str | os.PathLike, flag: str = "--out") -> Path:
+    """``folder`` when a command may make and write it (`folder_problem`), else one
+    `InvalidArgumentError` naming it, its ``flag`` and what is wrong."""
+    if problem := folder_problem(folder):
+        raise InvalidArgumentError(f"{flag} {folder}: {problem}; choose another {flag} (a folder you can write)")
+    return Path(folder)
+
+
 def read_json(path: Path, max_bytes: int, *, name: str | None = None, fix: str = "") -> Any:
     """A JSON file a user handed zoo (a config, an index, a record), parsed; one over
     ``max_bytes``, unreadable or not JSON is a `WeightsError` naming it (as ``name``, when the
@@ -243,8 +270,13 @@ def lock_folder(folder: str | os.PathLike, flag: str = "--out") -> FolderLock:
     pid. ``flock`` on `LOCK_FILE`: freed by the system when the holder dies, never stale."""
     import fcntl  # POSIX only: imported where a folder is locked
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = check_folder(folder, flag)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:  # made a file meanwhile, a full disk: what check_folder could not see
+        raise InvalidArgumentError(
+            f"{flag} {folder}: cannot make it ({error.strerror}); choose another {flag}"
+        ) from None
     path = folder / LOCK_FILE
     for _ in range(100):  # the holder may remove the file between our open and our lock: open it again
         try:

@@ -15,16 +15,23 @@ from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from zoo.errors import DataError
 from zoo.loading.images import open_image
-from zoo.training.data.source import DataSource, check_class_names, check_classes, class_counts, first_line
+from zoo.training.data.source import (
+    DataChangedError,
+    DataSource,
+    check_class_names,
+    check_classes,
+    class_counts,
+    first_line,
+)
 from zoo.training.data.text.text_rows import plural
 
 
 class ImageFiles(Dataset):
     """Images read by zoo's one image reader (`zoo.loading.images.open_image`, as ``zoo predict``
-    reads them), brought to ``channels``, then transformed; a file it cannot read raises
-    `DataError` naming it. With ``root`` (an image list's folder, resolved), each file is checked
-    again when it is opened, and its resolved path opened: a link swapped in after the list was
-    read cannot lead out of the folder."""
+    reads them), brought to ``channels``, then transformed; a file it cannot read (checked whole
+    before: changed since) raises `DataChangedError` naming it. With ``root`` (an image list's
+    folder, resolved), each file is checked again when it is opened, and its resolved path
+    opened: a link swapped in after the list was read cannot lead out of the folder."""
 
     def __init__(
         self,
@@ -44,11 +51,20 @@ class ImageFiles(Dataset):
         if self.root is not None:
             opened = os.path.realpath(path)
             if not opened.startswith(self.root.rstrip(os.sep) + os.sep):
-                raise DataError(
+                raise DataChangedError(
                     f"{path} now leads out of {self.root} (to {opened}), since the list was read: a link was put "
                     "in its place; copy the image in"
                 )
-        image = open_image(opened, channels=self.channels, name=path)
+        try:
+            image = open_image(opened, channels=self.channels, name=path)
+        except DataError as error:  # every image was read before training: this one changed since
+            since = (
+                "it was there when the data was checked: deleted or moved since"
+                if not os.path.lexists(path)
+                else "it read well when the data was checked: rewritten since, or damaged where that check "
+                "does not read"
+            )
+            raise DataChangedError(f"{error} ({since})") from None
         return (self.transform(image) if self.transform else image), label
 
 

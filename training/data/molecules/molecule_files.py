@@ -26,7 +26,7 @@ from zoo.loading.smiles import INPUT_FORMAT, feature_sizes, graph_or_problem, is
 from zoo.training.data.labels import finite_number, is_number, number_problem
 from zoo.training.data.source import DataSource, check_classes, class_counts
 from zoo.training.data.targets import TABLE_TASKS, warn_conflicts
-from zoo.training.data.text.text_rows import decode_text, plural
+from zoo.training.data.text.text_rows import clipped, decode_text, plural, shown_names
 
 MOLECULE_SUFFIXES = (".sdf",)
 MAX_FILE_BYTES = 256 << 20  # a molecule file larger than this is refused
@@ -300,12 +300,14 @@ def _label_column(path: Path, names: list[str], smiles_at: int, label_field: str
     lowered = [name.lower() for name in names]
     if label_field is not None:
         if label_field.lower() not in lowered:
-            raise DataError(f"{path}: no column {label_field!r} (--label-field); the columns are {names}")
+            raise DataError(
+                f"{path}: no column {clipped(label_field)!r} (--label-field); the columns are {shown_names(names)}"
+            )
         return lowered.index(label_field.lower())
     others = [i for i in range(len(names)) if i != smiles_at]
     if len(others) != 1:
         raise DataError(
-            f"{path}: {plural(len(others), 'column')} besides the SMILES ({[names[i] for i in others]}); "
+            f"{path}: {plural(len(others), 'column')} besides the SMILES ({shown_names([names[i] for i in others])}); "
             "name the label with --label-field"
         )
     return others[0]

@@ -53,7 +53,7 @@ from zoo.training.data.shards.shard_files import (
     text_of,
 )
 from zoo.training.data.shards.shard_labels import hold_out, scan_shards
-from zoo.training.data.source import MAX_CLASS_INDEX, DataSource
+from zoo.training.data.source import MAX_CLASS_INDEX, DataSource, WorkerDataError
 from zoo.training.data.text.text_files import TextBatches
 from zoo.training.loop.loaders import EpochSampler, ShardSampler
 
@@ -218,16 +218,6 @@ class _BoundStream(IterableDataset):
         own = (r for i, r in enumerate(records) if (i // self.batch_size) % workers == worker)
         samples = _decoded(own, self.stream.decode, self.stream.skip_bad)
         return samples if info is None else _from_worker(samples)
-
-
-class WorkerDataError(DataError):
-    """A `DataError` of a DataLoader worker: the DataLoader raises it again in the main process
-    with the worker's traceback as its text; it says only its own message, in one line."""
-
-    def __str__(self) -> str:
-        text = super().__str__()
-        marker = f"{type(self).__name__}: "
-        return text.rsplit(marker, 1)[1].strip() if text.startswith("Caught ") and marker in text else text
 
 
 def _from_worker(samples: Iterator[Any]) -> Iterator[Any]:

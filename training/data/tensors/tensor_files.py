@@ -177,7 +177,7 @@ def _checked_labels(
     x_name, y_name = names
     y = _as_tensor(y, description, y_name)
     if y.ndim != 1:
-        hint = " (one-hot? save y.argmax(1))" if y.ndim == 2 else ""
+        hint = _matrix_hint(y) if y.ndim == 2 else ""
         raise DataError(
             f"{description}: {y_name} has shape {tuple(y.shape)}; expected a 1-D tensor of class indices, "
             f"one per sample{hint}"
@@ -209,6 +209,22 @@ def _checked_labels(
             f"{plural(len(class_names), 'class')}; name one class per index 0..{int(y.max())}"
         )
     return y, class_names
+
+
+def _matrix_hint(y: torch.Tensor) -> str:
+    """What a [N, K] target looks like, and its fix: 0/1 rows with one 1 each are one-hot classes
+    (save ``y.argmax(1)``), other 0/1 rows multi-hot labels (``--task multi-label``), rows of
+    probabilities that sum to 1 soft classes (``y.argmax(1)``); anything else gets no guess."""
+    if y.numel() == 0 or y.is_complex():
+        return ""
+    values = y.double()
+    if bool(((values == 0) | (values == 1)).all()):
+        if bool((values.sum(1) == 1).all()):
+            return " (one-hot rows: save y.argmax(1), the class of each)"
+        return " (rows of 0s and 1s, several 1s or none in a row: one 0/1 column per label; pass --task multi-label)"
+    if bool((values >= 0).all()) and torch.allclose(values.sum(1), torch.ones(len(values), dtype=torch.float64)):
+        return " (rows of class probabilities? save y.argmax(1), the most probable class of each)"
+    return ""
 
 
 def _class_name_list(names: Any, where: str) -> list[str]:

@@ -8,19 +8,34 @@ import csv
 import io
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from zoo.errors import DataError
 
 _NAMES_SHOWN = 10  # names listed in one error line
+_NAME_CHARS = 60  # characters of one name echoed in an error line: a crafted header may be megabytes
 
 TEXT_COLUMNS = ("text", "label")
 
 
 def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}{'es' if noun.endswith('s') else 's'}"
+
+
+def clipped(name: Any, most: int = _NAME_CHARS) -> str:
+    """A name (a column's, a value) for a message: its first ``most`` characters, then '...'."""
+    text = str(name)
+    return text if len(text) <= most else text[:most] + "..."
+
+
+def shown_names(names: Sequence[Any], quoted: bool = True, most: int = _NAMES_SHOWN) -> str:
+    """The first ``most`` names, each `clipped` (and quoted), then how many more: one error
+    line stays short whatever a header holds."""
+    shown = [repr(clipped(name)) if quoted else clipped(name) for name in names[:most]]
+    more = f", and {len(names) - most} more" if len(names) > most else ""
+    return (", " if quoted else ",").join(shown) + more
 
 
 _CSV_EXAMPLE = 'the line `text,label` then rows such as `"great film, loved it",pos`'
@@ -95,8 +110,9 @@ def csv_rows(path: Path, text: str, label: str = "label") -> list[tuple[int, str
             missing = [c for c in columns if c not in header]
             if missing:
                 raise DataError(
-                    f"{path}, line {start}: each row needs the fields {columns}; missing {missing}, found "
-                    f"{header}: the first line must be a header naming the columns, e.g. {_CSV_EXAMPLE}"
+                    f"{path}, line {start}: each row needs the fields ({shown_names(columns)}); missing "
+                    f"[{shown_names(missing)}], found [{shown_names(header)}]: the first line must be a header naming "
+                    f"the columns, e.g. {_CSV_EXAMPLE}"
                 )
             twice = sorted({c for c in columns if header.count(c) > 1})
             if twice:
@@ -104,7 +120,7 @@ def csv_rows(path: Path, text: str, label: str = "label") -> list[tuple[int, str
             text_at, label_at = header.index("text"), header.index(label)
             continue
         if len(fields) != len(header):
-            columns = ",".join(header)
+            columns = shown_names(header, quoted=False)
             if len(fields) > len(header):
                 fix = 'a text holding a comma must be in double quotes, e.g. "great film, loved it",pos'
             elif len(fields) <= label_at:
@@ -137,15 +153,16 @@ def jsonl_rows(path: Path, text: str, label: str = "label") -> list[tuple[int, s
         missing = [c for c in columns if c not in row]
         if missing:
             raise DataError(
-                f"{path}, line {number}: each row needs the fields {columns}; missing {missing}, found {sorted(row)}"
+                f"{path}, line {number}: each row needs the fields ({shown_names(columns)}); missing "
+                f"[{shown_names(missing)}], found [{shown_names(sorted(row))}]"
             )
         value, found = row["text"], row[label]
         if not isinstance(value, str):
-            raise DataError(f'{path}, line {number}: "text" must be a string, got a JSON {_json_type(value)}')
+            raise DataError(f'{path}, line {number}: "text" must be a string, got a JSON {json_type(value)}')
         if isinstance(found, bool) or not isinstance(found, (str, int, float, list)):
             raise DataError(
                 f'{path}, line {number}: "{label}" must be a class name (string) or class index (integer), got '
-                f"a JSON {_json_type(found)} (a number with a fraction is a regression's, a list a multi-label's)"
+                f"a JSON {json_type(found)} (a number with a fraction is a regression's, a list a multi-label's)"
             )
         found = found if isinstance(found, (float, list)) else str(found).strip()
         if found == "":
@@ -156,7 +173,8 @@ def jsonl_rows(path: Path, text: str, label: str = "label") -> list[tuple[int, s
     return rows
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
+    """A JSON value's kind as JSON names it, for messages: number, array, object, null..."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -183,8 +201,9 @@ def table_records(path: Path, text: str) -> tuple[list[str], list[tuple[int, dic
             continue
         if len(fields) != len(header):
             raise DataError(
-                f"{path}, line {start}: {plural(len(fields), 'field')} where the header ({','.join(header)}) has "
-                f"{len(header)}; fill in every column, and put a value holding a comma in double quotes"
+                f"{path}, line {start}: {plural(len(fields), 'field')} where the header "
+                f"({shown_names(header, quoted=False)}) has {len(header)}; fill in every column, and put a value "
+                "holding a comma in double quotes"
             )
         records.append((start, dict(zip(header, fields))))
     if header is None:
@@ -215,6 +234,6 @@ def json_objects(path: Path, text: str, example: str | None = None) -> Iterator[
             raise DataError(f"{path}, line {number}: JSON nested too deep; each line must be one flat object") from None
         if not isinstance(row, dict):
             raise DataError(
-                f"{path}, line {number}: a JSON {_json_type(row)}, not an object; each line must be one{such}"
+                f"{path}, line {number}: a JSON {json_type(row)}, not an object; each line must be one{such}"
             )
         yield number, row

@@ -58,6 +58,7 @@ from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
 from zoo.errors import ZooError
+from zoo.store.files import folder_problem
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -81,6 +82,7 @@ MAX_PARAM_CHARS = 6000  # MLflow's longest param value
 BATCH = 100  # params (and metrics) per log_batch call: MLflow's limit for params
 PARENT_TAG = "mlflow.parentRunId"
 STORE_MARK = "zoo_store.json"  # beside the mlflow.db zoo made in a --track folder: zoo uses only such a one
+SQLITE_ARTIFACTS = "mlartifacts"  # beside a sqlite:///PATH database: its experiments' artifacts (mlflow server's name)
 SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "databricks", "databricks-uc", "uc")
 
 
@@ -118,10 +120,12 @@ def store_uri(uri: str) -> tuple[str, str | None]:
                 f"{_flag(uri)}: MLflow reads no {parts.scheme}: URIs; give a folder (./mlruns), file:, "
                 "http(s)://HOST:PORT (a tracking server) or a database (sqlite:///runs.db, postgresql://...)"
             )
-        return uri, None
+        return uri, _beside_database(uri)
     folder = Path(url2pathname(parts.path) if parts.scheme == "file" else uri).expanduser().resolve()
     if folder.exists() and not folder.is_dir():
         raise TrackingError(f"{_flag(uri)} is a file, not a folder: name a folder for the runs, or sqlite:///FILE.db")
+    if problem := folder_problem(folder):
+        raise TrackingError(f"{_flag(uri)}: {problem}; name a folder you can write")
     if _is_file_store(folder):
         return folder.as_uri(), None
     database, mark = folder / "mlflow.db", folder / STORE_MARK
@@ -141,9 +145,21 @@ def store_uri(uri: str) -> tuple[str, str | None]:
         folder.mkdir(parents=True, exist_ok=True)
         if not mark.is_file():  # before the database: a second process sees the store as zoo's
             mark.write_text('{"made_by": "zoo", "database": "mlflow.db", "artifacts": "artifacts"}\n')
-    except OSError as error:
-        raise TrackingError(f"{_flag(uri)}: cannot create the folder ({error.strerror}): name a writable one") from None
+    except OSError as error:  # what folder_problem could not see (a full disk, a race)
+        raise TrackingError(f"{_flag(uri)}: cannot write {folder} ({error.strerror}): name a writable folder") from None
     return f"sqlite:///{database}", (folder / "artifacts").as_uri()
+
+
+def _beside_database(uri: str) -> str | None:
+    """Where the experiments zoo creates in a ``sqlite:///PATH`` store keep their artifacts:
+    ``mlartifacts`` beside the database (as ``mlflow server --backend-store-uri sqlite:///PATH``
+    keeps them beside it), not MLflow's ``./mlruns`` in whatever folder the command ran in.
+    Other URIs: None (the store's own default; a server's ``--default-artifact-root``)."""
+    parts = urlsplit(uri)
+    path = url2pathname(parts.path[1:]) if parts.scheme.split("+")[0] == "sqlite" else ""
+    if not path or path == ":memory:":
+        return None
+    return (Path(path).expanduser().absolute().parent / SQLITE_ARTIFACTS).as_uri()
 
 
 def _made_before_marks(database: Path, artifacts: Path) -> bool:
