@@ -81,7 +81,7 @@ def test_a_run_folder_is_a_name_for_transforms_and_info(run: tuple[Path, Path]) 
 HOSTILE = [
     ([], InvalidArgumentError, r"no inputs: pass one or more images"),
     ([3], InvalidArgumentError, r"inputs\[0\] is of type int; an image model reads image files"),
-    (torch.full((1, 1, 28, 28), float("nan")), InvalidArgumentError, r"inputs\[0\] holds NaN or infinite values"),
+    (torch.full((1, 1, 28, 28), float("nan")), InvalidArgumentError, r"sample 0 holds NaN or infinite values"),
     (
         np.zeros((2, 3, 5), np.float32),
         InvalidArgumentError,
@@ -117,3 +117,39 @@ def test_texts_and_smiles_read_as_their_models_read_them(tmp_path: Path) -> None
     lm = zoo.load("moe_lm", pretrained=False, **tiny)
     with pytest.raises(InvalidArgumentError, match=r"does not predict classes or values .* zoo generate"):
         zoo.predict(lm, ["def "])
+
+
+def test_one_input_gets_one_answer_or_one_refusal_on_all_four_paths(run: tuple[Path, Path], capsys) -> None:
+    """zoo.predict, the MLflow model, zoo predict on the command line and zoo serve (v1 with
+    encoded images, v2 with tensors) answer the same images alike, and refuse NaN alike."""
+    import base64
+
+    from fastapi.testclient import TestClient
+
+    import zoo.serve
+
+    pytest.importorskip("mlflow")
+    from zoo.training.finetune.mlflow_model import predict_table
+
+    folder, data = run
+    paths = sorted((data / "light").glob("*.png"))[:3]
+    python = [row["classes"][0] for row in zoo.predict(folder, paths, top_k=1)]
+    table = predict_table(folder, [str(p) for p in paths])
+    assert [table.columns[i] for i in table.to_numpy().argmax(1)] == [top["label"] for top in python]
+    np.testing.assert_allclose(table.to_numpy().max(1), [top["score"] for top in python], atol=1e-5)
+    capsys.readouterr()
+    assert main(["predict", str(folder), *map(str, paths), "--top-k", "1", "--no-progress"]) == 0
+    printed = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert [words[1] for words in printed] == [top["label"] for top in python]
+    instances = [{"b64": base64.b64encode(p.read_bytes()).decode()} for p in paths]
+    nan = {"inputs": [{"name": "input", "shape": [1, 1, 28, 28], "datatype": "FP32", "data": [float("nan")] * 784}]}
+    with TestClient(zoo.serve.app(str(folder), threads=1, max_batch=4)) as client:
+        answer = client.post(f"/v1/models/{folder.name}:predict", json={"instances": instances, "top_k": 1}).json()
+        refused = client.post(f"/v2/models/{folder.name}/infer", content=json.dumps(nan))
+    served = [p["classes"][0] for p in answer["predictions"]]
+    assert [s["label"] for s in served] == [top["label"] for top in python]
+    assert [s["score"] for s in served] == pytest.approx([top["score"] for top in python], abs=1e-5)
+    assert refused.status_code == 400 and "sample 0 holds NaN or infinite values" in refused.json()["error"]
+    for path in (zoo.predict, predict_table):
+        with pytest.raises(InvalidArgumentError, match=r"sample 0 holds NaN or infinite values"):
+            path(folder, torch.full((1, 1, 28, 28), float("nan")))

@@ -16,8 +16,8 @@ import zoo
 from zoo.cli.catalog import format_size
 from zoo.cli.predict_files import answer_lines, strict_json
 from zoo.errors import InvalidArgumentError, ZooError
+from zoo.inference import Predictor
 from zoo.loading.images import open_image
-from zoo.loading.outputs import output_meaning
 from zoo.store import weight_entries
 from zoo.store.files import check_output, check_writable, write_bytes_atomic
 from zoo.tokenizer import check_byte_lm, complete
@@ -47,22 +47,15 @@ def run_predict(args: argparse.Namespace) -> int:
         )
     for path in args.images:  # a missing, unreadable or truncated file is found before the model loads
         open_image(path, decode=False)
-    model = zoo.load(args.name, device=args.device)
-    if model.pretrained_cfg.get("features_only") or not model.num_classes:
-        raise InvalidArgumentError(
-            f"{args.name} outputs feature maps, not class scores (a features-only model or one "
-            "without a classifier): zoo predict needs a classifier's weights"
-        )
-    preprocess = zoo.transforms(model)
-    meaning = output_meaning(model.pretrained_cfg)
+    predictor = Predictor(args.name, device=args.device, batch_size=args.batch_size)  # zoo.predict's batches
+    model = predictor.model
     progress = tqdm(
         total=len(args.images), desc="zoo predict", unit="img", leave=False,
         disable=args.no_progress or len(args.images) <= args.batch_size,
     )  # fmt: skip
     try:
-        for start in range(0, len(args.images), args.batch_size):
-            paths = args.images[start : start + args.batch_size]
-            batch = torch.stack([preprocess(open_image(path)) for path in paths]).to(args.device)
+        for start, batch in zip(range(0, len(args.images), args.batch_size), predictor.batches(args.images)):
+            paths, batch = args.images[start : start + args.batch_size], batch.to(args.device)
             if args.optimize and start == 0:
                 progress.write(
                     f"zoo: optimizing {args.name} ({args.optimize}) on the first {len(paths)} images; "
@@ -73,7 +66,7 @@ def run_predict(args: argparse.Namespace) -> int:
                 model = zoo.optimize(model, batch, args.optimize, max_batch_graphs=1)
                 progress.write(f"zoo: {str(model.optimize_report).splitlines()[0]}", file=sys.stderr)
             with torch.no_grad():  # not inference_mode: an optimized model's compiled graph expects no_grad
-                answers = meaning.answers(model(batch), args.top_k)
+                answers = predictor.meaning.answers(model(batch), args.top_k)
             lines = [line for path, answer in zip(paths, answers) for line in answer_lines(path, answer)]
             progress.write("\n".join(lines), file=sys.stdout)
             progress.update(len(paths))

@@ -92,10 +92,16 @@ def batch_of(array: Any, shape: Sequence[int], what: str) -> torch.Tensor:
             f"inputs have shape {list(tensor.shape)}; this model reads {what} of shape [N, {', '.join(map(str, shape))}]"
         )
     nonempty(list(range(len(tensor))), what)
-    bad = (~torch.isfinite(tensor.reshape(len(tensor), -1))).any(-1).nonzero()
+    return check_finite(tensor)
+
+
+def check_finite(batch: torch.Tensor) -> torch.Tensor:
+    """``batch`` [N, ...] when every value is finite; else the refusal naming the first sample
+    that is not (the one check of zoo.predict, zoo serve and the MLflow model)."""
+    bad = (~torch.isfinite(batch.reshape(len(batch), -1))).any(-1).nonzero()
     if len(bad):
-        raise InvalidArgumentError(f"inputs[{int(bad[0])}] holds NaN or infinite values; pass finite numbers")
-    return tensor
+        raise InvalidArgumentError(f"sample {int(bad[0])} holds NaN or infinite values; pass finite numbers")
+    return batch
 
 
 def _several_images(pixels: np.ndarray | torch.Tensor) -> bool:

@@ -53,7 +53,10 @@ class Predictor:
             raise InvalidArgumentError(f"{shown} does not predict classes or values (it reads {self.kind} and has head "
                                        f"{cfg.get('head')!r}); a language model continues text: zoo generate")  # fmt: skip
         if cfg.get("features_only") or not getattr(self.model, "num_classes", 0):
-            raise InvalidArgumentError(f"{shown} outputs feature maps, not predictions (features only, or no head)")
+            raise InvalidArgumentError(
+                f"{shown} outputs feature maps, not class scores (a features-only model or one without a "
+                "classifier): predicting needs a classifier's or a regression's weights"
+            )
         self.meaning: OutputMeaning = output_meaning(cfg)
         self.batch_size, self.device = batch_size, next(self.model.parameters()).device
         self.shape = tuple(example_input_for(self.model, 1).shape[1:]) if self.kind in ("images", "vectors") else ()

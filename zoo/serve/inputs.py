@@ -14,7 +14,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from zoo.errors import DataError
+from zoo.errors import DataError, ZooError
+from zoo.inference.items import check_finite
 from zoo.loading.images import ImageTooLargeError, open_image
 from zoo.serve.models import ServedModel, TensorSpec
 from zoo.serve.protocol import ImageRow
@@ -81,6 +82,7 @@ def checked_input(spec: TensorSpec, array: np.ndarray, model: str, datatype: str
     if shape[0] == 0:
         raise bad_request(f"input {spec.name!r} of {model} holds no rows", param=spec.name)
     tensor = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
-    if not torch.isfinite(tensor).all():
-        raise bad_request(f"input {spec.name!r} of {model} holds NaN or infinite values", param=spec.name)
-    return tensor
+    try:
+        return check_finite(tensor)  # as zoo.predict and the MLflow model check it
+    except ZooError as error:
+        raise bad_request(f"input {spec.name!r} of {model}: {error}", param=spec.name) from None
