@@ -128,6 +128,7 @@ def test_zoo_finetune_image_folder_saves_a_model_zoo_load_restores(
         "--no-progress",
         "--val-fraction",
         "0.25",
+        "--compression",
     ]
     with pytest.warns(UserWarning, match="bare architecture: training it from scratch"):
         assert cli.main(argv) == 0

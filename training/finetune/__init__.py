@@ -247,7 +247,7 @@ def finetune(
             model.requires_grad_(True)  # the returned model trains whole again
             zoo.save(model, out, overwrite=True)  # prepare_output let only a run's own files (a resumed run's) stay
             ran = options.post_training and val_set is not None and source.target is None and not source.multi_label
-            after = evaluate_and_export(model, val_set, source, config) if ran else None
+            after = evaluate_and_export(model, val_set, source, config, options.compression) if ran else None
             details = card.run_details(name, base, source, options, trainer, (train_set, val_set), trainable, recipe)
             details["epochs_run"], details["thresholds"] = len(history), labels[1] if labels else None
             details["tracking"] = tracker.describe() if tracker is not None else None

@@ -194,6 +194,8 @@ def _post_training_lines(after: dict[str, Any] | None) -> list[str]:
     label = f"int8 quantization, {quantization['method']}" if "method" in quantization else "int8 quantization"
     if "error" in quantization:
         lines.append(f"- {label}: failed ({quantization['error']})")
+    elif quantization.get("skipped") == "quantize=False":
+        lines.append("- int8 quantization and magnitude pruning: not measured (`--compression` measures them)")
     elif "skipped" in quantization:
         lines.append(f"- {label}: skipped ({quantization['skipped']})")
     elif "speedup_over_fp32_eager" in quantization:
