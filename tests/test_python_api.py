@@ -31,6 +31,7 @@ def test_the_api_is_in_all_and_dir_and_nothing_else() -> None:
     shown = dir(zoo)
     assert {"finetune", "Trainer", "TrainConfig", "load", "__version__"} <= set(shown)
     assert not {"Any", "TYPE_CHECKING", "annotations", "importlib"} & set(shown)
+    assert not [name for name in ("Any", "TYPE_CHECKING", "annotations", "importlib") if hasattr(zoo, name)]
     from zoo.training.loop.trainer import TrainConfig, Trainer
 
     assert zoo.Trainer is Trainer and zoo.TrainConfig is TrainConfig

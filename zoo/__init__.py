@@ -10,10 +10,8 @@ don't wait for torch's model families, torchvision or torch_geometric (nor for t
 loop: ``zoo.finetune``, ``zoo.Trainer``, ``zoo.TrainConfig``).
 """
 
-from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from zoo.errors import UnknownModelError, WeightsMismatchError, ZooError
 
@@ -88,7 +86,9 @@ if TYPE_CHECKING:
     # by name only (the rooms' order, tests/test_imports.py), never here
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
+    import importlib  # here, not at the top: `zoo.importlib` is no attribute of the API
+
     if name not in _PUBLIC:
         raise AttributeError(f"module 'zoo' has no attribute {name!r}")  # internal: PEP 562's __getattr__ protocol
     value = getattr(importlib.import_module(_PUBLIC[name]), name)
@@ -97,6 +97,8 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    """The API (`__all__`), the version and the module's own dunders; not the names this file
-    imports for itself (``importlib``, ``Any``) nor the submodules imported so far."""
+    """The API (`__all__`), the version and the module's own dunders; not the submodules
+    imported so far."""
     return sorted({*__all__, "__version__", *(name for name in globals() if name.startswith("__"))})
+
+del TYPE_CHECKING  # read once, above: not an attribute of the API
