@@ -21,7 +21,7 @@ from zoo.errors import ZooError
 @pytest.mark.parametrize(
     "call,match",
     [
-        (lambda: zoo.info(None), "a model name is a string"),
+        (lambda: zoo.info(None), "a model is named by a string"),
         (lambda: zoo.load("resnet20.fmnist", dtype="float16"), "dtype must be a torch.dtype"),
         (lambda: zoo.load("resnet20", weights="ftp://host/w.pth"), "not ftp://"),
         (lambda: zoo.load("resnet20.fmnist", head="lm"), "has no head 'lm'"),

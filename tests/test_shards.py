@@ -273,6 +273,46 @@ def test_the_manifest_is_verified_and_checked(shards: Path, tmp_path: Path, caps
     assert len(error.splitlines()) == 1 and "shards[0].name should be a file name beside the manifest" in error
 
 
+def test_a_sample_appended_after_the_counted_ones_is_refused(shards: Path, tmp_path: Path) -> None:
+    """Hardening round 5: a sample appended to a shard's tar after those its manifest counts was
+    never read, so the shard was never verified (sha256, count) and trained as it was."""
+    appended = copy_shards(shards, tmp_path / "appended")
+    with tarfile.open(appended / "train-000000.tar") as tar:
+        png = tar.extractfile(next(m for m in tar if m.name.endswith(".png"))).read()
+    with tarfile.open(appended / "train-000000.tar", "a") as tar:
+        for name, data in (("extra.png", png), ("extra.cls", b"0")):
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+    said = r"train-000000.tar holds more samples than the 7 its manifest counts \(sample 'extra' follows them"
+    for skip_bad in (False, True):  # a sample the manifest lacks is no bad sample to skip
+        with pytest.raises(DataError, match=said):
+            read_all(appended, skip_bad)
+
+
+def test_zoo_shards_takes_the_label_field_it_advises(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Hardening round 5: on an image list of several columns zoo shards advised --label-field,
+    which it did not take; it takes it now, as zoo finetune does, and refuses labels that are not
+    one class per sample in a line."""
+    rng = np.random.default_rng(0)
+    rows = ["file_name,species,colour,cat,dog"]
+    for i in range(6):
+        Image.fromarray(rng.integers(0, 255, (8, 8), dtype=np.uint8)).save(tmp_path / f"{i}.png")
+        rows.append(f"{i}.png,{'ab'[i % 2]},{'xyz'[i % 3]},{i % 2},{1 - i % 2}")
+    listing = tmp_path / "list.csv"
+    listing.write_text("\n".join(rows) + "\n")
+    assert cli.main(["shards", str(listing), "--out", str(tmp_path / "s")]) == 2
+    assert "name the label with --label-field" in capsys.readouterr().err
+    assert cli.main(["shards", str(listing), "--out", str(tmp_path / "s"), "--label-field", "colour"]) == 0
+    assert open_data(str(tmp_path / "s")).class_names == ["x", "y", "z"]
+    bits = tmp_path / "bits.csv"
+    bits.write_text("".join(line.split(",", 3)[0] + "," + line.split(",", 3)[3] + "\n" for line in rows))
+    assert cli.main(["shards", str(bits), "--out", str(tmp_path / "b")]) == 2
+    (error,) = capsys.readouterr().err.splitlines()
+    assert "shards hold one class per sample, and this data is multi-label; name a column of classes" in error
+    assert "with --label-field" in error and not (tmp_path / "b").exists()
+
+
 MEMORY_SCRIPT = textwrap.dedent(
     """
     import resource, sys

@@ -10,7 +10,6 @@ don't wait for torch's model families, torchvision or torch_geometric (nor for t
 loop: ``zoo.finetune``, ``zoo.Trainer``, ``zoo.TrainConfig``).
 """
 
-
 from typing import TYPE_CHECKING
 
 from zoo.errors import UnknownModelError, WeightsMismatchError, ZooError
@@ -100,5 +99,6 @@ def __dir__() -> list[str]:
     """The API (`__all__`), the version and the module's own dunders; not the submodules
     imported so far."""
     return sorted({*__all__, "__version__", *(name for name in globals() if name.startswith("__"))})
+
 
 del TYPE_CHECKING  # read once, above: not an attribute of the API

@@ -163,18 +163,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 action="store_true",
                 help="OUT may hold an earlier run: remove the files it wrote first (other files stay)",
             ),
-            "profile": lambda g: (
-                g.add_argument("--no-post-training", action="store_true", help="skip the report and the exports"),
-                g.add_argument(
-                    "--compression",
-                    action="store_true",
-                    help="after training, also measure int8 quantization and magnitude pruning on the validation "
-                    "set (tens of seconds on a small CNN; zoo.optimize and zoo export quantize on demand)",
-                ),
-            ),
+            "profile": _post_training_arguments,
         },
     )
     _data_defaults_help(parser)
+
+
+def _post_training_arguments(group: Any) -> None:
+    group.add_argument("--no-post-training", action="store_true", help="skip the report and the exports")
+    group.add_argument(
+        "--compression",
+        action="store_true",
+        help="after training, also measure int8 quantization and magnitude pruning on the validation set (tens of "
+        "seconds on a small CNN; zoo.optimize and zoo export quantize on demand)",
+    )
 
 
 def _data_defaults_help(parser: argparse.ArgumentParser) -> None:

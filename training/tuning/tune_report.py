@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.errors import InvalidArgumentError, ZooError
-from zoo.store.files import read_json, write_json
+from zoo.store.files import atomic_path, read_json, write_json
 
 __all__ = ["PLOT_FILE", "SUMMARY_FILE", "plot_trials", "settings", "summary_trial", "trial_line", "write_summary"]
 
@@ -130,7 +130,8 @@ def _importances(ax: Any, study: Any, metric: str) -> None:
 
 
 def plot_trials(study: Any, path: Path, metric: str) -> Path:
-    """Draw the trials (`_history`) and the importances (`_importances`) into ``path``."""
+    """Draw the trials (`_history`) and the importances (`_importances`) into ``path``, atomically
+    (a study continued later redraws it: a reader never sees half of one)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -141,7 +142,8 @@ def plot_trials(study: Any, path: Path, metric: str) -> Path:
         _history(left, study, metric)
         _importances(right, study, metric)
         figure.tight_layout()
-        figure.savefig(path, dpi=100)
+        with atomic_path(path) as tmp:
+            figure.savefig(tmp, dpi=100, format="png")
     finally:
         plt.close(figure)
     return path

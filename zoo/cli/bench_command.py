@@ -1,8 +1,10 @@
 """``zoo bench``: the weight entries and architectures a user names, loaded by name and measured
-through `zoo.deploy.bench` (which takes built models, so it sits below `zoo.loading`)."""
+through `zoo.deploy.bench` (which takes built models, so it sits below `zoo.loading`); the table
+printed, and with ``--out`` written as CSV at the end, never over the weights it loads."""
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -11,13 +13,40 @@ from typing import Any
 import torch.nn as nn
 from tqdm import tqdm
 
+from zoo.deploy import bench
 from zoo.deploy.bench import BenchRow, BenchTarget, gmacs, measure
 from zoo.deploy.optimize_report import OptimizeReport
 from zoo.devices import checked_device
 from zoo.errors import InvalidArgumentError, WeightsNotFoundError
 from zoo.loading.build import load
 from zoo.store import weight_entries
+from zoo.store.download import weight_folders
+from zoo.store.files import check_output
 from zoo.store.weight_entries import GRAPH_SKIP_REASON
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """``zoo bench``: measure the targets, print the table (and every candidate with ``--peers``),
+    and write it to ``--out`` (checked before minutes of measuring: writable, not the weights)."""
+    if args.out:
+        check_output(args.out, folders=weight_folders())
+    if args.peers and args.no_optimize:
+        raise InvalidArgumentError("--peers shows the candidates zoo.optimize measures: leave out --no-optimize")
+    reports: list = []
+    targets = bench.select(args.patterns)
+    rows, skipped = measure_targets(
+        targets, args.batch_size, args.repeats, optimize=not args.no_optimize, reports=reports, device=args.device
+    )
+    print("\n".join(bench.machine_header(args.device)))
+    print(bench.format_table(rows))
+    if args.peers:
+        print(f"\nevery candidate zoo.optimize measured\n{bench.format_peers(reports)}")
+    for name, reason in skipped:
+        print(f"skipped {name}: {reason}")
+    if args.out:
+        bench.write_csv(rows, args.out)
+        print(f"wrote {args.out}")
+    return 0
 
 
 def measure_targets(

@@ -1,10 +1,10 @@
 """The commands that load models: ``zoo predict``, ``generate``, ``finetune``, ``tune``, ``eval``,
-``demo``, ``bench``, ``export``, ``shards`` (`zoo.cli.parser.COMMANDS` names each one's options and handler)."""
+``demo`` (`zoo.cli.parser.COMMANDS` names each one's options and handler; ``bench``, ``export`` and
+``shards`` have modules of their own)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import warnings
 from pathlib import Path
@@ -13,13 +13,14 @@ import torch
 from tqdm import tqdm
 
 import zoo
-from zoo.cli.catalog import format_size
 from zoo.cli.predict_files import answer_lines, strict_json
 from zoo.errors import InvalidArgumentError, ZooError
 from zoo.inference import Predictor
+from zoo.inference.items import IMAGE_SUFFIXES
 from zoo.loading.images import open_image
 from zoo.store import weight_entries
-from zoo.store.files import check_output, check_writable, write_bytes_atomic
+from zoo.store.download import weight_folders
+from zoo.store.files import check_output, write_bytes_atomic
 from zoo.tokenizer import check_byte_lm, complete
 
 
@@ -194,7 +195,8 @@ def _eval_on_file(args: argparse.Namespace) -> int:
         raise InvalidArgumentError("--limit takes the card's slice of its test set; with --data, score a shorter file")
     if args.out:  # before the model runs: not the data, nor a file of its folder or of the run folder NAME
         data = Path(args.data).expanduser()
-        check_output(Path(args.out).expanduser(), [data], [p for p in (data, Path(args.name)) if p.is_dir()])
+        folders = [p for p in (data, Path(args.name), *weight_folders()) if p.is_dir()]
+        check_output(Path(args.out).expanduser(), [data, *_listed_image(args, data)], folders)
     from zoo.training.data.molecules.molecule_files import MoleculeOptions
 
     reading = MoleculeOptions(
@@ -211,76 +213,16 @@ def _eval_on_file(args: argparse.Namespace) -> int:
     return 0
 
 
+def _listed_image(args: argparse.Namespace, data: Path) -> list[Path]:
+    """``--out`` itself when it is an image file under the folder an image list's paths are in
+    (``--images``, else the list's own folder): a listed image a JSON report would destroy."""
+    out, root = Path(args.out).expanduser(), Path(args.images or data.parent).expanduser()
+    inside = out.exists() and data.is_file() and out.resolve().is_relative_to(root.resolve())
+    return [out] if inside and out.suffix.lower() in IMAGE_SUFFIXES else []
+
+
 def run_demo(args: argparse.Namespace) -> int:
     from zoo.training import demo
 
     demo.run(args, command=args.command_line)
-    return 0
-
-
-def run_bench(args: argparse.Namespace) -> int:
-    from zoo.cli.bench_command import measure_targets
-    from zoo.deploy import bench
-
-    if args.out:
-        check_writable(args.out)  # before minutes of measuring
-    if args.peers and args.no_optimize:
-        raise InvalidArgumentError("--peers shows the candidates zoo.optimize measures: leave out --no-optimize")
-    reports: list = []
-    targets = bench.select(args.patterns)
-    rows, skipped = measure_targets(
-        targets, args.batch_size, args.repeats, optimize=not args.no_optimize, reports=reports, device=args.device
-    )
-    print("\n".join(bench.machine_header(args.device)))
-    print(bench.format_table(rows))
-    if args.peers:
-        print(f"\nevery candidate zoo.optimize measured\n{bench.format_peers(reports)}")
-    for name, reason in skipped:
-        print(f"skipped {name}: {reason}")
-    if args.out:
-        bench.write_csv(rows, args.out)
-        print(f"wrote {args.out}")
-    return 0
-
-
-def run_export(args: argparse.Namespace) -> int:
-    from zoo.deploy import exporter
-
-    out = exporter.check_destination(args.out, args.format, args.overwrite)  # before the model loads
-    if args.format == "onnx" and args.device != "cpu":
-        raise InvalidArgumentError(
-            f"--device {args.device}: an ONNX file runs on any device (onnxruntime chooses), and is exported and "
-            "checked on the CPU; leave --device out (it applies to torchscript and exported-program files)"
-        )
-    model = zoo.load(args.name, device=args.device)
-    example = exporter.example_input_for(model, batch=args.batch_size or exporter.EXAMPLE_BATCH)
-    result = zoo.export(
-        model,
-        out,
-        args.format,
-        example_input=example,
-        dynamic_batch=args.batch_size is None,
-        opset=args.opset,
-        overwrite=args.overwrite,
-    )
-    checked_in = "onnxruntime" if args.format == "onnx" else "the re-loaded file"
-    batch = f"fixed batch of {args.batch_size}" if args.batch_size else "any batch size"
-    print(
-        f"wrote {result.path} ({args.format}, {format_size(result.size_bytes)}, {batch}); {checked_in} matches "
-        f"PyTorch within {result.max_abs_diff:.2g} (max abs diff), {result.seconds:.1f} s"
-    )
-    return 0
-
-
-def run_shards(args: argparse.Namespace) -> int:
-    """``zoo shards``: write the shards and their manifest, and say how to train on them."""
-    from zoo.training.data.shards.shard_writer import write_shards
-
-    seed = args.seed if args.shuffle else None
-    manifest = write_shards(args.data, args.out, shard_size=args.shard_size, prefix=args.prefix, seed=seed)
-    shards = json.loads(manifest.read_text())["shards"]
-    total = sum(entry["samples"] for entry in shards)
-    spec = Path(args.out) / f"{args.prefix}-{{000000..{len(shards) - 1:06d}}}.tar"
-    order = f"shuffled with seed {seed}" if seed is not None else "in the data's order"
-    print(f"wrote {len(shards)} shards ({total} samples, {order}) and {manifest}; train with --data '{spec}'")
     return 0

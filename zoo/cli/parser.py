@@ -3,7 +3,8 @@
 Light on purpose: ``zoo --help`` answers without importing torch. `COMMANDS` lists every
 command once (help, options, handler); only the chosen command's options are built (some come
 from modules that import torch), and its handler imports its module (`zoo.cli.commands`,
-`zoo.cli.catalog` for ``list``/``info``, `zoo.cli.serving` for ``serve``) only to run it.
+`zoo.cli.catalog` for ``list``/``info``, `zoo.cli.serving` for ``serve``, `zoo.cli.bench_command`,
+`zoo.cli.export_command`, `zoo.cli.shards_command`) only to run it.
 """
 
 from __future__ import annotations
@@ -350,7 +351,7 @@ COMMANDS: dict[str, Command] = {
     "shards": Command(
         "write WebDataset tar shards (and their manifest) from an image folder, text rows or tensors",
         _shards_arguments,
-        Handler("zoo.cli.commands", "run_shards"),
+        Handler("zoo.cli.shards_command", "run_shards"),
     ),
     "eval": Command(
         "re-measure a weight entry's card metrics on its test set, or score any model on a labelled file (--data)",
@@ -365,12 +366,12 @@ COMMANDS: dict[str, Command] = {
     "bench": Command(
         "results table: params, GMACs, top-1 and measured inference speed on this machine (CPU or --device)",
         _bench_arguments,
-        Handler("zoo.cli.commands", "run_bench"),
+        Handler("zoo.cli.bench_command", "run_bench"),
     ),
     "export": Command(
         "export a model to ONNX, TorchScript or a torch.export program, checked",
         _export_arguments,
-        Handler("zoo.cli.commands", "run_export"),
+        Handler("zoo.cli.export_command", "run_export"),
     ),
     "serve": Command(
         "serve models over HTTP: Open Inference Protocol v2, OpenAI completions, a page",

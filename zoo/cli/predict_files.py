@@ -29,6 +29,7 @@ from zoo.loading.outputs import OutputMeaning, output_meaning
 from zoo.loading.smiles import graph_or_problem, parse_smiles, reads_molecules
 from zoo.loading.transforms import text_length
 from zoo.store import weight_entries
+from zoo.store.download import weight_folders
 from zoo.store.files import atomic_path, check_output
 from zoo.tokenizer import ByteTokenizer
 
@@ -42,7 +43,8 @@ def predict_file(args: argparse.Namespace) -> int:
     form = output_format(args.format, args.out)
     lists = [path / name for name in ("metadata.csv", "metadata.jsonl")] if path.is_dir() else [path]
     if args.out:  # not the input, nor a file of the input folder or the run folder NAME
-        check_output(Path(args.out).expanduser(), lists, [p for p in (path, Path(args.name)) if p.is_dir()])
+        folders = [p for p in (path, Path(args.name), *weight_folders()) if p.is_dir()]
+        check_output(Path(args.out).expanduser(), lists, folders)
     model = zoo.load(args.name, device=args.device).eval()
     kind = model_input(model, args.name)
     rows = read_inputs(path, kind)

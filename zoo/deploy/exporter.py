@@ -14,7 +14,7 @@ import io
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +27,7 @@ from torch.export import Dim
 from zoo.devices import model_device
 from zoo.errors import InvalidArgumentError, ZooError
 from zoo.store import weight_entries
-from zoo.store.files import atomic_files, check_writable, write_bytes_atomic
+from zoo.store.files import atomic_files, check_output
 
 ExampleInput = torch.Tensor | tuple[Any, ...]
 
@@ -125,11 +125,20 @@ def _max_diff(
 
 
 def _write_bytes(path: Path, save: Callable[[io.BytesIO], None]) -> int:
-    """Serialize with ``save(buffer)`` and write the bytes atomically; returns the size."""
+    """Serialize with ``save(buffer)`` and write the bytes to ``path``; returns the size."""
     buffer = io.BytesIO()
     save(buffer)
-    write_bytes_atomic(path, buffer.getvalue())
+    path.write_bytes(buffer.getvalue())
     return buffer.getbuffer().nbytes
+
+
+@contextmanager
+def _staged(path: Path) -> Iterator[Path]:
+    """Where to write the export of ``path`` and check it: a file of that name in a staging
+    folder beside ``path``, moved over ``path`` (with an ONNX file's ``.data``) only when the
+    block ends cleanly. A failed export or check leaves ``path`` as it was, and no file."""
+    with atomic_files(path.parent, last=(path.name,)) as staging:
+        yield staging / path.name
 
 
 def _batch_checks(args: tuple[Any, ...], dynamic_batch: bool) -> list[tuple[Any, ...]]:
@@ -142,16 +151,12 @@ def _batch_checks(args: tuple[Any, ...], dynamic_batch: bool) -> list[tuple[Any,
 
 
 @contextmanager
-def _fixed_batch_hint(model: nn.Module, dynamic_batch: bool, exporter: str, path: Path) -> Iterator[None]:
+def _fixed_batch_hint(model: nn.Module, dynamic_batch: bool, exporter: str) -> Iterator[None]:
     """Turn an exporter's failure with a dynamic batch (code that depends on the batch size, such
-    as an MoE's ``capacity_factor``) into one error saying to fix the batch size; a file the
-    failed export wrote where there was none is removed."""
-    existed = path.exists()
+    as an MoE's ``capacity_factor``) into one error saying to fix the batch size."""
     try:
         yield
     except Exception as error:
-        if not existed:
-            path.unlink(missing_ok=True)
         if not dynamic_batch or isinstance(error, ZooError) and not isinstance(error, ExportMismatchError):
             raise
         problem = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
@@ -179,15 +184,16 @@ def export_torchscript(
     start = time.perf_counter()
     args = _as_args(example_input, model_device(model))
     check = [args, _grown_batch(args)] if dynamic_batch else [args]
-    with _eval_mode(model), warnings.catch_warnings(), _fixed_batch_hint(model, dynamic_batch, "TorchScript", path):
+    hint = _fixed_batch_hint(model, dynamic_batch, "TorchScript")
+    with _eval_mode(model), warnings.catch_warnings(), hint, _staged(path) as staged:
         # torch 2.14 deprecates torch.jit in favour of torch.export (see the module docstring);
         # the tracer's shape-check warnings are covered by the re-load comparison below.
         warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=FutureWarning)
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
         with torch.no_grad():
             traced = torch.jit.trace(model, args, check_trace=False)
-        size = _write_bytes(path, lambda buffer: torch.jit.save(traced, buffer))
-        loaded = torch.jit.load(str(path), map_location=model_device(model))
+        size = _write_bytes(staged, lambda buffer: torch.jit.save(traced, buffer))
+        loaded = torch.jit.load(str(staged), map_location=model_device(model))
         diff = _max_diff(model, loaded, check, rtol, atol)
     return ExportResult(str(path), size, diff, time.perf_counter() - start)
 
@@ -214,10 +220,11 @@ def export_program(
     dynamic_shapes = None
     if dynamic_batch:
         dynamic_shapes = tuple({0: Dim.AUTO} if isinstance(a, torch.Tensor) and a.ndim else None for a in args)
-    with _eval_mode(model), _fixed_batch_hint(model, dynamic_batch, "torch.export", path):
+    hint = _fixed_batch_hint(model, dynamic_batch, "torch.export")
+    with _eval_mode(model), hint, _staged(path) as staged:
         program = torch.export.export(model, args, dynamic_shapes=dynamic_shapes)
-        size = _write_bytes(path, lambda buffer: torch.export.save(program, buffer))
-        loaded = torch.export.load(str(path)).module()
+        size = _write_bytes(staged, lambda buffer: torch.export.save(program, buffer))
+        loaded = torch.export.load(str(staged)).module()
         diff = _max_diff(model, loaded, check, rtol, atol)
     return ExportResult(str(path), size, diff, time.perf_counter() - start)
 
@@ -236,15 +243,16 @@ def onnx_packages() -> tuple[Any, Any]:
     return onnx, onnxruntime
 
 
-def _onnx_runner(path: Path, device: torch.device) -> Callable[..., list[torch.Tensor]]:
-    """A callable that runs the ONNX file in onnxruntime (CPU) on the tensor arguments of a
-    model call, in order, and returns its outputs as tensors on ``device``."""
+def _onnx_runner(path: Path, device: torch.device, shown: Path) -> Callable[..., list[torch.Tensor]]:
+    """A callable that runs the ONNX file ``path`` (staged: messages name it ``shown``, where it
+    goes) in onnxruntime (CPU) on the tensor arguments of a model call, in order, and returns its
+    outputs as tensors on ``device``."""
     _, onnxruntime = onnx_packages()
     try:
         session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     except Exception as error:  # onnxruntime's errors derive from Exception only
         raise ExportMismatchError(
-            f"onnxruntime {onnxruntime.__version__} cannot load {path}: {error}; an older opset may load"
+            f"onnxruntime {onnxruntime.__version__} cannot load {shown}: {error}; an older opset may load"
         ) from None
     names = [node.name for node in session.get_inputs()]
 
@@ -259,7 +267,7 @@ def _onnx_runner(path: Path, device: torch.device) -> Callable[..., list[torch.T
             outputs = session.run(None, feeds)
         except Exception as error:  # as above
             shapes = [tuple(t.shape) for t in tensors]
-            raise ExportMismatchError(f"onnxruntime cannot run {path} on inputs of shape {shapes}: {error}") from None
+            raise ExportMismatchError(f"onnxruntime cannot run {shown} on inputs of shape {shapes}: {error}") from None
         return [torch.from_numpy(out).to(device) for out in outputs]
 
     return run
@@ -318,10 +326,11 @@ def export_onnx(
                 f"{type(model).__name__}'s code depends on the batch size; pass dynamic_batch=False (--batch-size N) "
                 "for a file that takes the example's batch size only"
             )
-        with atomic_files(path.parent, last=(path.name,)) as staging:
-            program.save(staging / path.name)
-        diff = _max_diff(model, _onnx_runner(path, device), check, rtol, atol)
-    return ExportResult(str(path), path.stat().st_size, diff, time.perf_counter() - start)
+        with _staged(path) as staged:
+            program.save(staged)
+            size = staged.stat().st_size
+            diff = _max_diff(model, _onnx_runner(staged, device, path), check, rtol, atol)
+    return ExportResult(str(path), size, diff, time.perf_counter() - start)
 
 
 def example_input_for(
@@ -364,16 +373,26 @@ def example_input_for(
     raise InvalidArgumentError(f"{arch} reads graphs, passed as a torch_geometric Data object: {NOT_TENSORS_REASON}")
 
 
-def check_destination(path: str | os.PathLike, format: str, overwrite: bool = False) -> Path:
-    """``path`` as a Path once ``format`` is known and ``path`` can be written: not a folder, not
-    an existing file unless ``overwrite``, inside a folder that exists or can be made and is
-    writable. Checked before any work (the command line calls it before loading the model)."""
+def check_destination(
+    path: str | os.PathLike,
+    format: str,
+    overwrite: bool = False,
+    *,
+    inputs: Iterable[str | os.PathLike] = (),
+    folders: Iterable[str | os.PathLike] = (),
+) -> Path:
+    """``path`` as a Path once ``format`` is known and ``path`` can be written: not a folder, none
+    of what the model is read from (``inputs``, a file of ``folders``: `check_output`; refused
+    even with ``overwrite``), not an existing file unless ``overwrite``, inside a folder that
+    exists or can be made and is writable. Checked before any work (the command line calls it
+    before loading the model)."""
     if format not in FORMATS:
         raise InvalidArgumentError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}")
     path = Path(path)
     if path.is_dir():
         example = path / f"model{FORMAT_SUFFIXES[format]}"
         raise InvalidArgumentError(f"{path} is a folder; give the file to write, e.g. {example}")
+    check_output(path, inputs, folders)  # before "pass --overwrite", which would destroy it
     if os.path.lexists(path) and not overwrite:  # a dangling link too: replacing it is the user's call
         raise InvalidArgumentError(f"{path} already exists; pass overwrite=True (--overwrite) to replace it")
     if format == "exported-program" and path.suffix != ".pt2":
@@ -387,7 +406,6 @@ def check_destination(path: str | os.PathLike, format: str, overwrite: bool = Fa
             f"{path.name!r} is named like a {other[path.suffix]} file, but the format is {format}: "
             f"name it {path.with_suffix(FORMAT_SUFFIXES[format]).name}, or pick that format"
         )
-    check_writable(path)
     return path
 
 

@@ -15,6 +15,7 @@ a pickle, unwrapped) is `zoo.store.state_dict_files`'.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -66,6 +67,18 @@ def zoo_home() -> Path:
     if home.exists() and not home.is_dir():
         raise WeightsError(f"ZOO_HOME={home} is a file, not a folder: point ZOO_HOME at a folder for zoo's cache.")
     return home
+
+
+def weight_folders() -> list[Path]:
+    """Where registered weights are read from: the bundled ones (the ``zoo.weights`` package)
+    and zoo's cache (downloads, conversions). A command's ``--out`` file there would overwrite
+    the weights it loads (`zoo.store.files.check_output` refuses it)."""
+    from importlib import resources
+
+    folders = [Path(str(resources.files("zoo.weights")))]
+    with contextlib.suppress(WeightsError):  # ZOO_HOME a file: loading says so, when it needs the cache
+        folders += [zoo_home() / "downloads", zoo_home() / "converted"]
+    return folders
 
 
 def is_offline() -> bool:

@@ -121,9 +121,10 @@ def check_output(
     out: str | os.PathLike, inputs: Iterable[str | os.PathLike | None] = (), folders: Iterable[str | os.PathLike] = ()
 ) -> Path:
     """``out`` when a command may write it (`check_writable`) without destroying what it reads:
-    refused when it is one of ``inputs`` (the same file by any path: the data, a listed image)
-    or a file already inside one of ``folders`` (the data's folder, a run folder the model
-    comes from). Checked before anything is written."""
+    refused when it is one of ``inputs`` (the same file by any path: a link, ``..``, a hard
+    link; the data, a listed image) or a file already inside one of ``folders`` (the data's
+    folder, a run folder the model comes from; by its resolved path, or a hard link to one of
+    their files). Checked before anything is written."""
     path = check_writable(out)
     if not path.exists():
         return path
@@ -133,12 +134,29 @@ def check_output(
                 f"--out {path} is an input of this command ({given}): writing would destroy it; name another --out file"
             )
     for folder in folders:
-        if Path(folder).is_dir() and path.resolve().is_relative_to(Path(folder).resolve()):
+        if Path(folder).is_dir() and (
+            path.resolve().is_relative_to(Path(folder).resolve()) or _hard_linked_inside(path, Path(folder))
+        ):
             raise InvalidArgumentError(
                 f"--out {path} is an input of this command (a file of {folder}): writing would destroy it; "
                 "name a file outside that folder"
             )
     return path
+
+
+def _hard_linked_inside(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is a hard link to a file inside ``folder``: looked for only when the file
+    has other links (rare), so a data folder of many files is walked only then."""
+    info = path.stat()
+    if info.st_nlink < 2 or not path.is_file():
+        return False
+    for root, _, names in os.walk(folder):
+        for name in names:
+            with contextlib.suppress(OSError):
+                found = os.stat(os.path.join(root, name), follow_symlinks=False)
+                if (found.st_ino, found.st_dev) == (info.st_ino, info.st_dev):
+                    return True
+    return False
 
 
 def check_writable(path: str | os.PathLike) -> Path:

@@ -178,11 +178,12 @@ class ShardStream(IterableDataset):
             yield from self._shard_records(self.shards[index], first, last)
 
     def _shard_records(self, shard: Shard, first: int, last: int) -> Iterator[Record]:
-        position = 0
+        position, extra = 0, None
         try:
             for record in read_samples(shard, self.keep):
-                if position >= last:
-                    return
+                if position >= last:  # past the segment; past the counted samples, a sample the manifest lacks
+                    extra = record["__key__"] if position >= int(shard.samples or 0) else None
+                    break
                 if position >= first:
                     record["__shard__"] = shard.url
                     yield record
@@ -193,6 +194,11 @@ class ShardStream(IterableDataset):
             bad = {"__bad__": str(error), "__shard__": shard.url, "__key__": "?"}
             for _ in range(max(position, first), min(last, int(shard.samples or 0))):
                 yield dict(bad)
+        if extra is not None:  # never read to its end, so never verified: refused, --skip-bad-rows or not
+            raise DataError(
+                f"shard {shard.url} holds more samples than the {shard.samples} its manifest counts (sample "
+                f"{extra!r} follows them: appended to the tar?); rewrite it (and its manifest) with `zoo shards`"
+            )
 
 
 class _BoundStream(IterableDataset):

@@ -28,6 +28,7 @@ from zoo.bounds import SEED, count
 from zoo.errors import DataError, InvalidArgumentError, ZooError
 from zoo.store.files import atomic_files, atomic_path, write_json
 from zoo.training.data.kinds import DataSource, open_data
+from zoo.training.data.molecules.molecule_files import MoleculeOptions
 from zoo.training.data.shards.shard_files import IMAGE_EXTENSIONS, MANIFEST, MANIFEST_FORMAT
 from zoo.training.data.shards.shard_source import ShardSource
 from zoo.training.data.source import check_class_names
@@ -54,28 +55,22 @@ def write_shards(
     prefix: str = "train",
     max_length: int = 512,
     seed: int | None = 0,
+    label_field: str | None = None,
 ) -> Path:
     """Write ``data`` (a path `open_data` reads, or a `DataSource`) to ``out`` as shards of
     ``shard_size`` samples named ``PREFIX-000000.tar`` ..., then their manifest; returns the
-    manifest's path. The samples are shuffled across the shards in an order ``seed`` fixes
-    (recorded in the manifest; None keeps the data's order), so that every shard, and a
-    hold-out of whole shards, holds every class. ``out`` must be missing or empty; the shards
-    appear there all at once, at the end (a run stopped on the way leaves none)."""
+    manifest's path. ``label_field`` names the label's column of an image list or text rows
+    with several (zoo finetune's ``--label-field``). The samples are shuffled across the shards
+    in an order ``seed`` fixes (recorded in the manifest; None keeps the data's order), so that
+    every shard, and a hold-out of whole shards, holds every class. ``out`` must be missing or
+    empty; the shards appear there all at once, at the end (a run stopped on the way leaves none)."""
     _check_shard_options(shard_size, prefix)
     _tar_writer()  # before reading the data: a missing extra is said first
-    source = data if isinstance(data, DataSource) else open_data(data, max_length=max_length)
-    if isinstance(source, ShardSource):
-        raise DataError(
-            f"{source.description}: these are shards already; zoo shards writes shards from an image folder, text "
-            "rows or a tensor file, and zoo finetune trains on these as they are (--data with the same path)"
-        )
-    if source.kind == "graphs" or source.num_classes is None:
-        raise DataError(f"{source.description}: shards hold labelled images, tensors or text rows, not {source.kind}")
-    if source.kind == "images" and source.in_chans not in (1, 3, 4):  # PNG's gray, RGB and RGBA
-        raise DataError(
-            f"{source.description}: images of {source.in_chans} channels; shards hold images of 1, 3 or 4 channels "
-            "(gray, RGB, RGBA)"
-        )
+    if not isinstance(data, DataSource):  # --out names no input: checked before the data is read
+        _check_not_the_data(Path(out), Path(data).expanduser())
+    reading = MoleculeOptions(label_field=label_field)
+    source = data if isinstance(data, DataSource) else open_data(data, max_length=max_length, molecules=reading)
+    _check_classes(source)
     classes = list(source.class_names or [str(i) for i in range(source.num_classes)])
     check_class_names(source.description, classes, "the class names")  # as a manifest's are read back
     out = _checked_out(Path(out))
@@ -106,6 +101,38 @@ def write_shards(
         }
         write_json(manifest, staging / MANIFEST)
     return out / MANIFEST
+
+
+def _check_classes(source: DataSource) -> None:
+    """Refuse data shards cannot hold: shards already, graphs, other channels than PNG's, or
+    labels that are not one class per sample (multi-label, regression)."""
+    if isinstance(source, ShardSource):
+        raise DataError(
+            f"{source.description}: these are shards already; zoo shards writes shards from an image folder, text "
+            "rows or a tensor file, and zoo finetune trains on these as they are (--data with the same path)"
+        )
+    if source.kind == "graphs" or source.num_classes is None:
+        raise DataError(f"{source.description}: shards hold labelled images, tensors or text rows, not {source.kind}")
+    if source.multi_label or source.target is not None:
+        task = "multi-label" if source.multi_label else "a regression"
+        raise DataError(
+            f"{source.description}: shards hold one class per sample, and this data is {task}; name a column "
+            "of classes with --label-field, or train on the data itself (zoo finetune --data)"
+        )
+    if source.kind == "images" and source.in_chans not in (1, 3, 4):  # PNG's gray, RGB and RGBA
+        raise DataError(
+            f"{source.description}: images of {source.in_chans} channels; shards hold images of 1, 3 or 4 channels "
+            "(gray, RGB, RGBA)"
+        )
+
+
+def _check_not_the_data(out: Path, data: Path) -> None:
+    """Refuse an ``out`` that is the data, or holds it (a folder the data is in), by any path."""
+    if out.exists() and data.exists() and (data.resolve().is_relative_to(out.resolve()) or out.samefile(data)):
+        raise InvalidArgumentError(
+            f"--out {out} is an input of this command (the data {data}): writing there would mix the shards "
+            "into it; choose a new folder"
+        )
 
 
 def _checked_out(out: Path) -> Path:
@@ -205,6 +232,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"samples per shard (default: {DEFAULT_SHARD_SIZE})",
     )
     parser.add_argument("--prefix", default="train", help="shard names: PREFIX-000000.tar, ... (default: train)")
+    parser.add_argument(
+        "--label-field", help="the label's column (image lists, text rows: when there are several), as zoo finetune's"
+    )
     parser.add_argument(
         "--seed",
         type=SEED.parse,
