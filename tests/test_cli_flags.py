@@ -44,6 +44,7 @@ RENAMED = [
     ("bench", "--batch", "--batch-size", []),
     ("bench", "--csv", "--out", []),
     ("export", "--batch", "--batch-size", ["NAME", "--format", "onnx", "--out", "f.onnx"]),
+    ("tune", "--metric", "--monitor", ["NAME", "--data", "d", "--out", "o"]),
 ]
 # Commands that run a model: each takes --device (eval re-measures through the recipes' evaluation, on the CPU)
 RUN_A_MODEL = {"predict", "generate", "finetune", "bench", "export", "serve"}

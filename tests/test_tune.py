@@ -102,7 +102,7 @@ def test_the_median_pruner_reads_the_runs_best_so_far() -> None:
     pruning = tune._Pruning(bad, "val_acc", maximise=True)
     pruning(trainer, {"epoch": 1, "val_acc": 0.2, "val_loss": 3.0})
     assert trainer.should_stop and pruning.pruned_at == 1
-    with pytest.raises(InvalidArgumentError, match="--metric val_rmse: the runs report val_acc, val_loss"):
+    with pytest.raises(InvalidArgumentError, match="--monitor val_rmse: the runs report val_acc, val_loss"):
         tune._Pruning(study.ask(), "val_rmse", maximise=False)(trainer, {"epoch": 1, "val_acc": 0.2, "val_loss": 3.0})
 
 

@@ -98,8 +98,8 @@ def test_a_defaults_trial_cut_off_by_ctrl_c_runs_again_when_the_study_continues(
 
 @pytest.mark.parametrize(
     ("metric", "said"),
-    [("val_top5_acc", "--metric val_top5_acc: a classification run reports val_acc, val_loss on validation"),
-     ("val_rmse", "--metric val_rmse: a classification run reports val_acc, val_loss on validation"),
+    [("val_top5_acc", "--monitor val_top5_acc: a classification run reports val_acc, val_loss on validation"),
+     ("val_rmse", "--monitor val_rmse: a classification run reports val_acc, val_loss on validation"),
      ("val_acuracy", "did you mean val_acc?")],
 )  # fmt: skip
 def test_a_metric_the_task_does_not_report_is_refused_before_the_study_is_written(

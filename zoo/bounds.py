@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,3 +182,37 @@ def cpu_level() -> str | None:
             "or leave it unset for this CPU's own"
         )
     return level or None
+
+
+class _OldSpelling(argparse.Action):
+    """A flag's old spelling (``--topk`` for ``--top-k``): hidden from ``--help``, it sets what
+    the new flag sets and says in one line, as a warning, that it is deprecated and which flag
+    replaces it."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: argparse.Action, **kwargs: Any) -> None:
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=new.nargs,
+            const=new.const,
+            type=new.type,
+            choices=new.choices,
+            default=argparse.SUPPRESS,
+            metavar=new.metavar,
+            help=argparse.SUPPRESS,
+        )
+        self.new = new
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: Any = None
+    ) -> None:
+        flag = self.new.option_strings[0]
+        warnings.warn(f"{option_string} is deprecated and will go: use {flag}", FutureWarning, stacklevel=2)
+        self.new(parser, namespace, values, flag)
+
+
+def add_renamed(group: Any, old: str, new: argparse.Action) -> None:
+    """Add ``old`` to ``group`` as the deprecated, hidden spelling of the option ``new``
+    (what ``add_argument`` returned): one name per meaning across the commands, the old ones
+    still working (`tests/test_cli_flags.py` checks both)."""
+    group.add_argument(old, dest=new.dest, action=_OldSpelling, new=new)

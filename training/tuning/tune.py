@@ -3,8 +3,9 @@ the settings of ``zoo finetune`` (`zoo.training.tuning.tune_space`), each trial 
 `zoo.finetune` with the trial's keywords, bad trials pruned after their early epochs.
 
 The objective is the best epoch's validation metric of a run, the metric ``zoo finetune`` picks
-its best epoch by for the task: ``val_acc`` maximised for classes, ``val_rmse`` minimised for a
-regression, ``val_map`` maximised for multi-label (``metric=`` another). Each epoch reports the
+its best epoch by for the task: ``val_acc`` maximised for classes, ``val_loss`` minimised for a
+regression, ``val_map`` maximised for multi-label (``monitor=`` another, as zoo finetune's
+``--monitor``; each trial picks its best epoch by it too). Each epoch reports the
 run's best value so far to the pruner (Optuna's median pruner, or successive halving), and a
 trial it prunes stops after that epoch and is recorded PRUNED. Every trial trains with the same
 seed (``seed=``, default 0): the same validation hold-out, and two trials differ by their settings
@@ -37,7 +38,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 from torch.utils.data import Dataset
 
-from zoo.bounds import Bounds, count
+from zoo.bounds import Bounds, add_renamed, count
 from zoo.errors import InvalidArgumentError, ZooError
 from zoo.store import download
 from zoo.store.files import check_folder
@@ -116,7 +117,7 @@ def tune(
     out = Path(out)
     _check_out(out)
     check_tracking(fixed.get("track"))  # MLflow there, its server answering: before the study is written
-    task = _task(name, data, fixed, metric)
+    task = _task(name, data, fixed, _the_metric(metric, fixed))
     seed = int(fixed.get("seed", 0))
     identity = setup(name, data, fixed, task["metric"], pruner)
     space = active_space(fixed, task["images"], task["stages"])
@@ -204,6 +205,18 @@ def _check_out(out: Path) -> None:
             f"--out {out} holds files and no zoo tune study ({STUDY_FILE}): pass a new or empty folder "
             "(zoo tune continues only its own studies and removes nothing)"
         )
+
+
+def _the_metric(metric: str | None, fixed: Mapping[str, Any]) -> str | None:
+    """The one metric of a study: ``metric`` (``--metric``, an older name) or the ``monitor``
+    fixed for every trial (``--monitor``, zoo finetune's name); both, and different, is refused."""
+    monitor = fixed.get("monitor")
+    if metric is not None and monitor is not None and metric != monitor:
+        raise InvalidArgumentError(
+            f"--metric {metric} and --monitor {monitor} name one thing in zoo tune (the metric each run picks its "
+            "best epoch by, and trials are compared on): pass --monitor alone"
+        )
+    return metric or monitor
 
 
 def _task(name: str, data: Any, fixed: Mapping[str, Any], metric: str | None) -> dict[str, Any]:
@@ -325,7 +338,7 @@ class _Pruning:
     def __call__(self, trainer: Any, metrics: dict[str, float]) -> None:
         if self.metric not in metrics:
             shown = ", ".join(k for k in metrics if k.startswith("val_"))
-            raise InvalidArgumentError(f"--metric {self.metric}: the runs report {shown}; pass one of them")
+            raise InvalidArgumentError(f"--monitor {self.metric}: the runs report {shown}; pass one of them")
         value = float(metrics[self.metric])
         if self.best is None or (value > self.best if self.maximise else value < self.best):
             self.best = value
@@ -346,8 +359,9 @@ class _Trials:
         self.started = time.perf_counter()
 
     def keywords(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """A trial's zoo.finetune keywords: quiet, no post-training, the study's seed, unless fixed."""
-        quiet = {"progress": False, "post_training": False, "seed": self.seed}
+        """A trial's zoo.finetune keywords: quiet, no post-training, the study's seed and metric as
+        its monitor, unless fixed."""
+        quiet = {"progress": False, "post_training": False, "seed": self.seed, "monitor": self.task["metric"]}
         taken = {finetune_keywords.RENAMED.get(k, (k, False))[0] for k in self.fixed}
         return {**{k: v for k, v in quiet.items() if k not in taken}, **self.fixed, **trial_keywords(params)}
 
@@ -431,7 +445,7 @@ def _finish(study: Any, out: Path, task: dict[str, Any], parent: Any) -> TuneRes
 # ---------------------------------------------------------------------------------------------
 # Command line
 
-SEARCH_OPTIONS = ("trials", "timeout", "pruner", "metric", "first")
+SEARCH_OPTIONS = ("trials", "timeout", "pruner", "first")
 OWN = ("name", "data", "out", *SEARCH_OPTIONS)
 
 
@@ -448,7 +462,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--trials", type=TRIALS.parse, default=20, help="finished trials in the study, in all (default 20)")
     g.add_argument("--timeout", type=TIMEOUT.parse, metavar="SECONDS", help="start no trial after this long")
     g.add_argument("--pruner", choices=PRUNERS, default="median", help="stop bad trials after their early epochs")
-    g.add_argument("--metric", help="the validation metric to optimise (default: val_acc, val_rmse or val_map)")
+    monitor = next(action for action in parser._actions if action.dest == "monitor")
+    add_renamed(g, "--metric", monitor)  # --monitor's older name in zoo tune, kept for a release
     g.add_argument(
         "--first",
         type=json_object('{"lr": 0.003}'),
@@ -469,5 +484,5 @@ def fixed_from_args(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> TuneResult:
     """zoo tune from parsed `add_arguments` options: the finetune flags typed are fixed keywords."""
     fixed = fixed_from_args(args)
-    return tune(args.name, args.data, args.out, args.trials, args.timeout, pruner=args.pruner, metric=args.metric,
-                first=args.first, **fixed)  # fmt: skip
+    return tune(args.name, args.data, args.out, args.trials, args.timeout, pruner=args.pruner, first=args.first,
+                **fixed)  # fmt: skip

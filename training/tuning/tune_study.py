@@ -47,7 +47,7 @@ NOT_SETUP = (  # fixed keywords that change no trial's result: a study goes on w
 
 REPORTED = {  # a run's validation metrics by task (zoo.training.loop.meter.EpochMeter.result): the first is the default
     "classification": ("val_acc", "val_loss"),
-    "regression": ("val_rmse", "val_mae", "val_r2", "val_loss"),
+    "regression": ("val_loss", "val_rmse", "val_mae", "val_r2"),  # val_loss first: zoo finetune's monitor
     "multi-label": ("val_map", "val_f1_micro", "val_f1_macro", "val_loss"),
 }
 AUX_METRIC = "val_aux_loss"  # reported too by a model with an auxiliary loss (the MoE models)
@@ -95,7 +95,7 @@ def check_metric(metric: str | None, task: str, aux: bool) -> str:
         close = difflib.get_close_matches(metric, reported, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]}? " if close else ""
         raise InvalidArgumentError(
-            f"--metric {metric}: a {task} run reports {', '.join(reported)} on validation; {hint}pass one of them "
+            f"--monitor {metric}: a {task} run reports {', '.join(reported)} on validation; {hint}pass one of them "
             "(nothing was written)"
         )
     return metric
