@@ -46,6 +46,7 @@ RENAMED = [
     ("export", "--batch", "--batch-size", ["NAME", "--format", "onnx", "--out", "f.onnx"]),
     ("tune", "--metric", "--monitor", ["NAME", "--data", "d", "--out", "o"]),
 ]
+RENAMED_POSITIONAL = [("demo", "--weights", "NAME")]  # the name is positional in every other command
 # Commands that run a model: each takes --device (eval re-measures through the recipes' evaluation, on the CPU)
 RUN_A_MODEL = {"predict", "generate", "finetune", "bench", "export", "serve"}
 
@@ -92,7 +93,15 @@ def test_the_commands_that_run_a_model_take_device() -> None:
 
 def test_every_hidden_flag_is_a_renamed_one() -> None:
     hidden = {(command, f"--{flag}") for command, parser in subparsers().items() for flag in flags(parser, True)}
-    assert hidden == {(command, old) for command, old, _, _ in RENAMED}
+    renamed = {(command, old) for command, old, _, _ in RENAMED} | {(c, old) for c, old, _ in RENAMED_POSITIONAL}
+    assert hidden == renamed
+
+
+def test_demo_takes_the_name_positionally_and_its_old_flag_still() -> None:
+    with pytest.warns(FutureWarning, match=r"^--weights is deprecated and will go: use NAME$"):
+        before = build_parser(["demo"]).parse_args(["demo", "--weights", "resnet20.fmnist"])
+    assert before.name == "resnet20.fmnist"
+    assert build_parser(["demo"]).parse_args(["demo", "seresnet20.fmnist"]).name == "seresnet20.fmnist"
 
 
 @pytest.mark.parametrize("command,old,new,rest", RENAMED)

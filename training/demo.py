@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from zoo.bounds import SEED_MAX, Bounds, count
+from zoo.bounds import SEED_MAX, Bounds, add_renamed, count
 from zoo.errors import InvalidArgumentError
 from zoo.training import finetune, transfer
 from zoo.training.finetune.run_folder import Output, prepare
@@ -73,7 +73,7 @@ def write_digits_folder(
 def finetune_argv(args: argparse.Namespace, train_dir: Path, val_dir: Path) -> list[str]:
     """The ``zoo finetune`` options of both arms of the demo (`zoo.training.transfer.compare`):
     the defaults, with the demo's own epochs and learning rate where given."""
-    argv = [args.weights, "--data", str(train_dir), "--val-data", str(val_dir), "--out", str(args.out)]
+    argv = [args.name, "--data", str(train_dir), "--val-data", str(val_dir), "--out", str(args.out)]
     argv += ["--seed", str(args.seed), "--no-post-training", "--overwrite"]  # overwrite: the demo's own folder
     if args.epochs is not None:
         argv += ["--epochs", str(args.epochs)]
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace, command: str | None = None) -> dict[str, Any]:
     for arm, accuracy in tests.items():
         summary["runs"][arm]["test_accuracy"] = accuracy
     print(
-        f"\ntest accuracy on {tested} digits that chose nothing: fine-tuned from {args.weights} "
+        f"\ntest accuracy on {tested} digits that chose nothing: fine-tuned from {args.name} "
         f"{tests['pretrained']:.1%}, from scratch {tests['scratch']:.1%} (same network, images, budget and seed; "
         "each at its best epoch on validation)"
     )
@@ -112,9 +112,10 @@ def run(args: argparse.Namespace, command: str | None = None) -> dict[str, Any]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--weights", default=DEFAULT_WEIGHTS, help="weights to fine-tune (arch.tag or a zoo.save folder)"
+    name = parser.add_argument(
+        "name", nargs="?", default=DEFAULT_WEIGHTS, help="weights to fine-tune (arch.tag or a zoo.save folder)"
     )
+    add_renamed(parser, "--weights", name)  # the name is positional in every other command
     parser.add_argument("--out", default="runs/demo", help="output folder")
     per_class = count(1, SMALLEST_DIGIT - VAL_PER_CLASS - 1).parse  # one image of each digit is left to test
     parser.add_argument("--per-class", type=per_class, default=10, help="labelled training images per digit")

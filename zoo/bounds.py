@@ -193,7 +193,7 @@ class _OldSpelling(argparse.Action):
         super().__init__(
             option_strings,
             dest,
-            nargs=new.nargs,
+            nargs=None if not new.option_strings else new.nargs,  # a positional's old flag takes one value
             const=new.const,
             type=new.type,
             choices=new.choices,
@@ -206,7 +206,7 @@ class _OldSpelling(argparse.Action):
     def __call__(
         self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: Any = None
     ) -> None:
-        flag = self.new.option_strings[0]
+        flag = self.new.option_strings[0] if self.new.option_strings else (self.new.metavar or self.new.dest).upper()
         warnings.warn(f"{option_string} is deprecated and will go: use {flag}", FutureWarning, stacklevel=2)
         self.new(parser, namespace, values, flag)
 

@@ -213,6 +213,7 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _serve_arguments(p: argparse.ArgumentParser) -> None:
+    from zoo.deploy.optimize_report import PRECISIONS  # the one list, as zoo predict's
     from zoo.serve.serve_options import MAX_BODY_MB, REPLICAS, flag_type  # the bounds ServeConfig checks
 
     p.add_argument(
@@ -225,7 +226,7 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=PORT.parse, default=8000, help="port to listen on (default: 8000)")
     p.add_argument(
         "--optimize",
-        choices=("auto", "fp32", "bf16", "int8"),
+        choices=PRECISIONS,
         help="run classifiers through zoo.optimize at this precision (compiles at start; default: eager)",
     )
     p.add_argument(
