@@ -48,6 +48,7 @@ def score_file(
     progress: bool = True,
     reading: MoleculeOptions | None = None,
     images: str | os.PathLike | None = None,
+    num_workers: int = 0,
 ) -> dict[str, Any]:
     """The metrics of the model ``name`` on the labelled file ``data`` (see the module docstring),
     with what was scored: ``{"model", "data", "task", "samples", <metrics>...}``. ``reading``
@@ -66,7 +67,7 @@ def score_file(
     order = _label_order(name, data, source, meaning, int(cfg["num_classes"]))  # before the model runs
     width = int(cfg["num_classes"])
     ranked = meaning.task == "classes"  # classes: the top 5 of each sample are all the metrics need
-    outputs, targets = _predict(model, source, batch_size, progress, ranked)
+    outputs, targets = _predict(model, source, (batch_size, num_workers), progress, ranked)
     metrics = _metrics(meaning, outputs, _mapped(meaning, targets, order, width), width)
     return {"model": name, "data": str(data), "task": describe_task(meaning), "samples": len(targets), **metrics}
 
@@ -79,6 +80,7 @@ def evaluate(
     images: str | os.PathLike | None = None,
     device: str = "cpu",
     batch_size: int = 64,
+    num_workers: int = 0,
     progress: bool = False,
 ) -> dict[str, Any]:
     """``zoo.evaluate``: the metrics of ``model`` (a name or a run's folder) on the labelled
@@ -90,9 +92,8 @@ def evaluate(
     if not isinstance(model, str | os.PathLike) or not isinstance(data, str | os.PathLike):
         raise InvalidArgumentError("zoo.evaluate(model, data): a model name or run folder, and a data path")
     reading = MoleculeOptions(label_field=label_field) if label_field is not None else None
-    return score_file(
-        os.fspath(model), data, device=device, batch_size=batch_size, progress=progress, reading=reading, images=images
-    )
+    options = {"device": device, "batch_size": batch_size, "num_workers": num_workers, "progress": progress}
+    return score_file(os.fspath(model), data, reading=reading, images=images, **options)
 
 
 TASKS = {"classes": "classification", "regression": "regression", "multi_label": "multi-label"}
@@ -181,13 +182,16 @@ def _remembered_column(
 
 
 def _predict(
-    model: nn.Module, source: DataSource, batch_size: int, progress: bool, ranked: bool
+    model: nn.Module, source: DataSource, loading: tuple[int, int], progress: bool, ranked: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The model's float outputs [N, K] (with ``ranked``, only the indices of each sample's top 5
     classes, most probable first: a large set of many classes fits in memory) and the file's
     targets, in file order (on the CPU)."""
     transform = zoo.transforms(model) if source.kind == "images" else None
-    loader = DataLoader(source.full(transform), batch_size=batch_size, shuffle=False, collate_fn=source.collate_fn)
+    batch_size, workers = loading  # samples per forward pass, data-loading processes
+    loader = DataLoader(
+        source.full(transform), batch_size=batch_size, shuffle=False, collate_fn=source.collate_fn, num_workers=workers
+    )
     device = next(model.parameters()).device
     outputs, targets = [], []
     shown = progress and source.num_samples > 4 * batch_size  # a bar for sets of several batches

@@ -149,6 +149,7 @@ TEMPERATURE = Bounds(0, 100)  # 0: greedy; far above 1 every byte is about as li
 TOP_P = Bounds(0, 1, low_open=True)  # nucleus sampling's probability mass
 TOP_K = count(1, 1_000_000)  # also the classes a top-k answer may ask for (a head has at most 1,000,000)
 SEED = count(0, SEED_MAX)  # torch's CPU generator keeps 32 bits of a seed: more would repeat texts
+WORKERS = count(0, 256)  # data-loading processes (--num-workers) at most
 TEXT_TOKENS = count(1, 1 << 20)  # tokens kept per text row (zoo finetune --max-length, a text model's max_length)
 
 

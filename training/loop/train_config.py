@@ -21,11 +21,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from zoo.bounds import INT_MAX, SEED_MAX, Bounds, bounded, check_fields, count, field_name
+from zoo.bounds import INT_MAX, SEED_MAX, WORKERS, Bounds, bounded, check_fields, count, field_name
 from zoo.errors import InvalidArgumentError
 
 OptionGroup = Any  # an argparse parser or argument group: what add_argument is called on
-MAX_WORKERS = 256  # data-loading processes at most
+MAX_WORKERS = WORKERS.high  # data-loading processes at most (zoo.bounds.WORKERS)
 MAX_LR = 1e3  # far above any learning rate that trains; a larger one only overflows
 
 
@@ -174,7 +174,7 @@ class TrainConfig:
     # None: measured at the start of a long enough run (0 unless loading a batch takes a share of a step)
     num_workers: int | None = field(
         default=None,
-        metadata=option("data", "data-loading processes (default: measured)", bounds=count(0, MAX_WORKERS)),
+        metadata=option("data", "data-loading processes (default: measured)", bounds=WORKERS),
     )
     pin_memory: bool | None = None  # default: on with CUDA
     persistent_workers: bool = True  # with num_workers > 0

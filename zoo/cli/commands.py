@@ -204,7 +204,7 @@ def _eval_on_file(args: argparse.Namespace) -> int:
     )
     scores = score_file(
         args.name, args.data, device=args.device, batch_size=args.batch_size, reading=reading, images=args.images,
-        progress=not args.no_progress,
+        progress=not args.no_progress, num_workers=args.num_workers,
     )  # fmt: skip
     print("\n".join(format_scores(scores)))
     if args.out:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
-from zoo.bounds import SEED, TEMPERATURE, TOP_K, TOP_P, add_renamed, count, cpu_level, show_defaults
+from zoo.bounds import SEED, TEMPERATURE, TOP_K, TOP_P, WORKERS, add_renamed, count, cpu_level, show_defaults
 from zoo.errors import run_command
 
 PREDICT_BATCH_SIZE = 64
@@ -147,6 +147,9 @@ def _eval_arguments(p: argparse.ArgumentParser) -> None:
         "--device", default="cpu", help=DEVICE_HELP + " (with --data; the card's evaluation runs on the CPU)"
     )
     p.add_argument("--no-progress", action="store_true", help="with --data: no progress bar (for logs)")
+    p.add_argument(
+        "--num-workers", type=WORKERS.parse, default=0, help="with --data: data-loading processes (default: 0)"
+    )
 
 
 def _demo_arguments(p: argparse.ArgumentParser) -> None:
