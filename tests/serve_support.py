@@ -24,7 +24,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_ready(url: str, timeout: float = 60.0) -> None:
+def wait_ready(url: str, timeout: float = 120.0) -> None:
     """Until ``GET url/v2/health/ready`` answers 200 (or fail after ``timeout`` seconds)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

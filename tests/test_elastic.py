@@ -21,7 +21,10 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
-TIMEOUT_S = 150
+# Ceilings, not waits: a run ends as soon as it is done. Generous, for a busy machine (beside two
+# busy loops on 2 cores, torch's import alone took 9 s; an agent takes longer than that to start).
+TIMEOUT_S = 300  # one torchrun agent's whole run
+JOIN_S = 120  # --rdzv-conf join_timeout where no test waits for it to run out: the nodes meet well within it
 
 SCRIPT = textwrap.dedent(
     """
@@ -98,15 +101,45 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# A plain torchrun agent that imports torch first (seconds on a busy machine), then waits: as the
+# host (argv[1] "hosts") until the other agent has imported torch too (it touches argv[2]), as
+# the other ("joins") until the host's store listens at port argv[3]; then it is torchrun's
+# agent on argv[5:]. The rendezvous's join_timeout then starts with both agents ready to meet.
+AGENT = textwrap.dedent(
+    """
+    import socket, sys, time
+    from pathlib import Path
+    from torch.distributed import run
+
+    role, ready, port, deadline = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), time.monotonic() + float(sys.argv[4])
+
+    def listening():
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    if role == "joins":
+        ready.touch()
+    while not (ready.exists() if role == "hosts" else listening()):
+        if time.monotonic() > deadline:
+            sys.exit(f"agent ({role}): the other agent was not ready in time")
+        time.sleep(0.05)
+    sys.argv = ["torchrun", *sys.argv[5:]]
+    run.main()
+    """
+)
+
+
 def torchrun(
     script: Path | str, args: list[str], *options: str, launcher: str = "torch.distributed.run"
 ) -> subprocess.Popen:
     """A torchrun agent on 127.0.0.1 running ``script`` with ``args``, its output piped; each
     round of its rendezvous with its own store (TORCH_DISABLE_SHARE_RDZV_TCP_STORE: with one
     store for every round, a restarted worker read the address a dead one had left there and
-    Gloo could not connect, on one node as on two)."""
+    Gloo could not connect, on one node as on two). ``launcher``: a module and its arguments
+    (``python -m``), or `AGENT`'s command line (``-c``)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-    command = [sys.executable, "-m", *launcher.split(), "--monitor-interval", "0.5", *options, str(script), *args]
+    start = ["-c", AGENT, *launcher.split()[1:]] if launcher.startswith("AGENT ") else ["-m", *launcher.split()]
+    command = [sys.executable, *start, "--monitor-interval", "0.5", *options, str(script), *args]
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -136,17 +169,22 @@ def hosting(agent: subprocess.Popen, port: int) -> subprocess.Popen:
     return agent
 
 
-def two_nodes(script: Path, args: list[str], max_restarts: int) -> list[subprocess.CompletedProcess]:
-    """Two torchrun agents on 127.0.0.1, one worker each, meeting at a c10d rendezvous. The second
-    starts once the first hosts the store, so the host is node 0 (ranks follow the agents' pids):
-    a test that kills node 1 never kills the store (plain torchrun's agent left without its store
-    ends in torch's traceback, its worker stopped before it could say why: the CI run of stop 59)."""
-    port = free_port()
+def two_nodes(
+    script: Path, args: list[str], max_restarts: int, join_timeout: float = JOIN_S
+) -> list[subprocess.CompletedProcess]:
+    """Two torchrun agents on 127.0.0.1, one worker each, meeting at a c10d rendezvous. The first
+    starts first and hosts the store, so the host is node 0 (ranks follow the agents' pids): a
+    test that kills node 1 never kills the store (plain torchrun's agent left without its store
+    ends in torch's traceback, its worker stopped before it could say why: the CI run of stop 59).
+    Both are `AGENT`s: the host's rendezvous starts once the other has imported torch, and the
+    other joins as soon as the store listens, so ``join_timeout`` (also how long a node left
+    waits for a lost one) need not cover an agent's start on a busy machine (it did not: 10 s)."""
+    port, ready = free_port(), script.parent / f"agent-ready-{script.stem}"
     rendezvous = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-conf"]
-    options = ["--nnodes", "2", "--nproc-per-node", "1", *rendezvous, "join_timeout=10"]
+    options = ["--nnodes", "2", "--nproc-per-node", "1", *rendezvous, f"join_timeout={join_timeout:g}"]
     options += ["--max-restarts", str(max_restarts)]
-    first = hosting(torchrun(script, args, *options), port)
-    return finished([first, torchrun(script, args, *options)])
+    first = torchrun(script, args, *options, launcher=f"AGENT hosts {ready} {port} {TIMEOUT_S}")
+    return finished([first, torchrun(script, args, *options, launcher=f"AGENT joins {ready} {port} {TIMEOUT_S}")])
 
 
 def same_weights(one: dict, two: dict) -> None:
@@ -190,11 +228,11 @@ def test_a_killed_worker_recovers_by_itself_fsdp2_moe_lm_equal_to_one_process(tm
 
 def test_a_node_that_never_comes_back_ends_the_run_in_one_line(tmp_path: Path) -> None:
     """Node 1's agent and worker are killed at step 7: node 0 says so in one line, keeps the
-    step-6 checkpoint, and its agent gives up when the rendezvous times out."""
+    step-6 checkpoint, and its agent gives up when the rendezvous times out (10 s after it restarts)."""
     script = tmp_path / "elastic_run.py"
     load_script(script)
     out = tmp_path / "run/out"
-    node0, node1 = two_nodes(script, ["cnn", "4", str(out), str(tmp_path / "two.pt"), "6", "node"], 1)
+    node0, node1 = two_nodes(script, ["cnn", "4", str(out), str(tmp_path / "two.pt"), "6", "node"], 1, 10)
     assert node0.returncode != 0 and node1.returncode != 0
     lines = [line for line in node0.stderr.splitlines() if line.startswith("zoo: error:")]
     assert len(lines) == 1, node0.stderr[-3000:]
@@ -270,6 +308,14 @@ def kill_node(agent: subprocess.Popen) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def stopped(agents: list[subprocess.Popen]) -> list[str]:
+    """Each agent's stderr, once it ended: those still running killed with their workers first."""
+    for agent in agents:
+        if agent.poll() is None:
+            kill_node(agent)
+    return [agent.communicate(timeout=TIMEOUT_S)[1] for agent in agents]
+
+
 @pytest.mark.parametrize("lost", ["the rendezvous host", "the other node"])
 def test_zoo_torchrun_ends_a_lost_node_in_zoo_lines_without_cpp_frames(tmp_path: Path, lost: str) -> None:
     """Two `zoo torchrun` agents run zoo finetune as two nodes; one node (agent and worker) is
@@ -280,18 +326,27 @@ def test_zoo_torchrun_ends_a_lost_node_in_zoo_lines_without_cpp_frames(tmp_path:
     port = free_port()
     endpoint = f"127.0.0.1:{port}"
     options = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint]
-    options += ["--rdzv-conf", "join_timeout=10", "--max-restarts", "0", "-m"]
+    # join_timeout: the second agent joins once it has imported torch twice (its check of the store
+    # is a process of its own), 20 s and more on a busy machine; nothing here waits for it to run out
+    options += ["--rdzv-conf", f"join_timeout={JOIN_S}", "--max-restarts", "0", "-m"]
     args = ["resnet20", "--scratch", "--data", str(data), "--out", str(out), "--epochs", "50", "--batch-size", "4"]
     args += ["--no-progress", "--no-post-training", "--no-tensorboard", "--checkpoint-every", "2", "--num-workers", "0"]
     agents = [hosting(torchrun("zoo.training.finetune", args, *options, launcher="zoo torchrun"), port)]
     agents.append(torchrun("zoo.training.finetune", args, *options, launcher="zoo torchrun"))  # the first hosts
-    deadline = time.monotonic() + TIMEOUT_S
-    while not (out / "checkpoints/last.pt").exists() and time.monotonic() < deadline and agents[0].poll() is None:
-        time.sleep(0.2)
-    victim, survivor = agents if lost == "the rendezvous host" else agents[::-1]
-    kill_node(victim)
-    victim.communicate()
-    (done,) = finished([survivor])
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while not (out / "checkpoints/last.pt").exists() and time.monotonic() < deadline:
+            if any(agent.poll() is not None for agent in agents):  # one ended before the run's first checkpoint
+                break
+            time.sleep(0.2)
+        if not (out / "checkpoints/last.pt").exists():
+            pytest.fail(f"no checkpoint came; the agents said: {[err[-2000:] for err in stopped(agents)]}")
+        victim, survivor = agents if lost == "the rendezvous host" else agents[::-1]
+        kill_node(victim)
+        victim.communicate(timeout=TIMEOUT_S)
+        (done,) = finished([survivor])
+    finally:
+        stopped(agents)  # none left running when a step above failed
     lines = done.stderr.splitlines()
     assert done.returncode == 2 and lines, done.stderr[-3000:]
     assert "Traceback" not in done.stderr and "frame #" not in done.stderr, done.stderr[-3000:]

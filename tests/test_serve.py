@@ -194,12 +194,14 @@ def test_worker_threads_are_measured_or_set_by_threads() -> None:
 
     from zoo.serve.threads import pick_threads
 
+    # 20 ms apart (medians of 3): a sleep on a busy machine wakes a few ms late (4 ms apart, medians
+    # of 2, was a coin toss there)
     def work() -> None:  # slower on more threads, as the LM's decoding was on 2 cores
-        time.sleep(0.004 * torch.get_num_threads())
+        time.sleep(0.02 * torch.get_num_threads())
 
-    choice = pick_threads(work, threads=2, repeats=2)
+    choice = pick_threads(work, threads=2, repeats=3)
     assert choice.threads == 1 and set(choice.seconds) == {1, 2} and "the faster of" in str(choice)
-    choice = pick_threads(lambda: time.sleep(0.004 / torch.get_num_threads()), threads=2, repeats=2)
+    choice = pick_threads(lambda: time.sleep(0.04 / torch.get_num_threads()), threads=2, repeats=3)
     assert choice.threads == 2
     before = torch.get_num_threads()
     with TestClient(zoo.serve.app(IMAGES, threads=1)) as client:

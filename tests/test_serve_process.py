@@ -9,7 +9,9 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -30,6 +32,26 @@ def _stream_events(url: str, started: threading.Event) -> list[str]:
                 events.append(line.removeprefix("data: "))
                 started.set()
     return events
+
+
+def read_by_the_server(port: int, connections: int, timeout: float = 60.0) -> None:
+    """Until ``connections`` connections to the server at ``port`` are accepted and hold no unread
+    bytes (the kernel's counts in /proc/net/tcp: a listening socket's rx_queue is its backlog of
+    connections not accepted yet): uvicorn, stopping, answers a request it has read, and drops
+    one it has not (no file to read: a fixed wait)."""
+    table = Path("/proc/net/tcp")
+    if not table.is_file():
+        time.sleep(2)
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = [line.split() for line in table.read_text().splitlines()[1:]]
+        mine = [(row[3], int(row[4].split(":")[1], 16)) for row in rows if int(row[1].split(":")[1], 16) == port]
+        established = [unread for state, unread in mine if state == "01"]  # 01: ESTABLISHED, 0A: LISTEN
+        if len(established) >= connections and not any(unread for _, unread in mine):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"the server at port {port} did not read {connections} requests in {timeout} s: {mine}")
 
 
 def test_sigterm_answers_the_requests_in_flight_then_exits_0() -> None:
@@ -64,7 +86,7 @@ def test_sigterm_answers_the_requests_in_flight_then_exits_0() -> None:
             # three samplings: three batches, one after another, behind the stream
             queued = [pool.submit(post, t, done) for t, done in zip((0, 0.5, 0.9), sent)]
             assert all(done.wait(60) for done in sent)  # the three are sent (a loaded machine takes its time)
-            threading.Event().wait(0.2)  # and read by the server, waiting behind the stream for the model
+            read_by_the_server(port, 4)  # and read, waiting behind the stream for the model (was: 0.2 s)
             process.send_signal(signal.SIGTERM)
             events = stream.result(timeout=120)
             answers = [q.result(timeout=120) for q in queued]

@@ -229,7 +229,9 @@ def test_without_mlflow_or_a_server_it_is_one_line_before_training_and_zoo_impor
     unreachable = f"http://127.0.0.1:{free_port()}"
     started = time.monotonic()
     assert cli.main([*argv, "--track", unreachable]) == 2
-    assert time.monotonic() - started < 10
+    # at once, not after MLflow's retries (minutes); the first call imports zoo's training (9 s of
+    # it beside two busy loops on 2 cores: a bound of 10 s was nearly met)
+    assert time.monotonic() - started < 60
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(
         f"zoo: error: TrainConfig.track (--track) '{unreachable}': no MLflow tracking server answers"
