@@ -144,7 +144,11 @@ def _run(kind: str, folder: Path, values: list[float]) -> tuple[dict[str, float]
 def _predicted(kind: str, run: Path, data: Path) -> list[float]:
     if kind == "image list":
         assert main(["predict", str(run), "--input", str(data), "--out", str(run.parent / "p.jsonl")]) == 0
-        return [json.loads(line)["value"] for line in (run.parent / "p.jsonl").read_text().splitlines()]
+        values = [json.loads(line)["value"] for line in (run.parent / "p.jsonl").read_text().splitlines()]
+        assert main(["predict", str(run), "--input", str(data), "--out", str(run.parent / "p.csv")]) == 0
+        rows = list(csv.DictReader((run.parent / "p.csv").open()))  # every digit, as the JSON lines hold them
+        assert [float(row["value"]) for row in rows] == values
+        return values
     if kind == "molecules":
         from zoo.loading.smiles import predict_molecules
 

@@ -30,7 +30,7 @@ _PUBLIC = {
     "get_model": "zoo.peers.torchvision_models",
     "get_model_weights": "zoo.peers.torchvision_models",
     "get_weight": "zoo.peers.torchvision_models",
-    "info": "zoo.loading.resolve",
+    "info": "zoo.loading.info",
     "list_models": "zoo.store.weight_entries",
     "load": "zoo.loading.build",
     "optimize": "zoo.deploy.inference",
@@ -74,7 +74,7 @@ if TYPE_CHECKING:
     from zoo.inference.predictor import predict
     from zoo.interop.hf_export import export_hf
     from zoo.loading.build import load
-    from zoo.loading.resolve import info
+    from zoo.loading.info import info
     from zoo.loading.saved import save
     from zoo.loading.transforms import transforms
     from zoo.peers.timm import create_model

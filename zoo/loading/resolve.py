@@ -114,18 +114,15 @@ def _too_long(text: str | bytes) -> str:
     )
 
 
-def info(name: str | os.PathLike) -> WeightInfo:
-    """``zoo.info``: the weight entry of a registered name (`weight_entries.info`), or for a
-    saved or fine-tuned folder what its ``config.json`` records, as a `WeightInfo` named
-    ``ARCH.FOLDER`` (its file, classes count, options, preprocessing, target and card)."""
-    source = resolve(name)
-    if not isinstance(source, SavedFolder):
-        return weight_entries.info(os.fspath(name))
-    config = read_saved_config(source.path)
-    card = source.path / CARD_FILE
+def folder_info(path: Path) -> WeightInfo:
+    """What a saved or fine-tuned folder's ``config.json`` records, as a `WeightInfo` named
+    ``ARCH.FOLDER`` (its file, classes count, options, preprocessing, target and card): `zoo.info`'s
+    answer for a folder."""
+    config = read_saved_config(path)
+    card = path / CARD_FILE
     return WeightInfo(
-        name=f"{config['architecture']}.{source.path.name}",
-        file=str(source.path / WEIGHTS_FILE),
+        name=f"{config['architecture']}.{path.name}",
+        file=str(path / WEIGHTS_FILE),
         num_classes=config["num_classes"],
         model_kwargs=dict(config.get("model_kwargs") or {}),
         preprocess=dict(config.get("preprocess") or {}),
