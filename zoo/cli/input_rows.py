@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zoo.errors import DataError, DataNotFoundError
+from zoo.inference.items import IMAGE_SUFFIXES  # the one list: zoo.predict's folders too
 
 MAX_INPUT_BYTES = 256 << 20  # a file of inputs read at once
 MAX_ROWS = 1_000_000
@@ -36,7 +37,6 @@ COLUMNS = {  # the input column of each kind a model reads, in the order they ar
         "image_id",
     ),  # as image lists
 }
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif")
 
 
 @dataclass
