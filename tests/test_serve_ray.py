@@ -19,9 +19,12 @@ serve = pytest.importorskip("ray.serve")
 IMAGES = "resnet20.fmnist"
 
 
-def test_two_ray_serve_replicas_answer_as_the_model_does() -> None:
+def test_two_ray_serve_replicas_answer_as_the_model_does(monkeypatch: pytest.MonkeyPatch) -> None:
     from zoo.serve.ray_serve import run_ray, shutdown_ray
 
+    # Ray Serve waits a fixed 60 s for its HTTP proxy to start (no setting changes it): beside two busy
+    # processes and a test run, on 2 cores, that start took longer; a generous ceiling, not a wait
+    monkeypatch.setattr("ray.serve._private.api.HTTP_PROXY_TIMEOUT", 300)
     port = free_port()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
