@@ -58,12 +58,10 @@ def test_the_best_epoch_follows_the_metrics_direction(monitor, values, best) -> 
      ("val_mae", [(2.0, 0.5), (2.0, 0.2), (3.0, 0.0)], 2)],
 )  # fmt: skip
 def test_a_tie_on_the_monitor_goes_to_the_lower_validation_loss(monitor, rows, best) -> None:
-    history: list[dict[str, float]] = []
     best_row = None
     for epoch, (value, loss) in enumerate(rows, start=1):
         row = {"epoch": epoch, monitor: value, "val_loss": loss}
         if improves(monitor, row, best_row):
             best_row = row
-        history.append(row)
     assert best_row is not None and best_row["epoch"] == best
     assert not improves(monitor, {monitor: 0.5}, {monitor: 0.5})  # no val_loss: no tie-break
