@@ -180,7 +180,7 @@ def test_validation_data_may_hold_a_subset_of_the_labels(tmp_path: Path) -> None
         model_kwargs={"sizes": [8, 16, 8]}, epochs=1, **QUICK,
     )  # fmt: skip
     assert "val_map" in result.metrics
-    from zoo.training.finetune import _open_validation
+    from zoo.training.finetune.finetuning import _open_validation
     from zoo.training.finetune.options import FinetuneOptions
 
     train = read(tmp_path / "train.pt", task="multi-label")

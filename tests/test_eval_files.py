@@ -20,7 +20,7 @@ import zoo
 from zoo.cli import main
 from zoo.store.model_config import update_config
 from zoo.training.data.molecules.molecule_files import MoleculeOptions
-from zoo.training.finetune import FinetuneOptions, finetune
+from zoo.training.finetune import FinetuneOptions, finetune_with_config
 from zoo.training.loop.train_config import TrainConfig
 from zoo.training.scoring import score_file
 
@@ -47,7 +47,9 @@ def image_run(tmp_path_factory) -> Path:
     data = image_folder(root / "train", COLOURS, 6, seed=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a bare architecture; classes too small for the hold-out
-        return finetune("resnet20", data, root / "run", FinetuneOptions(post_training=False), config=QUIET).out
+        return finetune_with_config(
+            "resnet20", data, root / "run", FinetuneOptions(post_training=False), config=QUIET
+        ).out
 
 
 def by_hand(run: Path, folder: Path) -> tuple[torch.Tensor, list[str]]:
@@ -169,7 +171,7 @@ def test_a_molecule_regression_run_scored_on_a_csv_in_its_units(tmp_path, capsys
     options = FinetuneOptions(model_kwargs=small, post_training=False, molecules=MoleculeOptions(label_field="TPSA"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        run = finetune("gin3", train, tmp_path / "run", options, config=QUIET).out
+        run = finetune_with_config("gin3", train, tmp_path / "run", options, config=QUIET).out
     assert (
         main(["eval", str(run), "--data", str(test), "--out", str(tmp_path / "m.json")]) == 0
     )  # TPSA: the target's column
@@ -218,7 +220,9 @@ def test_a_run_remembers_its_label_column_and_tokens_per_row(tmp_path, capsys):
     options = FinetuneOptions(
         model_kwargs=tiny, post_training=False, max_length=24, molecules=MoleculeOptions(label_field="topic")
     )
-    run = finetune("moe_encoder", write(tmp_path / "train.csv", 30), tmp_path / "run", options, config=QUIET).out
+    run = finetune_with_config(
+        "moe_encoder", write(tmp_path / "train.csv", 30), tmp_path / "run", options, config=QUIET
+    ).out
     config = json.loads((run / "config.json").read_text())
     assert (config["label_field"], config["max_length"]) == ("topic", 24)
     assert text_length(zoo.load(run)) == 24
@@ -254,7 +258,7 @@ def test_a_file_without_the_saved_label_column_is_said_by_that_column(tmp_path, 
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        run = finetune("moe_encoder", train, tmp_path / "run", options, config=QUIET).out
+        run = finetune_with_config("moe_encoder", train, tmp_path / "run", options, config=QUIET).out
     capsys.readouterr()
 
     other = write(tmp_path / "other.csv", ["text", "foo"], [["a", "pos"], ["b", "neg"]])

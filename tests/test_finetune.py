@@ -24,7 +24,7 @@ from zoo.training.finetune import (
     FinetuneOptions,
     apply_mode,
     distillation_step,
-    finetune,
+    finetune_with_config,
     layer_decay_scale,
     parameter_levels,
 )
@@ -195,7 +195,7 @@ def test_distillation_needs_a_teacher_of_the_datas_classes_and_channels(tmp_path
     ):
         with pytest.raises(ValueError, match=problem), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            finetune(
+            finetune_with_config(
                 "resnet20",
                 data,
                 tmp_path / "out",
@@ -247,7 +247,7 @@ def test_grayscale_folder_gives_a_one_channel_model(tmp_path: Path) -> None:
     assert open_data(data).in_chans == 1
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = finetune(
+        result = finetune_with_config(
             "mobilenet_v2_cifar",
             data,
             tmp_path / "out",
@@ -267,7 +267,7 @@ def test_modes_on_every_family(name: str, mode: str, tmp_path: Path) -> None:
     data = family_data(name, tmp_path)
     config = TrainConfig(max_steps=2, batch_size=4, optimizer="sgd", lr=0.5, **QUIET)
     options = FinetuneOptions(mode=mode, stages=1, layer_decay=0.5 if mode == "full" else None, post_training=False)
-    result = finetune(str(start), data, tmp_path / "out", options, config=config)
+    result = finetune_with_config(str(start), data, tmp_path / "out", options, config=config)
     after = result.model.state_dict()
     levels, num_levels = parameter_levels(result.model)
     classifier = {
@@ -395,7 +395,7 @@ def test_text_rows_become_byte_tokens(suffix: str, tmp_path: Path) -> None:
 def test_finetune_a_text_classifier_from_a_csv(tmp_path: Path) -> None:
     out = tmp_path / "out"
     config = TrainConfig(max_steps=2, batch_size=4, **QUIET)
-    result = finetune(
+    result = finetune_with_config(
         "moe_encoder",
         write_text_file(tmp_path / "t.csv"),
         out,
@@ -435,7 +435,7 @@ def test_tensor_files(tmp_path: Path) -> None:
     unlabelled = open_data(tmp_path / "u.npy")
     assert unlabelled.num_classes is None and unlabelled.full()[0].shape == (5,)
     with pytest.raises(ValueError, match="has no labels"):
-        finetune("resnet20", tmp_path / "u.npy", tmp_path / "out")
+        finetune_with_config("resnet20", tmp_path / "u.npy", tmp_path / "out")
     with pytest.raises(FileNotFoundError, match="image folder, a .csv/.jsonl"):
         open_data(tmp_path / "missing")
 
@@ -503,15 +503,19 @@ def test_out_must_be_empty_unless_resuming_or_overwriting(tmp_path: Path) -> Non
     out.mkdir()
     (out / "my_notes.txt").write_text("the user's own file")
     with pytest.raises(InvalidArgumentError, match=r"--out .*out is not empty \(my_notes.txt\)"):
-        finetune("resnet20", data, out, config=config, options=NO_POST_TRAINING)
-    finetune("resnet20", data, out, config=config, options=FinetuneOptions(post_training=False, overwrite=True))
+        finetune_with_config("resnet20", data, out, config=config, options=NO_POST_TRAINING)
+    finetune_with_config(
+        "resnet20", data, out, config=config, options=FinetuneOptions(post_training=False, overwrite=True)
+    )
     assert (out / "my_notes.txt").read_text() == "the user's own file"  # not a run's file: kept
     (out / "model.torchscript.pt").write_bytes(b"not an export a run wrote")  # where a run writes one: refused
     with pytest.raises(InvalidArgumentError, match=r"model.torchscript.pt \(not written by a run\)"):
-        finetune("resnet20", data, out, config=config, options=FinetuneOptions(post_training=False, overwrite=True))
+        finetune_with_config(
+            "resnet20", data, out, config=config, options=FinetuneOptions(post_training=False, overwrite=True)
+        )
     assert (out / "model.torchscript.pt").exists()
     with pytest.raises(InvalidArgumentError, match=r"--resume: .*typo holds no run to resume"):
-        finetune(
+        finetune_with_config(
             "resnet20",
             data,
             tmp_path / "typo",
@@ -523,11 +527,11 @@ def test_out_must_be_empty_unless_resuming_or_overwriting(tmp_path: Path) -> Non
 def test_a_truncated_checkpoint_names_its_file(tmp_path: Path) -> None:
     data, out = write_image_folder(tmp_path / "images"), tmp_path / "out"
     config = TrainConfig(max_steps=2, batch_size=4, checkpoint_every=1, out_dir=str(out), **QUIET)
-    finetune("resnet20", data, out, config=config, options=NO_POST_TRAINING)
+    finetune_with_config("resnet20", data, out, config=config, options=NO_POST_TRAINING)
     last = out / "checkpoints" / "last.pt"
     last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
     with pytest.raises(CheckpointError, match=f"{last} is not a readable checkpoint"):
-        finetune(
+        finetune_with_config(
             "resnet20",
             data,
             out,
@@ -538,7 +542,7 @@ def test_a_truncated_checkpoint_names_its_file(tmp_path: Path) -> None:
 
 def test_a_saved_gray_model_adapts_to_colour_data(tmp_path: Path) -> None:
     gray = write_image_folder(tmp_path / "gray", mode="L")
-    first = finetune(
+    first = finetune_with_config(
         "resnet20.fmnist",
         gray,
         tmp_path / "a",
@@ -547,7 +551,7 @@ def test_a_saved_gray_model_adapts_to_colour_data(tmp_path: Path) -> None:
     )
     assert first.model.in_chans == 1
     colour = write_image_folder(tmp_path / "rgb", mode="RGB")
-    second = finetune(
+    second = finetune_with_config(
         str(tmp_path / "a"),
         colour,
         tmp_path / "b",
@@ -564,7 +568,7 @@ def test_a_saved_gray_model_adapts_to_colour_data(tmp_path: Path) -> None:
 def test_data_a_model_cannot_read_is_refused_before_training(tmp_path: Path, name: str, data: str) -> None:
     path = write_image_folder(tmp_path / "images") if data == "images" else write_text_file(tmp_path / "t.csv")
     with pytest.raises(DataError, match=f"{name} reads .* but .* holds {data}: fine-tune a model that reads {data}"):
-        finetune(name, path, tmp_path / "out", config=TrainConfig(max_steps=1, **QUIET))
+        finetune_with_config(name, path, tmp_path / "out", config=TrainConfig(max_steps=1, **QUIET))
     assert not (tmp_path / "out").exists()
 
 
@@ -594,7 +598,7 @@ def test_a_folder_of_mixed_sizes_and_modes_trains_from_scratch(tmp_path: Path) -
         (root / name).mkdir(parents=True)
         for i, (size, mode) in enumerate([((12, 10), "RGB"), ((20, 9), "L"), ((7, 16), "RGBA"), ((12, 12), "P")]):
             Image.new("RGB", size, (250 * c, 40 * i, 90)).convert(mode).save(root / name / f"{i}.png")
-    result = finetune(
+    result = finetune_with_config(
         "resnet20",
         root,
         tmp_path / "out",

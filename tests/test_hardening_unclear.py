@@ -193,7 +193,7 @@ def test_val_data_sharing_training_shards_is_warned_naming_them(tmp_path: Path) 
     import torch
 
     from zoo.training.data.shards.shard_writer import write_shards
-    from zoo.training.finetune import FinetuneOptions, finetune
+    from zoo.training.finetune import FinetuneOptions, finetune_with_config
     from zoo.training.loop.train_config import TrainConfig
 
     torch.save({"x": torch.randn(12, 3), "y": torch.arange(12) % 2}, tmp_path / "data.pt")
@@ -202,7 +202,7 @@ def test_val_data_sharing_training_shards_is_warned_naming_them(tmp_path: Path) 
     config = TrainConfig(epochs=1, progress=False, tensorboard=False, plot=False)
     options = FinetuneOptions(val_data=val, post_training=False, model_kwargs={"sizes": [3, 4]})
     with pytest.warns(UserWarning) as caught:  # from Python as from the command line: finetune warns
-        finetune("dbn", train, tmp_path / "run", options, config=config)
+        finetune_with_config("dbn", train, tmp_path / "run", options, config=config)
     assert (
         f"--val-data '{val}' names 1 shard(s) that --data trains on: {val}; validation on them says little of "
         "unseen data: validate on shards apart"

@@ -23,7 +23,7 @@ from zoo.cli import main  # noqa: E402
 from zoo.errors import DataError, WeightsError, ZooError  # noqa: E402
 from zoo.loading.smiles import INPUT_FORMAT, smiles_batch  # noqa: E402
 from zoo.training.data.molecules.molecule_files import MoleculeOptions, molecule_source, scaffold_split  # noqa: E402
-from zoo.training.finetune import FinetuneOptions, finetune  # noqa: E402
+from zoo.training.finetune import FinetuneOptions, finetune_with_config  # noqa: E402
 from zoo.training.loop.meter import EpochMeter, take_first_samples  # noqa: E402
 from zoo.training.loop.steps import RegressionStep, StepOutput  # noqa: E402
 from zoo.training.loop.train_config import TrainConfig  # noqa: E402
@@ -59,7 +59,7 @@ def regression_run(tmp_path_factory):
     options = FinetuneOptions(val_data=str(val), model_kwargs=SMALL, post_training=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a bare architecture: trained from scratch
-        result = finetune("gin3", train, root / "run", options, config=_config())
+        result = finetune_with_config("gin3", train, root / "run", options, config=_config())
     return result, val
 
 
@@ -99,7 +99,7 @@ def test_string_labels_classify(tmp_path, capsys):
     options = FinetuneOptions(model_kwargs=SMALL, post_training=False, val_fraction=0.25)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = finetune("gin_sum", path, tmp_path / "run", options, config=_config(1))
+        result = finetune_with_config("gin_sum", path, tmp_path / "run", options, config=_config(1))
     assert "val_acc" in result.metrics and "val_mae" not in result.metrics
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["class_names"] == ["apolar", "polar"] and config["head"] == "graph_classification"
@@ -381,7 +381,7 @@ def test_a_run_states_the_size_its_defaults_gave(tmp_path):
     options = FinetuneOptions(post_training=False, val_fraction=0.25)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = finetune("gin3", path, tmp_path / "run", options, config=_config(1))
+        result = finetune_with_config("gin3", path, tmp_path / "run", options, config=_config(1))
     kwargs = json.loads((result.out / "config.json").read_text())["model_kwargs"]
     assert (kwargs["hidden_channels"], kwargs["num_layers"]) == (96, 3)
     assert zoo.load(result.out).size_kwargs == {"hidden_channels": 96, "num_layers": 3}

@@ -16,7 +16,7 @@ import torch.nn as nn
 import zoo
 from zoo.cli import main
 from zoo.deploy.exporter import ExportMismatchError
-from zoo.training.finetune import FinetuneOptions, finetune
+from zoo.training.finetune import FinetuneOptions, finetune_with_config
 from zoo.training.loop.train_config import TrainConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -27,7 +27,9 @@ def run(tmp_path: Path, pngs: Path) -> Path:
     config = TrainConfig(max_steps=1, batch_size=4, progress=False, tensorboard=False, precision="fp32", num_workers=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a bare architecture; classes too small for the hold-out
-        return finetune("resnet20", pngs, tmp_path / "run", FinetuneOptions(post_training=False), config=config).out
+        return finetune_with_config(
+            "resnet20", pngs, tmp_path / "run", FinetuneOptions(post_training=False), config=config
+        ).out
 
 
 def snapshot(*roots: Path) -> dict[Path, bytes]:

@@ -48,8 +48,8 @@ def test_import_zoo_leaves_the_training_loop_unimported() -> None:
 
 @pytest.fixture
 def captured(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """What zoo.finetune hands to zoo.training.finetune.finetune (which then does not run)."""
-    from zoo.training import finetune as package
+    """What zoo.finetune hands to zoo.training.finetune.finetuning.finetune_with_config (which then does not run)."""
+    from zoo.training.finetune import finetuning
 
     seen: dict[str, Any] = {}
 
@@ -57,7 +57,7 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         seen.update(name=name, data=data, out=out, options=options, config=config, given=given)
         return "result"
 
-    monkeypatch.setattr(package, "finetune", fake)
+    monkeypatch.setattr(finetuning, "finetune_with_config", fake)
     return seen
 
 

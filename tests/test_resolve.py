@@ -15,7 +15,7 @@ import zoo
 from zoo.loading import resolve as resolving
 from zoo.loading.resolve import HubRepository, Registered, SavedFolder, resolve
 from zoo.store import weight_entries
-from zoo.training.finetune import FinetuneOptions, finetune
+from zoo.training.finetune import FinetuneOptions, finetune_with_config
 from zoo.training.loop.trainer import TrainConfig
 
 
@@ -37,7 +37,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
     )
     monkeypatch.setattr(resolving, "saved_folder", counted("saved_folder", resolving.saved_folder))
     monkeypatch.setattr("zoo.loading.build.resolve", counted("resolve", resolving.resolve))
-    monkeypatch.setattr("zoo.training.finetune.resolve", counted("resolve", resolving.resolve))
+    monkeypatch.setattr("zoo.training.finetune.finetuning.resolve", counted("resolve", resolving.resolve))
     return counter
 
 
@@ -57,7 +57,7 @@ def test_a_finetune_resolves_once(calls: collections.Counter[str], tmp_path: Pat
         for i in range(4):
             Image.fromarray(np.full((28, 28), value + i, np.uint8)).save(data / label / f"{i}.png")
     config = TrainConfig(max_steps=1, batch_size=4, progress=False, tensorboard=False, plot=False)
-    finetune("resnet20.fmnist", data, tmp_path / "out", FinetuneOptions(post_training=False), config=config)
+    finetune_with_config("resnet20.fmnist", data, tmp_path / "out", FinetuneOptions(post_training=False), config=config)
     assert calls == {
         "resolve": 1,
         "weight_entries.arch_and_weights": 1,

@@ -14,7 +14,7 @@ import pytest
 from zoo.cli import main
 from zoo.errors import DataError, InvalidArgumentError
 from zoo.training import demo
-from zoo.training.finetune import FinetuneOptions, finetune
+from zoo.training.finetune import FinetuneOptions, finetune_with_config
 from zoo.training.finetune.run_folder import MANIFEST, Output, prepare
 from zoo.training.loop.trainer import TrainConfig
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def run(data: Path, out: Path, overwrite: bool = True, **config) -> None:
     settings = dict(max_steps=1, batch_size=4, out_dir=str(out), **QUIET) | config
     options = FinetuneOptions(post_training=False, overwrite=overwrite)
-    finetune("resnet20", data, out, options, config=TrainConfig(**settings))
+    finetune_with_config("resnet20", data, out, options, config=TrainConfig(**settings))
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
@@ -149,7 +149,7 @@ def test_unreadable_validation_images_stop_the_run_before_training(pngs, tmp_pat
     out = tmp_path / "out"
     options = FinetuneOptions(post_training=False, val_data=val)
     with pytest.raises(DataError, match=f"{val / 'b' / '19.png'} is not a readable image"):
-        finetune("resnet20", pngs, out, options, config=TrainConfig(max_steps=1, batch_size=4, **QUIET))
+        finetune_with_config("resnet20", pngs, out, options, config=TrainConfig(max_steps=1, batch_size=4, **QUIET))
     assert not out.exists()
 
 

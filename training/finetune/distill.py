@@ -1,6 +1,6 @@
-"""Knowledge distillation in `zoo.training.finetune.finetune`: a frozen teacher named by the
-user (`Distillation`) becomes the `zoo.training.loop.steps.DistillationStep` the Trainer runs, with
-the student's image normalisation mapped to the teacher's."""
+"""Knowledge distillation in a fine-tuning run (`zoo.training.finetune.finetuning`): a frozen
+teacher named by the user (`Distillation`) becomes the `zoo.training.loop.steps.DistillationStep`
+the Trainer runs, with the student's image normalisation mapped to the teacher's."""
 
 from __future__ import annotations
 

@@ -23,9 +23,9 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from zoo.errors import InvalidArgumentError
-from zoo.training import finetune as finetune_package
 from zoo.training.data.images.augment import Augment
 from zoo.training.data.molecules.molecule_files import MoleculeOptions
+from zoo.training.finetune import finetuning
 from zoo.training.finetune.distill import Distillation
 from zoo.training.finetune.options import FinetuneOptions
 from zoo.training.loop.callbacks import Callback
@@ -73,7 +73,7 @@ def finetune(
     *,
     callbacks: Sequence[Callback] | None = None,
     **flags: Any,
-) -> finetune_package.FinetuneResult:
+) -> finetuning.FinetuneResult:
     """Fine-tune NAME on ``data`` (a path ``--data`` takes, or a torch_geometric dataset) and save the best
     epoch's model, card, metrics and curves to ``out``, as ``zoo finetune NAME --data DATA
     --out OUT`` does with the same flags, given as keywords: ``epochs=3, batch_size=32, lr=1e-3,
@@ -91,7 +91,7 @@ def finetune(
         shown = ", ".join([repr(name), repr(os.fspath(data)) if isinstance(data, (str, os.PathLike)) else "DATASET"])
         keywords = "".join(f", {key}={value!r}" for key, value in flags.items())
         options = dataclasses.replace(options, command=f"zoo.finetune({shown}, {os.fspath(out)!r}{keywords})")
-    return finetune_package.finetune(name, data, out, options, config=config, given=given, callbacks=callbacks)
+    return finetuning.finetune_with_config(name, data, out, options, config=config, given=given, callbacks=callbacks)
 
 
 def _check_arguments(name: Any, data: Any, out: Any, callbacks: Any) -> None:

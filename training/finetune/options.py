@@ -1,6 +1,7 @@
-"""What `zoo.training.finetune.finetune` is asked, besides the `TrainConfig` of its training
-loop: `FinetuneOptions`, and the ``zoo finetune`` command-line options that make both
-(`add_arguments`, `options_from_args`; the TrainConfig options come from its own fields)."""
+"""What a fine-tuning run (`zoo.finetune`, `finetuning.finetune_with_config`) is asked, besides
+the `TrainConfig` of its training loop: `FinetuneOptions`, and the ``zoo finetune`` command-line
+options that make both (`add_arguments`, `options_from_args`; the TrainConfig options come from
+its own fields)."""
 
 from __future__ import annotations
 

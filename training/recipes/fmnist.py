@@ -24,7 +24,7 @@ from typing import Any
 
 from zoo.errors import InvalidArgumentError
 from zoo.training.data.images.augment import Augment
-from zoo.training.finetune import Distillation, FinetuneOptions, FinetuneResult, finetune
+from zoo.training.finetune import Distillation, FinetuneOptions, FinetuneResult, finetune_with_config
 from zoo.training.loop.records.checkpoint import LAST_CHECKPOINT
 from zoo.training.loop.trainer import TrainConfig
 from zoo.training.recipes.evaluate import evaluate, task_key
@@ -197,7 +197,7 @@ def _train(
             post_training=False,
             overwrite=True,
         )
-        return finetune(arch, "fashion-mnist", where, options, config=config)
+        return finetune_with_config(arch, "fashion-mnist", where, options, config=config)
 
 
 def _hyperparameters(recipe: dict[str, Any], cfg: TrainConfig, result: FinetuneResult) -> dict[str, str]:

@@ -43,6 +43,7 @@ from zoo.errors import InvalidArgumentError, ZooError
 from zoo.store import download
 from zoo.store.files import check_folder
 from zoo.training import finetune as finetune_package
+from zoo.training.finetune import finetuning
 from zoo.training.finetune import keywords as finetune_keywords
 from zoo.training.finetune.options import json_object
 from zoo.training.finetune.stages import parameter_levels
@@ -224,8 +225,8 @@ def _task(name: str, data: Any, fixed: Mapping[str, Any], metric: str | None) ->
     direction, whether it holds images, the model's stage count (the most partial mode frees)."""
     fields = finetune_keywords._by_field(fixed)
     options = finetune_keywords._options(fields)
-    resolved = finetune_package._resolved(name)
-    source = finetune_package._open_data(data, options, name, resolved)
+    resolved = finetuning.resolved_name(name)
+    source = finetuning.open_run_data(data, options, name, resolved)
     if options.val_data is None and options.val_fraction == 0:
         raise InvalidArgumentError("zoo tune compares trials on validation data: drop val_fraction=0 (--val-fraction)")
     partial, model = "mode" not in fixed or fixed["mode"] == "partial", None
