@@ -31,7 +31,8 @@ def test_the_order_follows_the_cpus_kind_and_the_models_layers() -> None:
     assert _plan().order[-1] == "channels_last"
     # a full search on a 2-core AMX Xeon: OpenVINO's int8 (13.6x), torch's (11.3x), then ONNX Runtime's and bf16
     assert _plan(XEON).order[:4] == ["openvino-int8", "int8", "onnxruntime-int8", "bf16"]
-    assert _plan(AVX2, names=[n for n in ALL_CPU if n != "bf16"]).order[0] == "int8"
+    # capped to AVX2 (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA), the EPYC measured OpenVINO's int8 ahead of torch's
+    assert _plan(AVX2, names=[n for n in ALL_CPU if n != "bf16"]).order[:2] == ["openvino-int8", "int8"]
     gpu = search.Machine("NVIDIA H200", "cuda", bf16=True)
     assert _plan(gpu, names=["fp32", "channels_last", "bf16", "fp16"]).order == [
         "fp16",

@@ -42,8 +42,9 @@ MAX_REMEMBERED = 64  # models remembered per machine (the oldest go first)
 
 # Expected speed-up over fp32 eager, by CPU kind and model kind. Measured ones: ResNet-50 at batch
 # 16 (docs/results.md): "avx512-bf16" on a 2-core AMD EPYC (AVX-512 BF16, VNNI), "avx2" on an AVX2
-# EPYC (int8 and compiled fp32; the runtimes there are guesses), "amx" on a 2-core Xeon with
-# AMX (every candidate, a full search, 2026-11-28), "cuda" on an H200 at batch 64. The "dense"
+# EPYC (int8 and compiled fp32) and on the AVX-512 EPYC capped to AVX2 (OpenVINO's, which the cap
+# reaches, 2026-11-29; ONNX Runtime's are guesses: no cap reaches its kernels), "amx" on a 2-core
+# Xeon with AMX (every candidate, a full search, 2026-11-28), "cuda" on an H200 at batch 64. The "dense"
 # rows (linear layers and attention: torch's int8 does not apply) are guesses.
 _CONV_AVX512 = {"openvino-int8": 10.2, "int8": 9.2, "onnxruntime-int8": 8.6, "bf16": 5.0, "openvino": 2.55}
 _CONV_AVX512 |= {"onnxruntime": 2.55, "fp32": 2.24, "channels_last": 1.22}
@@ -52,7 +53,7 @@ PRIORS: dict[tuple[str, str], dict[str, float]] = {
     ("avx512-bf16", "conv"): _CONV_AVX512,
     ("avx512-vnni", "conv"): _CONV_AVX512,
     ("avx512", "conv"): {**_CONV_AVX512, "openvino-int8": 5.0, "int8": 4.5, "onnxruntime-int8": 3.0},
-    ("avx2", "conv"): {"int8": 3.9, "openvino-int8": 3.5, "onnxruntime-int8": 2.5, "openvino": 2.2}
+    ("avx2", "conv"): {"openvino-int8": 4.3, "int8": 3.9, "onnxruntime-int8": 2.5, "openvino": 1.95}
     | {"onnxruntime": 2.0, "fp32": 1.93, "channels_last": 1.1},
     ("amx", "conv"): {"openvino-int8": 13.6, "int8": 11.3, "onnxruntime-int8": 7.6, "bf16": 6.95, "openvino": 2.45}
     | {"onnxruntime": 2.04, "fp32": 2.0, "channels_last": 1.19},
