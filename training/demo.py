@@ -13,16 +13,20 @@ test images chose nothing); the plot of both runs and the fine-tuned model
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from PIL import Image
 
-from zoo.bounds import SEED_MAX, Bounds, add_renamed, count
+from zoo.bounds import SEED_MAX, WORKERS, Bounds, add_renamed, count
+from zoo.devices import resolve_device
 from zoo.errors import InvalidArgumentError
 from zoo.training import finetune, transfer
 from zoo.training.finetune.run_folder import Output, prepare
+from zoo.training.loop.train_config import TrainConfig
 
 DEFAULT_WEIGHTS = "resnet20.fmnist"
 DEMO_OUTPUTS = (Output("digits", folder=True),)  # then transfer's files and the two arms' folders
@@ -72,9 +76,13 @@ def write_digits_folder(
 
 def finetune_argv(args: argparse.Namespace, train_dir: Path, val_dir: Path) -> list[str]:
     """The ``zoo finetune`` options of both arms of the demo (`zoo.training.transfer.compare`):
-    the defaults, with the demo's own epochs and learning rate where given."""
+    the defaults, with the demo's own epochs, learning rate, device and workers where given."""
     argv = [args.name, "--data", str(train_dir), "--val-data", str(val_dir), "--out", str(args.out)]
     argv += ["--seed", str(args.seed), "--no-post-training", "--overwrite"]  # overwrite: the demo's own folder
+    if getattr(args, "device", None) is not None:
+        argv += ["--device", args.device]
+    if getattr(args, "num_workers", None) is not None:
+        argv += ["--num-workers", str(args.num_workers)]
     if args.epochs is not None:
         argv += ["--epochs", str(args.epochs)]
     if args.lr is not None:
@@ -87,6 +95,9 @@ def run(args: argparse.Namespace, command: str | None = None) -> dict[str, Any]:
     from zoo.training.scoring import score_file
 
     out = Path(args.out)
+    args = copy.copy(args)  # both arms and the test on one device, checked before the digits are written
+    args.device = str(resolve_device(getattr(args, "device", None)))
+    loading = {"device": args.device, "num_workers": getattr(args, "num_workers", None) or 0, "progress": False}
     with prepare(out, DEMO_OUTPUTS, resume=False, overwrite=True).sealing():  # the last demo's digits go
         train_dir, val_dir, test_dir = write_digits_folder(
             out / "digits", args.per_class, args.eval_per_class, args.seed, VAL_PER_CLASS
@@ -99,7 +110,7 @@ def run(args: argparse.Namespace, command: str | None = None) -> dict[str, Any]:
         f"{val_dir} to choose the epoch, {tested} in {test_dir} to test"
     )
     summary = transfer.compare(parser.parse_args(finetune_argv(args, train_dir, val_dir)), command=command)
-    tests = {arm: score_file(str(out / arm), str(test_dir), progress=False)["accuracy"] for arm in summary["runs"]}
+    tests = {arm: score_file(str(out / arm), str(test_dir), **loading)["accuracy"] for arm in summary["runs"]}
     for arm, accuracy in tests.items():
         summary["runs"][arm]["test_accuracy"] = accuracy
     print(
@@ -123,3 +134,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=count().parse, help="default: zoo finetune's, from the data's size")
     parser.add_argument("--lr", type=Bounds(0, 10, low_open=True).parse, help="default: zoo finetune's")
     parser.add_argument("--seed", type=count(0, SEED_MAX).parse, default=0)
+    # where both arms train and are tested, and their data-loading processes: passed on to zoo finetune,
+    # with its words (the test images load with --num-workers too, 0 when it is left to finetune to measure)
+    parser.add_argument("--device", help=_config_help("device"))
+    parser.add_argument("--num-workers", type=WORKERS.parse, help=_config_help("num_workers"))
+
+
+def _config_help(name: str) -> str:
+    """The help of TrainConfig field ``name``'s option: the demo's flag means what finetune's does."""
+    return next(f for f in dataclasses.fields(TrainConfig) if f.name == name).metadata["option"]["help"]

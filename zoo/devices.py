@@ -37,6 +37,16 @@ def checked_device(requested: torch.device | str) -> torch.device:
     return device
 
 
+def resolve_device(requested: torch.device | str | None, *, cpu_only: bool = False) -> torch.device:
+    """The device a command runs on: ``requested`` checked (`checked_device`), or, left out
+    (None), the one default of every ``zoo`` command, "cuda if available, else cpu" (as
+    TrainConfig's and Lightning's ``accelerator="auto"``); ``cpu_only``: the default is the CPU
+    where the work can only run there (an ONNX export, a card's evaluation)."""
+    if requested is not None:
+        return checked_device(requested)
+    return torch.device("cuda" if torch.cuda.is_available() and not cpu_only else "cpu")
+
+
 # what each level of ZOO_CPU_FEATURES stands for: (torch's capability, native bf16, AMX, VNNI)
 CPU_LEVELS: dict[str, tuple[str, bool, bool, bool]] = {
     "avx2": ("AVX2", False, False, False),

@@ -141,7 +141,10 @@ class TrainConfig:
     compile_backend: str = "inductor"  # torch.compile backend ("eager", "aot_eager" to debug)
     # devices and processes
     # default: this process's GPU under torchrun, else cuda, else cpu
-    device: str | None = field(default=None, metadata=option("hardware", "default: cuda if available, else cpu"))
+    device: str | None = field(  # the help as every zoo command's --device (zoo.cli.parser.DEVICE_HELP)
+        default=None,
+        metadata=option("hardware", "where the model runs: cpu, cuda or cuda:N (default: cuda if available, else cpu)"),
+    )
     # auto: DDP when torchrun starts >1 process
     distributed: Literal["auto", "ddp", "fsdp"] = field(default="auto", metadata=option("hardware", "torchrun"))
     find_unused_parameters: bool = False  # DDP, for models that skip parameters (MoE experts)

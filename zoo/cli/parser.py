@@ -40,7 +40,9 @@ EVAL_LIMIT = count(1, 100_000_000)  # test samples
 REPEATS = count(1, 100_000)  # timed forward passes per measurement
 OPSET = count(1, 100)  # ONNX opsets are numbered from 1 (20 today)
 PORT = count(0, 65_535)  # 0: any free port
-DEVICE_HELP = "where the model runs: cpu (the default), cuda or cuda:N"
+# --device in every command that runs a model (finetune's and tune's from TrainConfig.device, demo's
+# passed on to finetune: the same words); left out, `zoo.devices.resolve_device` chooses
+DEVICE_HELP = "where the model runs: cpu, cuda or cuda:N (default: cuda if available, else cpu)"
 
 
 def _list_arguments(p: argparse.ArgumentParser) -> None:
@@ -64,17 +66,22 @@ def _predict_arguments(p: argparse.ArgumentParser) -> None:
         help="read the inputs from a file instead: a .csv/.jsonl with a smiles, text or file_name column (an id "
         "column is kept), a .txt of one SMILES, text or image path a line, or a folder of images",
     )
-    p.add_argument("--format", choices=("csv", "jsonl"), help="with --input: rows out as CSV or JSON lines (default: "
-                   "the --out file's suffix, else jsonl)")  # fmt: skip
+    p.add_argument("--format", choices=("csv", "jsonl"), help="with --input: the format of the file --out writes (or "
+                   "of the rows on stdout): csv or jsonl (default: --out's suffix, else jsonl)")  # fmt: skip
     p.add_argument("--out", metavar="FILE", help="with --input: write the rows to FILE instead of stdout")
-    add_renamed(p, "--topk", p.add_argument("--top-k", type=TOP_K.parse, default=5, help="classes to show per input"))
+    add_renamed(
+        p,
+        "--topk",
+        p.add_argument("--top-k", type=TOP_K.parse, default=5, help="the k most likely classes, shown per input"),
+    )
     p.add_argument(
         "--batch-size",
         type=BATCH_SIZE.parse,
         default=PREDICT_BATCH_SIZE,
         help=f"inputs per forward pass (default: {PREDICT_BATCH_SIZE})",
     )
-    p.add_argument("--device", default="cpu", help=DEVICE_HELP)
+    p.add_argument("--num-workers", type=WORKERS.parse, default=0, help="processes decoding image files (default: 0)")
+    p.add_argument("--device", help=DEVICE_HELP)
     p.add_argument("--no-progress", action="store_true", help="no progress bar (for logs and redirected output)")
     p.add_argument(
         "--optimize",
@@ -93,10 +100,10 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
         help="bytes to generate at most (stops at end of file); printed as they come",
     )
     p.add_argument("--temperature", type=TEMPERATURE.parse, default=0.8, help="0 for greedy decoding")
-    p.add_argument("--top-k", type=TOP_K.parse, help="sample from the k most likely bytes only")
+    p.add_argument("--top-k", type=TOP_K.parse, help="the k most likely bytes, the only ones sampled (default: all)")
     p.add_argument("--top-p", type=TOP_P.parse, default=0.95, help="nucleus sampling threshold")
-    p.add_argument("--seed", type=SEED.parse, default=0)
-    p.add_argument("--device", default="cpu", help=DEVICE_HELP)
+    p.add_argument("--seed", type=SEED.parse, default=0, help="the sampling's seed: the same seed, the same text")
+    p.add_argument("--device", help=DEVICE_HELP)
 
 
 def _finetune_arguments(p: argparse.ArgumentParser) -> None:
@@ -144,7 +151,7 @@ def _eval_arguments(p: argparse.ArgumentParser) -> None:
         help=f"with --data: samples per forward pass (default: {PREDICT_BATCH_SIZE})",
     )
     p.add_argument(
-        "--device", default="cpu", help=DEVICE_HELP + " (with --data; the card's evaluation runs on the CPU)"
+        "--device", help=DEVICE_HELP + "; with --data (the card's evaluation runs on the cpu, whatever the default)"
     )
     p.add_argument("--no-progress", action="store_true", help="with --data: no progress bar (for logs)")
     p.add_argument(
@@ -178,7 +185,13 @@ def _bench_arguments(p: argparse.ArgumentParser) -> None:
     )
     out = p.add_argument("--out", metavar="FILE", help="also write the table as CSV (timm's column names) to this file")
     add_renamed(p, "--csv", out)
-    p.add_argument("--device", default="cpu", help=DEVICE_HELP + "; the models are timed there")
+    p.add_argument("--device", help=DEVICE_HELP + "; the models are timed there")
+    p.add_argument(
+        "--seed",
+        type=SEED.parse,
+        default=0,
+        help="seeds what is random: the weights of an architecture without weights, the example inputs",
+    )
     p.add_argument("--no-optimize", action="store_true", help="time fp32 eager only, not zoo.optimize's choice")
     p.add_argument(
         "--peers",
@@ -189,14 +202,15 @@ def _bench_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _export_arguments(p: argparse.ArgumentParser) -> None:
-    from zoo.deploy.exporter import FORMATS
+    from zoo.deploy.exporter import FORMAT_SUFFIXES, FORMATS
 
+    suffixes = ", ".join(f"{suffix}: {name}" for name, suffix in FORMAT_SUFFIXES.items())
     p.add_argument("name", metavar="NAME_OR_DIR", help="weight name (resnet20.fmnist) or a folder zoo.save wrote")
     p.add_argument(
         "--format",
-        required=True,
         metavar="|".join(FORMATS),
-        help="onnx (checked in onnxruntime), torchscript, or exported-program (a .pt2 file)",
+        help="the format of the file --out writes: onnx (checked in onnxruntime), torchscript or exported-program "
+        f"(default: --out's suffix, {suffixes})",
     )
     p.add_argument("--out", required=True, metavar="FILE", help="the file to write")
     batch = p.add_mutually_exclusive_group()
@@ -210,8 +224,8 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing FILE")
     p.add_argument(
         "--device",
-        default="cpu",
-        help=DEVICE_HELP + "; torchscript and exported-program files are traced there (ONNX: cpu)",
+        help=DEVICE_HELP + "; torchscript and exported-program files are traced there, an onnx file is exported "
+        "and checked on the cpu, whatever the default",
     )
 
 
@@ -244,7 +258,7 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
         default=5.0,
         help="how long a request waits for others to share its forward (default: 5)",
     )
-    p.add_argument("--device", default="cpu", help=DEVICE_HELP)
+    p.add_argument("--device", help=DEVICE_HELP)
     p.add_argument(
         "--api-key",
         help="require 'Authorization: Bearer KEY' on every route but health (default: $ZOO_API_KEY, else none)",
@@ -354,6 +368,11 @@ COMMANDS: dict[str, Command] = {
     ),
 }
 
+# The commands whose handler resolves --device itself, its default included: finetune and tune (under
+# torchrun each process takes its own GPU), export (an ONNX file is exported on the CPU) and eval (a
+# card's evaluation runs on the CPU). `main` resolves the others' before their handler runs.
+OWN_DEVICE_DEFAULT = frozenset({"finetune", "tune", "export", "eval"})
+
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser; with ``argv``, only the command it names (if any) gets its options, so that
@@ -382,6 +401,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     def run() -> int:
         args = build_parser(argv).parse_args(argv)  # a refused option: SystemExit(2), said in one line
         args.command_line = shlex.join(["zoo", *argv])
+        if hasattr(args, "device") and args.command not in OWN_DEVICE_DEFAULT:
+            from zoo.devices import resolve_device  # torch: only once a command that runs a model is chosen
+
+            args.device = str(resolve_device(args.device))  # checked, or the one default; before any work
         return COMMANDS[args.command].run(args)
 
     return run_command(run)

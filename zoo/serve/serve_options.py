@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zoo.bounds import Bounds, bounded, check_fields, count
+from zoo.deploy.optimize_report import PRECISIONS  # the one list, as zoo predict's and zoo.optimize's
 from zoo.errors import InvalidArgumentError
 
-PRECISIONS = ("auto", "fp32", "bf16", "int8")
 API_KEY_VARIABLE = "ZOO_API_KEY"
 
 
