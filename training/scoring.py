@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 
 import zoo
 from zoo.errors import DataError, InvalidArgumentError
+from zoo.inference.predictor import model_outputs
 from zoo.loading.outputs import OutputMeaning, describe_task, output_meaning
 from zoo.loading.transforms import text_length
 from zoo.store import weight_entries
@@ -34,7 +35,7 @@ from zoo.training.data.molecules.molecule_files import MoleculeOptions, is_molec
 from zoo.training.data.source import for_scoring
 from zoo.training.finetune.report import classification_report
 from zoo.training.loop.meter import multi_label_metrics, regression_metrics
-from zoo.training.loop.steps import move_to_device, regression_sums, split_batch
+from zoo.training.loop.steps import regression_sums, split_batch
 
 TOP5_ABOVE = 5  # classes: top-5 accuracy is reported for models of more classes than this
 
@@ -197,15 +198,12 @@ def _predict(
     shown = progress and source.num_samples > 4 * batch_size  # a bar for sets of several batches
     bar = tqdm(total=source.num_samples, desc="zoo eval", unit="sample", leave=False, disable=not shown)
     try:
-        with torch.no_grad():
-            for batch in loader:
-                inputs, target = split_batch(batch, other_batches="a file zoo's readers take")
-                inputs = move_to_device(inputs, device)
-                out = model(**inputs) if isinstance(inputs, Mapping) else model(inputs)
-                out = out.float().reshape(len(target), -1)
-                outputs.append((out.topk(min(5, out.shape[-1]), dim=-1).indices if ranked else out).cpu())
-                targets.append(target.cpu())
-                bar.update(len(target))
+        for batch in loader:
+            inputs, target = split_batch(batch, other_batches="a file zoo's readers take")
+            out = model_outputs(model, inputs, device)  # zoo predict's forward: float [N, K] on the CPU
+            outputs.append(out.topk(min(5, out.shape[-1]), dim=-1).indices if ranked else out)
+            targets.append(target.cpu())
+            bar.update(len(target))
     finally:
         bar.close()
     if not outputs:

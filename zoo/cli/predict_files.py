@@ -1,9 +1,11 @@
 """``zoo predict NAME --input FILE``: every row of a file of SMILES, texts or image paths
 (`zoo.cli.input_rows`) through the model, in batches, out as JSON lines or CSV in the input's
-order, each with its line (and id, when the file has an id column). The answer is the one
-`zoo.loading.outputs` gives ``zoo serve`` too: the top-k classes, a regression's value in the
-target's units, or every label over its threshold. A row that cannot be predicted (a bad
-SMILES, a missing image) gets an ``error`` and the others go on; the count goes to stderr."""
+order, each with its line (and id, when the file has an id column). The rows go through the
+one predictor (`zoo.inference.Predictor`: its checks, its images decoded by ``--num-workers``
+processes), and the answer is the one it gives ``zoo serve`` too: the top-k classes, a
+regression's value in the target's units, or every label over its threshold. A row that cannot
+be predicted (a bad SMILES, a missing image) gets an ``error`` and the others go on; the count
+goes to stderr."""
 
 from __future__ import annotations
 
@@ -17,21 +19,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-import torch
-import torch.nn as nn
 from tqdm import tqdm
 
-import zoo
 from zoo.cli.input_rows import COLUMNS, InputRow, check_input_file, read_inputs
 from zoo.errors import DataError, InvalidArgumentError, ZooError
-from zoo.loading.images import open_image
-from zoo.loading.outputs import OutputMeaning, output_meaning
-from zoo.loading.smiles import graph_or_problem, parse_smiles, reads_molecules
-from zoo.loading.transforms import text_length
-from zoo.store import weight_entries
+from zoo.inference import Predictor
+from zoo.loading.outputs import OutputMeaning
 from zoo.store.download import weight_folders
 from zoo.store.files import atomic_path, check_output
-from zoo.tokenizer import ByteTokenizer
 
 FORMATS = ("csv", "jsonl")
 
@@ -45,24 +40,21 @@ def predict_file(args: argparse.Namespace) -> int:
     if args.out:  # not the input, nor a file of the input folder or the run folder NAME
         folders = [p for p in (path, Path(args.name), *weight_folders()) if p.is_dir()]
         check_output(Path(args.out).expanduser(), lists, folders)
-    model = zoo.load(args.name, device=args.device).eval()
-    kind = model_input(model, args.name)
+    workers = getattr(args, "num_workers", 0)  # a Namespace made in Python may leave it out
+    predictor = Predictor(args.name, device=args.device, batch_size=args.batch_size, num_workers=workers)
+    kind = model_input(predictor, args.name)
     rows = read_inputs(path, kind)
     if args.out:  # nor a listed image
         check_output(Path(args.out).expanduser(), [row.path for row in rows])
-    meaning = output_meaning(model.pretrained_cfg)
-    run = _runner(model, kind)
-    top_k = min(args.top_k, model.pretrained_cfg.get("num_classes") or args.top_k)
+    top_k = min(args.top_k, predictor.model.pretrained_cfg.get("num_classes") or args.top_k)
     with _opened(args.out) as stream:
-        write = _writer(form, stream, meaning, top_k, any(row.id is not None for row in rows))
+        write = _writer(form, stream, predictor.meaning, top_k, any(row.id is not None for row in rows))
         quiet = args.no_progress or len(rows) <= args.batch_size
         bar = tqdm(total=len(rows), desc="zoo predict", unit="row", leave=False, disable=quiet)
         try:
-            for start in range(0, len(rows), args.batch_size):
-                chunk = rows[start : start + args.batch_size]
-                for row, answer in zip(chunk, _answers(run, chunk, meaning, top_k)):
-                    write(row, answer)
-                bar.update(len(chunk))
+            for row, answer in answered(predictor, rows, top_k):
+                write(row, answer)
+                bar.update(1)
         finally:
             bar.close()
         _check_some_predicted(path, rows)  # else nothing is written: an --out file there stays as it was
@@ -80,80 +72,44 @@ def output_format(given: str | None, out: str | None) -> str:
     return given or (suffix if suffix in FORMATS else "jsonl")
 
 
-def model_input(model: nn.Module, name: str) -> str:
-    """What a model's --input rows hold (molecules, text or images), refusing other models by name."""
-    cfg = model.pretrained_cfg
-    kind = "molecules" if reads_molecules(cfg) else weight_entries.input_kind(cfg["architecture"])
-    if kind not in COLUMNS:
-        raise InvalidArgumentError(f"{name} reads {kind}; zoo predict --input takes models of images, texts or SMILES")
-    if cfg.get("features_only") or not cfg.get("num_classes"):
+def model_input(predictor: Predictor, name: str) -> str:
+    """What a model's --input rows hold (molecules, text or images), refusing other models by name
+    (`Predictor` refuses a model that predicts nothing)."""
+    if predictor.kind not in COLUMNS:
         raise InvalidArgumentError(
-            f"{name} outputs feature maps, not predictions (a features-only model or one without a head): "
-            "zoo predict needs a classifier's or a regression's weights"
+            f"{name} reads {predictor.kind}; zoo predict --input takes models of images, texts or SMILES"
         )
-    if kind == "text" and cfg.get("head") != "sequence_classification":
-        raise InvalidArgumentError(
-            f"{name} has head {cfg.get('head')!r}; zoo predict --input takes text classifiers (head "
-            "sequence_classification): continue prompts with zoo generate"
-        )
-    return kind
+    return predictor.kind
 
 
-Runner = Callable[[list[InputRow]], torch.Tensor | None]
+_ROW_NAMES = {"text": "the text", "molecules": ""}
 
 
-def _runner(model: nn.Module, kind: str) -> Runner:
-    """A function from a batch of rows to the model's outputs for the rows that can be read
-    (each row it cannot read gets its ``error``); None when none can."""
-    device = next(model.parameters()).device
-    if kind == "molecules":
-        return lambda rows: _molecules(model, device, rows)
-    if kind == "images":
-        preprocess = zoo.transforms(model)
-        return lambda rows: _images(model, device, preprocess, rows)
-    length = text_length(model)
-    tokenizer = ByteTokenizer()
-
-    def texts(rows: list[InputRow]) -> torch.Tensor:
-        ids, mask = tokenizer([row.value for row in rows], max_length=length)  # type: ignore[misc]
-        return model(input_ids=ids.to(device), attention_mask=mask.to(device))
-
-    return texts
-
-
-def _molecules(model: nn.Module, device: torch.device, rows: list[InputRow]) -> torch.Tensor | None:
-    import zoo.architectures.graph  # noqa: F401  (first: it imports PyG with its import-time warnings silenced)
-
-    # isort: split
-    from torch_geometric.data import Batch
-
-    graphs = []
-    for row in rows:
-        graph, problem = graph_or_problem(parse_smiles(row.value or ""))
-        if graph is None:
-            row.error = f"not a usable SMILES ({problem})"
-        else:
-            graphs.append(graph)
-    return model(Batch.from_data_list(graphs).to(device)) if graphs else None
-
-
-def _images(model: nn.Module, device: torch.device, preprocess: Any, rows: list[InputRow]) -> torch.Tensor | None:
-    images = []
-    for row in rows:
-        try:
-            images.append(preprocess(open_image(row.path or "", name=row.value)))
-        except ZooError as error:
-            row.error = str(error)
-    return model(torch.stack(images).to(device)) if images else None
-
-
-def _answers(run: Runner, rows: list[InputRow], meaning: OutputMeaning, top_k: int) -> list[dict[str, Any] | None]:
-    """Each row's answer, None for a row with an error, in the rows' order."""
+def answered(predictor: Predictor, rows: list[InputRow], top_k: int) -> Iterator[tuple[InputRow, Answer]]:
+    """Each row with its answer (None for a row that cannot be predicted: its ``error`` says why),
+    in the rows' order; the readable rows go through the predictor a batch at a time (images
+    decoded by its worker processes), a row it refuses gets the refusal as its error."""
     readable = [row for row in rows if row.error is None]
-    with torch.no_grad():
-        outputs = run(readable) if readable else None  # a row it cannot read gets its error
-    answers = iter(meaning.answers(outputs, top_k) if outputs is not None else [])
-    return [next(answers) if row.error is None else None for row in rows]
+    items = [row.path if predictor.kind == "images" else row.value for row in readable]
+    # a refusal names an image as the file wrote it; the row's line and input stand beside it
+    names = [(row.value or "") if predictor.kind == "images" else _ROW_NAMES[predictor.kind] for row in readable]
+    waiting = iter(rows)
+    done = 0
+    for chunk in predictor.chunks(items, names):
+        batch_rows, done = readable[done : done + len(chunk)], done + len(chunk)
+        for row, sample in zip(batch_rows, chunk):
+            if isinstance(sample, ZooError):
+                row.error = str(sample)
+        samples = [sample for sample in chunk if not isinstance(sample, ZooError)]
+        outputs = predictor.forward(predictor.collate(samples)) if samples else None
+        answers = iter(predictor.answers(outputs, top_k) if outputs is not None else [])
+        given = {id(row): next(answers) for row in batch_rows if row.error is None}
+        for row in waiting:  # the rows up to this batch's last, those refused by the file's reading included
+            yield row, given.get(id(row))
+            if batch_rows and row is batch_rows[-1]:
+                break
+    for row in waiting:  # refused rows after the last readable one
+        yield row, None
 
 
 @contextlib.contextmanager
@@ -165,7 +121,8 @@ def _opened(out: str | None) -> Iterator[IO[str]]:
         yield stream  # out is replaced only when every row is written
 
 
-Write = Callable[[InputRow, dict[str, Any] | None], None]
+Answer = dict[str, Any] | None
+Write = Callable[[InputRow, Answer], None]
 
 
 def _writer(form: str, stream: IO[str], meaning: OutputMeaning, top_k: int, ids: bool) -> Write:

@@ -75,32 +75,40 @@ def image_items(inputs: Any) -> list[Any] | torch.Tensor:
     return nonempty(items, "images")
 
 
-def batch_of(array: Any, shape: Sequence[int], what: str) -> torch.Tensor:
-    """``array`` as a float batch [N, *shape] (one sample without the batch dimension is taken
-    as one), finite; else the refusal naming the shape the model reads."""
+def batch_of(array: Any, shape: Sequence[int], what: str, where: str | None = None, lone: bool = True) -> torch.Tensor:
+    """``array`` as a float batch [N, *shape], finite; else the refusal naming the shape the model
+    reads (``where`` names the model's input in it: a server's ``input 'input' of NAME``). With
+    ``lone``, one sample without the batch dimension is taken as a batch of one."""
+    prefix = f"{where}: " if where else ""
     try:
         tensor = torch.as_tensor(np.asarray(array, dtype=np.float32) if not isinstance(array, torch.Tensor) else array)
     except (TypeError, ValueError):
         raise InvalidArgumentError(
-            f"inputs must be {what} of shape {list(shape)} (numbers, nested lists of equal lengths)"
+            f"{prefix}this model reads {what} of shape [N, {', '.join(map(str, shape))}]: numbers, as nested lists "
+            "of equal lengths"
         ) from None
     tensor = tensor.float()
-    if tuple(tensor.shape) == tuple(shape):
+    if lone and tuple(tensor.shape) == tuple(shape):
         tensor = tensor.unsqueeze(0)
     if tensor.ndim != len(shape) + 1 or tuple(tensor.shape[1:]) != tuple(shape):
+        subject = where or f"this model's input ({what})"
         raise InvalidArgumentError(
-            f"inputs have shape {list(tensor.shape)}; this model reads {what} of shape [N, {', '.join(map(str, shape))}]"
+            f"{subject} has shape [-1, {', '.join(map(str, shape))}] (-1: any size); got {list(tensor.shape)}"
         )
-    nonempty(list(range(len(tensor))), what)
-    return check_finite(tensor)
+    if not len(tensor):
+        raise InvalidArgumentError(f"{prefix}no inputs: pass one or more {what}")
+    if len(tensor) > MAX_ITEMS:
+        raise InvalidArgumentError(f"{prefix}{len(tensor):,} inputs, more than {MAX_ITEMS:,} in one call; split them")
+    return check_finite(tensor, where)
 
 
-def check_finite(batch: torch.Tensor) -> torch.Tensor:
+def check_finite(batch: torch.Tensor, where: str | None = None) -> torch.Tensor:
     """``batch`` [N, ...] when every value is finite; else the refusal naming the first sample
     that is not (the one check of zoo.predict, zoo serve and the MLflow model)."""
     bad = (~torch.isfinite(batch.reshape(len(batch), -1))).any(-1).nonzero()
     if len(bad):
-        raise InvalidArgumentError(f"sample {int(bad[0])} holds NaN or infinite values; pass finite numbers")
+        prefix = f"{where}: " if where else ""
+        raise InvalidArgumentError(f"{prefix}sample {int(bad[0])} holds NaN or infinite values; pass finite numbers")
     return batch
 
 

@@ -1,8 +1,9 @@
-"""Models fine-tuned on molecules in ``zoo serve``: SMILES in, through the featurizer of
-training (`zoo.loading.smiles`), as ``POST /v1/models/NAME:predict`` with ``{"smiles":
-[...]}`` or as the v2 BYTES input ``smiles``; a regression's value (in the target's units) or
-a classifier's top classes out. A SMILES RDKit cannot read is a 400 naming it. Graph batches
-skip the tensor batcher: each request is one forward, run in a worker thread."""
+"""Models fine-tuned on molecules in ``zoo serve``: SMILES in, as ``POST
+/v1/models/NAME:predict`` with ``{"smiles": [...]}`` or as the v2 BYTES input ``smiles``, made
+graphs by the featurizer of training (`zoo.loading.smiles`) through the one predictor
+(`zoo.inference`); a regression's value (in the target's units) or a classifier's top classes
+out. A SMILES RDKit cannot read is a 400 naming it. Graph batches skip the tensor batcher: each
+request is one forward, run in a worker thread."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from zoo.errors import InvalidArgumentError
-from zoo.loading.smiles import MAX_PREDICT_SMILES, smiles_batch
+from zoo.loading.smiles import MAX_PREDICT_SMILES
+from zoo.serve.inputs import predictor_of
 from zoo.serve.models import ServedModel
 from zoo.serve.protocol import TOP_K, parse, within
 from zoo.serve.request_errors import bad_request
@@ -30,12 +32,16 @@ class SmilesRequest(BaseModel):
 
 
 def molecule_outputs(served: ServedModel, smiles: list[str], where: str) -> torch.Tensor:
-    """The model's outputs [N, K] (float32, CPU) for ``smiles``; a bad SMILES is a 400 naming it."""
+    """The model's outputs [N, K] (float32, CPU) for ``smiles``, made graphs by the predictor of
+    ``zoo.predict``; a bad SMILES is a 400 naming it."""
+    if len(smiles) > MAX_PREDICT_SMILES:
+        raise bad_request(f"{where}: {len(smiles)} SMILES, more than {MAX_PREDICT_SMILES} at once; split them", where)
+    predictor = predictor_of(served)
     try:
-        batch = smiles_batch(smiles, where)
+        batch = predictor.prepare(smiles, where)
     except InvalidArgumentError as error:
         raise bad_request(str(error), param=where) from None
-    return served.forward(batch)
+    return predictor.forward(batch)
 
 
 async def predict_smiles(served: ServedModel, body: bytes) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """Text classifiers (and text regressions, multi-label text models) fine-tuned on text rows, in
 ``zoo serve``: texts in, as ``POST /v1/models/NAME:predict`` with ``{"texts": [...]}`` or as
 the v2 BYTES input ``text``, through the byte-level tokens of training (each text cut at the
-model's context, 512 tokens at most); the same answers as ``zoo predict --input`` out. Each
-request is one forward, run in a worker thread (as molecules' graphs are)."""
+model's context, 512 tokens at most) as the one predictor makes them (`zoo.inference`); the
+same answers as ``zoo predict --input`` out. Each request is one forward, run in a worker
+thread (as molecules' graphs are)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from zoo.errors import ZooError
+from zoo.serve.inputs import predictor_of
 from zoo.serve.models import ServedModel
 from zoo.serve.protocol import TOP_K, parse, within
 from zoo.serve.request_errors import bad_request
-from zoo.tokenizer import ByteTokenizer
 
 MAX_TEXTS = 1_024  # texts per request, as SMILES per request
-_TOKENIZER = ByteTokenizer()
 
 
 class TextsRequest(BaseModel):
@@ -32,13 +33,14 @@ class TextsRequest(BaseModel):
 
 
 def text_outputs(served: ServedModel, texts: list[str]) -> torch.Tensor:
-    """The model's outputs [N, K] (float32, CPU) for ``texts``."""
-    empty = next((i for i, text in enumerate(texts) if not text), None)
-    if empty is not None:  # no token to read: the model would refuse it (was a 500)
-        raise bad_request(f"text {empty} is empty: send at least one character per text", param="texts")
-    ids, mask = _TOKENIZER(texts, max_length=served.context_length)
-    with torch.no_grad():
-        return served.model(input_ids=ids.to(served.device), attention_mask=mask.to(served.device)).float().cpu()
+    """The model's outputs [N, K] (float32, CPU) for ``texts``, tokenized by the predictor of
+    ``zoo.predict`` (an empty text, with no token to read, is refused naming it: was a 500)."""
+    predictor = predictor_of(served)
+    try:
+        batch = predictor.prepare(texts)
+    except ZooError as error:
+        raise bad_request(str(error), param="texts") from None
+    return predictor.forward(batch)
 
 
 async def predict_texts(served: ServedModel, body: bytes) -> dict[str, Any]:

@@ -96,7 +96,7 @@ async def infer(name: str, request: Request) -> Response:
         outputs = await infer_texts(served, arrays["text"])
     else:
         item = inference.inputs[0]
-        rows = checked_input(served.inputs[0], arrays[item.name], name, item.datatype)
+        rows = checked_input(served, arrays[item.name], item.datatype)
         outputs = served.v2_outputs(await state.classify(served, rows))
     return _response(served, inference, outputs)
 
