@@ -1,6 +1,8 @@
-"""``zoo bench``: the weight entries and architectures a user names, loaded by name and measured
-through `zoo.deploy.bench` (which takes built models, so it sits below `zoo.loading`); the table
-printed, and with ``--out`` written as CSV at the end, never over the weights it loads."""
+"""``zoo bench``: the weight entries and architectures a user names (and any other name `zoo.load`
+takes: a saved or run folder, ``hf-hub:ORG/REPO``, torchvision's name of weights), resolved once,
+loaded and measured through `zoo.deploy.bench` (which takes built models, so it sits below
+`zoo.loading`); the table printed, and with ``--out`` written as CSV at the end, never over the
+weights it loads."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import torch
 import torch.nn as nn
 from tqdm import tqdm
 
@@ -17,8 +20,10 @@ from zoo.deploy import bench
 from zoo.deploy.bench import BenchRow, BenchTarget, gmacs, measure
 from zoo.deploy.optimize_report import OptimizeReport
 from zoo.devices import checked_device
-from zoo.errors import InvalidArgumentError, WeightsNotFoundError
+from zoo.errors import InvalidArgumentError, UnknownModelError, WeightsNotFoundError
 from zoo.loading.build import load
+from zoo.loading.info import source_info
+from zoo.loading.resolve import Registered, resolve
 from zoo.store import weight_entries
 from zoo.store.download import weight_folders
 from zoo.store.files import check_output
@@ -33,10 +38,11 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.peers and args.no_optimize:
         raise InvalidArgumentError("--peers shows the candidates zoo.optimize measures: leave out --no-optimize")
     reports: list = []
-    targets = bench.select(args.patterns)
+    targets = select_targets(args.patterns)
     rows, skipped = measure_targets(
-        targets, args.batch_size, args.repeats, optimize=not args.no_optimize, reports=reports, device=args.device
-    )
+        targets, args.batch_size, args.repeats, optimize=not args.no_optimize, reports=reports, device=args.device,
+        seed=args.seed,
+    )  # fmt: skip
     print("\n".join(bench.machine_header(args.device)))
     print(bench.format_table(rows))
     if args.peers:
@@ -49,6 +55,27 @@ def run_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def select_targets(patterns: Sequence[str]) -> list[BenchTarget]:
+    """`bench.select`'s weight entries and architectures (fnmatch patterns, registered names; every
+    entry without patterns), then each other name `zoo.load` takes, resolved once: a saved or run
+    folder or ``hf-hub:ORG/REPO`` measured with its own weights (`source_info` says what it
+    records), torchvision's name of weights as the entry it means."""
+    registry: list[str] = []
+    others: list[BenchTarget] = []
+    for pattern in patterns:
+        if any(c in pattern for c in "*?[") or weight_entries.is_registered(pattern):
+            registry.append(pattern)
+            continue
+        try:
+            source = resolve(pattern)
+        except UnknownModelError:
+            registry.append(pattern)  # bench.select says it matches nothing, and what does
+            continue
+        name = source.name if isinstance(source, Registered) else pattern  # the entry a torchvision name means
+        others.append(BenchTarget(name, source_info(source)))
+    return (bench.select(registry) if registry or not patterns else []) + others
+
+
 def measure_targets(
     targets: Sequence[BenchTarget],
     batch_sizes: Sequence[int],
@@ -56,6 +83,7 @@ def measure_targets(
     optimize: bool = False,
     reports: list[tuple[str, int, OptimizeReport]] | None = None,
     device: str = "cpu",
+    seed: int = 0,
 ) -> tuple[list[BenchRow], list[tuple[str, str]]]:
     """Measure every target at every batch size in fp32 eager and, with ``optimize``, as
     `zoo.optimize` chooses (precision "auto", which compiles and times its candidates
@@ -63,7 +91,9 @@ def measure_targets(
     the (name, reason) of the targets skipped: graph models, and published weights not in the
     cache. With ``optimize``, ``reports`` (a list) receives each row's (model, batch size,
     `OptimizeReport`): every candidate's time, speed-up and agreement (`format_peers`). The
-    models run on ``device`` (checked before the first one loads)."""
+    models run on ``device`` (checked before the first one loads). ``seed`` seeds torch before each
+    target loads: its random weights (an architecture without weights) and example inputs are
+    the same in every run, whatever else is measured beside it."""
     if repeats < 1:
         raise InvalidArgumentError(f"--repeats must be 1 or more, got {repeats}")
     device = str(checked_device(device))
@@ -71,15 +101,18 @@ def measure_targets(
     skipped: list[tuple[str, str]] = []
     progress = tqdm(total=len(targets) * len(batch_sizes), desc="zoo bench", unit="run", leave=False)
     for target in targets:
+        torch.manual_seed(seed)
         loaded = _load_or_skip(target, skipped, device)
         if loaded is None:
             progress.update(len(batch_sizes))
             continue
         model, preprocess = loaded
-        model_gmacs = target.info.gmacs if target.info is not None else gmacs(model, preprocess)
+        counted = target.info.gmacs if target.info is not None else None  # a folder's is counted here
+        model_gmacs = counted if counted is not None else gmacs(model, preprocess)
         for batch_size in batch_sizes:
             progress.set_postfix_str(f"{target.name} batch {batch_size}")
             row, report = measure(target, model, preprocess, model_gmacs, batch_size, repeats, optimize)
+            row.weights = _own_weights(target) or row.weights
             rows.append(row)
             if report is not None and reports is not None:
                 reports.append((target.name, batch_size, report))
@@ -93,7 +126,7 @@ def _load_or_skip(
 ) -> tuple[nn.Module, dict[str, Any]] | None:
     """The target's model and preprocessing; None, with the reason added to ``skipped``, for a
     graph model or published weights not in the cache."""
-    if weight_entries.input_kind(target.name.split(".")[0]) == "graphs":
+    if weight_entries.input_kind(target.info.arch if target.info is not None else target.name) == "graphs":
         skipped.append((target.name, GRAPH_SKIP_REASON))
         return None
     try:
@@ -128,6 +161,16 @@ def _load(target: BenchTarget, device: str) -> tuple[nn.Module, dict[str, Any]]:
     if target.info is not None:
         with _offline():
             return load(target.name, device=device), target.info.preprocess
-    arch, default = weight_entries.arch_and_weights(target.name)
-    model = load(arch, pretrained=False, device=device, **(default.model_kwargs if default else {}))
+    source = resolve(target.name)  # an architecture: random weights, as its default entry builds it
+    default = source.entry
+    model = load(source, pretrained=False, device=device, **(default.model_kwargs if default else {}))
     return model, default.preprocess if default else {}
+
+
+def _own_weights(target: BenchTarget) -> str | None:
+    """The weights column of a target with weights of its own, not a weight entry's: "hub" for a
+    Hub repository, "folder" for a saved or run folder; None for the registry's."""
+    info = target.info
+    if info is None or weight_entries.find_weights(info.name) is info:
+        return None
+    return "hub" if info.hf_hub is not None else "folder"

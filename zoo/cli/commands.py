@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 import zoo
 from zoo.cli.predict_files import answer_lines, strict_json
+from zoo.devices import resolve_device
 from zoo.errors import InvalidArgumentError, ZooError
 from zoo.inference import Predictor
 from zoo.inference.items import IMAGE_SUFFIXES
@@ -25,8 +26,6 @@ from zoo.tokenizer import check_byte_lm, complete
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    from zoo.loading.smiles import name_reads_molecules
-
     for option in ("input", "format", "out"):  # a Namespace made in Python may leave them out
         setattr(args, option, getattr(args, option, None))
     _check_predict_inputs(args)
@@ -34,11 +33,12 @@ def run_predict(args: argparse.Namespace) -> int:
         from zoo.cli.predict_files import predict_file
 
         return predict_file(args)
-    if name_reads_molecules(args.name):  # a model fine-tuned on molecules: the arguments are SMILES
+    molecules, text_head = _what_it_reads(args.name)
+    if molecules:  # a model fine-tuned on molecules: the arguments are SMILES
         from zoo.cli.predict_smiles import predict_smiles
 
         return predict_smiles(args)
-    head = None if any(Path(path).exists() for path in args.images) else _text_head(args.name)
+    head = None if any(Path(path).exists() for path in args.images) else text_head
     if head == "lm":
         raise InvalidArgumentError(f"{args.name} is a language model: continue a text with zoo generate NAME 'PROMPT'")
     if head is not None:
@@ -48,7 +48,9 @@ def run_predict(args: argparse.Namespace) -> int:
         )
     for path in args.images:  # a missing, unreadable or truncated file is found before the model loads
         open_image(path, decode=False)
-    predictor = Predictor(args.name, device=args.device, batch_size=args.batch_size)  # zoo.predict's batches
+    predictor = Predictor(
+        args.name, device=args.device, batch_size=args.batch_size, num_workers=getattr(args, "num_workers", 0)
+    )
     model = predictor.model
     progress = tqdm(
         total=len(args.images), desc="zoo predict", unit="img", leave=False,
@@ -76,24 +78,30 @@ def run_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def _text_head(name: str) -> str | None:
-    """The head of ``name`` (registered weights, or a saved folder) when it is a model that reads
-    text, from its entry or config.json alone; None otherwise (loading says what it is)."""
-    from zoo.loading.saved import read_saved_config, saved_folder
+def _what_it_reads(name: str) -> tuple[bool, str | None]:
+    """Whether NAME (resolved once: registered weights, torchvision's name of them, or a saved
+    folder) reads molecules, and its head when it reads text, from its entry or config.json alone;
+    (False, None) where that is not known before loading (a Hub repository; loading says what is wrong)."""
+    from zoo.loading.resolve import Registered, SavedFolder, resolve
+    from zoo.loading.saved import read_saved_config
+    from zoo.loading.smiles import INPUT_FORMAT
 
     try:
         with warnings.catch_warnings():  # a folder shadowed by a registry name: zoo.load says so, once
             warnings.simplefilter("ignore")
-            folder = saved_folder(name)
-        if folder is not None:
-            config = read_saved_config(folder)
-            arch, head = config["architecture"], config["head"]
-        else:
-            arch, entry = weight_entries.arch_and_weights(name)
+            source = resolve(name)
+        if isinstance(source, SavedFolder):
+            config = read_saved_config(source.path)
+            arch, head, input_format = config["architecture"], config["head"], config.get("input_format")
+        elif isinstance(source, Registered):
+            arch, entry = source.arch, source.entry
             head = (entry.model_kwargs.get("head") if entry else None) or weight_entries.supported_heads(arch)[0]
-        return head if weight_entries.input_kind(arch) == "text" else None
+            input_format = entry.input_format if entry else None
+        else:
+            return False, None
+        return input_format == INPUT_FORMAT, head if weight_entries.input_kind(arch) == "text" else None
     except ZooError:
-        return None
+        return False, None
 
 
 def _check_predict_inputs(args: argparse.Namespace) -> None:
@@ -153,25 +161,30 @@ def run_tune(args: argparse.Namespace) -> int:
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    """``zoo eval NAME``: the card's metrics re-measured on the CPU (an explicit --device other than
+    cpu is refused); with --data, a score on the file, on --device (default: cuda if available)."""
     if args.data is not None:
         return _eval_on_file(args)
     flags = {
         "--out": args.out, "--images": args.images, "--label-field": args.label_field,
-        "--device": args.device != "cpu", "--label-delimiter": args.label_delimiter != " ",
+        "--device": args.device not in (None, "cpu"), "--label-delimiter": args.label_delimiter != " ",
         "--skip-bad-rows": args.skip_bad_rows, "--no-progress": args.no_progress,
     }  # fmt: skip
     given = [flag for flag, value in flags.items() if value]
     if given:
         raise InvalidArgumentError(f"{', '.join(given)} go(es) with --data FILE (scoring on your data); add --data")
+    from zoo.loading.resolve import Registered, SavedFolder, resolve
     from zoo.training.recipes import evaluate
 
-    if not weight_entries.is_registered(args.name) and (Path(args.name).expanduser() / "config.json").is_file():
+    source = resolve(args.name)  # once: the entry whose card is re-measured (torchvision's names too)
+    if not isinstance(source, Registered):
+        folder = isinstance(source, SavedFolder)
         raise InvalidArgumentError(
-            f"{args.name} is a saved folder: zoo eval re-measures a registered entry's card (zoo list --pretrained); "
-            f"score it on your held-out data with --data FILE (its own validation figures: "
-            f"{Path(args.name) / 'metrics.json'})"
+            f"{args.name} is a {'saved folder' if folder else 'Hub repository'}: zoo eval re-measures a registered "
+            "entry's card (zoo list --pretrained); score it on your held-out data with --data FILE"
+            + (f" (its own validation figures: {Path(args.name) / 'metrics.json'})" if folder else "")
         )
-    rows = evaluate.compare(args.name, args.limit)
+    rows = evaluate.compare(source.name, args.limit)
     print(f"{'evaluation':<24}{'metric':<8}{'claimed':>10}{'measured':>10}")
     for row in rows:
         flag = "" if row["ok"] else "   <-- differs from the card"
@@ -202,8 +215,9 @@ def _eval_on_file(args: argparse.Namespace) -> int:
     reading = MoleculeOptions(
         label_field=args.label_field, label_delimiter=args.label_delimiter, skip_bad_rows=args.skip_bad_rows
     )
+    device = str(resolve_device(args.device))  # --data: the one default, cuda if available
     scores = score_file(
-        args.name, args.data, device=args.device, batch_size=args.batch_size, reading=reading, images=args.images,
+        args.name, args.data, device=device, batch_size=args.batch_size, reading=reading, images=args.images,
         progress=not args.no_progress, num_workers=args.num_workers,
     )  # fmt: skip
     print("\n".join(format_scores(scores)))

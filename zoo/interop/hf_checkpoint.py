@@ -137,7 +137,7 @@ def _first(value: Any) -> Any:
 
 
 def load_pretrained(
-    name: str,
+    arch: str,
     directory: str | os.PathLike,
     *,
     head: str | None = None,
@@ -145,12 +145,13 @@ def load_pretrained(
     dtype: torch.dtype | None = None,
     **overrides: Any,
 ) -> nn.Module:
-    """Build ``name`` (moe_lm or moe_encoder) from the Hugging Face checkpoint in ``directory``;
-    ``overrides`` replace options of its config (e.g. ``router_z_loss_coef``). The parameters
+    """Build ``arch`` (moe_lm or moe_encoder: the architecture `zoo.loading.resolve` made of the
+    name) from the Hugging Face checkpoint in ``directory``; ``overrides`` replace options of its
+    config (e.g. ``router_z_loss_coef``). The parameters
     are made in ``dtype`` (default float32). A classification head is freshly initialised (the
     checkpoint's LM head is then left out). What `zoo.load(name, weights=directory)` calls."""
     directory = Path(directory)
-    arch, head = _checked_head(name, head)
+    head = _checked_head(arch, head)
     kwargs = {**_config_kwargs(directory / CONFIG_FILE), **overrides}
     files = _shard_files(directory)
     with torch.device("meta"):
@@ -171,9 +172,8 @@ def load_pretrained(
     return set_config(model, config)
 
 
-def _checked_head(name: str, head: str | None) -> tuple[str, str]:
-    """The architecture of ``name`` (one that reads these checkpoints) and the head to build."""
-    arch, _ = weight_entries.arch_and_weights(name)
+def _checked_head(arch: str, head: str | None) -> str:
+    """The head to build of ``arch``, an architecture that reads these checkpoints."""
     if not weight_entries.arch_spec(arch).hf_checkpoints:
         archs = [name for name, spec in ARCHS.items() if spec.hf_checkpoints]
         raise InvalidArgumentError(f"Hugging Face MoE checkpoints load into {' or '.join(archs)}, not {arch}")
@@ -181,7 +181,7 @@ def _checked_head(name: str, head: str | None) -> tuple[str, str]:
     head = head or heads[0]
     if head not in heads:
         raise InvalidArgumentError(f"{arch} has no head {head!r}; choose one of: {', '.join(heads)}")
-    return arch, head
+    return head
 
 
 def _config_kwargs(path: Path) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 `resolve` tells apart a Hugging Face Hub repository (``hf-hub:ORG/REPO``), a folder written by
 `zoo.save`, a Hugging Face checkpoint given as ``weights=`` (a folder with ``config.json``, or
 a Hub repository for the MoE architectures), and the registry (an architecture or ``arch.tag``,
-with torchvision's names for weights and a file or URL as ``weights=``). `zoo.load` and the
+or torchvision's name of the weights, ``ResNet50_Weights.IMAGENET1K_V2`` or the enum member; with
+torchvision's names for weights and a file or URL as ``weights=``). `zoo.load` and the
 commands take the source it returns, so nothing resolves the same name twice.
 """
 
@@ -11,17 +12,19 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from zoo.errors import InvalidArgumentError
+from zoo.errors import InvalidArgumentError, UnknownModelError
 from zoo.interop import hub_names, torchvision_weights
 from zoo.loading.saved import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, read_saved_config, saved_folder
 from zoo.store import weight_entries
 from zoo.store.weight_entries import WeightInfo
 
 MAX_NAME_CHARS = 4096  # Linux's PATH_MAX: a longer name is no model's and no path
+TORCHVISION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*_Weights\.[A-Z][A-Z0-9_]*")  # ResNet50_Weights.IMAGENET1K_V2
 
 
 @dataclass(frozen=True)
@@ -63,10 +66,12 @@ class HFCheckpoint:
 Source = Registered | SavedFolder | HubRepository | HFCheckpoint
 
 
-def resolve(name_or_path: str | os.PathLike | Source, weights: str | os.PathLike | Enum | None = None) -> Source:
+def resolve(name_or_path: str | os.PathLike | Enum | Source, weights: str | os.PathLike | Enum | None = None) -> Source:
     """The source that ``name_or_path`` (with ``weights=``) means; a source passes through."""
     if isinstance(name_or_path, Registered | SavedFolder | HubRepository | HFCheckpoint):
         return name_or_path
+    if isinstance(name_or_path, Enum):  # a weights enum's member, torchvision's or zoo's: its entry
+        return _named_weights(name_or_path, weights)
     if not isinstance(name_or_path, str | os.PathLike):
         raise InvalidArgumentError(
             f"a model is named by a string such as 'resnet20.fmnist' or a folder's path, got {name_or_path!r}"
@@ -85,6 +90,8 @@ def resolve(name_or_path: str | os.PathLike | Source, weights: str | os.PathLike
         if saved is not None:
             return SavedFolder(saved)
     name = str(name_or_path)
+    if TORCHVISION_NAME.fullmatch(name) and not weight_entries.is_registered(name):
+        return _named_weights(name, weights)
     arch, entry = weight_entries.arch_and_weights(name)
     if weights is None:
         return Registered(name, arch, entry)
@@ -96,6 +103,28 @@ def resolve(name_or_path: str | os.PathLike | Source, weights: str | os.PathLike
     if hub_names.is_repo_reference(weights) and weight_entries.arch_spec(arch).hf_checkpoints:
         return HFCheckpoint(arch, repo=hub_names.parse_repo(weights, f"weights={weights!r}"))
     return Registered(name, arch, entry, weights=str(weights))
+
+
+def _named_weights(name: str | Enum, weights: str | os.PathLike | Enum | None) -> Registered:
+    """The entry that torchvision's name of weights (``ResNet50_Weights.IMAGENET1K_V2``, as
+    torchvision's ``get_weight`` takes it, or the enum member) means as a model's name: that of
+    the architecture whose weights enum has that class name (`zoo.get_model_weights`)."""
+    shown = name if isinstance(name, str) else f"{type(name).__name__}.{name.name}"
+    if weights is not None:
+        raise InvalidArgumentError(
+            f"{shown} names its weights: leave out weights={weights!r}, or name the architecture "
+            f"(zoo.load('resnet50', weights=...))"
+        )
+    class_name = shown.partition(".")[0]
+    arch = next((a for a in weight_entries.list_models() if torchvision_weights.enum_name(a) == class_name), None)
+    if arch is None or not class_name.endswith("_Weights"):
+        raise UnknownModelError(
+            f"{shown}: no architecture of zoo's has weights called {class_name}; name weights as "
+            "'arch.tag' (zoo list --pretrained) or torchvision's 'ResNet50_Weights.IMAGENET1K_V2'"
+        )
+    entry = torchvision_weights.weights_entry(arch, arch, name)
+    assert entry is not None  # internal: a name of the enum's form is one of its members or refused
+    return Registered(entry.name, arch, entry)
 
 
 def _is_dir(path: str | os.PathLike) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,6 @@ from torchvision import tv_tensors
 from torchvision.transforms import InterpolationMode, v2
 
 from zoo.errors import InvalidArgumentError
-from zoo.store import weight_entries
 from zoo.store.weight_entries import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = [
@@ -40,33 +40,20 @@ def text_length(model: nn.Module) -> int:
     return min(model.pretrained_cfg.get("max_length") or TEXT_LENGTH, positions)
 
 
-def transforms(name_or_model: str | os.PathLike | nn.Module) -> Callable[[Any], torch.Tensor]:
+def transforms(name_or_model: str | os.PathLike | Enum | nn.Module) -> Callable[[Any], torch.Tensor]:
     """The preprocessing the weights were evaluated with (torchvision transforms v2): PIL images
     or uint8 tensors in, a normalised float tensor out; of a model, or of any name `zoo.load`
-    takes (registry names, saved and fine-tuned folders, ``hf-hub:`` repositories)."""
+    takes (registry names, saved and fine-tuned folders, ``hf-hub:`` repositories, torchvision's
+    names of weights), read from what the name records (`zoo.info`), nothing loaded."""
     if isinstance(name_or_model, nn.Module):
         preprocess = name_or_model.pretrained_cfg.get("preprocess") or {}
     else:
-        preprocess = preprocess_of(name_or_model)
+        from zoo.loading.info import info  # the one description of every kind of name
+
+        preprocess = info(name_or_model).preprocess
     if not preprocess:
         raise InvalidArgumentError("these weights record no image preprocessing")
     return build_transforms(preprocess)
-
-
-def preprocess_of(name: str | os.PathLike) -> dict[str, Any]:
-    """The preprocessing recorded for whatever `zoo.load` takes as ``name``: a registered
-    entry's, a saved or fine-tuned folder's ``config.json`` (read, not loaded), or the loaded
-    model's for a Hub repository or checkpoint."""
-    from zoo.loading.build import load
-    from zoo.loading.resolve import Registered, SavedFolder, resolve
-    from zoo.loading.saved import read_saved_config
-
-    source = resolve(name)
-    if isinstance(source, Registered) and source.weights is None:
-        return weight_entries.info(source.name).preprocess
-    if isinstance(source, SavedFolder):
-        return read_saved_config(source.path).get("preprocess") or {}
-    return load(name).pretrained_cfg.get("preprocess") or {}
 
 
 def build_transforms(preprocess: dict[str, Any]) -> v2.Compose:

@@ -12,6 +12,7 @@ import torch.nn as nn
 from zoo.architectures import ARCHS
 from zoo.errors import InvalidArgumentError, WeightsMismatchError
 from zoo.loading.build import features_only_model, load
+from zoo.loading.resolve import Registered, Source, resolve
 from zoo.loading.state_dicts import mismatch_message
 from zoo.store import weight_entries
 from zoo.store.convert import convert_state_dict
@@ -45,30 +46,39 @@ def create_model(
     ``feature_cfg=dict(feature_cls=..., out_indices=...)``), other options (``global_pool``,
     ``drop_rate``...) to the architecture; ``num_classes=0, global_pool=""`` gives the unpooled
     maps, as timm's.
+    ``model_name`` may also be any name `zoo.load` takes (a saved folder, ``hf-hub:ORG/REPO``).
     ``checkpoint_path`` loads a local state dict, safetensors file or timm/torchvision
     checkpoint (pickles only with ``weights_only=True``) after the head is set, strictly, as
     timm does; ``pretrained_cfg_overlay`` updates ``pretrained_cfg``. The model is returned in
     training mode, as timm returns it."""
-    arch, _, tag = model_name.partition(".")
-    arch, options = TIMM_NAMES.get(arch, (arch, {}))
+    source, options = _resolved(model_name)
     options = {**options, **kwargs}
     feature_cls, out_indices = _feature_options(options, features_only, out_indices)
     if in_chans is not None:
         options["in_chans"] = in_chans
     # Without a classifier any pooling goes, "" included: set after loading (the weights' head may need one)
-    spec = ARCHS.get(arch)
+    spec = ARCHS.get(source.arch) if isinstance(source, Registered) else None  # a folder's: its builder takes it
     pool = options.pop("global_pool", None) if num_classes == 0 and spec and spec.inputs == "images" else None
-    name = f"{arch}.{tag}" if tag else arch
-    model = load(name, pretrained=pretrained, num_classes=num_classes or None, **options)
+    model = load(source, pretrained=pretrained, num_classes=num_classes or None, **options)
     if num_classes == 0:
         _remove_classifier(model, pool)
     if checkpoint_path is not None:
-        _load_checkpoint(model, Path(checkpoint_path).expanduser(), arch)
+        _load_checkpoint(model, Path(checkpoint_path).expanduser(), model.pretrained_cfg["architecture"])
     if pretrained_cfg_overlay:
         model.pretrained_cfg = {**model.pretrained_cfg, **pretrained_cfg_overlay}
     if features_only:
         model = features_only_model(model, out_indices, feature_cls)
     return model.train()
+
+
+def _resolved(model_name: str) -> tuple[Source, dict[str, Any]]:
+    """timm's name of a model zoo spells differently (`TIMM_NAMES`: zoo's architecture and the
+    options that make it), or any name `zoo.load` takes, resolved once."""
+    arch, dot, tag = model_name.partition(".") if isinstance(model_name, str) else ("", "", "")
+    if arch in TIMM_NAMES:
+        arch, options = TIMM_NAMES[arch]
+        return resolve(f"{arch}{dot}{tag}"), dict(options)
+    return resolve(model_name), {}
 
 
 def _feature_options(

@@ -23,6 +23,7 @@ from torchvision.transforms._presets import ImageClassification
 from zoo.errors import InvalidArgumentError, UnknownModelError
 from zoo.interop import torchvision_weights
 from zoo.loading import build
+from zoo.loading.resolve import HubRepository, Registered, resolve
 from zoo.loading.transforms import ConvertChannels
 from zoo.store import weight_entries
 from zoo.store.weight_entries import WeightInfo
@@ -154,13 +155,27 @@ def get_model_weights(name: str | Callable[..., nn.Module]) -> type[ModelWeights
     or of its builder, the same class for the same entries on every call; ``DEFAULT`` is
     torchvision's DEFAULT for weights republished from torchvision, else zoo's default entry. An
     architecture without weights has an enum without members, as torchvision's do."""
-    arch, _ = weight_entries.arch_and_weights(name if isinstance(name, str) else name.__name__)
+    arch = _architecture_of(name if isinstance(name, str) else name.__name__)
     members = torchvision_weights.members(arch)
     if not members:
         return _weights_enum(torchvision_weights.enum_name(arch), ())
     default = torchvision_weights.default_entry(arch).name
     pairs = tuple((member, info.name) for member, info in members.items()) + ((torchvision_weights.DEFAULT, default),)
     return _weights_enum(torchvision_weights.enum_name(arch), pairs)
+
+
+def _architecture_of(name: str) -> str:
+    """The architecture whose weights ``name`` asks for (an architecture, ``arch.tag`` or
+    torchvision's name of weights), resolved once; a folder or Hub repository holds weights of
+    its own, in no enum, and is refused by name."""
+    source = resolve(name)
+    if isinstance(source, Registered):
+        return source.arch
+    holder = "the repository's" if isinstance(source, HubRepository) else "the folder's"
+    raise InvalidArgumentError(
+        f"{name!r}: its weights are {holder} own, in no weights enum; get_model_weights takes an "
+        f"architecture or a weight name such as 'resnet50' (zoo.load({name!r}) loads these)"
+    )
 
 
 _ENUMS: dict[tuple[str, tuple[tuple[str, str], ...]], type[ModelWeights]] = {}
@@ -212,7 +227,7 @@ def __getattr__(name: str) -> Any:
 
 
 def get_model(name: str, weights: str | os.PathLike | Enum | None = None, **kwargs: Any) -> nn.Module:
-    """The architecture ``name`` with ``weights`` (torchvision's names, a zoo enum member, a file
-    or a URL), or freshly initialised without; ``kwargs`` go to `zoo.load`. Unlike torchvision
-    the model comes back in eval mode; call ``.train()`` to train it."""
+    """The architecture ``name`` (or any name `zoo.load` takes) with ``weights`` (torchvision's
+    names, a zoo enum member, a file or a URL), or freshly initialised without; ``kwargs`` go to
+    `zoo.load`. Unlike torchvision the model comes back in eval mode; call ``.train()`` to train it."""
     return build.load(name, pretrained=weights is not None, weights=weights, **kwargs)

@@ -206,9 +206,12 @@ def _text_model(name: str, model: nn.Module, documents: Documents) -> ServedMode
 
 
 def served_name(source: str) -> str:
-    """The name clients use: the weight name, or a folder's own name."""
+    """The name clients use: the weight name, a folder's own name, or a Hub repository's
+    ``ORG/REPO`` as ``ORG--REPO`` (Hugging Face's cache spelling: a route's name holds no '/')."""
     path = Path(source)
-    return path.resolve().name if path.is_dir() else source
+    if path.is_dir():
+        return path.resolve().name
+    return source.removeprefix("hf-hub:").replace("/", "--") if source.startswith("hf-hub:") else source
 
 
 def _optimized(model: nn.Module, example: torch.Tensor, precision: str, max_batch: int) -> nn.Module:
