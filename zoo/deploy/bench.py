@@ -78,7 +78,7 @@ class BenchRow:
     """One line of the results table: a model at one batch size."""
 
     model: str
-    weights: str  # "bundled", "cached" (a published file already downloaded) or "random"
+    weights: str  # "bundled", "cached" (a published file already downloaded), "random", "folder" or "hub"
     top1: float | None
     param_count: float  # millions, as timm's CSVs
     gmacs: float | None

@@ -9,7 +9,6 @@ RDKit is the optional extra ``zoo[chem]``; without it, one line names the extra.
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -219,21 +218,6 @@ __all__ = [
     "smiles_batch",
     "smiles_problem",
 ]
-
-
-def name_reads_molecules(name: str) -> bool:
-    """Whether ``name`` (registered weights, or a folder `zoo.save` or ``zoo finetune`` wrote)
-    is a model that reads molecules, from its entry or config.json alone (nothing is built)."""
-    from zoo.loading.saved import read_saved_config, saved_folder
-    from zoo.store import weight_entries
-
-    with warnings.catch_warnings():  # a folder shadowed by a registry name: zoo.load says so, once
-        warnings.simplefilter("ignore")
-        folder = saved_folder(name)
-    if folder is not None:
-        return reads_molecules(read_saved_config(folder))
-    entry = weight_entries.find_weights(name) if weight_entries.is_registered(name) else None
-    return entry is not None and entry.input_format == INPUT_FORMAT
 
 
 def reads_graphs(source: Any) -> bool:
