@@ -15,6 +15,7 @@ file afterwards (``sha256_policy: recorded-at-first-download``).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -199,6 +200,9 @@ def _remote_lfs_sha256(repo: HubRepo, filename: str, commit: str) -> str | None:
 def _hub_errors(repo: HubRepo, filename: str | None, offline: bool) -> Iterator[None]:
     """huggingface_hub's errors as zoo errors that name the repository, revision and fix."""
     what = f"{filename} of {repo}" if filename else str(repo)
+    http_log = logging.getLogger("huggingface_hub.utils._http")  # its retries, one line each: the error says it once
+    level = http_log.level
+    http_log.setLevel(logging.ERROR)
     try:
         yield
     except GatedRepoError as error:
@@ -235,6 +239,8 @@ def _hub_errors(repo: HubRepo, filename: str | None, offline: bool) -> Iterator[
         ) from error
     except (HfHubHTTPError, OfflineModeIsEnabled, OSError) as error:
         raise DownloadError(f"could not download {what} from the Hub: {error}. Try again later.") from error
+    finally:
+        http_log.setLevel(level)
 
 
 @dataclass(frozen=True)
