@@ -2,7 +2,8 @@
 
 `StepFn` is the type of a step (``step(model, batch) -> StepOutput``); `ClassificationStep`
 (cross-entropy, plus the model's auxiliary loss), `DistillationStep` (the same, learning also
-from a frozen teacher) and `RegressionStep` (MSE or Huber on standardised targets) are the
+from a frozen teacher), `RegressionStep` (MSE or Huber on standardised targets) and
+`MaskedRegressionStep` (MSE over the targets present, NaN marking a missing one) are the
 ones the zoo ships. `forward_with_aux` is the one place that knows
 about routing/auxiliary losses. The batch helpers the steps and the evaluation loops share live
 here too: `split_batch` (inputs and targets) and `move_to_device`; `check_manual_step` refuses what a
@@ -349,6 +350,37 @@ class MultiLabelStep:
         if self.keep_scores:
             logs |= {"cat/scores": logits.detach().sigmoid(), "cat/targets": targets.detach()}
         return StepOutput(loss, logits.detach(), targets, logs, per_sample.detach())
+
+
+@dataclass
+class MaskedRegressionStep:
+    """MSE between the model's outputs [N, K] and targets [N, K] that may be missing (NaN, or
+    any value that is not finite): the mean squared error over the present targets only, so a
+    missing one adds neither loss nor gradient (many outputs, each target of a sample measured
+    or not: the molecular descriptors a backbone is pretrained on), plus ``aux_loss_weight``
+    times the model's auxiliary loss. The targets are standardised beforehand. Its ``sum/``
+    logs are over the present targets, so an epoch's ``rmse`` squared is the masked MSE of the
+    whole epoch; its ``targets`` have each missing one replaced by the prediction (no error)."""
+
+    aux_loss_weight: float = 1.0
+
+    def __call__(self, model: nn.Module, batch: Any) -> StepOutput:
+        inputs, targets = split_batch(batch)
+        output, aux_loss, logs = forward_with_aux(model, inputs)
+        output = output.float().reshape(targets.shape[0], -1)
+        targets = targets.float().reshape(output.shape)
+        present = torch.isfinite(targets)
+        # where(), not a product with the mask: a NaN target times 0 is still NaN, in the loss and its gradient
+        squared = torch.where(present, (output - targets.nan_to_num(0.0, 0.0, 0.0)).square(), 0.0)
+        loss = squared.sum() / present.sum().clamp(min=1)
+        per_sample = squared.sum(-1) / present.sum(-1).clamp(min=1)
+        if aux_loss is not None:
+            logs["aux_loss"] = aux_loss.detach()
+            loss = loss + self.aux_loss_weight * aux_loss
+        predictions = output.detach()
+        logs |= regression_sums(predictions[present], targets[present])
+        filled = torch.where(present, targets, predictions)
+        return StepOutput(loss, predictions, filled, logs, per_sample.detach())
 
 
 # the largest |mean| / std whose map float32 holds to about 1e-5 std, and the std range it scales by safely

