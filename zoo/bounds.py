@@ -14,7 +14,7 @@ import math
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from zoo.errors import InvalidArgumentError
 
@@ -217,3 +217,11 @@ def add_renamed(group: Any, old: str, new: argparse.Action) -> None:
     (what ``add_argument`` returned): one name per meaning across the commands, the old ones
     still working (`tests/test_cli_flags.py` checks both)."""
     group.add_argument(old, dest=new.dest, action=_OldSpelling, new=new)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser, saying a refused option in one line (``zoo predict: error: ...``),
+    without the usage block: the house rule for every error of the command line."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

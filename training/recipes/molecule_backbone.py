@@ -16,7 +16,6 @@ of one invocation) bound it; a seeded 2% validates. ``OUT/backbone`` is a `zoo.s
 
 from __future__ import annotations
 
-import argparse
 import copy
 import dataclasses
 import io
@@ -37,7 +36,7 @@ from torch.utils.data import Dataset
 from tqdm import tqdm
 
 import zoo
-from zoo.bounds import SEED_MAX, Bounds, count
+from zoo.bounds import SEED_MAX, Bounds, OneLineParser, count
 from zoo.errors import DataError, InvalidArgumentError, run_command
 from zoo.loading.smiles import INPUT_FORMAT, feature_sizes, graph_or_problem, parse_smiles, require_rdkit
 from zoo.store.files import write_bytes_atomic, write_json
@@ -463,7 +462,7 @@ def _card(result: BackboneRun, finetune: str) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     summary = " ".join(__doc__.split("\n\n")[0].split())
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=summary)
+    parser = OneLineParser(prog=f"python -m {MODULE}", description=summary)
     parser.add_argument("--out", required=True, help="the run's folder: descriptors, checkpoints, logs, backbone/")
     for name, (bounds, text) in OPTIONS.items():
         parser.add_argument("--" + name.replace("_", "-"), type=bounds.parse, help=text)

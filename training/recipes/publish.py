@@ -9,7 +9,6 @@ options, preprocessing, class names, the measured metrics keyed by evaluation ta
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import hashlib
 import inspect
@@ -28,7 +27,7 @@ import safetensors.torch
 import torch
 import torch.nn as nn
 
-from zoo.bounds import count
+from zoo.bounds import OneLineParser, count
 from zoo.deploy.bench import gmacs
 from zoo.errors import InvalidArgumentError, run_command
 from zoo.loading.build import load
@@ -227,7 +226,7 @@ def recipe_main(
     ``workers`` recipes take ``--num-workers N``: data-loading processes (a GPU needs several
     to be kept busy; each worker draws its own augmentations, so it is part of the command)."""
     summary = " ".join(doc.split("\n\n")[0].split())  # the docstring's first paragraph
-    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=summary)
+    parser = OneLineParser(prog=f"python -m {module}", description=summary)
     parser.add_argument("target", choices=sorted(choices), help="the weights to train")
     parser.add_argument(f"--{budget}", type=count().parse, help=f"fewer {budget} than the recipe's (smoke tests)")
     if limit:

@@ -15,20 +15,22 @@ import shlex
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NoReturn
 
-from zoo.bounds import SEED, TEMPERATURE, TOP_K, TOP_P, WORKERS, add_renamed, count, cpu_level, show_defaults
+from zoo.bounds import (
+    SEED,
+    TEMPERATURE,
+    TOP_K,
+    TOP_P,
+    WORKERS,
+    OneLineParser,
+    add_renamed,
+    count,
+    cpu_level,
+    show_defaults,
+)
 from zoo.errors import run_command
 
 PREDICT_BATCH_SIZE = 64
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse's parser, saying a refused option in one line (``zoo predict: error: ...``),
-    without the usage block: the house rule for every error of the command line."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 # The numeric options' bounds, declared once here (those of finetune, demo and serve live with the
