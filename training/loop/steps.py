@@ -113,6 +113,17 @@ def unwrap_model(model: nn.Module) -> nn.Module:
             return model
 
 
+def with_aux_loss(
+    loss: torch.Tensor, aux_loss: torch.Tensor | None, weight: float, logs: dict[str, torch.Tensor]
+) -> torch.Tensor:
+    """``loss`` plus ``weight`` times the model's auxiliary loss, which is logged as ``aux_loss``
+    (unchanged without one)."""
+    if aux_loss is None:
+        return loss
+    logs["aux_loss"] = aux_loss.detach()
+    return loss + weight * aux_loss
+
+
 def forward_with_aux(
     model: nn.Module, inputs: Any
 ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, torch.Tensor]]:
@@ -318,9 +329,7 @@ class RegressionStep:
         else:
             per_sample = F.huber_loss(output, standard, reduction="none").mean(-1)
         loss = per_sample.mean()
-        if aux_loss is not None:
-            logs["aux_loss"] = aux_loss.detach()
-            loss = loss + self.aux_loss_weight * aux_loss
+        loss = with_aux_loss(loss, aux_loss, self.aux_loss_weight, logs)
         predictions = output.detach().double() * self.std + self.mean
         logs |= regression_sums(predictions, targets, self.mean)
         return StepOutput(loss, predictions, targets, logs, per_sample.detach(), self.mean)
@@ -344,9 +353,7 @@ class MultiLabelStep:
         targets = targets.float().reshape(logits.shape)
         per_sample = F.binary_cross_entropy_with_logits(logits, targets, reduction="none").mean(-1)
         loss = per_sample.mean()
-        if aux_loss is not None:
-            logs["aux_loss"] = aux_loss.detach()
-            loss = loss + self.aux_loss_weight * aux_loss
+        loss = with_aux_loss(loss, aux_loss, self.aux_loss_weight, logs)
         if self.keep_scores:
             logs |= {"cat/scores": logits.detach().sigmoid(), "cat/targets": targets.detach()}
         return StepOutput(loss, logits.detach(), targets, logs, per_sample.detach())
@@ -374,9 +381,7 @@ class MaskedRegressionStep:
         squared = torch.where(present, (output - targets.nan_to_num(0.0, 0.0, 0.0)).square(), 0.0)
         loss = squared.sum() / present.sum().clamp(min=1)
         per_sample = squared.sum(-1) / present.sum(-1).clamp(min=1)
-        if aux_loss is not None:
-            logs["aux_loss"] = aux_loss.detach()
-            loss = loss + self.aux_loss_weight * aux_loss
+        loss = with_aux_loss(loss, aux_loss, self.aux_loss_weight, logs)
         predictions = output.detach()
         logs |= regression_sums(predictions[present], targets[present])
         filled = torch.where(present, targets, predictions)
