@@ -82,7 +82,8 @@ def test_the_weights_own_classes_in_another_order_keep_the_head_reordered() -> N
     assert not fresh and "kept" in line and "data's order" in line
     order = [[n.replace("/", "_").lower() for n in names].index(f) for f in folders]
     with torch.no_grad():
-        assert torch.allclose(model(x), logits[:, order])
+        # the same values, the rows of the head's matrix moved: a GEMM may sum a moved row in another order
+        torch.testing.assert_close(model(x), logits[:, order], rtol=1e-5, atol=1e-5)
 
 
 def test_the_head_phase_trains_the_head_alone_and_leaves_all_trainable(tmp_path) -> None:
