@@ -193,3 +193,18 @@ def test_the_command_line_refuses_a_bad_value_in_one_line(capsys) -> None:
     assert exit_.value.code == 2 and "--val-fraction" in capsys.readouterr().err
     with pytest.raises(InvalidArgumentError, match=r"max_steps \(--max-steps\) must be"):
         recipe.BackboneSettings(out="x", max_steps=0)
+
+
+def test_an_out_folder_of_a_users_files_is_left_untouched(tmp_path: Path) -> None:
+    """--out naming a folder that holds a user's files (no run's settings.json) is refused before anything is written."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "backbone").mkdir()
+    (mine / "notes.txt").write_text("keep")
+    settings = recipe.BackboneSettings(out=str(mine))
+    with pytest.raises(InvalidArgumentError, match=r"holds no backbone run \(settings.json\)"):
+        recipe._check_run_folder(settings, MOSES)
+    assert sorted(p.name for p in mine.iterdir()) == ["backbone", "notes.txt"]
+    (mine / "settings.json").write_text("[1, 2]")  # not a run's settings
+    with pytest.raises(InvalidArgumentError, match="no backbone run"):
+        recipe._check_run_folder(settings, MOSES)

@@ -39,7 +39,7 @@ import zoo
 from zoo.bounds import SEED_MAX, Bounds, OneLineParser, count
 from zoo.errors import DataError, InvalidArgumentError, run_command
 from zoo.loading.smiles import INPUT_FORMAT, feature_sizes, graph_or_problem, parse_smiles, require_rdkit
-from zoo.store.files import write_bytes_atomic, write_json
+from zoo.store.files import read_json, write_bytes_atomic, write_json
 from zoo.store.model_config import update_config
 from zoo.training.data.molecules import corpus as corpora
 from zoo.training.data.molecules.corpus import MOSES, Corpus
@@ -53,13 +53,10 @@ NAME = "gin3.moses_descriptors"  # arch.tag: gin3 pretrained on descriptors of M
 TITLE = "GIN with third-order pooling pretrained on RDKit descriptors of MOSES molecules"
 EVAL_TASK, MEMBER = "moses-descriptors", "train"
 # descriptors left out by default: the project's molecule sets' targets, or what they follow closely
-EXCLUDED = {
-    "TPSA": "the target of gin3.nci_tpsa",
-    "MolLogP": "Crippen's logP, which aqueous solubility and FreeSolv's hydration free energy follow closely",
-}
+EXCLUDED = {"TPSA": "the target of gin3.nci_tpsa", "MolLogP": "Crippen's logP, which aqueous solubility and FreeSolv's "
+            "hydration free energy follow closely"}  # fmt: skip
 MOLECULES, VAL_FRACTION, MAX_STEPS, CHECKPOINT_EVERY, BATCH, LR = 100_000, 0.02, 50_000, 500, 64, 1e-3
-CLIP_PERCENTILES = (0.5, 99.5)
-WEIGHT_DECAY, WARMUP_SHARE, CLIP_GRAD = 0.01, 0.01, 5.0  # warmup: a share of the steps
+CLIP_PERCENTILES, WEIGHT_DECAY, WARMUP_SHARE, CLIP_GRAD = (0.5, 99.5), 0.01, 0.01, 5.0  # warmup: a share of steps
 TARGETS_FILE, SETTINGS_FILE, BACKBONE_DIR, DESCRIPTORS_FILE = "descriptors.npz", "settings.json", "backbone", "descriptors.json"  # fmt: skip
 GRAPH_CHUNK = 512  # molecules per task of the graph workers
 # the numeric settings: their bounds and the help of their flag (--max-steps for max_steps)
@@ -293,7 +290,11 @@ def train_config(settings: BackboneSettings, train_size: int) -> TrainConfig:
 def _check_run_folder(settings: BackboneSettings, corpus: Corpus) -> None:
     """Refuse to continue a checkpoint of other settings (`RUN_FIELDS`), naming them; record this run's."""
     out, key = Path(settings.out), settings.run_key(corpus)
-    saved = json.loads((out / SETTINGS_FILE).read_text()) if (out / SETTINGS_FILE).is_file() else key
+    settings_file = out / SETTINGS_FILE
+    saved = read_json(settings_file, 1 << 16, fix="pass another --out") if settings_file.is_file() else {}
+    if not isinstance(saved, dict) or (not saved and out.is_dir() and any(out.iterdir())):  # a user's: untouched
+        raise InvalidArgumentError(f"--out {out} holds no backbone run ({SETTINGS_FILE}); pass a new or empty folder")
+    saved = saved or key
     differ = [name for name in key if saved.get(name) != key[name]]
     if differ and (out / "checkpoints" / "last.pt").is_file():
         was, asked = (", ".join(f"{name}={values.get(name)!r}" for name in differ) for values in (saved, key))
