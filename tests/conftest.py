@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import http.server
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -177,10 +179,19 @@ def _cpu_lines() -> list[str]:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist, split the cores between the workers: each worker's torch takes its
-    share of threads instead of all of them (oversubscribed OpenMP pools wait at barriers)."""
+    share of threads instead of all of them (oversubscribed OpenMP pools wait at barriers).
+
+    The run compiles into an inductor cache of its own (its workers and subprocesses too), not
+    the user's ``/tmp/torchinductor_$USER``: a graph cached there by another run (another worker,
+    or a run capped to AVX2 by ``ATEN_CPU_CAPABILITY``) once came back as a decode step that
+    gave NaN logits, though compiling the same graph afresh was right."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        cache = tempfile.mkdtemp(prefix="zoo-tests-inductor-")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+        config.add_cleanup(lambda: shutil.rmtree(cache, ignore_errors=True))
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from zoo.errors import ZooError, run_command
@@ -222,6 +223,15 @@ def again(command: str, parsed: argparse.Namespace) -> str:
     return f"start `{command}` again on every node (the --rdzv-endpoint node first)"
 
 
+def _kept(parsed: argparse.Namespace) -> str:
+    """The run's last checkpoint, named by its path where the worker's --out says it."""
+    args = list(parsed.training_script_args)
+    out = next((args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--out"), None)
+    out = out or next((arg.split("=", 1)[1] for arg in args if arg.startswith("--out=")), None)
+    where = f" {Path(out) / 'checkpoints' / 'last.pt'}" if out else ""
+    return f"the run's last checkpoint{where} is kept"
+
+
 def launch_error(error: BaseException, parsed: argparse.Namespace, restart: str) -> BaseException:
     """torch's error from torchrun's agent as one `LaunchError` (or `_SaidByWorker`)."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -248,12 +258,12 @@ def launch_error(error: BaseException, parsed: argparse.Namespace, restart: str)
     if isinstance(error, RendezvousTimeoutError):
         return LaunchError(
             f"the rendezvous at {endpoint} timed out waiting for the other nodes (a node was lost or not started; "
-            f"--rdzv-conf join_timeout=SECONDS); the run's last checkpoint is kept: {restart}"
+            f"--rdzv-conf join_timeout=SECONDS); {_kept(parsed)}: {restart}"
         )
     if isinstance(error, RendezvousError) or type(error).__name__.startswith("Dist"):
         return LaunchError(
             f"lost the rendezvous at {endpoint} (the node that hosts it is gone, or its torchrun stopped: {cause}); "
-            f"this node's workers were stopped and the run's last checkpoint is kept: {restart}"
+            f"this node's workers were stopped and {_kept(parsed)}: {restart}"
         )
     return LaunchError(f"torchrun stopped: {type(error).__name__}: {cause}")
 
