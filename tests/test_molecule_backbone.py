@@ -13,6 +13,8 @@ import hashlib
 import io
 import itertools
 import json
+import math
+import re
 import zipfile
 from pathlib import Path
 
@@ -164,6 +166,58 @@ def test_the_backbone_loads_and_is_published_with_its_card(uninterrupted) -> Non
     published = (root / entry["card"]).read_text()
     for fact in (f"sha256 {uninterrupted.corpus.sha256}", "## Standardisation", entry["recipe"], "wall time"):
         assert fact in published, fact
+
+
+def test_the_backbone_names_its_outputs_and_predicts_descriptors_in_their_units(uninterrupted, wheel, monkeypatch):
+    """Its target names each output (the descriptors kept) with the mean and std of its
+    standardisation, so zoo.predict answers in the descriptors' units; the entry's metrics are
+    what the moses-descriptors task measures on the corpus's test member, as `zoo eval` would."""
+    from zoo.loading.smiles import predict_molecules, smiles_batch
+    from zoo.training.data.molecules import corpus as corpora
+    from zoo.training.recipes import evaluate
+
+    model = zoo.load(uninterrupted.folder)
+    target = model.pretrained_cfg["target"]
+    assert target["outputs"] == list(KEPT) and target["standardised"] and len(target["std"]) == 4
+    smiles = [s for s, _ in nci_rows(3)]
+    with torch.no_grad():
+        raw = model(smiles_batch(smiles, "smiles")).double()
+    expected = raw * torch.tensor(target["std"], dtype=torch.float64) + torch.tensor(
+        target["mean"], dtype=torch.float64
+    )
+    assert torch.allclose(torch.tensor(predict_molecules(model, smiles), dtype=torch.float64), expected, atol=1e-4)
+    entry = uninterrupted.entry
+    assert entry["target"] == target and entry["eval_task"] == "moses-descriptors"
+    monkeypatch.setattr(corpora, "corpus_file", lambda **_: Path(wheel[1]))  # zoo's cache: the fake wheel
+    measured = evaluate.TASKS["moses-descriptors"](model, None)
+    assert measured["molecules"] == 3.0 and math.isfinite(measured["mse"])
+    assert measured == pytest.approx(entry["metrics"]["moses-descriptors"], rel=1e-4)
+    with pytest.raises(InvalidArgumentError, match="whose target names its outputs"):
+        evaluate.TASKS["moses-descriptors"](zoo.load("gin3", pretrained=False), None)
+
+
+@pytest.mark.parametrize(
+    ("change", "refusal"),
+    [
+        ({"outputs": ["MolWt"]}, "'target.outputs' must be a list of num_classes=4 output names"),
+        ({"outputs": ["MolWt"] * 4}, "'target.outputs' names an output more than once"),
+        ({"std": [1.0, 1.0, 0.0, 1.0]}, "'target.std' must be positive"),
+        ({"mean": [0.0, 1.0]}, "'target.mean' must be a finite number or a list of num_classes=4"),
+        ({"outputs": None, "mean": [0.0] * 4}, "'target.mean' must be a finite number"),
+    ],
+)
+def test_a_crafted_target_of_named_outputs_is_refused(uninterrupted, tmp_path, change, refusal) -> None:
+    import shutil
+
+    from zoo.errors import WeightsError
+
+    copy = Path(shutil.copytree(uninterrupted.folder, tmp_path / "copy"))
+    config = json.loads((copy / "config.json").read_text())
+    config["target"] |= change
+    config["target"] = {k: v for k, v in config["target"].items() if v is not None}
+    (copy / "config.json").write_text(json.dumps(config))
+    with pytest.raises(WeightsError, match=re.escape(refusal)):
+        zoo.load(copy)
 
 
 def test_zoo_finetune_keeps_the_body_and_puts_a_fresh_head(uninterrupted, tmp_path, monkeypatch) -> None:

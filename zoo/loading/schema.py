@@ -70,7 +70,7 @@ def _check(config: Any) -> None:
     problem = None if config.get("max_length") is None else TEXT_TOKENS.problem(config["max_length"])
     if problem:
         raise _Refusal("max_length", f"(tokens kept per text) {problem}, or null")
-    _check_target(config.get("target"))
+    _check_target(config.get("target"), num_classes)
     _check_multi_label(config.get("multi_label"), num_classes, config.get("target"))
     if not isinstance(config.get("features_only", False), bool):
         raise _Refusal("features_only", "must be true or false")
@@ -78,21 +78,32 @@ def _check(config: Any) -> None:
         _int_list("out_indices", config.get("out_indices"), low=-MAX_OPTION_ITEMS, high=MAX_OPTION_ITEMS)
 
 
-def _check_target(target: Any) -> None:
+def _check_target(target: Any, num_classes: int) -> None:
     """A regression target: its name, the mean and std its standardisation used (finite, std > 0),
-    and whether the model's outputs are still standardised (``standardised``: not folded)."""
+    and whether the model's outputs are still standardised (``standardised``: not folded). A
+    head of several named outputs (``outputs``: one name each) has a mean and std per output."""
     if target is None:
         return
-    if not isinstance(target, dict) or set(target) - {"name", "mean", "std", "standardised"}:
-        raise _Refusal("target", "must be an object with name, mean, std and (optionally) standardised")
+    if not isinstance(target, dict) or set(target) - {"name", "mean", "std", "standardised", "outputs"}:
+        raise _Refusal("target", "must be an object with name, mean, std and (optionally) standardised and outputs")
     if not isinstance(target.get("standardised", False), bool):
         raise _Refusal("target.standardised", "must be true or false (whether the outputs are standardised)")
+    outputs = target.get("outputs")
+    if outputs is not None:
+        if not isinstance(outputs, list) or len(outputs) != num_classes:
+            raise _Refusal("target.outputs", f"must be a list of num_classes={num_classes} output names")
+        _check_names("target.outputs", outputs)
+        if len(set(outputs)) != len(outputs):
+            raise _Refusal("target.outputs", "names an output more than once")
     for stat in ("mean", "std"):
         value = target.get(stat)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise _Refusal(f"target.{stat}", "must be a finite number")
-    if target["std"] <= 0:
-        raise _Refusal("target.std", "must be positive")
+        values = value if outputs is not None and isinstance(value, list) else [value]
+        if outputs is not None and len(values) not in (1, num_classes):
+            raise _Refusal(f"target.{stat}", f"must be a finite number or a list of num_classes={num_classes} of them")
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in values):
+            raise _Refusal(f"target.{stat}", "must be a finite number" + (" or a list of them" if outputs else ""))
+        if stat == "std" and min(values) <= 0:
+            raise _Refusal("target.std", "must be positive")
     name = target.get("name", "")
     if not isinstance(name, str) or len(name) > 256 or not name.isprintable():
         raise _Refusal("target.name", "must be a string of at most 256 printable characters (no newlines or escapes)")

@@ -1,0 +1,121 @@
+"""The molecule backbone's training data: molecule graphs (`molecule_graphs`, built by worker
+processes and kept compact) with RDKit descriptors as targets, each standardised on the training
+part (`standardisation`: clipped to its `CLIP_PERCENTILES`, then centred and scaled; a constant
+one dropped), as `DescriptorGraphs`. The targets are any object with ``values`` [N, D] (NaN
+where missing), ``present`` [N, D] and ``names`` (D): the recipe's cached corpus targets, or
+`zoo.training.data.molecules.corpus.descriptor_targets`'s."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import multiprocessing
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+from tqdm import tqdm
+
+from zoo.errors import DataError
+from zoo.loading.smiles import graph_or_problem, parse_smiles
+
+CLIP_PERCENTILES = (0.5, 99.5)  # each descriptor clipped to these percentiles of the training part
+GRAPH_CHUNK = 512  # molecules per task of the graph workers
+
+
+@dataclasses.dataclass(frozen=True)
+class Standardisation:
+    """Per kept descriptor (``columns`` of the targets): values clipped to [``low``, ``high``],
+    then ``(value - center) / scale``; ``constant`` names those dropped."""
+
+    names: tuple[str, ...]
+    columns: np.ndarray
+    center: np.ndarray
+    scale: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    constant: tuple[str, ...]
+
+    def apply(self, targets: Any, rows: np.ndarray) -> torch.Tensor:
+        """The standardised targets [len(rows), K], float32, NaN where missing."""
+        values = targets.values[np.ix_(rows, self.columns)]
+        standard = (np.clip(values, self.low, self.high) - self.center) / self.scale
+        standard[~targets.present[np.ix_(rows, self.columns)]] = np.nan
+        return torch.from_numpy(standard.astype(np.float32))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Descriptor -> its center, scale and clip range (``descriptors.json``), and those dropped."""
+        stats = zip(self.names, self.center, self.scale, self.low, self.high)
+        per_name = {n: {"center": c, "scale": s, "low": lo, "high": hi} for n, c, s, lo, hi in stats}
+        return {"descriptors": per_name, "constant": list(self.constant), "clip_percentiles": list(CLIP_PERCENTILES)}
+
+
+def standardisation(targets: Any, rows: np.ndarray) -> Standardisation:
+    """Each descriptor's statistics on the training ``rows``: clipped to its 0.5-99.5
+    percentiles (a descriptor whose percentiles coincide, a rare fragment, to its full range),
+    then mean and std; one with a single value there is dropped as constant."""
+    kept, constant = [], []  # (column, mean, std, low, high) of those kept; names of the constant ones
+    for column, name in enumerate(targets.names):
+        values = targets.values[rows, column][targets.present[rows, column]]
+        low, high = np.percentile(values, CLIP_PERCENTILES) if values.size else (0.0, 0.0)
+        if high <= low and values.size:
+            low, high = values.min(), values.max()
+        if high <= low:
+            constant.append(name)
+            continue
+        clipped = np.clip(values, low, high)
+        kept.append((column, float(clipped.mean()), float(clipped.std()), float(low), float(high)))
+    if not kept:
+        raise DataError("every descriptor is constant on the training molecules; sample more (--molecules)")
+    columns, center, scale, low, high = (np.array(part) for part in zip(*kept))
+    names = tuple(targets.names[i] for i in columns)
+    return Standardisation(names, columns.astype(np.int64), center, scale, low, high, tuple(constant))
+
+
+def molecule_graphs(smiles: Sequence[str], processes: int = 1, progress: bool = False) -> list[Any]:
+    """The graph of each SMILES (`zoo.loading.smiles`, the one featurizer), its one-hot features
+    kept as uint8 (a quarter of the memory; `DescriptorGraphs` makes them float), or None where
+    the featurizer refuses the molecule; ``processes`` workers share them."""
+    chunks = [list(smiles[i : i + GRAPH_CHUNK]) for i in range(0, len(smiles), GRAPH_CHUNK)]
+    pool = multiprocessing.get_context().Pool(min(processes, len(chunks))) if processes > 1 < len(chunks) else None
+    graphs: list[Any] = []
+    try:
+        with tqdm(total=len(smiles), unit="mol", desc="graphs", disable=not progress) as bar:
+            for part in (pool.imap if pool is not None else map)(_compact_graphs, chunks):
+                graphs += part
+                bar.update(len(part))
+    finally:
+        if pool is not None:
+            pool.terminate()
+    return graphs
+
+
+def _compact_graphs(smiles: list[str]) -> list[Any]:
+    """The graphs of a chunk of SMILES, features uint8 (None for a refused one); in a worker too."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: one thread is faster than a pool waiting for busy cores
+    try:
+        graphs = [graph_or_problem(parse_smiles(text))[0] for text in smiles]
+    finally:
+        torch.set_num_threads(threads)
+    for graph in (graph for graph in graphs if graph is not None):
+        graph.x, graph.edge_attr = graph.x.to(torch.uint8), graph.edge_attr.to(torch.uint8)
+    return graphs
+
+
+class DescriptorGraphs(Dataset):
+    """Molecule graphs with their standardised descriptors as ``y`` [1, K] (NaN where missing)."""
+
+    def __init__(self, graphs: Sequence[Any], targets: torch.Tensor) -> None:
+        self.graphs, self.targets = graphs, targets
+
+    def __len__(self) -> int:
+        return len(self.graphs)
+
+    def __getitem__(self, index: int) -> Any:
+        graph = copy.copy(self.graphs[index])  # the stored graph stays compact
+        graph.x, graph.edge_attr = graph.x.float(), graph.edge_attr.float()
+        graph.y = self.targets[index : index + 1]
+        return graph
