@@ -150,7 +150,9 @@ def load_for_data(
     _check_fits(name, arch, data)
     if "." not in name:
         if pretrained:
-            tags = [w.name for w in weight_entries.weights_for(arch) if _weights_fit(w.model_kwargs, kwargs, data)]
+            fits = [w for w in weight_entries.weights_for(arch) if _weights_fit(w.model_kwargs, kwargs, data)]
+            # a backbone first: weights trained on many named targets (gin3.moses_descriptors) start any property
+            tags = [w.name for w in sorted(fits, key=lambda w: not (w.target or {}).get("outputs"))]
             hint = f" For pretrained weights that fit this data name them, e.g. {', '.join(tags[:2])}." if tags else ""
             message = f"{name!r} is a bare architecture: training it from scratch (random weights).{hint}"
             warnings.warn(message, stacklevel=3)

@@ -78,13 +78,15 @@ def molecule_graphs(smiles: Sequence[str], processes: int = 1, progress: bool = 
     """The graph of each SMILES (`zoo.loading.smiles`, the one featurizer), its one-hot features
     kept as uint8 (a quarter of the memory; `DescriptorGraphs` makes them float), or None where
     the featurizer refuses the molecule; ``processes`` workers share them."""
+    from zoo.architectures.graph import Data  # PyG's, imported there with its TorchScript warnings quiet
+
     chunks = [list(smiles[i : i + GRAPH_CHUNK]) for i in range(0, len(smiles), GRAPH_CHUNK)]
     pool = multiprocessing.get_context().Pool(min(processes, len(chunks))) if processes > 1 < len(chunks) else None
     graphs: list[Any] = []
     try:
         with tqdm(total=len(smiles), unit="mol", desc="graphs", disable=not progress) as bar:
             for part in (pool.imap if pool is not None else map)(_compact_graphs, chunks):
-                graphs += part
+                graphs += [None if arrays is None else Data(**_tensors(arrays)) for arrays in part]
                 bar.update(len(part))
     finally:
         if pool is not None:
@@ -92,17 +94,28 @@ def molecule_graphs(smiles: Sequence[str], processes: int = 1, progress: bool = 
     return graphs
 
 
-def _compact_graphs(smiles: list[str]) -> list[Any]:
-    """The graphs of a chunk of SMILES, features uint8 (None for a refused one); in a worker too."""
+def _compact_graphs(smiles: list[str]) -> list[dict[str, np.ndarray] | None]:
+    """The graphs of a chunk of SMILES as NumPy arrays, features uint8 (None for a refused one);
+    in a worker too. Arrays, not tensors: a tensor sent back from a worker is shared through a
+    file descriptor that stays open while it lives, and 200,000 graphs run out of them."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors: one thread is faster than a pool waiting for busy cores
     try:
         graphs = [graph_or_problem(parse_smiles(text))[0] for text in smiles]
     finally:
         torch.set_num_threads(threads)
-    for graph in (graph for graph in graphs if graph is not None):
-        graph.x, graph.edge_attr = graph.x.to(torch.uint8), graph.edge_attr.to(torch.uint8)
-    return graphs
+    return [
+        None if graph is None else {key: _compact(key, value).numpy() for key, value in graph.items()}
+        for graph in graphs
+    ]
+
+
+def _compact(key: str, value: torch.Tensor) -> torch.Tensor:
+    return value.to(torch.uint8) if key in ("x", "edge_attr") else value
+
+
+def _tensors(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    return {key: torch.from_numpy(value) for key, value in arrays.items()}
 
 
 class DescriptorGraphs(Dataset):
