@@ -220,10 +220,16 @@ def test_a_crafted_target_of_named_outputs_is_refused(uninterrupted, tmp_path, c
         zoo.load(copy)
 
 
-def test_zoo_finetune_keeps_the_body_and_puts_a_fresh_head(uninterrupted, tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("task", ["regression", "classification"])
+def test_zoo_finetune_keeps_the_body_and_puts_a_fresh_head(uninterrupted, tmp_path, monkeypatch, task) -> None:
+    """Regression data gets a one-output regression head; class labels a classification head
+    (the backbone's own head is a regression's: its body goes under the new one)."""
     data = tmp_path / "tiny.csv"
+    rows = nci_rows(100)[80:100]
+    if task == "classification":
+        rows = [(smiles, "polar" if float(tpsa) > 40 else "apolar") for smiles, tpsa in rows]
     with open(data, "w", newline="") as file:
-        csv.writer(file).writerows([("smiles", "tpsa"), *nci_rows(100)[80:100]])
+        csv.writer(file).writerows([("smiles", "label"), *rows])
     seen: dict[str, dict[str, torch.Tensor]] = {}
     step = Trainer.train_step
 
@@ -237,8 +243,11 @@ def test_zoo_finetune_keeps_the_body_and_puts_a_fresh_head(uninterrupted, tmp_pa
     backbone, start = weights(uninterrupted.folder), seen["start"]
     for body in (CONV, "convs.1.nn.lins.1.weight", "norm.weight"):  # a conv of each layer, the readout's norm
         assert torch.equal(start[body], backbone[body]), body
-    assert start["fc.weight"].shape == (1, backbone["fc.weight"].shape[1]) and backbone["fc.weight"].shape[0] == 4
-    assert zoo.load(tmp_path / "run").num_classes == 1
+    outputs = 1 if task == "regression" else 2
+    assert start["fc.weight"].shape == (outputs, backbone["fc.weight"].shape[1]) and backbone["fc.weight"].shape[0] == 4
+    tuned = zoo.load(tmp_path / "run")
+    assert tuned.num_classes == outputs and tuned.pretrained_cfg["head"] == f"graph_{task}"
+    assert (tuned.pretrained_cfg.get("target") is None) == (task == "classification")
 
 
 def test_the_command_line_refuses_a_bad_value_in_one_line(capsys) -> None:

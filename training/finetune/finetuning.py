@@ -42,10 +42,11 @@ from zoo.architectures import ARCHS
 from zoo.bounds import show_defaults
 from zoo.errors import DataError, InvalidArgumentError, ZooError, run_command
 from zoo.loading.resolve import Registered, SavedFolder, architecture, resolve
-from zoo.loading.saved import read_saved_config
+from zoo.loading.saved import WEIGHTS_FILE, read_saved_config
 from zoo.loading.smiles import reads_graphs
 from zoo.store import weight_entries
 from zoo.store.model_config import update_config
+from zoo.store.state_dict_files import load_state_dict_file
 from zoo.training.data.images.augment import Augment, image_preprocess, image_transforms
 from zoo.training.data.kinds import DataSource, open_data
 from zoo.training.data.molecules.molecule_files import MoleculeOptions, MoleculeSource
@@ -125,6 +126,9 @@ def load_for_data(
                 raise InvalidArgumentError(
                     f"{source.path} is a saved model with fixed options; drop model_kwargs {dict(model_kwargs)}"
                 )
+            head = _data_head(saved["architecture"], data)
+            if head is not None and head != saved["head"]:  # a regression backbone, class data (or the reverse)
+                return _body_with_head(source.path, saved, head, data), str(source.path)
             channels = {"in_chans": data.in_chans} if data.kind == "images" else {}  # colour data, gray model: adapt
             return zoo.load(source, num_classes=data.num_classes, **channels), str(source.path)
         arch, kwargs = saved["architecture"], {**saved["model_kwargs"], **(model_kwargs or {})}
@@ -142,10 +146,8 @@ def load_for_data(
         kwargs.setdefault("in_channels", data.in_chans)
         if isinstance(data, MoleculeSource):
             kwargs.setdefault("edge_dim", data.edge_dim)
-    head = weight_entries.arch_spec(arch).finetune_head
-    if data.target is not None and "graph_regression" in weight_entries.supported_heads(arch):
-        head = "graph_regression"
-    if head is not None and head in weight_entries.supported_heads(arch):
+    head = _data_head(arch, data)
+    if head is not None:
         kwargs.setdefault("head", head)
     _check_fits(name, arch, data)
     if "." not in name:
@@ -162,6 +164,33 @@ def load_for_data(
         return model, None
     model = zoo.load(source, pretrained=pretrained, num_classes=data.num_classes, **kwargs)
     return model, name if pretrained else None
+
+
+def _data_head(arch: str, data: DataSource) -> str | None:
+    """The head the data's task takes on ``arch`` (graph regression for a target, else the
+    family's fine-tuning head), or None where the architecture has one head."""
+    heads = weight_entries.supported_heads(arch)
+    head = "graph_regression" if data.target is not None else weight_entries.arch_spec(arch).finetune_head
+    return head if head in heads else None
+
+
+def _body_with_head(folder: Path, saved: Mapping[str, Any], head: str, data: DataSource) -> nn.Module:
+    """The saved model's body under a fresh ``head`` of the data's outputs: the architecture
+    built with that head, the folder's weights loaded into everything but the classifier."""
+    model = zoo.load(
+        architecture(saved["architecture"]), pretrained=False, num_classes=data.num_classes,
+        **{**saved["model_kwargs"], "head": head},
+    )  # fmt: skip
+    classifier = {id(p) for p in model.get_classifier().parameters()}
+    fresh = {name for name, p in model.named_parameters() if id(p) in classifier}
+    body = {k: v for k, v in load_state_dict_file(folder / WEIGHTS_FILE).items() if k not in fresh}
+    missing, unexpected = model.load_state_dict(body, strict=False)
+    if set(missing) - fresh or unexpected:
+        raise InvalidArgumentError(
+            f"{folder}: its weights do not fit {saved['architecture']} with head {head!r} (missing "
+            f"{sorted(set(missing) - fresh)[:3]}, unexpected {sorted(unexpected)[:3]}); fine-tune it with its own head"
+        )
+    return model
 
 
 def _weights_fit(entry_kwargs: Mapping[str, Any], kwargs: Mapping[str, Any], data: DataSource) -> bool:
