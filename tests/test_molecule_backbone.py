@@ -258,6 +258,9 @@ def test_the_command_line_refuses_a_bad_value_in_one_line(capsys) -> None:
     assert exit_.value.code == 2 and "--val-fraction" in capsys.readouterr().err
     with pytest.raises(InvalidArgumentError, match=r"max_steps \(--max-steps\) must be"):
         recipe.BackboneSettings(out="x", max_steps=0)
+    # the card's command keeps what decides the weights: a local wheel and --no-progress do not
+    argv = ["--out", "o", "--wheel", "/tmp/w.whl", "--molecules", "5", "--no-progress", "--wheel=/w", "--publish"]
+    assert recipe._deciding(argv) == ["--out", "o", "--molecules", "5", "--publish"]
 
 
 def test_an_out_folder_of_a_users_files_is_left_untouched(tmp_path: Path) -> None:

@@ -385,6 +385,20 @@ def _card(result: BackboneRun, finetune: str) -> list[str]:
     return [*lines, ""]
 
 
+def _deciding(argv: Sequence[str]) -> list[str]:
+    """The arguments that decide the weights, for the card's command: a local copy of the wheel
+    (the same verified file) and --no-progress left out, so anyone can rerun it."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip or arg == "--no-progress" or arg.startswith("--wheel="):
+            skip = False
+            continue
+        skip = arg == "--wheel"
+        if not skip:
+            kept.append(arg)
+    return kept
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     summary = " ".join(__doc__.split("\n\n")[0].split())
     parser = OneLineParser(prog=f"python -m {MODULE}", description=summary)
@@ -407,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = BackboneSettings(
             args.out, **{"processes": os.cpu_count() or 1, **given}, exclude=args.exclude, wheel=args.wheel,
             device=args.device, progress=args.progress, publish=args.publish,
-            command=shlex.join(["python", "-m", MODULE, *argv]),
+            command=shlex.join(["python", "-m", MODULE, *_deciding(argv)]),
         )  # fmt: skip
         result = run(settings)
         state = "stopped by the time budget: the same command continues" if result.stopped_by_time else "done"
