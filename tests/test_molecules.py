@@ -395,3 +395,14 @@ def test_a_smiles_with_a_space_is_refused_not_read_up_to_it(text: str) -> None:
 
     with pytest.raises(InvalidArgumentError, match=r"SMILES\[0\] .* \(it holds a (space|tab): one SMILES per molecule"):
         smiles_batch([text])
+
+
+def test_the_bare_gin3_hint_names_the_molecule_backbone_first(tmp_path):
+    """Fine-tuning the bare architecture on molecules trains from scratch, and its warning names
+    the pretrained backbone (the weights trained on many named targets) before any single-property entry."""
+    from zoo.training.finetune.finetuning import load_for_data
+
+    source = molecule_source(_csv(tmp_path / "m.csv", _tpsa_rows(0, 12)), MoleculeOptions(graph_model="gin3"))
+    with pytest.warns(UserWarning, match=r"training it from scratch.*e\.g\. gin3\.moses_descriptors, gin3\."):
+        model, start = load_for_data("gin3", source)
+    assert start is None and model.num_classes == 1

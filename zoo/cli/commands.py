@@ -185,10 +185,11 @@ def run_eval(args: argparse.Namespace) -> int:
             + (f" (its own validation figures: {Path(args.name) / 'metrics.json'})" if folder else "")
         )
     rows = evaluate.compare(source.name, args.limit)
-    print(f"{'evaluation':<24}{'metric':<8}{'claimed':>10}{'measured':>10}")
+    width = max(8, *(len(row["metric"]) + 2 for row in rows))  # a metric's name never runs into its value
+    print(f"{'evaluation':<24}{'metric':<{width}}{'claimed':>10}{'measured':>10}")
     for row in rows:
         flag = "" if row["ok"] else "   <-- differs from the card"
-        print(f"{row['task']:<24}{row['metric']:<8}{row['claimed']:>10.4g}{row['measured']:>10.4g}{flag}")
+        print(f"{row['task']:<24}{row['metric']:<{width}}{row['claimed']:>10.4g}{row['measured']:>10.4g}{flag}")
     if all(row["ok"] for row in rows):
         print(f"{args.name}: every metric matches its card")
         return 0
