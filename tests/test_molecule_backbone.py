@@ -172,6 +172,8 @@ def test_the_backbone_names_its_outputs_and_predicts_descriptors_in_their_units(
     """Its target names each output (the descriptors kept) with the mean and std of its
     standardisation, so zoo.predict answers in the descriptors' units; the entry's metrics are
     what the moses-descriptors task measures on the corpus's test member, as `zoo eval` would."""
+    from zoo.cli.predict_files import csv_columns
+    from zoo.loading.outputs import output_meaning
     from zoo.loading.smiles import predict_molecules, smiles_batch
     from zoo.training.recipes import evaluate
 
@@ -185,6 +187,12 @@ def test_the_backbone_names_its_outputs_and_predicts_descriptors_in_their_units(
         target["mean"], dtype=torch.float64
     )
     assert torch.allclose(torch.tensor(predict_molecules(model, smiles), dtype=torch.float64), expected, atol=1e-4)
+    meaning = output_meaning(model.pretrained_cfg)
+    answer = meaning.answers(raw.float())[0]
+    assert answer["outputs"] == list(KEPT) and answer["value"] == pytest.approx(expected[0].tolist(), abs=1e-4)
+    assert csv_columns(meaning, 5) == list(KEPT)  # zoo predict --input's CSV: a column per descriptor
+    # a new head: the descriptors' names and statistics no longer apply to its outputs
+    assert zoo.load(uninterrupted.folder, num_classes=2).pretrained_cfg.get("target") is None
     entry = uninterrupted.entry
     assert entry["target"] == target and entry["eval_task"] == "moses-descriptors"
     root = Path(uninterrupted.settings.publish)
@@ -201,11 +209,13 @@ def test_the_backbone_names_its_outputs_and_predicts_descriptors_in_their_units(
 @pytest.mark.parametrize(
     ("change", "refusal"),
     [
-        ({"outputs": ["MolWt"]}, "'target.outputs' must be a list of num_classes=4 output names"),
+        ({"outputs": ["MolWt"]}, "'target.outputs' must be a list of num_classes=4 output names (1 or more)"),
         ({"outputs": ["MolWt"] * 4}, "'target.outputs' names an output more than once"),
         ({"std": [1.0, 1.0, 0.0, 1.0]}, "'target.std' must be positive"),
         ({"mean": [0.0, 1.0]}, "'target.mean' must be a finite number or a list of num_classes=4"),
         ({"outputs": None, "mean": [0.0] * 4}, "'target.mean' must be a finite number"),
+        ({"outputs": []}, "'target.outputs' must be a list of num_classes=4 output names (1 or more)"),
+        ({"std": [10**400, 1.0, 1.0, 1.0]}, "'target.std' must be a finite number or a list of them"),
     ],
 )
 def test_a_crafted_target_of_named_outputs_is_refused(uninterrupted, tmp_path, change, refusal) -> None:
@@ -276,3 +286,13 @@ def test_an_out_folder_of_a_users_files_is_left_untouched(tmp_path: Path) -> Non
     (mine / "settings.json").write_text("[1, 2]")  # not a run's settings
     with pytest.raises(InvalidArgumentError, match="no backbone run"):
         recipe._check_run_folder(settings, MOSES)
+
+
+def test_zoo_eval_data_refuses_a_backbone_of_many_outputs_on_one_label(uninterrupted, tmp_path, capsys) -> None:
+    """Scoring 4 descriptors against a file's one label column would broadcast into nonsense: refused in one line."""
+    data = tmp_path / "labelled.csv"
+    with open(data, "w", newline="") as file:
+        csv.writer(file).writerows([("smiles", "tpsa"), *nci_rows(90)[80:90]])
+    assert zoo_main(["eval", str(uninterrupted.folder), "--data", str(data), "--no-progress"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "predicts 4 values (MolWt, NumHDonors, HeavyAtomCount, ...)" in line and "zoo finetune" in line, line

@@ -217,6 +217,13 @@ def _label_order(
     """The model's output index of each of the file's classes (or labels), by name; None for a
     regression. A class the model does not know is refused by name."""
     if meaning.task == "regression":
+        if width > 1:  # the file's readers give one value a sample
+            outputs = meaning.target.get("outputs") if meaning.target else None
+            named = f" ({', '.join(outputs[:3])}, ...)" if outputs else ""
+            raise DataError(
+                f"{name} predicts {width} values{named}, and {data} labels one: zoo eval --data scores a model of one "
+                f"output a sample; fine-tune it on the file first (zoo finetune {name} --data FILE)"
+            )
         return None
     known = meaning.names or [str(i) for i in range(width)]  # a model without names: classes 0, 1, ...
     index = {label: i for i, label in enumerate(known)}

@@ -40,12 +40,13 @@ from torch.utils.data import Dataset
 import zoo
 from zoo.architectures import ARCHS
 from zoo.bounds import show_defaults
-from zoo.errors import DataError, InvalidArgumentError, ZooError, run_command
+from zoo.errors import DataError, InvalidArgumentError, WeightsMismatchError, ZooError, run_command
 from zoo.loading.resolve import Registered, SavedFolder, architecture, resolve
 from zoo.loading.saved import WEIGHTS_FILE, read_saved_config
 from zoo.loading.smiles import reads_graphs
+from zoo.loading.state_dicts import build_with_state_dict
 from zoo.store import weight_entries
-from zoo.store.model_config import update_config
+from zoo.store.model_config import ModelConfig, set_config, update_config
 from zoo.store.state_dict_files import load_state_dict_file
 from zoo.training.data.images.augment import Augment, image_preprocess, image_transforms
 from zoo.training.data.kinds import DataSource, open_data
@@ -119,20 +120,7 @@ def load_for_data(
         )
     source = resolved if resolved is not None else resolve(name)  # once: zoo.load takes the source as it is
     if isinstance(source, SavedFolder):
-        saved = read_saved_config(source.path)
-        _check_fits(name, saved["architecture"], data)
-        if pretrained:
-            if model_kwargs:
-                raise InvalidArgumentError(
-                    f"{source.path} is a saved model with fixed options; drop model_kwargs {dict(model_kwargs)}"
-                )
-            head = _data_head(saved["architecture"], data)
-            if head is not None and head != saved["head"]:  # a regression backbone, class data (or the reverse)
-                return _body_with_head(source.path, saved, head, data), str(source.path)
-            channels = {"in_chans": data.in_chans} if data.kind == "images" else {}  # colour data, gray model: adapt
-            return zoo.load(source, num_classes=data.num_classes, **channels), str(source.path)
-        arch, kwargs = saved["architecture"], {**saved["model_kwargs"], **(model_kwargs or {})}
-        return zoo.load(architecture(arch), pretrained=False, num_classes=data.num_classes, **kwargs), None
+        return _saved_for_data(name, source.path, data, pretrained, model_kwargs)
     if not isinstance(source, Registered):
         raise InvalidArgumentError(
             f"{name!r}: fine-tuning starts from registered weights, an architecture or a folder "
@@ -174,23 +162,43 @@ def _data_head(arch: str, data: DataSource) -> str | None:
     return head if head in heads else None
 
 
+def _saved_for_data(
+    name: str, folder: Path, data: DataSource, pretrained: bool, model_kwargs: Mapping[str, Any] | None
+) -> tuple[nn.Module, str | None]:
+    """`load_for_data` for a folder `zoo.save` wrote: its weights under the data's head (a fresh
+    one of another task where the data's is not the folder's), or its architecture alone."""
+    saved = read_saved_config(folder)
+    _check_fits(name, saved["architecture"], data)
+    if not pretrained:
+        arch, kwargs = saved["architecture"], {**saved["model_kwargs"], **(model_kwargs or {})}
+        return zoo.load(architecture(arch), pretrained=False, num_classes=data.num_classes, **kwargs), None
+    if model_kwargs:
+        raise InvalidArgumentError(
+            f"{folder} is a saved model with fixed options; drop model_kwargs {dict(model_kwargs)}"
+        )
+    head = _data_head(saved["architecture"], data)
+    if head is not None and head != saved["head"]:  # a regression backbone, class data (or the reverse)
+        return _body_with_head(folder, saved, head, data), str(folder)
+    channels = {"in_chans": data.in_chans} if data.kind == "images" else {}  # colour data, gray model: adapt
+    return zoo.load(folder, num_classes=data.num_classes, **channels), str(folder)
+
+
 def _body_with_head(folder: Path, saved: Mapping[str, Any], head: str, data: DataSource) -> nn.Module:
     """The saved model's body under a fresh ``head`` of the data's outputs: the architecture
-    built with that head, the folder's weights loaded into everything but the classifier."""
-    model = zoo.load(
-        architecture(saved["architecture"]), pretrained=False, num_classes=data.num_classes,
-        **{**saved["model_kwargs"], "head": head},
+    built with that head takes the folder's weights but the classifier's (checked as any load:
+    shapes, names, finite values)."""
+    kwargs = {**saved["model_kwargs"], "head": head, "num_classes": data.num_classes}
+    builder = weight_entries.get_builder(saved["architecture"])
+    try:
+        state_dict = load_state_dict_file(folder / WEIGHTS_FILE)
+        model = build_with_state_dict(builder, kwargs, state_dict, data.num_classes, fresh_head=True)
+    except WeightsMismatchError as error:
+        raise WeightsMismatchError(f"{error}\n  (in {folder / WEIGHTS_FILE})") from None
+    config = ModelConfig.from_dict(saved).replace(
+        head=head, num_classes=data.num_classes, model_kwargs={k: v for k, v in kwargs.items() if k != "num_classes"},
+        categories=None, class_names=None, target=None, multi_label=None,
     )  # fmt: skip
-    classifier = {id(p) for p in model.get_classifier().parameters()}
-    fresh = {name for name, p in model.named_parameters() if id(p) in classifier}
-    body = {k: v for k, v in load_state_dict_file(folder / WEIGHTS_FILE).items() if k not in fresh}
-    missing, unexpected = model.load_state_dict(body, strict=False)
-    if set(missing) - fresh or unexpected:
-        raise InvalidArgumentError(
-            f"{folder}: its weights do not fit {saved['architecture']} with head {head!r} (missing "
-            f"{sorted(set(missing) - fresh)[:3]}, unexpected {sorted(unexpected)[:3]}); fine-tune it with its own head"
-        )
-    return model
+    return set_config(model, config)
 
 
 def _weights_fit(entry_kwargs: Mapping[str, Any], kwargs: Mapping[str, Any], data: DataSource) -> bool:

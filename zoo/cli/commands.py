@@ -185,7 +185,7 @@ def run_eval(args: argparse.Namespace) -> int:
             + (f" (its own validation figures: {Path(args.name) / 'metrics.json'})" if folder else "")
         )
     rows = evaluate.compare(source.name, args.limit)
-    width = max(8, *(len(row["metric"]) + 2 for row in rows))  # a metric's name never runs into its value
+    width = max([8, *(len(row["metric"]) + 2 for row in rows)])  # a metric's name never runs into its value
     print(f"{'evaluation':<24}{'metric':<{width}}{'claimed':>10}{'measured':>10}")
     for row in rows:
         flag = "" if row["ok"] else "   <-- differs from the card"

@@ -181,7 +181,7 @@ def strict_json(value: Any, **options: Any) -> str:
 def csv_columns(meaning: OutputMeaning, top_k: int) -> list[str]:
     """The answer's CSV columns: label_1, score_1... (classes), value, or labels and scores."""
     if meaning.task == "regression":
-        return ["value"]
+        return meaning.output_names or ["value"]  # a column per named output
     if meaning.task == "multi_label":
         return ["labels", "scores"]
     return [f"{column}_{i}" for i in range(1, top_k + 1) for column in ("label", "score")]
@@ -192,6 +192,8 @@ def csv_cells(answer: dict[str, Any], width: int) -> list[str]:
     a space, or any delimiter)."""
     if "value" in answer:
         value = answer["value"]
+        if "outputs" in answer:
+            return [repr(v) for v in value]
         return [" ".join(map(repr, value)) if isinstance(value, list) else repr(value)]  # every digit (1.7e9 + 10 i)
     if "labels" in answer:
         found = answer["labels"]
@@ -206,6 +208,11 @@ def answer_lines(shown: str, answer: dict[str, Any], with_index: bool = True) ->
     labels over their thresholds (percent, name, index) a line each; a value on the input's line."""
     if "value" in answer:
         value, target = answer["value"], answer.get("target")
+        if "outputs" in answer:  # named outputs (a descriptor backbone's): a line each
+            return [
+                f"{shown}{f' ({target})' if target else ''}",
+                *(f"  {v:.6g}\t{n}" for n, v in zip(answer["outputs"], value)),
+            ]
         text = " ".join(f"{v:.10g}" for v in value) if isinstance(value, list) else f"{value:.10g}"
         return [f"{shown}\t{text}{f' ({target})' if target else ''}"]
     found = answer.get("classes", answer.get("labels", []))

@@ -74,7 +74,7 @@ def load(
         model = _load_other(source, pretrained, num_classes, weights, dtype, kwargs)
     if num_classes is not None and num_classes != model.num_classes:
         model.reset_classifier(num_classes)
-        update_config(model, num_classes=num_classes, categories=None)
+        update_config(model, num_classes=num_classes, categories=None, target=None)  # a new head: no old meaning
     entry = source.entry if isinstance(source, Registered) else None
     model.pretrained_cfg = {**model.pretrained_cfg, **timm_pretrained_cfg(model, entry)}
     if features_only:

@@ -32,6 +32,11 @@ class OutputMeaning:
     def target_name(self) -> str | None:
         return self.target.get("name") if self.target else None
 
+    @property
+    def output_names(self) -> list[str] | None:
+        """A regression's name of each output (``target.outputs``: a descriptor backbone's), or None."""
+        return list(self.target["outputs"]) if self.target and self.target.get("outputs") else None
+
     def label(self, index: int) -> str:
         return self.names[index] if self.names and index < len(self.names) else str(index)
 
@@ -49,11 +54,13 @@ class OutputMeaning:
     def answers(self, outputs: torch.Tensor, top_k: int = 5) -> list[dict[str, Any]]:
         """One answer per row of ``outputs`` [N, K] (a model's float outputs): ``{"classes":
         [{"label", "index", "score"}, ...]}`` (the top k by softmax), ``{"value", "target"}``
-        (regression; a list of values for several outputs), or ``{"labels": [...]}`` (every label
+        (regression; a list of values for several outputs, with ``"outputs"`` naming them where the
+        target does), or ``{"labels": [...]}`` (every label
         whose sigmoid probability reaches its threshold, most probable first)."""
         if self.task == "regression":
+            named = {"outputs": self.output_names} if self.output_names else {}  # one name per value
             return [
-                {"value": row[0].item() if row.numel() == 1 else row.tolist(), "target": self.target_name}
+                {"value": row[0].item() if row.numel() == 1 else row.tolist(), "target": self.target_name, **named}
                 for row in self.values(outputs)
             ]
         outputs = outputs.detach().float().cpu().reshape(len(outputs), -1)

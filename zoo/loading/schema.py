@@ -81,7 +81,8 @@ def _check(config: Any) -> None:
 def _check_target(target: Any, num_classes: int) -> None:
     """A regression target: its name, the mean and std its standardisation used (finite, std > 0),
     and whether the model's outputs are still standardised (``standardised``: not folded). A
-    head of several named outputs (``outputs``: one name each) has a mean and std per output."""
+    head of several named outputs (``outputs``: one name each) has one mean and std for all, or
+    a list of one per output."""
     if target is None:
         return
     if not isinstance(target, dict) or set(target) - {"name", "mean", "std", "standardised", "outputs"}:
@@ -90,8 +91,8 @@ def _check_target(target: Any, num_classes: int) -> None:
         raise _Refusal("target.standardised", "must be true or false (whether the outputs are standardised)")
     outputs = target.get("outputs")
     if outputs is not None:
-        if not isinstance(outputs, list) or len(outputs) != num_classes:
-            raise _Refusal("target.outputs", f"must be a list of num_classes={num_classes} output names")
+        if not isinstance(outputs, list) or not outputs or len(outputs) != num_classes:
+            raise _Refusal("target.outputs", f"must be a list of num_classes={num_classes} output names (1 or more)")
         _check_names("target.outputs", outputs)
         if len(set(outputs)) != len(outputs):
             raise _Refusal("target.outputs", "names an output more than once")
@@ -100,13 +101,23 @@ def _check_target(target: Any, num_classes: int) -> None:
         values = value if outputs is not None and isinstance(value, list) else [value]
         if outputs is not None and len(values) not in (1, num_classes):
             raise _Refusal(f"target.{stat}", f"must be a finite number or a list of num_classes={num_classes} of them")
-        if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in values):
+        if not values or any(not _finite_number(v) for v in values):
             raise _Refusal(f"target.{stat}", "must be a finite number" + (" or a list of them" if outputs else ""))
         if stat == "std" and min(values) <= 0:
             raise _Refusal("target.std", "must be positive")
     name = target.get("name", "")
     if not isinstance(name, str) or len(name) > 256 or not name.isprintable():
         raise _Refusal("target.name", "must be a string of at most 256 printable characters (no newlines or escapes)")
+
+
+def _finite_number(value: Any) -> bool:
+    """A finite int or float (not a bool); an int too large for a float is not one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _check_multi_label(multi_label: Any, num_classes: int, target: Any) -> None:
