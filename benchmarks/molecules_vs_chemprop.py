@@ -27,8 +27,9 @@ after it: zoo's post-training report included), with its CPU time beside it (use
 threads: less moved by other jobs on a shared machine); prediction time is in the CSV. Printed: the
 machine, then one Markdown table per set (mean ± std over the seeds); ``--out/results.csv``
 has one row per run. Runs go one after another (``--jobs N``: N at a time, with ``--threads 1``
-one a core; each run's CPU time is its own); ``--sets``, ``--seeds`` and ``--limit``
-(training molecules) keep a smoke run short; ``--split-seed`` takes another scaffold split than
+one a core; each run's CPU time is its own); ``--limit N`` trains on a seeded random N of
+the training molecules (a small-data curve, or with ``--sets`` and ``--seeds`` a short smoke
+run); ``--split-seed`` takes another scaffold split than
 the cards' (the one `benchmarks/molecule_sweep.py --split-seeds` trains on).
 
     python3 -m venv /work/cp-env && /work/cp-env/bin/pip install chemprop   # once, outside the repository
@@ -50,6 +51,7 @@ import csv
 import json
 import math
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -99,10 +101,11 @@ class Run:
 
 def write_splits(name: str, folder: Path, limit: int | None, split_seed: int = 0) -> dict[str, Path]:
     """train.csv / val.csv / test.csv of the set's scaffold split (seed ``split_seed``, the cards' 0;
-    the first ``limit`` training molecules), ``smiles,LABEL`` with the labels as read (float32,
-    shortest decimal form)."""
+    with ``limit``, a seeded random sample of that many training molecules, the same for every
+    model and seed: the split lists scaffolds together, so its first ones would be few scaffolds),
+    ``smiles,LABEL`` with the labels as read (float32, shortest decimal form)."""
     source, (train, val, test) = benchmark(name, split_seed)
-    train = train[:limit] if limit is not None else train
+    train = sorted(random.Random(split_seed).sample(train, min(limit, len(train)))) if limit is not None else train
     label = SETS[name].label
     values = [float(graph.y) for graph in source.make_subset(range(source.num_samples), None)]
     classes = source.target is None  # class indices 0..K-1 (chemprop's multiclass labels; zoo takes --task)
@@ -317,7 +320,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
     parser.add_argument("--seeds", nargs="+", type=SEED.parse, default=[0, 1, 2])
-    parser.add_argument("--limit", type=count(1).parse, default=None, help="only the first N training molecules")
+    parser.add_argument(
+        "--limit", type=count(1).parse, default=None, help="a seeded random N of the training molecules"
+    )
     parser.add_argument("--split-seed", type=SEED.parse, default=0, help="the scaffold split (the cards': 0)")
     parser.add_argument("--chemprop", default=None, help="chemprop's executable (default: chemprop on PATH)")
     parser.add_argument(

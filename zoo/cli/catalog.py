@@ -44,7 +44,7 @@ def run_info(args: argparse.Namespace) -> int:
         ("parameters", f"{info.num_params:,}" if info.num_params else "unknown"),
         ("GMACs", info.gmacs if info.gmacs is not None else _uncounted(info.arch)),
         ("file size", format_size(info.file_size)),
-        ("classes", info.num_classes),
+        ("outputs (regression)", info.num_classes) if info.target else ("classes", info.num_classes),
         ("preprocess", json.dumps(info.preprocess)),
         ("recipe", info.recipe or "-"),
         ("license", info.license or "-"),
