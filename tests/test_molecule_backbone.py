@@ -294,5 +294,5 @@ def test_zoo_eval_data_refuses_a_backbone_of_many_outputs_on_one_label(uninterru
     with open(data, "w", newline="") as file:
         csv.writer(file).writerows([("smiles", "tpsa"), *nci_rows(90)[80:90]])
     assert zoo_main(["eval", str(uninterrupted.folder), "--data", str(data), "--no-progress"]) == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
+    (line,) = capsys.readouterr().err.strip().splitlines()  # refused before the file is read: no warning first
     assert "predicts 4 values (MolWt, NumHDonors, HeavyAtomCount, ...)" in line and "zoo finetune" in line, line

@@ -63,10 +63,16 @@ def score_file(
             "zoo eval --data scores a classifier's or a regression's weights"
         )
     meaning = output_meaning(cfg)
+    width = int(cfg["num_classes"])
+    if meaning.task == "regression" and width > 1:  # the file's readers give one value a sample: refused first
+        named = f" ({', '.join(meaning.output_names[:3])}, ...)" if meaning.output_names else ""
+        raise DataError(
+            f"{name} predicts {width} values{named}, and {data} labels one: zoo eval --data scores a model of one "
+            f"output a sample; fine-tune it on the file first (zoo finetune {name} --data FILE)"
+        )
     with for_scoring():  # a test file of one class is scored as any other
         source = _open(name, data, model, meaning, reading or MoleculeOptions(), images)
-    order = _label_order(name, data, source, meaning, int(cfg["num_classes"]))  # before the model runs
-    width = int(cfg["num_classes"])
+    order = _label_order(name, data, source, meaning, width)  # before the model runs
     ranked = meaning.task == "classes"  # classes: the top 5 of each sample are all the metrics need
     outputs, targets = _predict(model, source, (batch_size, num_workers), progress, ranked)
     metrics = _metrics(meaning, outputs, _mapped(meaning, targets, order, width), width)
@@ -217,13 +223,6 @@ def _label_order(
     """The model's output index of each of the file's classes (or labels), by name; None for a
     regression. A class the model does not know is refused by name."""
     if meaning.task == "regression":
-        if width > 1:  # the file's readers give one value a sample
-            outputs = meaning.target.get("outputs") if meaning.target else None
-            named = f" ({', '.join(outputs[:3])}, ...)" if outputs else ""
-            raise DataError(
-                f"{name} predicts {width} values{named}, and {data} labels one: zoo eval --data scores a model of one "
-                f"output a sample; fine-tune it on the file first (zoo finetune {name} --data FILE)"
-            )
         return None
     known = meaning.names or [str(i) for i in range(width)]  # a model without names: classes 0, 1, ...
     index = {label: i for i, label in enumerate(known)}
