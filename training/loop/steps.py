@@ -148,6 +148,17 @@ def forward_with_aux(
     return output.logits, output.aux_loss, logs
 
 
+def rows_forward(
+    model: nn.Module, batch: Any, target_dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, dict[str, torch.Tensor]]:
+    """`forward_with_aux` for the steps whose targets are one row per sample [N, K] (regression,
+    multi-label): the outputs as float [N, K], the targets in ``target_dtype`` of that shape."""
+    inputs, targets = split_batch(batch)
+    output, aux_loss, logs = forward_with_aux(model, inputs)
+    output = output.float().reshape(targets.shape[0], -1)
+    return output, targets.to(target_dtype).reshape(output.shape), aux_loss, logs
+
+
 @dataclass
 class ClassificationStep:
     """Cross-entropy on the model's logits ([N, K], or [N, T, K] with targets [N, T] and
@@ -319,10 +330,7 @@ class RegressionStep:
             )
 
     def __call__(self, model: nn.Module, batch: Any) -> StepOutput:
-        inputs, targets = split_batch(batch)
-        output, aux_loss, logs = forward_with_aux(model, inputs)
-        output = output.float().reshape(targets.shape[0], -1)
-        targets = targets.double().reshape(output.shape)
+        output, targets, aux_loss, logs = rows_forward(model, batch, torch.float64)
         standard = ((targets - self.mean) / self.std).float()
         if self.loss == "mse":
             per_sample = F.mse_loss(output, standard, reduction="none").mean(-1)
@@ -347,10 +355,7 @@ class MultiLabelStep:
     aux_loss_weight: float = 1.0
 
     def __call__(self, model: nn.Module, batch: Any) -> StepOutput:
-        inputs, targets = split_batch(batch)
-        logits, aux_loss, logs = forward_with_aux(model, inputs)
-        logits = logits.float().reshape(targets.shape[0], -1)
-        targets = targets.float().reshape(logits.shape)
+        logits, targets, aux_loss, logs = rows_forward(model, batch)
         per_sample = F.binary_cross_entropy_with_logits(logits, targets, reduction="none").mean(-1)
         loss = per_sample.mean()
         loss = with_aux_loss(loss, aux_loss, self.aux_loss_weight, logs)
@@ -372,10 +377,7 @@ class MaskedRegressionStep:
     aux_loss_weight: float = 1.0
 
     def __call__(self, model: nn.Module, batch: Any) -> StepOutput:
-        inputs, targets = split_batch(batch)
-        output, aux_loss, logs = forward_with_aux(model, inputs)
-        output = output.float().reshape(targets.shape[0], -1)
-        targets = targets.float().reshape(output.shape)
+        output, targets, aux_loss, logs = rows_forward(model, batch)
         present = torch.isfinite(targets)
         # where(), not a product with the mask: a NaN target times 0 is still NaN, in the loss and its gradient
         squared = torch.where(present, (output - targets.nan_to_num(0.0, 0.0, 0.0)).square(), 0.0)
