@@ -51,7 +51,6 @@ import csv
 import json
 import math
 import os
-import random
 import shutil
 import statistics
 import subprocess
@@ -69,7 +68,7 @@ import torch
 import zoo
 from zoo.bounds import SEED, count
 from zoo.loading.smiles import MAX_PREDICT_SMILES, predict_molecules
-from zoo.training.data.molecules.molecule_sets import SETS, benchmark
+from zoo.training.data.molecules.molecule_sets import SETS, benchmark, write_splits
 from zoo.training.loop.meter import regression_metrics
 
 ZOO_MODELS = ("gin3", "gin_sum", "gin_sopool")
@@ -97,29 +96,6 @@ class Run:
     n_val: int
     n_test: int
     command: str
-
-
-def write_splits(name: str, folder: Path, limit: int | None, split_seed: int = 0) -> dict[str, Path]:
-    """train.csv / val.csv / test.csv of the set's scaffold split (seed ``split_seed``, the cards' 0;
-    with ``limit``, a seeded random sample of that many training molecules, the same for every
-    model and seed: the split lists scaffolds together, so its first ones would be few scaffolds),
-    ``smiles,LABEL`` with the labels as read (float32, shortest decimal form)."""
-    source, (train, val, test) = benchmark(name, split_seed)
-    train = sorted(random.Random(split_seed).sample(train, min(limit, len(train)))) if limit is not None else train
-    label = SETS[name].label
-    values = [float(graph.y) for graph in source.make_subset(range(source.num_samples), None)]
-    classes = source.target is None  # class indices 0..K-1 (chemprop's multiclass labels; zoo takes --task)
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for split, indices in (("train", train), ("val", val), ("test", test)):
-        paths[split] = folder / f"{split}.csv"
-        with open(paths[split], "w", newline="") as file:
-            writer = csv.writer(file)
-            writer.writerow(["smiles", label])
-            writer.writerows(
-                (source.smiles[i], str(int(values[i]) if classes else np.float32(values[i]))) for i in indices
-            )
-    return paths
 
 
 def read_table(path: Path) -> tuple[list[str], list[float]]:

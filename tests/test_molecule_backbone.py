@@ -129,6 +129,26 @@ def test_the_descriptors_are_cached_by_their_key(wheel, tmp_path) -> None:
     assert recipe.corpus_targets(settings(tmp_path, wheel, molecules=50), wheel[0]).reused
 
 
+def test_brics_fragments_add_smaller_molecules_in_a_fixed_order(wheel, tmp_path) -> None:
+    from rdkit import Chem
+
+    from zoo.training.data.molecules.descriptor_sets import brics_fragments
+
+    smiles = [s for s, _ in nci_rows(40)]
+    fragments = brics_fragments(smiles, 25)
+    assert len(fragments) == len(set(fragments)) == 25 and not set(fragments) & set(smiles)
+    assert fragments == brics_fragments(smiles, 25, processes=2)  # the same in workers
+    assert fragments[:10] == brics_fragments(smiles, 10)  # a smaller limit: the first of them
+    mols = [Chem.MolFromSmiles(text) for text in fragments]
+    assert all(m is not None and all(a.GetAtomicNum() > 0 for a in m.GetAtoms()) for m in mols)  # capped, no dummies
+    assert brics_fragments(["CCO"], 5) == []  # nothing to break
+    with_fragments = recipe.corpus_targets(settings(tmp_path, wheel, fragments=30), wheel[0])
+    assert with_fragments.fragments == 30 and with_fragments.sampled == 60 and len(with_fragments.smiles) == 90
+    plain = recipe.corpus_targets(settings(tmp_path, wheel), wheel[0])  # another key: computed again
+    assert not plain.reused and plain.fragments == 0 and len(plain.smiles) == 60
+    assert "fragments" not in settings(tmp_path, wheel).run_key(wheel[0])  # run folders from before still continue
+
+
 def test_a_run_stopped_by_its_time_budget_continues_to_the_same_weights(
     wheel, uninterrupted, tmp_path, monkeypatch
 ) -> None:

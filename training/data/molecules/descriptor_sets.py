@@ -3,7 +3,8 @@ processes and kept compact) with RDKit descriptors as targets, each standardised
 part (`standardisation`: clipped to its `CLIP_PERCENTILES`, then centred and scaled; a constant
 one dropped), as `DescriptorGraphs`. The targets are any object with ``values`` [N, D] (NaN
 where missing), ``present`` [N, D] and ``names`` (D): the recipe's cached corpus targets, or
-`zoo.training.data.molecules.corpus.descriptor_targets`'s."""
+`zoo.training.data.molecules.corpus.descriptor_targets`'s. `brics_fragments` widens a corpus
+of one size range (MOSES: 250-350 Da) with the smaller molecules its own BRICS fragments are."""
 
 from __future__ import annotations
 
@@ -92,6 +93,58 @@ def molecule_graphs(smiles: Sequence[str], processes: int = 1, progress: bool = 
         if pool is not None:
             pool.terminate()
     return graphs
+
+
+def brics_fragments(smiles: Sequence[str], limit: int, processes: int = 1, progress: bool = False) -> list[str]:
+    """Up to ``limit`` distinct molecules that are BRICS fragments of ``smiles`` (RDKit's
+    ``BRICS.BRICSDecompose``, each broken bond's dummy atom replaced by hydrogen; canonical
+    SMILES), none of them one of ``smiles``: in the order the molecules give them, so the same
+    input gives the same fragments. The molecules are decomposed in chunks until ``limit`` are found."""
+    given, found = set(smiles), dict[str, None]()  # found: an ordered set
+    chunks = [list(smiles[i : i + GRAPH_CHUNK]) for i in range(0, len(smiles), GRAPH_CHUNK)]
+    pool = multiprocessing.get_context().Pool(min(processes, len(chunks))) if processes > 1 < len(chunks) else None
+    try:
+        with tqdm(total=limit, unit="fragment", desc="BRICS fragments", disable=not progress) as bar:
+            for part in (pool.imap if pool is not None else map)(_fragments, chunks):
+                before = len(found)
+                for text in part:
+                    if len(found) >= limit:
+                        break
+                    if text not in given:
+                        found[text] = None
+                bar.update(len(found) - before)
+                if len(found) >= limit:
+                    break
+    finally:
+        if pool is not None:
+            pool.terminate()
+    return list(found)
+
+
+def _fragments(smiles: list[str]) -> list[str]:
+    """The capped BRICS fragments of a chunk of SMILES (canonical, in order, repeats kept); in a worker too."""
+    from rdkit import Chem
+    from rdkit.Chem import BRICS
+
+    from zoo.loading.smiles import quiet_rdkit
+
+    out: list[str] = []
+    with quiet_rdkit():
+        for text in smiles:
+            mol = parse_smiles(text)
+            for piece in sorted(BRICS.BRICSDecompose(mol)) if mol is not None else ():
+                fragment = Chem.MolFromSmiles(piece)
+                if fragment is None:
+                    continue
+                for atom in fragment.GetAtoms():
+                    if atom.GetAtomicNum() == 0:  # where a bond was broken: a hydrogen instead
+                        atom.SetAtomicNum(1)
+                        atom.SetIsotope(0)
+                try:
+                    out.append(Chem.MolToSmiles(Chem.RemoveHs(fragment)))
+                except (ValueError, RuntimeError):  # RDKit's sanitisation errors
+                    continue
+    return out
 
 
 def _compact_graphs(smiles: list[str]) -> list[dict[str, np.ndarray] | None]:

@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import random
 import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+import numpy as np
 
 from zoo.errors import DataError
 from zoo.loading.smiles import require_rdkit
@@ -156,3 +159,26 @@ def benchmark(name: str, split_seed: int = SPLIT_SEED) -> tuple[MoleculeSource, 
         [source.smiles[i] for i in rest], VAL_FRACTION / (1 - TEST_FRACTION), split_seed
     )
     return source, ([rest[i] for i in train_of_rest], [rest[i] for i in val_of_rest], test)
+
+
+def write_splits(name: str, folder: Path, limit: int | None, split_seed: int = 0) -> dict[str, Path]:
+    """train.csv / val.csv / test.csv of the set's scaffold split (seed ``split_seed``, the cards' 0;
+    with ``limit``, a seeded random sample of that many training molecules, the same for every
+    model and seed: the split lists scaffolds together, so its first ones would be few scaffolds),
+    ``smiles,LABEL`` with the labels as read (float32, shortest decimal form)."""
+    source, (train, val, test) = benchmark(name, split_seed)
+    train = sorted(random.Random(split_seed).sample(train, min(limit, len(train)))) if limit is not None else train
+    label = SETS[name].label
+    values = [float(graph.y) for graph in source.make_subset(range(source.num_samples), None)]
+    classes = source.target is None  # class indices 0..K-1 (chemprop's multiclass labels; zoo takes --task)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for split, indices in (("train", train), ("val", val), ("test", test)):
+        paths[split] = folder / f"{split}.csv"
+        with open(paths[split], "w", newline="") as file:
+            writer = csv.writer(file)
+            writer.writerow(["smiles", label])
+            writer.writerows(
+                (source.smiles[i], str(int(values[i])) if classes else str(np.float32(values[i]))) for i in indices
+            )
+    return paths
