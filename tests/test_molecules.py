@@ -251,6 +251,26 @@ def test_the_server_takes_smiles_on_v1_and_v2(regression_run):
         assert httpx.get(f"{url}/v1/models", timeout=30).status_code == 200  # still serving
 
 
+def test_two_writings_of_a_stereocentre_are_one_molecule_to_the_model():
+    """RDKit's chiral tag (PyG's atom feature) follows the order the bonds were written: these two
+    writings of (S)-butan-2-ol tag their stereocentre oppositely, and the graphs and answers
+    must still be one; the other enantiomer stays another molecule."""
+    from rdkit import Chem
+
+    same = ["CC[C@H](C)O", "O[C@@H](C)CC"]
+    tags = [[a.GetChiralTag() for a in Chem.MolFromSmiles(s).GetAtoms() if a.GetChiralTag()] for s in same]
+    assert tags[0] != tags[1] and len({Chem.MolToSmiles(Chem.MolFromSmiles(s)) for s in same}) == 1
+    first, second, other = (smiles_batch([s]) for s in (*same, "CC[C@@H](C)O"))
+    assert torch.equal(first.x, second.x) and torch.equal(first.edge_index, second.edge_index)
+    assert not torch.equal(first.x, other.x)
+    torch.manual_seed(0)
+    model = zoo.load("gin3", pretrained=False, num_classes=1, head="graph_regression", in_channels=first.x.shape[1],
+                     edge_dim=first.edge_attr.shape[1]).eval()  # fmt: skip
+    with torch.inference_mode():
+        assert torch.equal(model(first), model(second))
+    assert smiles_batch(["OCC"]).x.shape[0] == 3  # no stereocentre: read as written
+
+
 def test_molecule_recipe_tiny(tmp_path):
     from zoo.training.recipes import molecule_weights
 

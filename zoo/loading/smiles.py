@@ -129,10 +129,24 @@ def mol_graph(mol: Any) -> Any:
 
     from zoo.architectures.graph import AddTriangles
 
-    data = from_rdmol(mol)
+    data = from_rdmol(_canonical_stereo(mol))
     data.x = _one_hot(data.x, [len(v) for v in x_map.values()])
     data.edge_attr = _one_hot(data.edge_attr.view(-1, len(e_map)), [len(v) for v in e_map.values()])
     return AddTriangles()(data)
+
+
+def _canonical_stereo(mol: Any) -> Any:
+    """A molecule with a stereocentre in its canonical SMILES's atom and bond order. PyG's atom
+    feature is RDKit's chiral tag, clockwise or not in the order the atom's bonds were written:
+    two writings of one stereocentre (``C[C@H](O)CC``, ``CC[C@@H](C)O``) would get opposite tags,
+    and a model two answers. Molecules without one are kept as they are (a GNN's answer does
+    not depend on atom order)."""
+    Chem = require_rdkit()
+    if all(atom.GetChiralTag() == Chem.ChiralType.CHI_UNSPECIFIED for atom in mol.GetAtoms()):
+        return mol
+    with quiet_rdkit():
+        again = Chem.MolFromSmiles(Chem.MolToSmiles(mol))
+    return again if again is not None else mol
 
 
 def graph_or_problem(mol: Any) -> tuple[Any | None, str | None]:
