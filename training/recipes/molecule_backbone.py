@@ -1,8 +1,9 @@
 """A gin3 molecule backbone pretrained on RDKit descriptors of MOSES molecules, as chemprop's
 CheMeleon pretrains an MPNN on descriptors before fine-tuning it on a small property set. The
 targets: RDKit's descriptors of a seeded sample of the MOSES ``train`` member
-(`zoo.training.data.molecules.corpus`), cached in ``OUT/descriptors.npz`` (reused while the
-corpus, sample, seed, descriptors and RDKit version match), less the project's molecule sets'
+(`zoo.training.data.molecules.corpus`) and, with ``--fragments``, BRICS fragments of them
+(`brics_fragments`: smaller molecules), cached in ``OUT/descriptors.npz`` (reused while the
+corpus, sample, fragments, seed, descriptors and RDKit version match), less the project's molecule sets'
 targets (`EXCLUDED`), standardised on the training part (clipped to its 0.5-99.5 percentiles;
 one constant there is dropped). ``gin3`` at its defaults regresses them (`MaskedRegressionStep`:
 MSE over the values present) through the `Trainer`, checkpointed in ``OUT``: the same command
@@ -10,7 +11,7 @@ continues a run to the same weights. ``--max-steps`` and ``--time-budget-s`` (tr
 of one invocation) bound it; a seeded 2% validates. ``OUT/backbone`` is a `zoo.save` folder
 (its card and ``descriptors.json`` inside); ``--publish`` also writes the weight entry `NAME`.
 
-    python -m zoo.training.recipes.molecule_backbone --out runs/backbone [--molecules 100000] [--seed 0]
+    python -m zoo.training.recipes.molecule_backbone --out runs/backbone [--molecules 100000] [--fragments 0] [--seed 0]
         [--exclude TPSA,MolLogP] [--max-steps 50000] [--time-budget-s 3600] [--publish [weights/]]
 """
 
@@ -152,8 +153,8 @@ class CorpusTargets:
 
 
 def corpus_targets(settings: BackboneSettings, corpus: Corpus = MOSES) -> CorpusTargets:
-    """The sample's descriptors from ``OUT/descriptors.npz`` when its key (corpus sha256, sample
-    size, seed, descriptor names, RDKit version) is this run's, else computed and cached there."""
+    """The sample's descriptors (and its fragments') from ``OUT/descriptors.npz`` when its key (corpus
+    sha256, sample size, fragments, seed, descriptor names, RDKit version) is this run's, else computed and cached there."""
     require_rdkit()
     import rdkit
 

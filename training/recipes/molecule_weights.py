@@ -81,26 +81,27 @@ RECIPES = {
 }
 
 
-# Where each entry starts: the start with the lower mean validation RMSE over its nine runs (three
-# scaffold splits x three seeds; the solubility set: three seeds) in RESULTS' backbone-vs-scratch.csv
-START = {
-    "nci-tpsa": "gin3.moses_descriptors",
-    "chembl2321810": "gin3.moses_descriptors",
-    "freesolv": "gin3",
-    "solubility": "gin3.moses_descriptors",
-}
+# Where each entry starts: the start with the lower mean validation RMSE over its runs (three
+# scaffold splits x three seeds; the solubility set: its fixed test set, three seeds) in RESULTS'
+# backbone-vs-scratch.csv; the table's rows of those two starts, by their names there
+BACKBONE, SCRATCH = "gin3.moses_descriptors", "gin3"
+START = {"nci-tpsa": BACKBONE, "chembl2321810": BACKBONE, "freesolv": SCRATCH, "solubility": BACKBONE}
+COMPARED = {BACKBONE: BACKBONE, SCRATCH: "gin3 from scratch"}
+CHEMPROP = "chemprop D-MPNN (its command line)"
 WHY_START = (
-    "the start (the pretrained backbone or random weights) with the lower mean validation RMSE over the nine "
-    "runs of the comparison below"
+    "of the two starts (the pretrained backbone `gin3.moses_descriptors`, or `gin3` from random weights), the one "
+    "with the lower mean validation RMSE in the comparison below"
 )
 FINETUNE = (
-    "`zoo finetune START --data train.csv --val-data val.csv --seed 0` with every other setting its molecule default "
-    "(zoo.training.finetune.defaults), the best epoch by validation loss"
+    "`zoo finetune START --data train.csv --val-data val.csv --seed 0`, every other setting its molecule default "
+    "(zoo.training.finetune.defaults), the best epoch by validation loss; train.csv and val.csv are the split's "
+    "molecules as `zoo.training.data.molecules.molecule_sets.write_splits(TASK, DIR, None)` writes them; the "
+    "weights are that run's (split 0, seed 0: in the comparison below)"
 )
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "molecules_vs_chemprop"  # the repository's
 
-# How the published gin3.* molecule weights trained: the molecule defaults of their day (until
-# 2026-11-28), kept so that their recipe reruns what made them
+# How the gin3.* molecule weights published until 2026-11-29 trained: the molecule defaults of
+# their day (until 2026-11-28), kept so that `compare` and `measure` rerun what made them
 PUBLISHED_TRAINING: dict[str, Any] = {"steps": 1200, "early_stopping_patience": 20}
 
 
@@ -108,7 +109,7 @@ def recipe_config(
     task: str, epochs: int | None = None, training: dict[str, Any] | None = PUBLISHED_TRAINING
 ) -> TrainConfig:
     """What the task's training split trains with (fp32): the molecule data defaults with
-    ``training``'s step budget and early-stopping patience (the published weights' by default;
+    ``training``'s step budget and early-stopping patience (the weights published until 2026-11-29 by default;
     None: what ``zoo finetune gin3 --data molecules.csv`` gives molecules now), over ``epochs``
     epochs when given."""
     source, (train, _, _) = benchmark(task)
@@ -253,7 +254,7 @@ def run(
         training = _section(Path(folder) / "run" / "README.md", "## Training")
     model = result.model.eval()
     source, (train, val, test) = benchmark(task)
-    backbone = f"; fine-tuned from `{start}` (its card: corpus and recipe)" if "." in start else "; from random weights"
+    backbone = f"; fine-tuned from `{start}` (its card states the corpus and recipe)" if start == BACKBONE else ""
     data = (
         f"{SETS[task].description}, read as a CSV of smiles,{SETS[task].label} by zoo finetune's reader (RDKit, "
         f"PyG's atom and bond features one-hot: {source.in_chans} per atom, {source.edge_dim} per bond); "
@@ -266,7 +267,10 @@ def run(
         seed=0,
         epochs=len(result.history),
         wall_time_s=clock.seconds,
-        hyperparameters={"start": f"`{start}`, {WHY_START}", "fine-tuning": FINETUNE},
+        hyperparameters={
+            "start": f"`{start}`{'' if start == BACKBONE else ' (random weights)'}, {WHY_START}",
+            "fine-tuning": FINETUNE,
+        },
     )
     entry = publish(
         model, recipe.name, title=recipe.title, task=task, metrics={task: evaluate(model, task)},
@@ -286,7 +290,14 @@ def _section(card: Path, title: str) -> list[str]:
     lines = card.read_text().splitlines()
     begin = lines.index(title) + 1
     end = next((i for i in range(begin, len(lines)) if lines[i].startswith("## ")), len(lines))
-    return [line for line in lines[begin:end] if line.strip()]
+    while begin < end and not lines[begin].strip():
+        begin += 1
+    while end > begin and not lines[end - 1].strip():
+        end -= 1
+    return lines[begin:end]
+
+
+_SHOWN = (*COMPARED.values(), CHEMPROP)  # the rows a card shows: the two starts and chemprop
 
 
 def comparison_section(task: str, results: Path = RESULTS) -> list[str]:
@@ -299,13 +310,16 @@ def comparison_section(task: str, results: Path = RESULTS) -> list[str]:
             return [f"(The comparison is not here: {results / file} is missing.)", ""]
         with open(results / file, newline="") as rows:
             for row in csv.DictReader(rows):
-                if row["set"] == task and row.get("training_molecules", "all") == "all":
-                    runs.setdefault(row.get("model", "chemprop D-MPNN (its command line)"), []).append(row)
+                model = row.get("model", CHEMPROP)
+                if row["set"] == task and row.get("training_molecules", "all") == "all" and model in _SHOWN:
+                    runs.setdefault(model, []).append(row)
+    splits = "its fixed test set" if SETS[task].fixed_test else "three scaffold splits"
     lines = [
-        "## Comparison over three scaffold splits (test RMSE)",
+        f"## Comparison over {splits} (test RMSE)",
         "",
         "Each split's mean over seeds 0-2 (its range), the mean of the split means ± their std, and the "
-        f"mean validation RMSE that chose the start; from `{results.name}/` (`benchmarks/molecules_vs_chemprop.py`).",
+        f"mean validation RMSE that chose the start; from `results/{results.name}/` "
+        "(`benchmarks/molecules_vs_chemprop.py`; chemprop 2.3.1 with its defaults, through its own command line).",
         "",
         "| model | split 0 | split 1 | split 2 | mean of the splits | mean validation RMSE | runs |",
         "| --- | --- | --- | --- | --- | --- | --- |",

@@ -88,7 +88,8 @@ def hardware_description() -> str:
     except OSError:
         pass
     threads = torch.get_num_threads()
-    text = f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} with {threads} thread{'s' if threads != 1 else ''}"
+    plural = "s" if threads != 1 else ""
+    text = f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} with {threads} thread{plural}"
     if torch.cuda.is_available():
         text += f", GPU {torch.cuda.get_device_name()}"
     return text
@@ -173,7 +174,7 @@ def _card(title: str, entry: Mapping[str, Any], provenance: Provenance, date: st
         "",
         f"- date: {date}",
         f"- architecture: `{entry['name'].split('.')[0]}` with `{json.dumps(entry['model_kwargs'])}`, "
-        f"{entry['num_params']:,} parameters, {entry['num_classes']} outputs",
+        f"{entry['num_params']:,} parameters, {entry['num_classes']} output{'s' if entry['num_classes'] != 1 else ''}",
         f"- file: `{entry['file']}`, {entry['file_size']:,} bytes, sha256 `{entry['sha256']}`",
         f"- license: {entry['license']}",
         "",

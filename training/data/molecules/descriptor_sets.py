@@ -100,6 +100,8 @@ def brics_fragments(smiles: Sequence[str], limit: int, processes: int = 1, progr
     ``BRICS.BRICSDecompose``, each broken bond's dummy atom replaced by hydrogen; canonical
     SMILES), none of them one of ``smiles``: in the order the molecules give them, so the same
     input gives the same fragments. The molecules are decomposed in chunks until ``limit`` are found."""
+    if limit <= 0:
+        return []
     given, found = set(smiles), dict[str, None]()  # found: an ordered set
     chunks = [list(smiles[i : i + GRAPH_CHUNK]) for i in range(0, len(smiles), GRAPH_CHUNK)]
     pool = multiprocessing.get_context().Pool(min(processes, len(chunks))) if processes > 1 < len(chunks) else None
@@ -134,7 +136,7 @@ def _fragments(smiles: list[str]) -> list[str]:
             mol = parse_smiles(text)
             for piece in sorted(BRICS.BRICSDecompose(mol)) if mol is not None else ():
                 fragment = Chem.MolFromSmiles(piece)
-                if fragment is None:
+                if fragment is None or "*" not in piece:  # unbroken: the molecule itself, not a fragment
                     continue
                 for atom in fragment.GetAtoms():
                     if atom.GetAtomicNum() == 0:  # where a bond was broken: a hydrogen instead

@@ -161,7 +161,7 @@ def benchmark(name: str, split_seed: int = SPLIT_SEED) -> tuple[MoleculeSource, 
     return source, ([rest[i] for i in train_of_rest], [rest[i] for i in val_of_rest], test)
 
 
-def write_splits(name: str, folder: Path, limit: int | None, split_seed: int = 0) -> dict[str, Path]:
+def write_splits(name: str, folder: Path, limit: int | None, split_seed: int = SPLIT_SEED) -> dict[str, Path]:
     """train.csv / val.csv / test.csv of the set's scaffold split (seed ``split_seed``, the cards' 0;
     with ``limit``, a seeded random sample of that many training molecules, the same for every
     model and seed: the split lists scaffolds together, so its first ones would be few scaffolds),
