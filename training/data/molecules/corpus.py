@@ -398,7 +398,7 @@ def descriptor_targets(
     dropped: list[tuple[int, str]] = []
     tasks = [(list(smiles[i : i + CHUNK]), chosen) for i in range(0, len(smiles), CHUNK)]
     bar = tqdm(total=len(smiles), unit="mol", desc="descriptors", disable=not progress or len(smiles) < PROGRESS_FROM)
-    with bar, _mapper(min(processes, len(tasks))) as mapper:
+    with bar, worker_map(min(processes, len(tasks))) as mapper:
         for start, (block, found, problems) in zip(range(0, len(smiles), CHUNK), mapper(_descriptor_rows, tasks)):
             for offset, problem in enumerate(problems):
                 if problem is not None:
@@ -413,8 +413,9 @@ def descriptor_targets(
     )
 
 
-class _mapper:  # noqa: N801  (a context manager used as a function)
-    """``map`` in this process (one process), else a pool's ordered ``imap`` over ``processes`` workers."""
+class worker_map:  # noqa: N801  (a context manager used as a function)
+    """``map`` in this process (one process), else a pool's ordered ``imap`` over ``processes``
+    workers, ended with the block (an early ``break`` stops them): the molecule workers' one pool."""
 
     def __init__(self, processes: int) -> None:
         self.pool = multiprocessing.get_context().Pool(processes) if processes > 1 else None

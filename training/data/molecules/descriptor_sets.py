@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import multiprocessing
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +20,7 @@ from tqdm import tqdm
 
 from zoo.errors import DataError
 from zoo.loading.smiles import graph_or_problem, parse_smiles
+from zoo.training.data.molecules.corpus import worker_map
 
 CLIP_PERCENTILES = (0.5, 99.5)  # each descriptor clipped to these percentiles of the training part
 GRAPH_CHUNK = 512  # molecules per task of the graph workers
@@ -82,16 +82,12 @@ def molecule_graphs(smiles: Sequence[str], processes: int = 1, progress: bool = 
     from zoo.architectures.graph import Data  # PyG's, imported there with its TorchScript warnings quiet
 
     chunks = [list(smiles[i : i + GRAPH_CHUNK]) for i in range(0, len(smiles), GRAPH_CHUNK)]
-    pool = multiprocessing.get_context().Pool(min(processes, len(chunks))) if processes > 1 < len(chunks) else None
     graphs: list[Any] = []
-    try:
-        with tqdm(total=len(smiles), unit="mol", desc="graphs", disable=not progress) as bar:
-            for part in (pool.imap if pool is not None else map)(_compact_graphs, chunks):
+    with tqdm(total=len(smiles), unit="mol", desc="graphs", disable=not progress) as bar:
+        with worker_map(min(processes, len(chunks))) as mapper:
+            for part in mapper(_compact_graphs, chunks):
                 graphs += [None if arrays is None else Data(**_tensors(arrays)) for arrays in part]
                 bar.update(len(part))
-    finally:
-        if pool is not None:
-            pool.terminate()
     return graphs
 
 
@@ -104,10 +100,9 @@ def brics_fragments(smiles: Sequence[str], limit: int, processes: int = 1, progr
         return []
     given, found = set(smiles), dict[str, None]()  # found: an ordered set
     chunks = [list(smiles[i : i + GRAPH_CHUNK]) for i in range(0, len(smiles), GRAPH_CHUNK)]
-    pool = multiprocessing.get_context().Pool(min(processes, len(chunks))) if processes > 1 < len(chunks) else None
-    try:
-        with tqdm(total=limit, unit="fragment", desc="BRICS fragments", disable=not progress) as bar:
-            for part in (pool.imap if pool is not None else map)(_fragments, chunks):
+    with tqdm(total=limit, unit="fragment", desc="BRICS fragments", disable=not progress) as bar:
+        with worker_map(min(processes, len(chunks))) as mapper:
+            for part in mapper(_fragments, chunks):
                 before = len(found)
                 for text in part:
                     if len(found) >= limit:
@@ -117,9 +112,6 @@ def brics_fragments(smiles: Sequence[str], limit: int, processes: int = 1, progr
                 bar.update(len(found) - before)
                 if len(found) >= limit:
                     break
-    finally:
-        if pool is not None:
-            pool.terminate()
     return list(found)
 
 
