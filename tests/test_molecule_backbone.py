@@ -129,6 +129,20 @@ def test_the_descriptors_are_cached_by_their_key(wheel, tmp_path) -> None:
     assert recipe.corpus_targets(settings(tmp_path, wheel, molecules=50), wheel[0]).reused
 
 
+def test_a_crafted_descriptor_cache_is_computed_again_not_trusted(wheel, tmp_path) -> None:
+    good = recipe.corpus_targets(settings(tmp_path, wheel), wheel[0])
+    with np.load(tmp_path / recipe.TARGETS_FILE, allow_pickle=False) as cache:
+        arrays = {name: cache[name] for name in cache.files}
+    for change in (
+        {"fragments": np.arange(3)},
+        {"values": arrays["values"][:5]},
+        {"present": arrays["present"][:, :2]},
+    ):
+        np.savez(tmp_path / recipe.TARGETS_FILE, **{**arrays, **change})
+        again = recipe.corpus_targets(settings(tmp_path, wheel), wheel[0])
+        assert not again.reused and np.array_equal(again.values, good.values, equal_nan=True), change
+
+
 def test_brics_fragments_add_smaller_molecules_in_a_fixed_order(wheel, tmp_path) -> None:
     from rdkit import Chem
 
