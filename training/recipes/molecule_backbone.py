@@ -168,10 +168,11 @@ def corpus_targets(settings: BackboneSettings, corpus: Corpus = MOSES) -> Corpus
             if str(cache["key"]) == key:
                 smiles, values, present = [str(text) for text in cache["smiles"]], cache["values"], cache["present"]
                 sampled, added = int(cache["sampled"]), int(cache["fragments"]) if "fragments" in cache else 0
-                if values.shape != present.shape or values.shape != (len(smiles), len(names)):
-                    raise ValueError(f"values {values.shape} and present {present.shape} for {len(smiles)} SMILES")
-                return CorpusTargets(smiles, values, present, names, sampled, rdkit.__version__, added, True)
-            print(f"{path}: computed for other settings; computing the descriptors again", file=sys.stderr)
+                if values.shape == present.shape == (len(smiles), len(names)):
+                    return CorpusTargets(smiles, values, present, names, sampled, rdkit.__version__, added, True)
+                print(f"{path}: its arrays do not fit its SMILES; computing the descriptors again", file=sys.stderr)
+            else:
+                print(f"{path}: computed for other settings; computing the descriptors again", file=sys.stderr)
     except (OSError, ValueError, KeyError, TypeError) as err:  # TypeError: an array where a number belongs
         if not isinstance(err, FileNotFoundError):
             print(f"{path} cannot be read ({err}); computing the descriptors again", file=sys.stderr)
