@@ -1,12 +1,13 @@
-"""Graph-model variants on the four molecule sets, many runs at once: the recipes' split and test
-metrics (`zoo.training.recipes.molecule_weights`) with zoo finetune's current molecule defaults
-(``--steps`` and ``--patience`` change them), one process per run.
+"""Graph-model variants on the four molecule sets, many runs at once: each set's scaffold split and
+test metrics (`zoo.training.recipes.evaluate`) with zoo finetune's current molecule defaults
+(``--steps`` and ``--patience`` change them), one process per run; and the molecule recipe as it
+was until 2026-11-29 (`compare`), which published the gin3 molecule weights until then.
 
 The molecules are read by RDKit once, here (``cache``), into a file of plain tensors (the
 one-hot atom and bond features as their nonzero columns, loaded with ``weights_only=True``),
 so the runs need neither RDKit nor the sets' files: they can go to a machine with more cores
 or a GPU (``benchmarks/gpu_session.sh sweep``). ``run`` trains every variant of ``--variants``
-on every set and seed with `zoo.training.recipes.molecule_weights._train` (`TrainConfig`
+on every set and seed with `train_variant` (`TrainConfig`
 from zoo finetune's data defaults, best epoch on validation, standardisation folded into the
 head) and measures the test split with `zoo.training.recipes.evaluate.evaluate`, ``--jobs``
 runs at a time (one thread each), and writes one CSV row per run and a Markdown table of
@@ -38,7 +39,7 @@ import torch
 from zoo.bounds import SEED, count
 
 SETS = ("nci-tpsa", "chembl2321810", "freesolv", "solubility")
-# variant -> (architecture, options on top of the recipe's MODEL_KWARGS)
+# variant -> (architecture, options on top of MODEL_KWARGS)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "gin3": ("gin3", {}),  # gin3 at the defaults of the day the run was made (now 3 x 96, dropout 0.2)
     "gin3_h64": ("gin3", {"hidden_channels": 64}),
@@ -87,6 +88,154 @@ VARIANTS = {
     name: (arch, {"dropout": 0.0, **kwargs} if arch == "gin3" and name != "gin3" else kwargs)
     for name, (arch, kwargs) in VARIANTS.items()
 }
+
+
+# The molecule recipe as it was until 2026-11-29 (the gin3.* weights published until then): gin3
+# at 4 x 128 beside gin_sum and gin_sopool at their default 4 x 64 and Morgan fingerprints, seeds
+# 0-2 on split 0, its own training loop (`train_variant`) at the molecule defaults of 2026-11-28
+# (`PUBLISHED_TRAINING`); `compare` and `measure` rerun the rows the graph page quotes from it.
+SEEDS = (0, 1, 2)
+MODEL_KWARGS = {"num_layers": 4, "head": "graph_regression"}  # every variant's, below its own options
+GIN3_PUBLISHED = {"hidden_channels": 128, "first_order": True, "moment": True, "triangle": True, "l2": False}
+COMPARED: dict[str, tuple[str, dict[str, Any]]] = {
+    "gin3": ("gin3", {**GIN3_PUBLISHED, "dropout": 0.0}),
+    "gin_sum": ("gin_sum", {}),
+    "gin_sopool": ("gin_sopool", {}),
+    # the replacement of the sum that gin3's readout was until 2026-11: moments L2-normalised per graph
+    "gin3, readout before 2026-11": (
+        "gin3",
+        {"hidden_channels": 64, "first_order": False, "l2": True, "start_as_sum": False, "dropout": 0.0},
+    ),
+}
+PUBLISHED_TRAINING: dict[str, Any] = {"steps": 1200, "early_stopping_patience": 20}
+
+
+def recipe_config(task: str, epochs: int | None = None, training: dict[str, Any] | None = PUBLISHED_TRAINING) -> Any:
+    """The `TrainConfig` (fp32) of the task's training split: the molecule data defaults with
+    ``training``'s step budget and early-stopping patience (None: what ``zoo finetune`` gives
+    molecules now), over ``epochs`` epochs when given."""
+    import dataclasses
+
+    from zoo.training.data.molecules import molecule_sets
+    from zoo.training.finetune.defaults import data_defaults
+    from zoo.training.loop.trainer import TrainConfig
+
+    source, (train, _, _) = molecule_sets.benchmark(task)
+    base = TrainConfig(precision="fp32", seed=0, progress=False, tensorboard=False, plot=False)
+    training = training or {}
+    config = dataclasses.replace(base, **data_defaults(source, len(train), base.batch_size, training.get("steps")))
+    if "early_stopping_patience" in training:
+        config = dataclasses.replace(config, early_stopping_patience=training["early_stopping_patience"])
+    return config if epochs is None else config.for_epochs(epochs)
+
+
+def train_variant(
+    variant: tuple[str, dict[str, Any]], task: str, config: Any, seed: int, limit: int | None = None
+) -> tuple[torch.nn.Module, list]:
+    """``variant`` (architecture, options) trained on the task's training split (its first ``limit``
+    molecules) with ``config``, the best epoch by validation loss, standardisation folded into the
+    head; and the history. The set comes from `molecule_sets.benchmark` (a worker's cache in a sweep)."""
+    import dataclasses
+
+    import zoo
+    from zoo.training.data.molecules import molecule_sets
+    from zoo.training.loop.steps import RegressionStep, fold_standardisation
+    from zoo.training.loop.trainer import Trainer
+
+    arch, options = variant
+    source, (train, val, _) = molecule_sets.benchmark(task)
+    train = train[:limit] if limit is not None else train
+    targets = torch.cat([source.make_subset(train, None)[i].y for i in range(len(train))])
+    mean, std = float(targets.mean()), float(targets.std())
+    torch.manual_seed(seed)
+    kwargs = {**MODEL_KWARGS, **options, "in_channels": source.in_chans, "edge_dim": source.edge_dim}
+    model = zoo.load(arch, pretrained=False, num_classes=1, **kwargs)
+    config = dataclasses.replace(config, seed=seed)
+    trainer = Trainer(model, config, step_fn=RegressionStep(mean, std), collate_fn=source.collate_fn)
+    history = trainer.fit(source.make_subset(train, None), source.make_subset(val, None))
+    model.load_state_dict(trainer.best_state_dict())
+    target = {"name": molecule_sets.SETS[task].label, "mean": mean, "std": std}
+    if not fold_standardisation(model.eval(), mean, std):
+        target["standardised"] = True
+    model.pretrained_cfg = {**model.pretrained_cfg, "target": target}
+    return model, history
+
+
+def fingerprint_baselines(task: str, seeds: Sequence[int], limit: int | None) -> dict[str, list[dict[str, float]]]:
+    """Morgan fingerprints (radius 2, 2048 bits) with a random forest (300 trees, one run per
+    seed) and ridge (alpha 1), fitted on the training split, measured on the test split."""
+    import numpy as np
+    from rdkit import Chem
+    from rdkit.Chem import rdFingerprintGenerator
+    from sklearn.ensemble import RandomForestRegressor
+    from sklearn.linear_model import Ridge
+
+    from zoo.training.data.molecules import molecule_sets
+    from zoo.training.loop.meter import regression_metrics
+
+    source, (train, _, test) = molecule_sets.benchmark(task)
+    train = train[:limit] if limit is not None else train
+    generator = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=2048)
+    bits = np.stack([generator.GetFingerprintAsNumPy(Chem.MolFromSmiles(s)) for s in source.smiles]).astype(np.float32)
+    y = torch.cat([source.make_subset([i], None)[0].y for i in range(source.num_samples)]).numpy()
+
+    def measure(model: Any) -> dict[str, float]:
+        predicted = torch.from_numpy(model.fit(bits[train], y[train]).predict(bits[test])).float()
+        truth = torch.from_numpy(y[test])
+        error = predicted - truth
+        sums = {"sum/count": len(test), "sum/abs_error": float(error.abs().sum()),
+                "sum/squared_error": float(error.square().sum()), "sum/target": float(truth.sum()),
+                "sum/target_squared": float(truth.square().sum())}  # fmt: skip
+        return regression_metrics(sums)
+
+    forest = [measure(RandomForestRegressor(n_estimators=300, n_jobs=2, random_state=seed)) for seed in seeds]
+    return {"Morgan FP + random forest": forest, "Morgan FP + ridge": [measure(Ridge(alpha=1.0))] * len(seeds)}
+
+
+def seed_table(results: dict[str, list[dict[str, float]]], seconds: dict[str, float]) -> list[str]:
+    """``results`` (test metrics by model, one per seed) as Markdown rows of mean ± std."""
+
+    def cell(runs: list[dict[str, float]], metric: str) -> str:
+        values = [run[metric] for run in runs]
+        spread = statistics.stdev(values) if len(values) > 1 else 0.0
+        return f"{statistics.mean(values):.3f} ± {spread:.3f}"
+
+    lines = ["| model | test MAE | test RMSE | test R² | wall time per run |", "| --- | --- | --- | --- | --- |"]
+    for model, runs in results.items():
+        lines.append(
+            f"| {model} | {cell(runs, 'mae')} | {cell(runs, 'rmse')} | {cell(runs, 'r2')} | {seconds[model]:.0f} s |"
+        )
+    return lines
+
+
+def compare(
+    task: str,
+    limit: int | None = None,
+    seeds: Sequence[int] = SEEDS,
+    labels: Sequence[str] = ("gin3", "gin_sum", "gin_sopool"),
+    fingerprints: bool = True,
+) -> list[str]:
+    """The recipe before 2026-11-29: the models of ``labels`` (`COMPARED`) and, with
+    ``fingerprints``, the fingerprint baselines on the task's split 0, per seed, as `seed_table`'s
+    rows, e.g. ``compare("freesolv")`` or one more row: ``compare("nci-tpsa", labels=["gin3, readout
+    before 2026-11"], fingerprints=False)``."""
+    from zoo.training.recipes.evaluate import evaluate
+
+    config = recipe_config(task)
+    results: dict[str, list[dict[str, float]]] = {}
+    seconds: dict[str, float] = {}
+    for label in labels:
+        start = time.perf_counter()
+        results[label] = [evaluate(train_variant(COMPARED[label], task, config, s, limit)[0], task) for s in seeds]
+        seconds[label] = (time.perf_counter() - start) / len(seeds)
+    if fingerprints:
+        start = time.perf_counter()
+        baselines = fingerprint_baselines(task, seeds, limit)
+        results |= baselines
+        seconds |= dict.fromkeys(baselines, (time.perf_counter() - start) / (len(seeds) + 1))
+    return seed_table(results, seconds)
+
+
 _GRAPH_KEYS = ("x", "edge_attr")  # one-hot features, stored as their nonzero columns
 
 
@@ -174,12 +323,10 @@ def _init(cache: str, device: str, steps: int | None, patience: int | None) -> N
     budget and early-stopping patience to train with (None: zoo finetune's own; patience 0: none)."""
     torch.set_num_threads(1)
     import zoo.training.data.molecules.molecule_sets as molecule_sets
-    import zoo.training.recipes.molecule_weights as recipe
 
     _TABLE.clear()
     _TABLE.update(cached_benchmarks(Path(cache)))
-    molecule_sets.benchmark = recipe.benchmark = _cached_benchmark  # type: ignore[assignment]
-    recipe.VARIANTS.update(VARIANTS)
+    molecule_sets.benchmark = _cached_benchmark  # type: ignore[assignment]
     os.environ["ZOO_SWEEP_DEVICE"] = device
     _TRAINING.clear()
     _TRAINING.update({"steps": steps} if steps is not None else {})
@@ -196,7 +343,6 @@ def _one(job: tuple[str, str, int, int]) -> dict[str, Any]:
 
     from zoo.training.finetune.defaults import MOLECULE_STEPS
     from zoo.training.recipes.evaluate import evaluate
-    from zoo.training.recipes.molecule_weights import _train, recipe_config
 
     variant, name, seed, _SPLIT[0] = job
     device = os.environ["ZOO_SWEEP_DEVICE"]
@@ -204,13 +350,13 @@ def _one(job: tuple[str, str, int, int]) -> dict[str, Any]:
     config = dataclasses.replace(base, device=device, num_workers=0)  # a pool worker has no children
     start, note = time.perf_counter(), ""
     try:
-        model, history = _train(variant, name, config, seed, None)
+        model, history = train_variant(VARIANTS[variant], name, config, seed)
     except Exception as error:  # noqa: BLE001  (a run that fails is a row that says why)
         note = f"{type(error).__name__}: {error}"[:300]
         if device == "cpu":
             return {"set": name, "variant": variant, "seed": seed, "split": _SPLIT[0], "error": note}
         device, start = "cpu", time.perf_counter()  # the accelerator failed: the same run on the CPU
-        model, history = _train(variant, name, dataclasses.replace(config, device="cpu"), seed, None)
+        model, history = train_variant(VARIANTS[variant], name, dataclasses.replace(config, device="cpu"), seed)
     seconds = time.perf_counter() - start
     metrics = evaluate(model, name)
     best = min(range(len(history)), key=lambda i: history[i].get("val_loss", float("inf")))
