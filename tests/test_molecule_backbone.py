@@ -294,6 +294,8 @@ def test_zoo_finetune_keeps_the_body_and_puts_a_fresh_head(uninterrupted, tmp_pa
     tuned = zoo.load(tmp_path / "run")
     assert tuned.num_classes == outputs and tuned.pretrained_cfg["head"] == f"graph_{task}"
     assert (tuned.pretrained_cfg.get("target") is None) == (task == "classification")
+    # a molecule model's fresh head, of classes too, trains with the body from the first step
+    assert "head phase" not in (tmp_path / "run" / "README.md").read_text()
 
 
 def test_the_command_line_refuses_a_bad_value_in_one_line(capsys) -> None:
@@ -302,6 +304,9 @@ def test_the_command_line_refuses_a_bad_value_in_one_line(capsys) -> None:
     assert exit_.value.code == 2 and "--val-fraction" in capsys.readouterr().err
     with pytest.raises(InvalidArgumentError, match=r"max_steps \(--max-steps\) must be"):
         recipe.BackboneSettings(out="x", max_steps=0)
+    for name in ("../gin3.x", "gin3.a/b", "resnet20.x", "gin3."):  # the entry's name becomes file names
+        with pytest.raises(InvalidArgumentError, match=r"name \(--name\) must be gin3.TAG"):
+            recipe.BackboneSettings(out="x", name=name)
     # the card's command keeps what decides the weights: a local wheel and --no-progress do not
     argv = ["--out", "o", "--wheel", "/tmp/w.whl", "--molecules", "5", "--no-progress", "--wheel=/w", "--publish"]
     assert recipe._deciding(argv) == ["--out", "o", "--molecules", "5", "--publish"]

