@@ -278,11 +278,11 @@ def test_molecule_recipe_tiny(tmp_path):
         warnings.simplefilter("ignore")
         entry = molecule_weights.run("chembl2321810", epochs=1, limit=40, out=str(tmp_path))
     assert entry["input_format"] == INPUT_FORMAT and entry["target"]["name"] == "Act"
-    assert molecule_weights.START["chembl2321810"] == "gin3.moses_descriptors"
-    backbone = zoo.load("gin3.moses_descriptors").pretrained_cfg["model_kwargs"]
+    assert molecule_weights.START["chembl2321810"] == "gin3.moses_descriptors_logp"
+    backbone = zoo.load("gin3.moses_descriptors_logp").pretrained_cfg["model_kwargs"]
     assert entry["model_kwargs"] == backbone and entry["num_classes"] == 1  # the backbone's body, a fresh head
     card = (tmp_path / "gin3.chembl2321810.md").read_text()
-    assert "fine-tuned from `gin3.moses_descriptors`" in card and "40 train" in card
+    assert "fine-tuned from `gin3.moses_descriptors_logp`" in card and "40 train" in card
     assert "## The fine-tuning run" in card and "- defaults for molecules" in card
     assert "## Comparison over three scaffold splits" in card and "| chemprop D-MPNN (its command line) |" in card
     assert json.loads((tmp_path / "gin3.chembl2321810.json").read_text())[0]["target"] == entry["target"]
@@ -450,6 +450,7 @@ def test_the_bare_gin3_hint_names_the_molecule_backbone_first(tmp_path):
     from zoo.training.finetune.finetuning import load_for_data
 
     source = molecule_source(_csv(tmp_path / "m.csv", _tpsa_rows(0, 12)), MoleculeOptions(graph_model="gin3"))
-    with pytest.warns(UserWarning, match=r"training it from scratch.*e\.g\. gin3\.moses_descriptors, gin3\."):
+    backbones = r"gin3\.moses_descriptors, gin3\.moses_descriptors_logp\."  # both, before single-property entries
+    with pytest.warns(UserWarning, match=r"training it from scratch.*e\.g\. " + backbones):
         model, start = load_for_data("gin3", source)
     assert start is None and model.num_classes == 1

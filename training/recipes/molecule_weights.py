@@ -2,9 +2,9 @@
 (`zoo.training.data.molecules.molecule_sets`) the way a user trains theirs: each set's
 Bemis–Murcko scaffold split 0 written as train.csv / val.csv (or the publisher's test set) and
 ``zoo finetune START --data train.csv --val-data val.csv --seed 0`` with every other setting its
-molecule default (`zoo.training.finetune.defaults`), from `START`: the pretrained backbone
-``gin3.moses_descriptors`` or random weights, whichever had the lower mean validation RMSE over
-the three-split comparison of `benchmarks/molecules_vs_chemprop.py` (`RESULTS`), which the card
+molecule default (`zoo.training.finetune.defaults`), from `START`: one of the pretrained
+backbones ``gin3.moses_descriptors`` and ``gin3.moses_descriptors_logp`` or random weights,
+whichever had the lowest mean validation RMSE over the three-split comparison of `benchmarks/molecules_vs_chemprop.py` (`RESULTS`), which the card
 quotes beside chemprop's recorded runs:
 
 - ``gin3.nci_tpsa``: topological polar surface area of 2,000 NCI molecules;
@@ -59,14 +59,14 @@ RECIPES = {
 
 # Where each entry starts: the start with the lower mean validation RMSE over its runs (three
 # scaffold splits x three seeds; the solubility set: its fixed test set, three seeds) in RESULTS'
-# backbone-vs-scratch.csv; the table's rows of those two starts, by their names there
-BACKBONE, SCRATCH = "gin3.moses_descriptors", "gin3"
-START = {"nci-tpsa": BACKBONE, "chembl2321810": BACKBONE, "freesolv": SCRATCH, "solubility": BACKBONE}
-COMPARED = {BACKBONE: BACKBONE, SCRATCH: "gin3 from scratch"}
+# backbone-vs-scratch.csv; the table's rows of the three starts, by their names there
+BACKBONE, BACKBONE_LOGP, SCRATCH = "gin3.moses_descriptors", "gin3.moses_descriptors_logp", "gin3"
+START = {"nci-tpsa": BACKBONE, "chembl2321810": BACKBONE_LOGP, "freesolv": SCRATCH, "solubility": BACKBONE_LOGP}
+COMPARED = {BACKBONE: BACKBONE, BACKBONE_LOGP: BACKBONE_LOGP, SCRATCH: "gin3 from scratch"}
 CHEMPROP = "chemprop D-MPNN (its command line)"
 WHY_START = (
-    "of the two starts (the pretrained backbone `gin3.moses_descriptors`, or `gin3` from random weights), the one "
-    "with the lower mean validation RMSE in the comparison below"
+    "of the three starts (the pretrained backbones `gin3.moses_descriptors` and `gin3.moses_descriptors_logp`, or "
+    "`gin3` from random weights), the one with the lowest mean validation RMSE in the comparison below"
 )
 FINETUNE = (
     "`zoo finetune START --data train.csv --val-data val.csv --seed 0`, every other setting its molecule default "
@@ -100,7 +100,7 @@ def run(
         training = _section(Path(folder) / "run" / "README.md", "## Training")
     model = result.model.eval()
     source, (train, val, test) = benchmark(task)
-    backbone = f"; fine-tuned from `{start}` (its card states the corpus and recipe)" if start == BACKBONE else ""
+    backbone = f"; fine-tuned from `{start}` (its card states the corpus and recipe)" if start != SCRATCH else ""
     data = (
         f"{SETS[task].description}, read as a CSV of smiles,{SETS[task].label} by zoo finetune's reader (RDKit, "
         f"PyG's atom and bond features one-hot: {source.in_chans} per atom, {source.edge_dim} per bond); "
@@ -114,7 +114,7 @@ def run(
         epochs=len(result.history),
         wall_time_s=clock.seconds,
         hyperparameters={
-            "start": f"`{start}`{'' if start == BACKBONE else ' (random weights)'}, {WHY_START}",
+            "start": f"`{start}`{' (random weights)' if start == SCRATCH else ''}, {WHY_START}",
             "fine-tuning": FINETUNE,
         },
     )
@@ -143,7 +143,7 @@ def _section(card: Path, title: str) -> list[str]:
     return lines[begin:end]
 
 
-_SHOWN = (*COMPARED.values(), CHEMPROP)  # the rows a card shows: the two starts and chemprop
+_SHOWN = (*COMPARED.values(), CHEMPROP)  # the rows a card shows: the three starts and chemprop
 
 
 def comparison_section(task: str, results: Path = RESULTS) -> list[str]:
