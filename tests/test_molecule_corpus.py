@@ -40,7 +40,7 @@ def nci_smiles(count: int = 40) -> list[str]:
 
 
 def member_bytes(lines: list[str], header: str = "SMILES") -> bytes:
-    return gzip.compress(("\n".join([header, *lines]) + "\n").encode())
+    return gzip.compress(("\n".join([header, *lines]) + "\n").encode(), mtime=0)  # the same bytes at every call
 
 
 def fake_wheel(members: dict[str, bytes] | None = None) -> bytes:
@@ -180,6 +180,7 @@ def test_lines_that_are_no_smiles_are_skipped_and_counted(tmp_path):
 @pytest.mark.parametrize(
     ("train", "problem"),
     [(member_bytes(["CCO"], header="smiles,label"), "not the header line 'SMILES'"), (b"not gzip", "cannot be read")],
+    ids=["another header", "not gzip"],  # ids of the bytes would differ between xdist workers' collections
 )
 def test_a_member_that_is_not_the_corpus_is_refused(tmp_path, train, problem):
     wheel = write(tmp_path / "w.whl", fake_wheel({"train": train, "test": train, "test_scaffolds": train}))
