@@ -93,7 +93,7 @@ VARIANTS = {
 # The molecule recipe as it was until 2026-11-29 (the gin3.* weights published until then): gin3
 # at 4 x 128 beside gin_sum and gin_sopool at their default 4 x 64 and Morgan fingerprints, seeds
 # 0-2 on split 0, its own training loop (`train_variant`) at the molecule defaults of 2026-11-28
-# (`PUBLISHED_TRAINING`); `compare` and `measure` rerun the rows the graph page quotes from it.
+# (`PUBLISHED_TRAINING`); `compare` reruns the rows the graph page quotes from it.
 SEEDS = (0, 1, 2)
 MODEL_KWARGS = {"num_layers": 4, "head": "graph_regression"}  # every variant's, below its own options
 GIN3_PUBLISHED = {"hidden_channels": 128, "first_order": True, "moment": True, "triangle": True, "l2": False}

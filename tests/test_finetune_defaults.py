@@ -135,7 +135,7 @@ def test_the_help_shows_each_default(capsys) -> None:
         "--weight-decay WEIGHT_DECAY (default: 0.05)" in text
         and "--label-smoothing LABEL_SMOOTHING (default: 0)" in text
     )
-    assert "--head-epochs HEAD_EPOCHS epochs a fresh head trains alone first" in text
+    assert "--head-epochs HEAD_EPOCHS epochs a fresh class head trains alone first" in text
 
 
 def test_no_augment_is_taken_by_any_data_and_an_augmentation_only_by_images(tmp_path, capsys) -> None:

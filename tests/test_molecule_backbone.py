@@ -285,7 +285,11 @@ def test_zoo_finetune_keeps_the_body_and_puts_a_fresh_head(uninterrupted, tmp_pa
 
     monkeypatch.setattr(Trainer, "train_step", first_step)
     argv = ["finetune", str(uninterrupted.folder), "--data", str(data), "--out", str(tmp_path / "run"), "--epochs", "1"]
-    assert zoo_main([*argv, "--no-post-training", "--no-tensorboard"]) == 0
+    if task == "regression":  # a regression's head never trains alone: a --head-epochs asking for it says so
+        with pytest.warns(UserWarning, match=r"--head-epochs 1: no head phase runs: .*a regression's head"):
+            assert zoo_main([*argv, "--no-post-training", "--no-tensorboard", "--head-epochs", "1"]) == 0
+    else:
+        assert zoo_main([*argv, "--no-post-training", "--no-tensorboard"]) == 0
     backbone, start = weights(uninterrupted.folder), seen["start"]
     for body in (CONV, "convs.1.nn.lins.1.weight", "norm.weight"):  # a conv of each layer, the readout's norm
         assert torch.equal(start[body], backbone[body]), body
@@ -294,8 +298,9 @@ def test_zoo_finetune_keeps_the_body_and_puts_a_fresh_head(uninterrupted, tmp_pa
     tuned = zoo.load(tmp_path / "run")
     assert tuned.num_classes == outputs and tuned.pretrained_cfg["head"] == f"graph_{task}"
     assert (tuned.pretrained_cfg.get("target") is None) == (task == "classification")
-    # a molecule model's fresh head, of classes too, trains with the body from the first step
-    assert "head phase" not in (tmp_path / "run" / "README.md").read_text()
+    # a molecule model's fresh class head trains with the body from the first step, and the card says so
+    if task == "classification":
+        assert "head phase: none (molecules" in (tmp_path / "run" / "README.md").read_text()
 
 
 def test_the_command_line_refuses_a_bad_value_in_one_line(capsys) -> None:
@@ -310,6 +315,22 @@ def test_the_command_line_refuses_a_bad_value_in_one_line(capsys) -> None:
     # the card's command keeps what decides the weights: a local wheel and --no-progress do not
     argv = ["--out", "o", "--wheel", "/tmp/w.whl", "--molecules", "5", "--no-progress", "--wheel=/w", "--publish"]
     assert recipe._deciding(argv) == ["--out", "o", "--molecules", "5", "--publish"]
+
+
+def test_publish_never_replaces_an_entry_another_recipe_wrote(wheel, uninterrupted, tmp_path, monkeypatch) -> None:
+    """--name of a property model's entry is refused before any descriptor or step is computed;
+    a backbone of this recipe (its evaluation task) may be published again under its name."""
+    weights_dir = tmp_path / "weights"
+    weights_dir.mkdir()
+    theirs = json.dumps([{"name": "gin3.solubility", "eval_task": "solubility"}])
+    (weights_dir / "gin3.solubility.json").write_text(theirs)
+    monkeypatch.setattr(recipe, "corpus_targets", lambda *a: pytest.fail("computed before the name was checked"))
+    asked = settings(tmp_path / "run", wheel, publish=str(weights_dir), name="gin3.solubility")
+    with pytest.raises(InvalidArgumentError, match=r"--name gin3.solubility: .* another recipe published"):
+        recipe.run(asked, wheel[0])
+    assert (weights_dir / "gin3.solubility.json").read_text() == theirs
+    ours = Path(uninterrupted.settings.publish) / f"{recipe.NAME}.json"  # a backbone entry: the check lets it pass
+    recipe._check_entry_name(settings(tmp_path / "again", wheel, publish=str(ours.parent)))
 
 
 def test_an_out_folder_of_a_users_files_is_left_untouched(tmp_path: Path) -> None:

@@ -8,9 +8,10 @@ over as many epochs as the data set's size needs, a warmup and gradient clipping
 stopping: the cosine schedule runs to its end and the best epoch on validation is kept (stopping
 after 20 epochs without a better validation loss cut TPSA's runs while the rate was still high).
 The values were chosen on the validation splits of the molecule sets (docs/families/graph.md).
-A fresh head on a pretrained molecule backbone trains with the body from the first step, for
-classes as for a regression (`head_epochs`): a head phase raised the validation RMSE on three of
-four regression sets and tied on the solubility classes' validation accuracy over six seeds.
+A fresh class head on a pretrained molecule backbone trains with the body from the first step,
+as a regression's head always does (`head_epochs`): a head phase (tried for regression in a
+working copy) raised the validation RMSE on three of four regression sets, and it tied on the
+solubility classes' validation accuracy over six seeds.
 
 Everything else (images, text, vectors) gets a budget of `TRANSFER_STEPS` optimizer steps in
 `TRANSFER_EPOCHS` epochs at the least and most, a batch size that suits the set's size
@@ -50,6 +51,13 @@ WARMUP_SHARE = 0.05  # of the epochs
 SMALL_IMAGE = 64  # pixels a side at most: random crops of a padded image (the CIFAR recipe)
 HEAD_SHARE = 0.1  # of the epochs: a fresh head trains alone first (0: no head phase)
 HEAD_LR_FACTOR = 10.0
+
+
+# why --head-epochs did nothing: the runs whose head is not fresh, or not trained alone
+NO_HEAD_PHASE = (
+    "it trains a fresh class head on pretrained weights alone, and this run has none (a regression's head, "
+    "the weights' own classes, a resumed run or linear-probe mode)"
+)
 
 
 def head_epochs(source: DataSource, asked: float | None) -> float | None:

@@ -52,7 +52,7 @@ from zoo.training.data.images.augment import Augment, image_preprocess, image_tr
 from zoo.training.data.kinds import DataSource, open_data
 from zoo.training.data.molecules.molecule_files import MoleculeOptions, MoleculeSource
 from zoo.training.finetune import card
-from zoo.training.finetune.defaults import default_augment, head_epochs, with_data_defaults
+from zoo.training.finetune.defaults import NO_HEAD_PHASE, default_augment, head_epochs, with_data_defaults
 from zoo.training.finetune.distill import distillation_step
 from zoo.training.finetune.mlflow_run import finetune_tracking
 from zoo.training.finetune.options import FinetuneOptions, add_arguments, options_from_args, warn_shared_shards
@@ -324,6 +324,10 @@ def _prepared(
     began = time.perf_counter()
     epochs = head_epochs(source, options.head_epochs)
     phase = train_head(model, train_set, config, epochs, source.collate_fn) if alone else None
+    if alone and epochs == 0 and options.head_epochs is None:
+        phase = "head phase: none (molecules: the fresh head trains with the body from the first step; --head-epochs N)"
+    if options.head_epochs and not alone:  # a head phase is for a fresh class head on pretrained weights
+        warnings.warn(f"--head-epochs {options.head_epochs:g}: no head phase runs: {NO_HEAD_PHASE}", stacklevel=2)
     clock.head_s = time.perf_counter() - began if phase else 0.0
     augmented = f"augmentation: {augment}" if augment is not None else None
     recipe = [line for line in (defaults, head_note, phase, augmented) if line]

