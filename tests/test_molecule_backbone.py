@@ -300,7 +300,8 @@ def test_zoo_finetune_keeps_the_body_and_puts_a_fresh_head(uninterrupted, tmp_pa
     assert (tuned.pretrained_cfg.get("target") is None) == (task == "classification")
     # a molecule model's fresh class head trains with the body from the first step, and the card says so
     if task == "classification":
-        assert "head phase: none (molecules" in (tmp_path / "run" / "README.md").read_text()
+        card = (tmp_path / "run" / "README.md").read_text()
+        assert "head phase: none (molecules" in card and "the head phase 0 s" not in card  # no phase ran, none timed
 
 
 def test_the_command_line_refuses_a_bad_value_in_one_line(capsys) -> None:
@@ -329,6 +330,7 @@ def test_publish_never_replaces_an_entry_another_recipe_wrote(wheel, uninterrupt
     with pytest.raises(InvalidArgumentError, match=r"--name gin3.solubility: .* another recipe published"):
         recipe.run(asked, wheel[0])
     assert (weights_dir / "gin3.solubility.json").read_text() == theirs
+    assert not (tmp_path / "run").exists()  # refused before the run folder was written
     ours = Path(uninterrupted.settings.publish) / f"{recipe.NAME}.json"  # a backbone entry: the check lets it pass
     recipe._check_entry_name(settings(tmp_path / "again", wheel, publish=str(ours.parent)))
 

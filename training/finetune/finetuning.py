@@ -324,11 +324,11 @@ def _prepared(
     began = time.perf_counter()
     epochs = head_epochs(source, options.head_epochs)
     phase = train_head(model, train_set, config, epochs, source.collate_fn) if alone else None
+    clock.head_s = time.perf_counter() - began if phase else 0.0
     if alone and epochs == 0 and options.head_epochs is None:
         phase = "head phase: none (molecules: the fresh head trains with the body from the first step; --head-epochs N)"
     if options.head_epochs and not alone:  # a head phase is for a fresh class head on pretrained weights
         warnings.warn(f"--head-epochs {options.head_epochs:g}: no head phase runs: {NO_HEAD_PHASE}", stacklevel=2)
-    clock.head_s = time.perf_counter() - began if phase else 0.0
     augmented = f"augmentation: {augment}" if augment is not None else None
     recipe = [line for line in (defaults, head_note, phase, augmented) if line]
     if say and recipe:

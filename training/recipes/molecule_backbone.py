@@ -309,8 +309,8 @@ class BackboneRun:
 def run(settings: BackboneSettings, corpus: Corpus = MOSES, clock: Callable[[], float] = time.monotonic) -> BackboneRun:
     """Targets, graphs, training (continued from ``OUT``'s checkpoint when there is one), then
     the backbone into ``OUT/backbone`` and, with ``settings.publish``, the weight entry."""
-    _check_run_folder(settings, corpus)
     _check_entry_name(settings)
+    _check_run_folder(settings, corpus)
     targets = corpus_targets(settings, corpus)
     graphs = molecule_graphs(targets.smiles, settings.processes, settings.progress)
     usable = np.array([i for i, graph in enumerate(graphs) if graph is not None], dtype=np.int64)
