@@ -357,3 +357,57 @@ def test_zoo_eval_data_refuses_a_backbone_of_many_outputs_on_one_label(uninterru
     assert zoo_main(["eval", str(uninterrupted.folder), "--data", str(data), "--no-progress"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()  # refused before the file is read: no warning first
     assert "predicts 4 values (MolWt, NumHDonors, HeavyAtomCount, ...)" in line and "zoo finetune" in line, line
+
+
+MORDRED = ("mordred:SLogP", "mordred:nAcid", "mordred:ABC", "mordred:TopoPSA(NO)")
+
+
+def test_mordred_descriptors_are_mordreds_own_values_beside_rdkits() -> None:
+    """``mordred:NAME`` computes Mordred's descriptor (side by side with mordred's own calculator on
+    RDKit's molecule); Mordred's SLogP and TopoPSA(NO) are Crippen's logP and TPSA, as RDKit computes them."""
+    pytest.importorskip("mordred")
+    from mordred import Calculator, descriptors
+    from rdkit import Chem
+
+    from zoo.training.data.molecules import corpus as corpora
+
+    smiles = [s for s, _ in nci_rows(12)]
+    found = corpora.descriptor_targets(smiles, ("MolLogP", "TPSA", *MORDRED), progress=False)
+    calc = Calculator(descriptors, ignore_3D=True)
+    for row, index in enumerate(found.kept):
+        theirs = calc(Chem.MolFromSmiles(smiles[index])).asdict()
+        for column, name in enumerate(MORDRED, 2):
+            assert found.values[row, column] == pytest.approx(float(theirs[name.removeprefix("mordred:")])), name
+    assert np.allclose(found.values[:, 0], found.values[:, 2]) and np.allclose(found.values[:, 1], found.values[:, 5])
+    with pytest.raises(InvalidArgumentError, match=r"'mordred:SLogPP'; did you mean mordred:SLogP"):
+        corpora.chosen_names(["mordred:SLogPP"])
+
+
+def test_mordred_targets_of_the_first_molecules_join_rdkits(wheel, tmp_path) -> None:
+    """--mordred N: Mordred's descriptors of the first N molecules follow RDKit's, missing on the
+    rest, without those of an excluded quantity (TPSA: TopoPSA too); cached under their own key."""
+    pytest.importorskip("mordred")
+    with_mordred = recipe.corpus_targets(settings(tmp_path, wheel, mordred=10), wheel[0])
+    names = with_mordred.names
+    assert names[:4] == KEPT and len(names) == 4 + 1610 and with_mordred.mordred_version
+    assert {"mordred:TopoPSA", "mordred:TopoPSA(NO)", "mordred:SLogP"}.isdisjoint(names) and "mordred:ABC" in names
+    assert with_mordred.present[:10, 4:].sum(1).min() > 1000 and not with_mordred.present[10:, 4:].any()
+    assert with_mordred.present[:, :4].all()  # RDKit's of every molecule
+    assert recipe.corpus_targets(settings(tmp_path, wheel, mordred=10), wheel[0]).reused
+    assert not recipe.corpus_targets(settings(tmp_path, wheel), wheel[0]).reused  # another key: RDKit's alone
+    assert "mordred" not in settings(tmp_path, wheel).run_key(wheel[0])  # run folders from before still continue
+    run = recipe.run(settings(tmp_path / "run", wheel, mordred=10, max_steps=4), wheel[0])
+    card = (run.folder / "README.md").read_text()
+    assert "Mordred descriptors of MOSES molecules" in card.splitlines()[card.splitlines().index("---", 1) + 1]
+    kept = sum(name.startswith("mordred:") for name in run.standard.names)
+    assert f"4 RDKit {run.versions[0]} descriptors and {kept} Mordred" in card and "first 10 molecules only" in card
+    assert zoo.load(run.folder).num_classes == 4 + kept > 4
+
+
+def test_mordred_missing_is_named_with_its_extra(monkeypatch) -> None:
+    from zoo.errors import ZooError
+    from zoo.training.data.molecules import mordred_descriptors
+
+    monkeypatch.setitem(__import__("sys").modules, "mordred", None)  # as if not installed
+    with pytest.raises(ZooError, match=re.escape("pip install 'zoo[mordred]'")):
+        mordred_descriptors.require_mordred()

