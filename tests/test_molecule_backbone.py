@@ -137,6 +137,11 @@ def test_a_crafted_descriptor_cache_is_computed_again_not_trusted(wheel, tmp_pat
         {"fragments": np.arange(3)},
         {"values": arrays["values"][:5]},
         {"present": arrays["present"][:, :2]},
+        {"present": arrays["present"].astype(np.int64)},  # fancy indexing where a mask belongs
+        {"present": ~arrays["present"]},  # NaN where it says present: a NaN loss
+        {"values": arrays["values"].astype(np.float32)},
+        {"sampled": np.array(10**9)},
+        {"smiles": np.array(["C" * 300] * 20_000)},  # a member larger than 60 molecules take: refused unread
     ):
         np.savez(tmp_path / recipe.TARGETS_FILE, **{**arrays, **change})
         again = recipe.corpus_targets(settings(tmp_path, wheel), wheel[0])
@@ -379,8 +384,11 @@ def test_mordred_descriptors_are_mordreds_own_values_beside_rdkits() -> None:
         for column, name in enumerate(MORDRED, 2):
             assert found.values[row, column] == pytest.approx(float(theirs[name.removeprefix("mordred:")])), name
     assert np.allclose(found.values[:, 0], found.values[:, 2]) and np.allclose(found.values[:, 1], found.values[:, 5])
-    with pytest.raises(InvalidArgumentError, match=r"'mordred:SLogPP'; did you mean mordred:SLogP"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"Mordred has no descriptor 'mordred:SLogPP'; did you mean mordred:SLogP"
+    ):
         corpora.chosen_names(["mordred:SLogPP"])
+    assert corpora.chosen_names(["MolWt"], ["mordred:ABC"]) == ("MolWt",)  # a Mordred exclusion is a known name
 
 
 def test_mordred_targets_of_the_first_molecules_join_rdkits(wheel, tmp_path) -> None:
@@ -389,18 +397,28 @@ def test_mordred_targets_of_the_first_molecules_join_rdkits(wheel, tmp_path) -> 
     pytest.importorskip("mordred")
     with_mordred = recipe.corpus_targets(settings(tmp_path, wheel, mordred=10), wheel[0])
     names = with_mordred.names
-    assert names[:4] == KEPT and len(names) == 4 + 1610 and with_mordred.mordred_version
-    assert {"mordred:TopoPSA", "mordred:TopoPSA(NO)", "mordred:SLogP"}.isdisjoint(names) and "mordred:ABC" in names
+    assert names[:4] == KEPT and len(names) > 4 + 1500 and with_mordred.mordred_version
+    left_out = {"mordred:TopoPSA", "mordred:TopoPSA(NO)", "mordred:SLogP", "mordred:FilterItLogS"}
+    assert left_out.isdisjoint(names) and "mordred:ABC" in names
     assert with_mordred.present[:10, 4:].sum(1).min() > 1000 and not with_mordred.present[10:, 4:].any()
     assert with_mordred.present[:, :4].all()  # RDKit's of every molecule
     assert recipe.corpus_targets(settings(tmp_path, wheel, mordred=10), wheel[0]).reused
     assert not recipe.corpus_targets(settings(tmp_path, wheel), wheel[0]).reused  # another key: RDKit's alone
     assert "mordred" not in settings(tmp_path, wheel).run_key(wheel[0])  # run folders from before still continue
+    assert (
+        "mordred:ABC"
+        not in recipe.corpus_targets(settings(tmp_path, wheel, mordred=10, exclude=("mordred:ABC",)), wheel[0]).names
+    )
+    with pytest.raises(InvalidArgumentError, match="by --mordred N"):  # by name they would mislabel the columns
+        recipe.corpus_targets(settings(tmp_path, wheel, names=("MolWt", "mordred:ABC")), wheel[0])
     run = recipe.run(settings(tmp_path / "run", wheel, mordred=10, max_steps=4), wheel[0])
     card = (run.folder / "README.md").read_text()
     assert "Mordred descriptors of MOSES molecules" in card.splitlines()[card.splitlines().index("---", 1) + 1]
     kept = sum(name.startswith("mordred:") for name in run.standard.names)
     assert f"4 RDKit {run.versions[0]} descriptors and {kept} Mordred" in card and "first 10 molecules only" in card
+    assert "of Mordred's: mordred:TopoPSA(NO), mordred:TopoPSA, mordred:SLogP, mordred:FilterItLogS" in card
+    assert "mordred:SLogP" in json.loads((run.folder / "descriptors.json").read_text())["excluded"]
+    assert settings(tmp_path, wheel, mordred=10).run_key(wheel[0])["mordred_version"] == run.versions[1]
     assert zoo.load(run.folder).num_classes == 4 + kept > 4
 
 

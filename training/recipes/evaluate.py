@@ -230,7 +230,8 @@ def descriptor_smiles(root: Any = None) -> list[str]:
 
 
 def descriptor_metrics(model: nn.Module, names: list[str], smiles: list[str]) -> dict[str, float]:
-    """`moses_descriptors` on these SMILES (RDKit computes the truth here)."""
+    """`moses_descriptors` on these SMILES (RDKit computes the truth here, and Mordred for a
+    backbone that learnt its descriptors)."""
     from zoo.loading.outputs import output_meaning
     from zoo.loading.smiles import MAX_PREDICT_SMILES, predict_molecules
     from zoo.training.data.molecules import corpus as corpora

@@ -43,6 +43,7 @@ from zoo.loading.smiles import INPUT_FORMAT, feature_sizes
 from zoo.store.files import read_json, write_bytes_atomic, write_json
 from zoo.store.model_config import update_config
 from zoo.training.data.molecules import corpus as corpora
+from zoo.training.data.molecules import mordred_descriptors as mordred
 from zoo.training.data.molecules.corpus import MOSES, Corpus
 from zoo.training.data.molecules.descriptor_sets import (
     CLIP_PERCENTILES,
@@ -55,7 +56,6 @@ from zoo.training.data.molecules.descriptor_sets import (
     molecule_graphs,
     standardisation,
 )
-from zoo.training.data.molecules.mordred_descriptors import PREFIX as MORDRED_PREFIX
 from zoo.training.loop.steps import MaskedRegressionStep, StepOutput
 from zoo.training.loop.train_config import MAX_LR, TrainConfig
 from zoo.training.loop.trainer import Trainer
@@ -107,7 +107,8 @@ RUN_FIELDS = (
 @dataclasses.dataclass(frozen=True)
 class BackboneSettings:
     """One run of the recipe (the command line's options, `OPTIONS`); ``model_kwargs`` change
-    gin3's size (smoke tests), ``names`` the descriptors computed (default: all of RDKit's)."""
+    gin3's size (smoke tests), ``names`` RDKit's descriptors computed (default: all of them;
+    Mordred's come by ``mordred``)."""
 
     out: str
     molecules: int = MOLECULES
@@ -148,6 +149,7 @@ class BackboneSettings:
         for name in ("fragments", "mordred"):  # as a run folder written before the option reads back
             if not getattr(self, name):
                 del key[name]
+        key |= {"mordred_version": mordred.require_mordred()} if self.mordred else {}  # another: other targets
         return json.loads(json.dumps(key))
 
 
@@ -247,7 +249,8 @@ def _train(
 @dataclasses.dataclass
 class BackboneRun:
     """What one invocation did and wrote (``validation``: the masked MSE of the weights written, standardised
-    units; ``counts``: molecules sampled, usable, train, val; ``missing``: usable molecules per descriptor)."""
+    units; ``counts``: molecules sampled, usable, train, val, with Mordred's descriptors;
+    ``missing``: usable molecules per descriptor)."""
 
     settings: BackboneSettings
     corpus: Corpus
@@ -294,7 +297,8 @@ def run(settings: BackboneSettings, corpus: Corpus = MOSES, clock: Callable[[], 
     target |= {"mean": standard.center.tolist(), "std": standard.scale.tolist()}  # un-standardised by zoo.predict
     model = update_config(model.cpu().eval(), target=target)
     zoo.save(model, result.folder, overwrite=True)  # its README.md: the Hub's front matter
-    write_json({**standard.to_dict(), "excluded": list(settings.exclude)}, result.folder / DESCRIPTORS_FILE)
+    excluded = [*settings.exclude, *(mordred.left_out(settings.exclude) if settings.mordred else ())]
+    write_json({**standard.to_dict(), "excluded": excluded}, result.folder / DESCRIPTORS_FILE)
     card = [f"# {_title(settings)}", "", *_card(result, f"zoo finetune {result.folder} --data mine.csv")]
     _append(result.folder / "README.md", card, after_front_matter=True)
     if settings.publish is not None:
@@ -368,13 +372,13 @@ def _title(settings: BackboneSettings) -> str:
 
 def _targets_said(result: BackboneRun) -> str:
     """The card's words for the targets kept: how many of RDKit's and of Mordred's, and their versions."""
-    by_mordred = sum(name.startswith(MORDRED_PREFIX) for name in result.standard.names)
-    rdkit, mordred = result.versions
+    by_mordred = sum(name.startswith(mordred.PREFIX) for name in result.standard.names)
+    rdkit, mordred_version = result.versions
     said = f"{len(result.standard.names) - by_mordred} RDKit {rdkit} descriptors"
     if not by_mordred:
         return said
     first = result.counts["mordred"]
-    return f"{said} and {by_mordred} Mordred {mordred} 2D descriptors (of the first {first:,} molecules only)"
+    return f"{said} and {by_mordred} Mordred {mordred_version} 2D descriptors (of the first {first:,} molecules only)"
 
 
 def _fragments_said(count: int) -> str:
@@ -393,6 +397,8 @@ def _card(result: BackboneRun, finetune: str) -> list[str]:
     settings, standard, config = result.settings, result.standard, result.trainer.model.pretrained_cfg
     facts = _facts(result)
     excluded = ", ".join(f"{name} ({EXCLUDED.get(name, 'by --exclude')})" for name in settings.exclude) or "none"
+    if settings.mordred:
+        excluded += f"; of Mordred's: {', '.join(mordred.left_out(settings.exclude)) or 'none'}"
     stop = " (stopped by the time budget: the same command continues the run)" if result.stopped_by_time else ""
     lines = [
         "## Pretraining (zoo.training.recipes.molecule_backbone)",

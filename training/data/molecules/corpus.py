@@ -349,7 +349,8 @@ def chosen_names(names: Sequence[str] | str | None = None, exclude: Sequence[str
     ``exclude``; an `InvalidArgumentError` naming a name RDKit does not have (a misspelt
     exclusion would keep a downstream target in)."""
     known = descriptor_names()
-    if names is not None and any(str(name).startswith(mordred.PREFIX) for name in _as_tuple(names)):
+    asked = (*(_as_tuple(names) if names is not None else ()), *_as_tuple(exclude))
+    if any(str(name).startswith(mordred.PREFIX) for name in asked):
         known += mordred.mordred_names()
     chosen = _names("names", names, known) if names is not None else known
     if len(set(chosen)) != len(chosen):
@@ -376,7 +377,8 @@ def _names(argument: str, names: Sequence[str] | str, known: tuple[str, ...]) ->
                 if close
                 else (f"rdkit.Chem.Descriptors.descList lists RDKit's; Mordred's are {mordred.PREFIX}NAME")
             )
-            raise InvalidArgumentError(f"{argument}: RDKit has no descriptor {name!r}; {hint}")
+            whose = "Mordred" if str(name).startswith(mordred.PREFIX) else "RDKit"
+            raise InvalidArgumentError(f"{argument}: {whose} has no descriptor {name!r}; {hint}")
     return names
 
 
@@ -450,7 +452,8 @@ def _descriptor_rows(task: tuple[list[str], tuple[str, ...]]) -> tuple[np.ndarra
     from zoo.loading.smiles import mol_problem, parse_smiles, quiet_rdkit
 
     smiles, names = task
-    functions = [(column, dict(Descriptors.descList).get(name)) for column, name in enumerate(names)]
+    by_rdkit = dict(Descriptors.descList)
+    functions = [(column, by_rdkit.get(name)) for column, name in enumerate(names)]
     by_mordred = [column for column, name in enumerate(names) if name.startswith(mordred.PREFIX)]
     calc = mordred.calculator(tuple(names[column] for column in by_mordred)) if by_mordred else None
     values = np.full((len(smiles), len(names)), np.nan)

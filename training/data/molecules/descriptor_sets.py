@@ -4,7 +4,9 @@ part (`standardisation`: clipped to its `CLIP_PERCENTILES`, then centred and sca
 one dropped), as `DescriptorGraphs`. The targets are any object with ``values`` [N, D] (NaN
 where missing), ``present`` [N, D] and ``names`` (D): the recipe's cached corpus targets, or
 `zoo.training.data.molecules.corpus.descriptor_targets`'s. `brics_fragments` widens a corpus
-of one size range (MOSES: 250-350 Da) with the smaller molecules its own BRICS fragments are."""
+of one size range (MOSES: 250-350 Da) with the smaller molecules its own BRICS fragments are.
+`corpus_targets`: the recipe's RDKit (and Mordred) descriptors of its sample, cached in its run
+folder and checked, as data a user may have crafted, when read back."""
 
 from __future__ import annotations
 
@@ -22,12 +24,12 @@ import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
-from zoo.errors import DataError
+from zoo.errors import DataError, InvalidArgumentError
 from zoo.loading.smiles import graph_or_problem, parse_smiles, require_rdkit
 from zoo.store.files import write_bytes_atomic
 from zoo.training.data.molecules import corpus as corpora
 from zoo.training.data.molecules import mordred_descriptors as mordred
-from zoo.training.data.molecules.corpus import MOSES, Corpus, worker_map
+from zoo.training.data.molecules.corpus import MAX_CORPUS_SMILES, MOSES, Corpus, worker_map
 
 CLIP_PERCENTILES = (0.5, 99.5)  # each descriptor clipped to these percentiles of the training part
 GRAPH_CHUNK = 512  # molecules per task of the graph workers
@@ -215,6 +217,8 @@ def corpus_targets(settings: Any, corpus: Corpus = MOSES) -> CorpusTargets:
     require_rdkit()
     import rdkit
 
+    if any(name.startswith(mordred.PREFIX) for name in settings.names or ()):
+        raise InvalidArgumentError("names: Mordred's descriptors are asked for by --mordred N, not by name")
     names = corpora.chosen_names(settings.names, settings.exclude)
     version = mordred.require_mordred() if settings.mordred else None
     names += mordred.mordred_names(settings.exclude) if settings.mordred else ()
@@ -223,7 +227,7 @@ def corpus_targets(settings: Any, corpus: Corpus = MOSES) -> CorpusTargets:
     key |= {"mordred": settings.mordred, "mordred_version": version} if settings.mordred else {}
     key = json.dumps(key | {"names": list(names), "rdkit": rdkit.__version__}, sort_keys=True)
     path = Path(settings.out) / TARGETS_FILE
-    cached = _cached(path, key, len(names))
+    cached = _cached(path, key, len(names), settings.molecules + settings.fragments)
     if cached is not None:
         smiles, values, present, sampled, added = cached
         return CorpusTargets(
@@ -255,18 +259,26 @@ def corpus_targets(settings: Any, corpus: Corpus = MOSES) -> CorpusTargets:
     )
 
 
-def _cached(path: Path, key: str, width: int) -> tuple[list[str], np.ndarray, np.ndarray, int, int] | None:
+def _cached(path: Path, key: str, width: int, rows: int) -> tuple[list[str], np.ndarray, np.ndarray, int, int] | None:
     """SMILES, values, present, sampled and fragments of the cache at ``path`` when it holds ``key``
-    and its arrays fit (``width`` descriptors); else None, saying why on stderr."""
+    and its arrays fit (``width`` descriptors of ``rows`` molecules at most, float64 values NaN
+    exactly where not present, each member's size bounded before it is read); else None, saying why on stderr."""
+    bounds = {"key": len(key) * 4, "smiles": rows * MAX_CORPUS_SMILES * 4, "values": rows * width * 8}
+    bounds |= {"present": rows * width, "sampled": 8, "fragments": 8}
     try:
         with np.load(path, allow_pickle=False) as cache:
+            for info in cache.zip.infolist():  # a crafted member may inflate to any size: refused unread
+                if info.file_size > bounds.get(info.filename.removesuffix(".npy"), 0) + 1024:
+                    raise ValueError(f"its member {info.filename} is larger than {rows:,} molecules take")
             if str(cache["key"]) != key:
                 print(f"{path}: computed for other settings; computing the descriptors again", file=sys.stderr)
                 return None
-            smiles, values, present = [str(text) for text in cache["smiles"]], cache["values"], cache["present"]
+            smiles, values, present = cache["smiles"], cache["values"], cache["present"]
             sampled, added = int(cache["sampled"]), int(cache["fragments"]) if "fragments" in cache else 0
-            if values.shape == present.shape == (len(smiles), width):
-                return smiles, values, present, sampled, added
+            fits = smiles.ndim == 1 and values.dtype == np.float64 and present.dtype == np.bool_
+            fits = fits and values.shape == present.shape == (len(smiles), width) and 0 <= added <= len(smiles)
+            if fits and 0 <= sampled <= rows and np.array_equal(present, np.isfinite(values)):
+                return [str(text) for text in smiles], values, present, sampled, added
             print(f"{path}: its arrays do not fit its SMILES; computing the descriptors again", file=sys.stderr)
     except (OSError, ValueError, KeyError, TypeError) as err:  # TypeError: an array where a number belongs
         if not isinstance(err, FileNotFoundError):

@@ -9,23 +9,26 @@ import functools
 import importlib.metadata
 import math
 import numbers
+from collections.abc import Sequence
 from typing import Any
 
 from zoo.errors import ZooError
 
 PREFIX = "mordred:"  # a descriptor name with it is Mordred's, without it RDKit's
 INSTALL_HINT = "pip install 'zoo[mordred]'"
-# an RDKit descriptor left out (a downstream target) -> Mordred's descriptors of the same quantity
-EQUIVALENTS = {"TPSA": ("TopoPSA(NO)", "TopoPSA"), "MolLogP": ("SLogP",)}
+# an RDKit descriptor left out (a downstream target) -> Mordred's of the same quantity, or closer
+# still to it (Filter-it's logS estimates the solubility that MolLogP is left out for)
+EQUIVALENTS = {"TPSA": ("TopoPSA(NO)", "TopoPSA"), "MolLogP": ("SLogP", "FilterItLogS")}
 
 
 def require_mordred() -> str:
     """Mordred's version, or a `ZooError` naming the extra to install."""
     try:
         import mordred  # noqa: F401
-    except ImportError:
+
+        return importlib.metadata.version("mordredcommunity")
+    except ImportError:  # PackageNotFoundError too: a `mordred` of another distribution
         raise ZooError(f"Mordred descriptors are computed by mordredcommunity, not installed: {INSTALL_HINT}") from None
-    return importlib.metadata.version("mordredcommunity")
 
 
 @functools.cache
@@ -37,11 +40,16 @@ def _descriptors() -> dict[str, Any]:
     return {PREFIX + str(d): d for d in Calculator(descriptors, ignore_3D=True).descriptors}
 
 
-def mordred_names(exclude: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """Every 2D Mordred descriptor (``mordred:NAME``) but those of the quantities of the RDKit
-    names in ``exclude`` (`EQUIVALENTS`: excluding TPSA leaves out Mordred's TopoPSA too)."""
-    left_out = {PREFIX + same for name in exclude for same in EQUIVALENTS.get(name, ())}
-    return tuple(name for name in _descriptors() if name not in left_out)
+def mordred_names(exclude: Sequence[str] = ()) -> tuple[str, ...]:
+    """Every 2D Mordred descriptor (``mordred:NAME``) but those in ``exclude`` and those of the
+    quantities of the RDKit names there (`EQUIVALENTS`: excluding TPSA leaves out TopoPSA too)."""
+    return tuple(name for name in _descriptors() if name not in left_out(exclude))
+
+
+def left_out(exclude: Sequence[str]) -> tuple[str, ...]:
+    """The Mordred descriptors ``exclude`` leaves out: its own ``mordred:`` names and `EQUIVALENTS`'."""
+    named = [name for name in exclude if name.startswith(PREFIX)]
+    return (*named, *(PREFIX + same for name in exclude for same in EQUIVALENTS.get(name, ())))
 
 
 @functools.cache
@@ -52,5 +60,10 @@ def calculator(names: tuple[str, ...]) -> Any:
 
 
 def mordred_values(calc: Any, mol: Any) -> list[float]:
-    """The calculator's values on one RDKit molecule; NaN where Mordred gives an error or a missing value."""
-    return [float(value) if isinstance(value, numbers.Real) else math.nan for value in calc(mol)]
+    """The calculator's values on one RDKit molecule; NaN where Mordred gives an error or a missing
+    value, or all NaN where it fails on the molecule itself (e.g. its kekulization)."""
+    try:
+        values = calc(mol)
+    except Exception:  # noqa: BLE001  (Mordred prepares the molecule outside its own per-descriptor guard)
+        return [math.nan] * len(calc.descriptors)
+    return [float(value) if isinstance(value, numbers.Real) else math.nan for value in values]
