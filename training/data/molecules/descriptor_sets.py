@@ -269,7 +269,9 @@ def _cached(path: Path, key: str, width: int, rows: int) -> tuple[list[str], np.
         with np.load(path, allow_pickle=False) as cache:
             for info in cache.zip.infolist():  # a crafted member may inflate to any size: refused unread
                 if info.file_size > bounds.get(info.filename.removesuffix(".npy"), 0) + 1024:
-                    raise ValueError(f"its member {info.filename} is larger than {rows:,} molecules take")
+                    print(f"{path}: its {info.filename} is larger than {rows:,} molecules take; computing the "
+                          "descriptors again", file=sys.stderr)  # fmt: skip
+                    return None
             if str(cache["key"]) != key:
                 print(f"{path}: computed for other settings; computing the descriptors again", file=sys.stderr)
                 return None
