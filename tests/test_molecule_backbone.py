@@ -308,10 +308,13 @@ def test_zoo_finetune_keeps_the_body_and_puts_a_fresh_head(uninterrupted, tmp_pa
         assert "head phase: none (molecules" in (tmp_path / "run" / "README.md").read_text()
 
 
-def test_the_command_line_refuses_a_bad_value_in_one_line(capsys) -> None:
+def test_the_command_line_refuses_a_bad_value_in_one_line(capsys, tmp_path) -> None:
     with pytest.raises(SystemExit) as exit_:
         recipe.main(["--out", "x", "--val-fraction", "0.9"])
     assert exit_.value.code == 2 and "--val-fraction" in capsys.readouterr().err
+    assert recipe.main(["--out", str(tmp_path / "o"), "--exclude", "TPSA,mordred:SLogPP"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "Mordred has no descriptor 'mordred:SLogPP'" in line and not (tmp_path / "o").exists()  # nothing written
     with pytest.raises(InvalidArgumentError, match=r"max_steps \(--max-steps\) must be"):
         recipe.BackboneSettings(out="x", max_steps=0)
     for name in ("../gin3.x", "gin3.a/b", "resnet20.x", "gin3."):  # the entry's name becomes file names

@@ -270,6 +270,7 @@ def run(settings: BackboneSettings, corpus: Corpus = MOSES, clock: Callable[[], 
     """Targets, graphs, training (continued from ``OUT``'s checkpoint when there is one), then
     the backbone into ``OUT/backbone`` and, with ``settings.publish``, the weight entry."""
     _check_entry_name(settings)
+    corpora.chosen_names(settings.names, settings.exclude)  # a misspelt name refused before OUT is written
     _check_run_folder(settings, corpus)
     targets = corpus_targets(settings, corpus)
     graphs = molecule_graphs(targets.smiles, settings.processes, settings.progress)
