@@ -317,6 +317,8 @@ def test_the_command_line_refuses_a_bad_value_in_one_line(capsys, tmp_path) -> N
     assert "Mordred has no descriptor 'mordred:SLogPP'" in line and not (tmp_path / "o").exists()  # nothing written
     with pytest.raises(InvalidArgumentError, match=r"max_steps \(--max-steps\) must be"):
         recipe.BackboneSettings(out="x", max_steps=0)
+    with pytest.raises(InvalidArgumentError, match=r"mordred \(--mordred\) must be at most .* \(100\), got 101"):
+        recipe.BackboneSettings(out="x", molecules=100, mordred=101)
     for name in ("../gin3.x", "gin3.a/b", "resnet20.x", "gin3."):  # the entry's name becomes file names
         with pytest.raises(InvalidArgumentError, match=r"name \(--name\) must be gin3.TAG"):
             recipe.BackboneSettings(out="x", name=name)

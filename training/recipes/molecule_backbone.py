@@ -140,6 +140,9 @@ class BackboneSettings:
             if problem:
                 flag = "--" + name.replace("_", "-")
                 raise InvalidArgumentError(f"{name} ({flag}) {problem}, got {value!r}; {OPTIONS[name][1]}")
+        if self.mordred > self.molecules + self.fragments:  # its upper bound: the molecules there are
+            raise InvalidArgumentError(f"mordred (--mordred) must be at most --molecules plus --fragments "
+                                       f"({self.molecules + self.fragments:,}), got {self.mordred:,}")  # fmt: skip
         if not re.fullmatch(r"gin3\.[a-z0-9_]{1,64}", self.name):  # a file name in the weights folder
             raise InvalidArgumentError(f"name (--name) must be gin3.TAG, TAG of a-z, 0-9 and _; got {self.name!r}")
 

@@ -55,8 +55,10 @@ def left_out(exclude: Sequence[str]) -> tuple[str, ...]:
 @functools.cache
 def calculator(names: tuple[str, ...]) -> Any:
     """A Mordred calculator of ``names`` (each ``mordred:NAME``, as `mordred_names` lists them), in their order."""
+    from mordred import Calculator
+
     known = _descriptors()
-    return __import__("mordred").Calculator([known[name] for name in names], ignore_3D=True)
+    return Calculator([known[name] for name in names], ignore_3D=True)
 
 
 def mordred_values(calc: Any, mol: Any) -> list[float]:
