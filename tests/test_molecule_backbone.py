@@ -319,6 +319,16 @@ def test_the_command_line_refuses_a_bad_value_in_one_line(capsys, tmp_path) -> N
         recipe.BackboneSettings(out="x", max_steps=0)
     with pytest.raises(InvalidArgumentError, match=r"mordred \(--mordred\) must be at most .* \(100\), got 101"):
         recipe.BackboneSettings(out="x", molecules=100, mordred=101)
+    with pytest.raises(InvalidArgumentError, match=r"hidden_channels \(--hidden-channels\) must be"):
+        recipe.BackboneSettings(out="x", hidden_channels=0)
+    with pytest.raises(SystemExit):
+        recipe.main(["--out", "x", "--num-layers", "two"])
+    assert "--num-layers" in capsys.readouterr().err
+    # gin3's size by flag is the size by model_kwargs: the same model, the same run to continue
+    sized = recipe.BackboneSettings(out="x", hidden_channels=16, num_layers=2)
+    assert sized.model_kwargs == SMALL
+    assert sized.run_key(MOSES) == recipe.BackboneSettings(out="x", model_kwargs=SMALL).run_key(MOSES)
+    assert recipe.backbone_model(3, sized).size_kwargs == SMALL
     for name in ("../gin3.x", "gin3.a/b", "resnet20.x", "gin3."):  # the entry's name becomes file names
         with pytest.raises(InvalidArgumentError, match=r"name \(--name\) must be gin3.TAG"):
             recipe.BackboneSettings(out="x", name=name)

