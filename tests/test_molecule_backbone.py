@@ -187,6 +187,10 @@ def test_a_run_stopped_by_its_time_budget_continues_to_the_same_weights(
     assert not torch.equal(full[CONV], initial[CONV])  # trained: not the seeded initialisation
     with pytest.raises(InvalidArgumentError, match=r"seed=0.*seed=1.*another --out"):
         recipe.run(settings(tmp_path, wheel, seed=1), wheel[0])
+    with pytest.raises(
+        InvalidArgumentError, match=r"hidden_channels.*\(gin3's size: --hidden-channels, --num-layers\)"
+    ):
+        recipe.run(settings(tmp_path, wheel, hidden_channels=24), wheel[0])
 
 
 def test_the_backbone_loads_and_is_published_with_its_card(uninterrupted) -> None:

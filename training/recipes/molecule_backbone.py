@@ -207,9 +207,10 @@ def _check_run_folder(settings: BackboneSettings, corpus: Corpus) -> None:
     differ = [name for name in key if saved.get(name) != key[name]]
     if differ and (out / "checkpoints" / "last.pt").is_file():
         was, asked = (", ".join(f"{name}={values.get(name)!r}" for name in differ) for values in (saved, key))
+        flags = " (gin3's size: --hidden-channels, --num-layers)" if "model_kwargs" in differ else ""
         raise InvalidArgumentError(
-            f"{out} holds a run with {was}, and this one asks for {asked}: pass the same options to continue it, "
-            "or another --out to start a new one"
+            f"{out} holds a run with {was}, and this one asks for {asked}{flags}: pass the same options to continue "
+            "it, or another --out to start a new one"
         )
     out.mkdir(parents=True, exist_ok=True)
     write_json(key, out / SETTINGS_FILE)
