@@ -448,6 +448,9 @@ def gin_sopool(**kwargs: Any) -> GIN:
     return _build("gin_sopool", "second_order", {}, kwargs)
 
 
+GIN3_SIZE = {"hidden_channels": 96, "num_layers": 3}  # gin3's default size (its docstring says why)
+
+
 @register_model(inputs="graphs", heads=GRAPH_HEADS, finetune_head="graph_classification", finetune_example="gin3")
 def gin3(**kwargs: Any) -> GIN:
     """GIN with third-order pooling on top of the sum, 3 layers of 96 channels: the first-order
@@ -463,8 +466,7 @@ def gin3(**kwargs: Any) -> GIN:
     ``ThirdOrderPooling`` options pass through (the weights published before 2026-11 use
     ``first_order=False, l2=True``: the parts without the sum, moments L2-normalised per graph)."""
     defaults = dict(
-        hidden_channels=96,
-        num_layers=3,
+        **GIN3_SIZE,
         first_order=True,
         moment=True,
         triangle=True,

@@ -190,7 +190,7 @@ def test_a_run_stopped_by_its_time_budget_continues_to_the_same_weights(
     with pytest.raises(
         InvalidArgumentError, match=r"hidden_channels.*\(gin3's size: --hidden-channels, --num-layers\)"
     ):
-        recipe.run(settings(tmp_path, wheel, hidden_channels=24), wheel[0])
+        recipe.run(settings(tmp_path, wheel, model_kwargs={"num_layers": 2}, hidden_channels=24), wheel[0])
 
 
 def test_the_backbone_loads_and_is_published_with_its_card(uninterrupted) -> None:
@@ -333,6 +333,10 @@ def test_the_command_line_refuses_a_bad_value_in_one_line(capsys, tmp_path) -> N
     assert sized.model_kwargs == SMALL
     assert sized.run_key(MOSES) == recipe.BackboneSettings(out="x", model_kwargs=SMALL).run_key(MOSES)
     assert recipe.backbone_model(3, sized).size_kwargs == SMALL
+    default = recipe.BackboneSettings(out="x").run_key(MOSES)  # naming gin3's default size continues a run without it
+    assert recipe.BackboneSettings(out="x", hidden_channels=96, num_layers=3).run_key(MOSES) == default
+    with pytest.raises(InvalidArgumentError, match="hidden_channels is 16 and model_kwargs says 32: give it once"):
+        recipe.BackboneSettings(out="x", hidden_channels=16, model_kwargs={"hidden_channels": 32})
     for name in ("../gin3.x", "gin3.a/b", "resnet20.x", "gin3."):  # the entry's name becomes file names
         with pytest.raises(InvalidArgumentError, match=r"name \(--name\) must be gin3.TAG"):
             recipe.BackboneSettings(out="x", name=name)

@@ -1,21 +1,20 @@
-"""A gin3 molecule backbone pretrained on RDKit descriptors of MOSES molecules, as chemprop's
-CheMeleon pretrains an MPNN on descriptors before fine-tuning it on a small property set. The
-targets: RDKit's descriptors of a seeded sample of the MOSES ``train`` member
-(`zoo.training.data.molecules.corpus`) and, with ``--fragments``, BRICS fragments of them
-(`brics_fragments`: smaller molecules) and, with ``--mordred N``, Mordred's 2D descriptors of the
-first N (CheMeleon's targets; missing on the rest), cached in ``OUT/descriptors.npz`` (reused while the
-corpus, sample, fragments, seed, descriptors and versions match), less the project's molecule sets'
-targets (`EXCLUDED`, and Mordred's of the same quantities), standardised on the training part
-(clipped to its 0.5-99.5 percentiles; one constant there is dropped). ``gin3`` at its defaults
-regresses them (`MaskedRegressionStep`: MSE over the values present) through the `Trainer`,
-checkpointed in ``OUT``: the same command continues a run to the same weights. ``--max-steps``
-and ``--time-budget-s`` (training seconds of one invocation) bound it; a seeded 2% validates.
-``OUT/backbone`` is a `zoo.save` folder
-(its card and ``descriptors.json`` inside); ``--publish`` also writes the weight entry `NAME` (or ``--name``).
+"""A gin3 molecule backbone pretrained on RDKit descriptors of MOSES molecules, as chemprop's CheMeleon
+pretrains an MPNN on descriptors before fine-tuning it on a small property set. The targets: RDKit's
+descriptors of a seeded sample of the MOSES ``train`` member (`zoo.training.data.molecules.corpus`) and,
+with ``--fragments``, BRICS fragments of them (`brics_fragments`: smaller molecules) and, with ``--mordred
+N``, Mordred's 2D descriptors of the first N (CheMeleon's targets; missing on the rest), cached in
+``OUT/descriptors.npz`` (reused while the corpus, sample, fragments, seed, descriptors and versions match),
+less the project's molecule sets' targets (`EXCLUDED`, and Mordred's of the same quantities), standardised
+on the training part (clipped to its 0.5-99.5 percentiles; one constant there is dropped). ``gin3`` (its
+default size, or ``--hidden-channels``/``--num-layers``) regresses them (`MaskedRegressionStep`: MSE over
+the values present) through the `Trainer`, checkpointed in ``OUT``: the same command continues a run to the
+same weights. ``--max-steps`` and ``--time-budget-s`` (training seconds of one invocation) bound it; a
+seeded 2% validates. ``OUT/backbone`` is a `zoo.save` folder (its card and ``descriptors.json`` inside);
+``--publish`` also writes the weight entry `NAME` (or ``--name``).
 
     python -m zoo.training.recipes.molecule_backbone --out runs/backbone [--molecules 100000] [--fragments 0]
         [--mordred 0] [--seed 0] [--exclude TPSA,MolLogP] [--max-steps 50000] [--time-budget-s 3600]
-        [--publish [weights/]] [--name gin3.TAG]
+        [--hidden-channels 96] [--num-layers 3] [--publish [weights/]] [--name gin3.TAG]
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ import torch
 from torch.utils.data import Dataset
 
 import zoo
+from zoo.architectures.graph import GIN3_SIZE
 from zoo.bounds import SEED_MAX, Bounds, OneLineParser, count
 from zoo.errors import DataError, InvalidArgumentError, run_command
 from zoo.loading.smiles import INPUT_FORMAT, feature_sizes
@@ -90,7 +90,7 @@ OPTIONS: dict[str, tuple[Bounds, str]] = {
     "hidden_channels": (count(8, 1024), "gin3's channels per layer (default gin3's, 96)"),
     "num_layers": (count(1, 12), "gin3's message-passing layers (default gin3's, 3)"),
 }  # fmt: skip
-SIZE_OPTIONS = ("hidden_channels", "num_layers")  # gin3's size: folded into model_kwargs
+SIZE_OPTIONS, SIZE_FLAGS = ("hidden_channels", "num_layers"), " (gin3's size: --hidden-channels, --num-layers)"
 # what must match for a run folder to be continued: what decides the weights
 RUN_FIELDS = (
     "molecules",
@@ -141,8 +141,7 @@ class BackboneSettings:
     def __post_init__(self) -> None:
         for name, (bounds, _) in OPTIONS.items():
             value = getattr(self, name)
-            optional = name == "time_budget_s" or name in SIZE_OPTIONS
-            problem = None if value is None and optional else bounds.problem(value)
+            problem = None if value is None and name in ("time_budget_s", *SIZE_OPTIONS) else bounds.problem(value)
             if problem:
                 flag = "--" + name.replace("_", "-")
                 raise InvalidArgumentError(f"{name} ({flag}) {problem}, got {value!r}; {OPTIONS[name][1]}")
@@ -151,8 +150,14 @@ class BackboneSettings:
                                        f"({self.molecules + self.fragments:,}), got {self.mordred:,}")  # fmt: skip
         if not re.fullmatch(r"gin3\.[a-z0-9_]{1,64}", self.name):  # a file name in the weights folder
             raise InvalidArgumentError(f"name (--name) must be gin3.TAG, TAG of a-z, 0-9 and _; got {self.name!r}")
-        size = {name: getattr(self, name) for name in SIZE_OPTIONS if getattr(self, name) is not None}
-        object.__setattr__(self, "model_kwargs", {**self.model_kwargs, **size})  # what run_key and the model read
+        kwargs = dict(self.model_kwargs)  # the size flags folded in (input only), gin3's default size left out
+        for name in SIZE_OPTIONS:
+            value = getattr(self, name)
+            if value is not None and kwargs.setdefault(name, value) != value:
+                raise InvalidArgumentError(f"{name} is {value} and model_kwargs says {kwargs[name]}: give it once")
+            if kwargs.get(name) == GIN3_SIZE[name]:
+                del kwargs[name]
+        object.__setattr__(self, "model_kwargs", kwargs)  # what the run key and the model read
 
     def run_key(self, corpus: Corpus) -> dict[str, Any]:
         """What decides the weights (`RUN_FIELDS` and the corpus), as JSON reads it back."""
@@ -207,7 +212,8 @@ def _check_run_folder(settings: BackboneSettings, corpus: Corpus) -> None:
     differ = [name for name in key if saved.get(name) != key[name]]
     if differ and (out / "checkpoints" / "last.pt").is_file():
         was, asked = (", ".join(f"{name}={values.get(name)!r}" for name in differ) for values in (saved, key))
-        flags = " (gin3's size: --hidden-channels, --num-layers)" if "model_kwargs" in differ else ""
+        sized = saved.get("model_kwargs") if isinstance(saved.get("model_kwargs"), dict) else {}
+        flags = "" if all(sized.get(n) == key["model_kwargs"].get(n) for n in SIZE_OPTIONS) else SIZE_FLAGS
         raise InvalidArgumentError(
             f"{out} holds a run with {was}, and this one asks for {asked}{flags}: pass the same options to continue "
             "it, or another --out to start a new one"
