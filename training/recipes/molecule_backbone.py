@@ -1,8 +1,8 @@
 """A gin3 molecule backbone pretrained on RDKit descriptors of MOSES molecules, as chemprop's CheMeleon
 pretrains an MPNN on descriptors before fine-tuning it on a small property set. The targets: RDKit's
 descriptors of a seeded sample of the MOSES ``train`` member (`zoo.training.data.molecules.corpus`) and,
-with ``--fragments``, BRICS fragments of them (`brics_fragments`: smaller molecules) and, with ``--mordred
-N``, Mordred's 2D descriptors of the first N (CheMeleon's targets; missing on the rest), cached in
+with ``--fragments``, BRICS fragments of them (`brics_fragments`: smaller molecules) and, with
+``--mordred N``, Mordred's 2D descriptors of the first N (CheMeleon's targets; missing on the rest), cached in
 ``OUT/descriptors.npz`` (reused while the corpus, sample, fragments, seed, descriptors and versions match),
 less the project's molecule sets' targets (`EXCLUDED`, and Mordred's of the same quantities), standardised
 on the training part (clipped to its 0.5-99.5 percentiles; one constant there is dropped). ``gin3`` (its
