@@ -362,6 +362,22 @@ def test_publish_never_replaces_an_entry_another_recipe_wrote(wheel, uninterrupt
     recipe._check_entry_name(settings(tmp_path / "again", wheel, publish=str(ours.parent)))
 
 
+def test_a_run_that_named_gins_default_size_continues_by_the_flags(tmp_path: Path) -> None:
+    """A run folder whose settings name gin3's default layer count (model_kwargs given in full)
+    continues with --hidden-channels alone, and refuses another width, naming the flags."""
+    run = recipe.BackboneSettings(out=str(tmp_path), model_kwargs={"hidden_channels": 16})
+    key = run.run_key(MOSES) | {"model_kwargs": {"hidden_channels": 16, "num_layers": 3}}
+    (tmp_path / "settings.json").write_text(json.dumps(key))
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.pt").write_bytes(b"")
+    recipe._check_run_folder(recipe.BackboneSettings(out=str(tmp_path), hidden_channels=16), MOSES)
+    with pytest.raises(InvalidArgumentError, match=r"\(gin3's size: --hidden-channels, --num-layers\)"):
+        recipe._check_run_folder(recipe.BackboneSettings(out=str(tmp_path), hidden_channels=24), MOSES)
+    (tmp_path / "settings.json").write_text(json.dumps(key | {"model_kwargs": [96]}))  # crafted: refused, no crash
+    with pytest.raises(InvalidArgumentError, match="another --out"):
+        recipe._check_run_folder(recipe.BackboneSettings(out=str(tmp_path), hidden_channels=16), MOSES)
+
+
 def test_an_out_folder_of_a_users_files_is_left_untouched(tmp_path: Path) -> None:
     """--out naming a folder that holds a user's files (no run's settings.json) is refused before anything is written."""
     mine = tmp_path / "mine"

@@ -92,19 +92,8 @@ OPTIONS: dict[str, tuple[Bounds, str]] = {
 }  # fmt: skip
 SIZE_OPTIONS, SIZE_FLAGS = ("hidden_channels", "num_layers"), " (gin3's size: --hidden-channels, --num-layers)"
 # what must match for a run folder to be continued: what decides the weights
-RUN_FIELDS = (
-    "molecules",
-    "fragments",
-    "mordred",
-    "seed",
-    "exclude",
-    "names",
-    "max_steps",
-    "batch_size",
-    "lr",
-    "val_fraction",
-    "model_kwargs",
-)
+RUN_FIELDS = ("molecules", "fragments", "mordred", "seed", "exclude", "names", "max_steps", "batch_size", "lr")
+RUN_FIELDS += ("val_fraction", "model_kwargs")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,9 +144,7 @@ class BackboneSettings:
             value = getattr(self, name)
             if value is not None and kwargs.setdefault(name, value) != value:
                 raise InvalidArgumentError(f"{name} is {value} and model_kwargs says {kwargs[name]}: give it once")
-            if kwargs.get(name) == GIN3_SIZE[name]:
-                del kwargs[name]
-        object.__setattr__(self, "model_kwargs", kwargs)  # what the run key and the model read
+        object.__setattr__(self, "model_kwargs", _default_size_dropped(kwargs))  # what the run key and model read
 
     def run_key(self, corpus: Corpus) -> dict[str, Any]:
         """What decides the weights (`RUN_FIELDS` and the corpus), as JSON reads it back."""
@@ -201,6 +188,11 @@ def train_config(settings: BackboneSettings, train_size: int) -> TrainConfig:
     )  # fmt: skip
 
 
+def _default_size_dropped(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` without gin3's default size (`GIN3_SIZE`): named or not, the same model and run."""
+    return {k: v for k, v in kwargs.items() if k not in SIZE_OPTIONS or v != GIN3_SIZE[k]}
+
+
 def _check_run_folder(settings: BackboneSettings, corpus: Corpus) -> None:
     """Refuse to continue a checkpoint of other settings (`RUN_FIELDS`), naming them; record this run's."""
     out, key = Path(settings.out), settings.run_key(corpus)
@@ -209,6 +201,8 @@ def _check_run_folder(settings: BackboneSettings, corpus: Corpus) -> None:
     if not isinstance(saved, dict) or (not saved and out.is_dir() and any(out.iterdir())):  # a user's: untouched
         raise InvalidArgumentError(f"--out {out} holds no backbone run ({SETTINGS_FILE}); pass a new or empty folder")
     saved = saved or key
+    if isinstance(saved.get("model_kwargs"), dict):  # a run named gin3's default size before it was left out
+        saved = {**saved, "model_kwargs": _default_size_dropped(saved["model_kwargs"])}
     differ = [name for name in key if saved.get(name) != key[name]]
     if differ and (out / "checkpoints" / "last.pt").is_file():
         was, asked = (", ".join(f"{name}={values.get(name)!r}" for name in differ) for values in (saved, key))
