@@ -389,19 +389,31 @@ class GIN(LinearClassifier, nn.Module):
             outputs.append(x)
         return torch.cat(outputs, dim=-1)
 
-    def forward_features(self, data: Data) -> Tensor:
-        """Graph embeddings [num_graphs, num_features] (node embeddings for node_classification)."""
+    @staticmethod
+    def _batch(data: Data) -> tuple[Tensor, int]:
+        """(each node's graph, the number of graphs) of ``data``: one graph when it has no ``batch``."""
+        if data.batch is None:
+            return data.edge_index.new_zeros(data.x.size(0)), 1
+        return data.batch, data.num_graphs if hasattr(data, "num_graphs") else int(data.batch.max()) + 1
+
+    def forward_node_features(self, data: Data) -> Tensor:
+        """Every node's embedding before the readout, all layers concatenated: [num_nodes,
+        num_layers * hidden_channels] (what a node-level objective such as atom masking reads)."""
         self._check_input(data)
-        if data.batch is None:  # a single graph
-            batch, num_graphs = data.edge_index.new_zeros(data.x.size(0)), 1
-        else:
-            batch = data.batch
-            num_graphs = data.num_graphs if hasattr(data, "num_graphs") else int(batch.max()) + 1
-        h = self._node_embeddings(data, batch, num_graphs)
+        return self._node_embeddings(data, *self._batch(data))
+
+    def forward_readout(self, h: Tensor, data: Data) -> Tensor:
+        """The graph embeddings [num_graphs, num_features] of node embeddings ``h`` of ``data``
+        (``h`` itself for node_classification): forward_features' second half."""
         if self.pool is None:
             return h
+        batch, num_graphs = self._batch(data)
         extra = {"triangle_index": data.triangle_index} if self.needs_triangles else {}
         return self.norm(self.pool(h, batch, dim_size=num_graphs, **extra))
+
+    def forward_features(self, data: Data) -> Tensor:
+        """Graph embeddings [num_graphs, num_features] (node embeddings for node_classification)."""
+        return self.forward_readout(self.forward_node_features(data), data)
 
     def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
         """Dropout and the linear head, unless ``pre_logits``."""

@@ -468,3 +468,62 @@ def test_mordred_missing_is_named_with_its_extra(monkeypatch) -> None:
     monkeypatch.setitem(__import__("sys").modules, "mordred", None)  # as if not installed
     with pytest.raises(ZooError, match=re.escape("pip install 'zoo[mordred]'")):
         mordred_descriptors.require_mordred()
+
+
+def test_atom_masking_hides_elements_in_training_and_nothing_in_evaluation() -> None:
+    """AtomMasking zeroes the element block of about its share of the atoms, predicts those elements
+    (a finite cross-entropy with gradients to the body and its node head), and in evaluation is the model itself."""
+    from zoo.loading.smiles import element_channels, smiles_batch
+    from zoo.training.loop.steps import forward_with_aux
+    from zoo.training.recipes.atom_masking import AtomMasking
+
+    batch = smiles_batch([smiles for smiles, _ in nci_rows(12)])
+    given = batch.x.clone()
+    torch.manual_seed(0)
+    model = recipe.backbone_model(3, recipe.BackboneSettings(out="unused", model_kwargs=SMALL))
+    masking = AtomMasking(model, 0.5)
+    seen: list[torch.Tensor] = []
+    model.convs[0].register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
+    output, aux_loss, _ = forward_with_aux(masking.train(), batch)
+    hidden = seen[0][:, : element_channels()].sum(-1) == 0
+    assert output.shape == (12, 3) and 0.3 < hidden.float().mean() < 0.7  # about half of the atoms, not all
+    assert torch.equal(seen[0][~hidden], batch.x[~hidden]) and torch.equal(batch.x, given)  # the batch untouched
+    assert aux_loss is not None and torch.isfinite(aux_loss) and aux_loss > 0
+    aux_loss.backward()
+    assert model.convs[0].nn.lins[0].weight.grad.abs().sum() > 0 and masking.node_head.weight.grad is not None
+    masking.eval(), seen.clear()
+    output, aux_loss, _ = forward_with_aux(masking, batch)
+    assert aux_loss is None and torch.equal(seen[0], batch.x) and torch.equal(output, model(batch))
+    with pytest.raises(InvalidArgumentError, match=r"--mask-atoms"):
+        AtomMasking(model, 1.0)
+
+
+def test_a_backbone_pretrained_with_atom_masking_keeps_only_the_body(wheel, uninterrupted, tmp_path) -> None:
+    """--mask-atoms trains the node head beside the descriptors and saves gin3 alone (no node head),
+    says so in the card, logs the masked atoms' loss, and is another run: a folder without it is not continued."""
+    masked = recipe.run(settings(tmp_path, wheel, mask_atoms=0.15), wheel[0])
+    kept = weights(masked.folder)
+    assert kept.keys() == weights(uninterrupted.folder).keys() and not any("node_head" in k for k in kept)
+    assert not torch.equal(kept[CONV], weights(uninterrupted.folder)[CONV])  # the node loss moved the body
+    assert zoo.load(masked.folder).num_classes == 4
+    assert "15% of the atoms' elements hidden (AtomMasking)" in (masked.folder / "README.md").read_text()
+    assert "train_aux_loss" in (tmp_path / "metrics.csv").read_text().splitlines()[0]
+    with pytest.raises(InvalidArgumentError, match=r"mask_atoms=0.15.*mask_atoms=None.*another --out"):
+        recipe.run(settings(tmp_path, wheel), wheel[0])
+    with pytest.raises(InvalidArgumentError, match=r"mask_atoms \(--mask-atoms\) must be in \[0, 0.5\]"):
+        settings(tmp_path, wheel, mask_atoms=0.9)
+
+
+@pytest.mark.parametrize("option", [{"fragments": 100}, {"mordred": 10}, {"mask_atoms": 0.15}])
+def test_a_run_with_a_later_option_is_not_continued_without_it(tmp_path: Path, option: dict) -> None:
+    """An option left out of the run key when off (fragments, mordred, mask_atoms) still tells two runs apart:
+    a folder trained with it is not continued by a command without it (other data or loss on the same checkpoint)."""
+    with_it = recipe.BackboneSettings(out=str(tmp_path), **option)
+    key = with_it.run_key(MOSES) if "mordred" not in option else recipe.BackboneSettings(out=str(tmp_path)).run_key(
+        MOSES) | option  # fmt: skip
+    (tmp_path / "settings.json").write_text(json.dumps(key))
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.pt").write_bytes(b"")
+    name = next(iter(option))
+    with pytest.raises(InvalidArgumentError, match=rf"{name}={option[name]!r}.*{name}=None.*another --out"):
+        recipe._check_run_folder(recipe.BackboneSettings(out=str(tmp_path)), MOSES)

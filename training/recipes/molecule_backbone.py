@@ -8,13 +8,13 @@ less the project's molecule sets' targets (`EXCLUDED`, and Mordred's of the same
 on the training part (clipped to its 0.5-99.5 percentiles; one constant there is dropped). ``gin3`` (its
 default size, or ``--hidden-channels``/``--num-layers``) regresses them (`MaskedRegressionStep`: MSE over
 the values present) through the `Trainer`, checkpointed in ``OUT``: the same command continues a run to the
-same weights. ``--max-steps`` and ``--time-budget-s`` (training seconds of one invocation) bound it; a
+same weights; ``--mask-atoms P`` also hides P of the atoms' elements and predicts them (`AtomMasking`). ``--max-steps`` and ``--time-budget-s`` (training seconds of one invocation) bound it; a
 seeded 2% validates. ``OUT/backbone`` is a `zoo.save` folder (its card and ``descriptors.json`` inside);
 ``--publish`` also writes the weight entry `NAME` (or ``--name``).
 
     python -m zoo.training.recipes.molecule_backbone --out runs/backbone [--molecules 100000] [--fragments 0]
         [--mordred 0] [--seed 0] [--exclude TPSA,MolLogP] [--max-steps 50000] [--time-budget-s 3600]
-        [--hidden-channels 96] [--num-layers 3] [--publish [weights/]] [--name gin3.TAG]
+        [--hidden-channels 96] [--num-layers 3] [--mask-atoms 0.15] [--publish [weights/]] [--name gin3.TAG]
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ from zoo.training.data.molecules.descriptor_sets import (
 from zoo.training.loop.steps import MaskedRegressionStep, StepOutput
 from zoo.training.loop.train_config import MAX_LR, TrainConfig
 from zoo.training.loop.trainer import Trainer
+from zoo.training.recipes.atom_masking import AtomMasking
 from zoo.training.recipes.evaluate import DESCRIPTOR_MOLECULES, DESCRIPTOR_SMILES, descriptor_metrics, descriptor_smiles
 from zoo.training.recipes.publish import WEIGHTS_DIR, Provenance, hardware_description, publish
 
@@ -89,11 +90,14 @@ OPTIONS: dict[str, tuple[Bounds, str]] = {
     "checkpoint_every": (count(), f"steps between checkpoints (default {CHECKPOINT_EVERY})"),
     "hidden_channels": (count(8, 1024), "gin3's channels per layer (default gin3's, 96)"),
     "num_layers": (count(1, 12), "gin3's message-passing layers (default gin3's, 3)"),
+    "mask_atoms": (Bounds(0, 0.5), "the share of atoms whose element is hidden and predicted "
+                   "beside the descriptors (Hu et al.'s attribute masking; default 0: none)"),
 }  # fmt: skip
 SIZE_OPTIONS, SIZE_FLAGS = ("hidden_channels", "num_layers"), " (gin3's size: --hidden-channels, --num-layers)"
 # what must match for a run folder to be continued: what decides the weights
 RUN_FIELDS = ("molecules", "fragments", "mordred", "seed", "exclude", "names", "max_steps", "batch_size", "lr")
-RUN_FIELDS += ("val_fraction", "model_kwargs")
+RUN_FIELDS += ("val_fraction", "model_kwargs", "mask_atoms")
+LATER_FIELDS = ("fragments", "mordred", "mask_atoms")  # options added later: absent from a run key when off
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +121,7 @@ class BackboneSettings:
     model_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     hidden_channels: int | None = None
     num_layers: int | None = None
+    mask_atoms: float = 0.0
     processes: int = 1
     checkpoint_every: int = CHECKPOINT_EVERY
     wheel: str | None = None  # a local copy of the corpus wheel (default: zoo's cache)
@@ -149,7 +154,7 @@ class BackboneSettings:
     def run_key(self, corpus: Corpus) -> dict[str, Any]:
         """What decides the weights (`RUN_FIELDS` and the corpus), as JSON reads it back."""
         key = {name: getattr(self, name) for name in RUN_FIELDS} | {"corpus_sha256": corpus.sha256}
-        for name in ("fragments", "mordred"):  # as a run folder written before the option reads back
+        for name in LATER_FIELDS:  # as a run folder written before the option reads back
             if not getattr(self, name):
                 del key[name]
         key |= {"mordred_version": mordred.require_mordred()} if self.mordred else {}  # another: other targets
@@ -203,7 +208,8 @@ def _check_run_folder(settings: BackboneSettings, corpus: Corpus) -> None:
     saved = saved or key
     if isinstance(saved.get("model_kwargs"), dict):  # a run named gin3's default size before it was left out
         saved = {**saved, "model_kwargs": _default_size_dropped(saved["model_kwargs"])}
-    differ = [name for name in key if saved.get(name) != key[name]]
+    names = [*key, *(name for name in LATER_FIELDS if name in saved and name not in key)]  # one given, one off
+    differ = [name for name in names if saved.get(name) != key.get(name)]
     if differ and (out / "checkpoints" / "last.pt").is_file():
         was, asked = (", ".join(f"{name}={values.get(name)!r}" for name in differ) for values in (saved, key))
         sized = saved.get("model_kwargs") if isinstance(saved.get("model_kwargs"), dict) else {}
@@ -239,7 +245,7 @@ def _train(
     (``clock`` seconds from here); returns the trainer and whether the time budget ended it."""
     from torch_geometric.loader.dataloader import Collater  # PyG: after feature_sizes imported it quietly
 
-    step = MaskedRegressionStep()
+    step = MaskedRegressionStep()  # plus atom masking's cross-entropy, its auxiliary loss
 
     def budgeted(wrapped: torch.nn.Module, batch: Any) -> StepOutput:
         """The step; the first after the budget checkpoints (the same command resumes there) and ends `fit`."""
@@ -274,6 +280,7 @@ class BackboneRun:
     counts: dict[str, int]
     missing: dict[str, int]
     trainer: Trainer
+    model: torch.nn.Module  # the backbone kept (the trainer's model, or what AtomMasking wraps)
     versions: tuple[str, str | None]  # RDKit's and Mordred's (None: no Mordred targets)
     entry: dict[str, Any] | None = None
 
@@ -296,15 +303,16 @@ def run(settings: BackboneSettings, corpus: Corpus = MOSES, clock: Callable[[], 
     train = DescriptorGraphs([graphs[i] for i in train_rows], standard.apply(targets, train_rows))
     val = DescriptorGraphs([graphs[i] for i in val_rows], standard.apply(targets, val_rows))
     model = backbone_model(len(standard.names), settings)
-    trainer, stopped = _train(model, settings, train, val, clock)
-    rmse = trainer.evaluate(val, model.eval()).get("rmse", math.nan)
+    trained = AtomMasking(model, settings.mask_atoms) if settings.mask_atoms else model  # model: what is kept
+    trainer, stopped = _train(trained, settings, train, val, clock)
+    rmse = trainer.evaluate(val, trained.eval()).get("rmse", math.nan)
     missing = (~targets.present[usable][:, standard.columns]).sum(axis=0)
     counts = {"sampled": targets.sampled, "fragments": targets.fragments, "usable": len(usable)}
     counts |= {"train": len(train), "val": len(val), "mordred": min(settings.mordred, len(targets.smiles))}
     result = BackboneRun(
         settings, corpus, Path(settings.out) / BACKBONE_DIR, trainer.state.global_step, stopped,
         {"val_masked_mse": rmse**2, "val_rmse": rmse}, standard, counts,
-        dict(zip(standard.names, map(int, missing))), trainer, (targets.rdkit_version, targets.mordred_version),
+        dict(zip(standard.names, map(int, missing))), trainer, model, (targets.rdkit_version, targets.mordred_version),
     )  # fmt: skip
     target = {"name": _targets_name(settings), "outputs": list(standard.names), "standardised": True}
     target |= {"mean": standard.center.tolist(), "std": standard.scale.tolist()}  # un-standardised by zoo.predict
@@ -366,8 +374,9 @@ def _facts(result: BackboneRun) -> dict[str, str]:
         f"featurizer; {counts['train']:,} "
         f"train, {counts['val']:,} validation (a seeded random {settings.val_fraction:.0%})"
     )
+    masking = f" plus the cross-entropy of {settings.mask_atoms:.0%} of the atoms' elements hidden (AtomMasking)"
     training = (
-        f"masked MSE over the descriptors present (MaskedRegressionStep), AdamW lr {settings.lr:g}, weight decay "
+        f"masked MSE over the descriptors present (MaskedRegressionStep){masking if settings.mask_atoms else ''}, AdamW lr {settings.lr:g}, weight decay "
         f"{WEIGHT_DECAY:g}, batch {settings.batch_size}, cosine schedule over {settings.max_steps:,} steps "
         f"({WARMUP_SHARE:.0%} warmup), gradient norm clipped at {CLIP_GRAD:g}, fp32, seed {settings.seed}"
     )
@@ -407,7 +416,7 @@ def _fragments_said(count: int) -> str:
 def _card(result: BackboneRun, finetune: str) -> list[str]:
     """The pretraining card: corpus and sample, targets kept and excluded, model, training, steps,
     wall time, hardware, validation, the command, and the standardisation table."""
-    settings, standard, config = result.settings, result.standard, result.trainer.model.pretrained_cfg
+    settings, standard, config = result.settings, result.standard, result.model.pretrained_cfg
     facts = _facts(result)
     excluded = ", ".join(f"{name} ({EXCLUDED.get(name, 'by --exclude')})" for name in settings.exclude) or "none"
     if settings.mordred:
@@ -443,15 +452,8 @@ def _card(result: BackboneRun, finetune: str) -> list[str]:
 def _deciding(argv: Sequence[str]) -> list[str]:
     """The arguments that decide the weights, for the card's command: a local copy of the wheel
     (the same verified file) and --no-progress left out, so anyone can rerun it."""
-    kept, skip = [], False
-    for arg in argv:
-        if skip or arg == "--no-progress" or arg.startswith("--wheel="):
-            skip = False
-            continue
-        skip = arg == "--wheel"
-        if not skip:
-            kept.append(arg)
-    return kept
+    dropped = ("--no-progress", "--wheel")
+    return [a for before, a in zip([None, *argv], argv) if before != "--wheel" and a.split("=")[0] not in dropped]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

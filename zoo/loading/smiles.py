@@ -62,6 +62,13 @@ def feature_sizes() -> tuple[int, int]:
     return sum(len(v) for v in x_map.values()), sum(len(v) for v in e_map.values())
 
 
+def element_channels() -> int:
+    """How many of an atom's feature channels, the first, are its element's one-hot (PyG's
+    ``atomic_num``, x_map's first block): what atom masking hides and predicts."""
+    x_map, _ = _maps()
+    return len(x_map["atomic_num"])
+
+
 def _one_hot(codes: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
     """[N, len(sizes)] category codes -> [N, sum(sizes)] float one-hot blocks."""
     blocks = [torch.nn.functional.one_hot(codes[:, i], size) for i, size in enumerate(sizes)]

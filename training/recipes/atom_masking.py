@@ -1,0 +1,59 @@
+"""Atom masking beside the descriptor regression while a molecule backbone pretrains: Hu et al.
+(2020, "Strategies for Pre-training Graph Neural Networks") found that a graph-level objective
+alone can transfer negatively, and that adding a node-level one (their attribute masking) makes
+the pretrained body help on more sets. In training, each atom's element is hidden with
+probability ``share`` (its one-hot block zeroed: no element reads as all zeros) and a linear
+node head predicts it from the body's node embeddings; the cross-entropy is the model's
+auxiliary loss, which the training step adds to its own (`forward_with_aux`). In evaluation
+nothing is hidden and the wrapped model's output is returned as it is."""
+
+from __future__ import annotations
+
+import copy
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from zoo.errors import InvalidArgumentError
+from zoo.loading.smiles import element_channels
+
+
+class MaskedAtomsOutput(NamedTuple):
+    """What `forward_with_aux` reads: the graph outputs, the masked atoms' cross-entropy (None in
+    evaluation) and no expert fractions (an empty tensor: no experts)."""
+
+    logits: Tensor
+    aux_loss: Tensor | None
+    expert_fractions: Tensor
+
+
+class AtomMasking(nn.Module):
+    """``model`` (a GIN: ``forward_node_features``, ``forward_readout``, ``forward_head``) trained
+    with atom masking: ``share`` of the atoms hidden per step (at least one per batch) and their
+    elements predicted by ``node_head``. Only ``model`` is kept after pretraining."""
+
+    def __init__(self, model: nn.Module, share: float) -> None:
+        super().__init__()
+        if not 0.0 < share < 1.0:
+            raise InvalidArgumentError(f"share (--mask-atoms) must be in (0, 1), got {share}")
+        self.model, self.share, self.elements = model, share, element_channels()
+        size = model.size_kwargs
+        self.node_head = nn.Linear(size["hidden_channels"] * size["num_layers"], self.elements)
+
+    def forward(self, data: object, return_aux: bool = False) -> Tensor | MaskedAtomsOutput:
+        if not self.training:
+            output = self.model(data)
+            return MaskedAtomsOutput(output, None, output.new_zeros(0)) if return_aux else output
+        x = data.x
+        hidden = torch.rand(x.shape[0], device=x.device) < self.share
+        if not bool(hidden.any()):  # a batch with no atom hidden would have no node loss
+            hidden[torch.randint(x.shape[0], (1,), device=x.device)] = True
+        elements = x[hidden, : self.elements].argmax(-1)
+        masked = copy.copy(data)  # the batch's other tensors shared, not copied
+        masked.x = torch.cat([x[:, : self.elements].masked_fill(hidden[:, None], 0.0), x[:, self.elements :]], dim=-1)
+        h = self.model.forward_node_features(masked)
+        output = self.model.forward_head(self.model.forward_readout(h, masked))
+        aux_loss = F.cross_entropy(self.node_head(h[hidden]), elements)
+        return MaskedAtomsOutput(output, aux_loss, output.new_zeros(0)) if return_aux else output
