@@ -16,6 +16,13 @@ MAX_TARGET = 1e150
 MAX_NUMBER_CHARS = 100  # a numeric label longer than this is no label a person wrote
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|inf|infinity)", re.IGNORECASE)
 _INDEX = re.compile(r"\d{1,18}")
+# what spreadsheets and pandas' read_csv (chemprop's reader) write for a value nobody measured, lower-cased
+MISSING_MARKERS = frozenset({"", "na", "n/a", "nan", "-nan", "null", "none", "#n/a", "#na", "<na>", "#n/a n/a"})
+
+
+def is_missing_marker(text: str) -> bool:
+    """Whether ``text`` is how tables spell a missing value (``NA``, ``N/A``, ``nan``, ``null``, empty...)."""
+    return text.strip().lower() in MISSING_MARKERS
 
 
 def is_number(text: str) -> bool:

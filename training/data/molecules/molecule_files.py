@@ -23,7 +23,7 @@ from torch.utils.data import Dataset
 
 from zoo.errors import DataError, InvalidArgumentError
 from zoo.loading.smiles import INPUT_FORMAT, feature_sizes, graph_or_problem, is_read, parse_smiles, require_rdkit
-from zoo.training.data.labels import finite_number, is_number, number_problem
+from zoo.training.data.labels import finite_number, is_missing_marker, is_number, number_problem
 from zoo.training.data.source import DataSource, check_classes, class_counts
 from zoo.training.data.targets import TABLE_TASKS, warn_conflicts
 from zoo.training.data.text.text_rows import clipped, decode_text, plural, shown_names
@@ -170,7 +170,8 @@ def molecule_source(path: Path, options: MoleculeOptions | None = None) -> Molec
         )
     if len(records) > MAX_MOLECULES:
         raise DataError(f"{path} holds {len(records)} molecules, more than {MAX_MOLECULES}; split the file")
-    graphs, smiles, labels, lines = _graphs(path, records, options.skip_bad_rows)
+    labelled = _labelled(path, records, options)
+    graphs, smiles, labels, lines = _graphs(path, labelled, options.skip_bad_rows)
     skipped = len(records) - len(graphs)
     if len(graphs) < 2:
         raise DataError(f"{path}: {plural(len(graphs), 'usable molecule')}; training needs many")
@@ -342,7 +343,6 @@ def _table_records(path: Path, label_field: str | None) -> tuple[list[tuple[int,
             records.append((line, parse_smiles(fields[smiles_at]), fields[label_at].strip()))
     except csv.Error as error:
         raise DataError(f"{path}, line {reader.line_num}: not valid CSV ({error})") from None
-    _check_labels(path, records)
     return records, names[label_at]
 
 
@@ -371,10 +371,9 @@ def _jsonl_records(path: Path, text: str, label_field: str | None) -> tuple[list
         label_key = names[_label_column(path, names, names.index(smiles_key), label_field)]
         label_name = label_name or label_key
         value = row[label_key]
-        if isinstance(value, (dict, list)) or value is None:
+        if isinstance(value, (dict, list)):
             raise DataError(f"{path}, line {line}: the label {label_key!r} must be a number or a string")
-        records.append((line, parse_smiles(row[smiles_key]), str(value).strip()))
-    _check_labels(path, records)
+        records.append((line, parse_smiles(row[smiles_key]), "" if value is None else str(value).strip()))
     return records, label_name or "label"
 
 
@@ -392,21 +391,38 @@ def _sdf_records(path: Path, label_field: str | None) -> tuple[list[tuple[int, A
     if label_field is None:
         fields = sorted(next((m for m in mols if m is not None), Chem.Mol()).GetPropNames())
         raise DataError(f"{path}: name the SDF data field that holds the label with --label-field (fields: {fields})")
-    records = []
-    for start, mol in zip(starts, mols):
-        if mol is not None and not mol.HasProp(label_field):
-            raise DataError(
-                f"{path}, line {start}: the record has no field {label_field!r} (--label-field); "
-                f"its fields are {sorted(mol.GetPropNames())}"
-            )
-        records.append((start, mol, mol.GetProp(label_field).strip() if mol is not None else ""))
-    return records, label_field
+    read = [(start, mol) for start, mol in zip(starts, mols) if mol is not None]
+    if read and not any(mol.HasProp(label_field) for _, mol in read):  # a misspelt field: said once, not per record
+        raise DataError(
+            f"{path}, line {read[0][0]}: the record has no field {label_field!r} (--label-field); "
+            f"its fields are {sorted(read[0][1].GetPropNames())}"
+        )
+    labels = [mol.GetProp(label_field).strip() if mol is not None and mol.HasProp(label_field) else "" for mol in mols]
+    return list(zip(starts, mols, labels)), label_field  # a record without the field: no label
 
 
-def _check_labels(path: Path, records: list[tuple[int, Any, str]]) -> None:
+def _labelled(path: Path, records: list[tuple[int, Any, str]], options: MoleculeOptions) -> list[tuple[int, Any, str]]:
+    """The records whose molecule has a label. Missing: an empty label, and among numbers (or for
+    --task regression) a missing-value marker (``NA``, ``nan``, ``null``...: `is_missing_marker`),
+    which never decides the task; each is refused by line unless ``skip_bad_rows`` (then skipped,
+    counted and named in a warning). A molecule RDKit cannot read is left to `_graphs` to say."""
+    given = [label for _, _, label in records if not is_missing_marker(label)]
+    numeric = options.task == "regression" or (options.task == "auto" and all(map(is_number, given)))
+    kept, missing = [], []
     for line, mol, label in records:
-        if not label and is_read(mol):
-            raise DataError(f"{path}, line {line}: the label is empty; every molecule needs its label")
+        if is_read(mol) and (not label or (numeric and is_missing_marker(label))):
+            if not options.skip_bad_rows:
+                raise DataError(
+                    f"{path}, line {line}: the label is missing ({label!r}); fill it in or remove the row, or pass "
+                    "--skip-bad-rows to skip the rows without a label and count them"
+                )
+            missing.append(line)
+            continue
+        kept.append((line, mol, label))
+    if missing:
+        shown = ", ".join(map(str, missing[:_BAD_SHOWN])) + (", ..." if len(missing) > _BAD_SHOWN else "")
+        warnings.warn(f"{path}: skipped {plural(len(missing), 'row')} without a label (lines {shown})", stacklevel=4)
+    return kept
 
 
 def _all_numbers(labels: list[str]) -> bool:

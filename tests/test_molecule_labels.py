@@ -1,0 +1,90 @@
+"""Molecule files with missing labels, as public property sets ship them (Tox21-like blanks,
+``NA`` from R or a spreadsheet, ``nan`` from pandas, a JSON ``null``, an SDF field on some
+records only): each is refused by line with the fix, or with ``--skip-bad-rows`` skipped and
+counted; a missing-value marker among numbers never turns a regression into classes."""
+
+from __future__ import annotations
+
+import csv
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("rdkit")
+
+from zoo.cli import main  # noqa: E402
+from zoo.errors import DataError  # noqa: E402
+from zoo.training.data.molecules.molecule_files import MoleculeOptions, molecule_source  # noqa: E402
+
+RDKIT = Path(__import__("rdkit").__file__).parent
+ROWS = [
+    tuple(line.rsplit(",", 1))
+    for line in (RDKIT / "Data" / "NCI" / "first_5k.tpsa.csv").read_text().splitlines()[1:40]
+    if line.strip() and not line.startswith("#")
+][:30]
+MISSING = {3: "NA", 7: "", 11: "nan", 15: "N/A", 19: "null"}  # row index -> how the table spells it
+
+
+def _table(path: Path, labels: dict[int, str]) -> Path:
+    with open(path, "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["smiles", "tpsa"])
+        writer.writerows((smiles, labels.get(i, value)) for i, (smiles, value) in enumerate(ROWS))
+    return path
+
+
+def test_missing_labels_among_numbers_are_refused_by_line_or_skipped(tmp_path: Path) -> None:
+    path = _table(tmp_path / "tpsa.csv", MISSING)
+    with pytest.raises(DataError, match=r"tpsa.csv, line 5: the label is missing \('NA'\).*--skip-bad-rows"):
+        molecule_source(path)
+    with pytest.warns(UserWarning, match=r"skipped 5 rows without a label \(lines 5, 9, 13, 17, 21\)"):
+        source = molecule_source(path, MoleculeOptions(skip_bad_rows=True))
+    assert source.num_classes == 1 and source.target is not None  # a regression, not one class per value
+    assert source.num_samples == 25 and source.skipped == 5 and "5 skipped" in source.description
+    with pytest.warns(UserWarning, match="without a label"):  # --task regression reads them the same way
+        assert molecule_source(path, MoleculeOptions(task="regression", skip_bad_rows=True)).num_samples == 25
+
+
+def test_among_class_names_only_an_empty_label_is_missing(tmp_path: Path) -> None:
+    """``NA`` among class names is a class (a toxicity grade may be called that); an empty cell is no label."""
+    classes = {i: ("NA" if i % 3 == 0 else "low" if i % 3 == 1 else "high") for i in range(len(ROWS))}
+    source = molecule_source(_table(tmp_path / "grades.csv", classes))
+    assert source.class_names == ["NA", "high", "low"]
+    with pytest.raises(DataError, match=r"line 2: the label is missing \(''\)"):
+        molecule_source(_table(tmp_path / "blank.csv", classes | {0: ""}))
+
+
+def test_a_json_null_and_an_sdf_field_on_some_records_are_missing_labels(tmp_path: Path) -> None:
+    from rdkit import Chem
+
+    jsonl = tmp_path / "mols.jsonl"
+    jsonl.write_text("".join(json.dumps({"smiles": s, "y": None if i == 4 else float(v)}) + "\n" for i, (s, v) in
+                             enumerate(ROWS)))  # fmt: skip
+    with pytest.raises(DataError, match=r"mols.jsonl, line 5: the label is missing"):
+        molecule_source(jsonl)
+    sdf = tmp_path / "mols.sdf"
+    with Chem.SDWriter(str(sdf)) as writer:
+        for i, (smiles, value) in enumerate(ROWS):
+            mol = Chem.MolFromSmiles(smiles)
+            if i % 2 == 0:
+                mol.SetProp("pIC50", value)
+            writer.write(mol)
+    with pytest.warns(UserWarning, match="skipped 15 rows without a label"):
+        assert molecule_source(sdf, MoleculeOptions(label_field="pIC50", skip_bad_rows=True)).num_samples == 15
+    with pytest.raises(DataError, match=r"no field 'pic_50' \(--label-field\); its fields are \['pIC50'\]"):
+        molecule_source(sdf, MoleculeOptions(label_field="pic_50"))
+
+
+def test_the_command_line_says_the_missing_label_in_one_line(tmp_path: Path, capsys) -> None:
+    path = _table(tmp_path / "tpsa.csv", MISSING)
+    code = main(["finetune", "gin3", "--data", str(path), "--out", str(tmp_path / "run"), "--epochs", "1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "line 5: the label is missing ('NA')" in err
+    assert not (tmp_path / "run").exists()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["finetune", "gin3", "--data", str(path), "--out", str(tmp_path / "run"), "--epochs", "1",
+                     "--skip-bad-rows", "--no-progress"]) == 0  # fmt: skip
+    assert "25 molecules, 5 skipped" in (tmp_path / "run" / "README.md").read_text()
