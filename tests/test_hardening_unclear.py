@@ -79,7 +79,7 @@ def test_a_csv_without_smiles_given_to_a_graph_model_names_the_smiles_column(
     assert err == (
         f"zoo: error: {path}, line 1: gin3 reads graphs, which zoo's molecule reader makes from a .csv/.jsonl: it "
         "wants a smiles column and a label column, and the first line names ['smi', 'y']; name the SMILES column "
-        "smiles\n"
+        "smiles, or pass --smiles-field NAME\n"
     )
     assert not (tmp_path / "run").exists()
     with pytest.raises(DataError, match=r"gin3\.nci_tpsa reads graphs.*names \['text', 'label'\].*e\.g\. moe_encoder"):

@@ -88,3 +88,26 @@ def test_the_command_line_says_the_missing_label_in_one_line(tmp_path: Path, cap
         assert main(["finetune", "gin3", "--data", str(path), "--out", str(tmp_path / "run"), "--epochs", "1",
                      "--skip-bad-rows", "--no-progress"]) == 0  # fmt: skip
     assert "25 molecules, 5 skipped" in (tmp_path / "run" / "README.md").read_text()
+
+
+def test_a_smiles_column_of_another_name_is_read_by_smiles_field(tmp_path: Path, capsys) -> None:
+    """BACE ships its SMILES in a column named mol: --smiles-field names it for zoo finetune and zoo eval
+    (chemprop's --smiles-columns); without it the one-line error names the flag."""
+    path = tmp_path / "bace.csv"
+    with open(path, "w", newline="") as file:
+        csv.writer(file).writerows([("CID", "mol", "pIC50"), *((f"c{i}", s, v) for i, (s, v) in enumerate(ROWS))])
+    run = ["finetune", "gin3", "--data", str(path), "--out", str(tmp_path / "run"), "--epochs", "1", "--no-progress"]
+    assert main(run) == 2
+    err = capsys.readouterr().err
+    assert "['CID', 'mol', 'pIC50']" in err and "--smiles-field NAME" in err and len(err.strip().splitlines()) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main([*run, "--smiles-field", "MOL", "--label-field", "pIC50"]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "run"), "--data", str(path), "--smiles-field", "mol", "--no-progress"]) == 0
+    assert "rmse" in capsys.readouterr().out
+    jsonl = tmp_path / "mols.jsonl"
+    jsonl.write_text("".join(json.dumps({"Drug": s, "Y": float(v)}) + "\n" for s, v in ROWS))  # TDC's names
+    assert molecule_source(jsonl, MoleculeOptions(smiles_field="drug")).num_samples == len(ROWS)
+    with pytest.raises(DataError, match=r"line 1: no 'smiles' string.*--smiles-field NAME"):
+        molecule_source(jsonl)

@@ -84,7 +84,7 @@ def open_data(
             f"{path} does not exist; --data takes an image folder, a .csv/.jsonl of text,label rows, an image "
             "list (a folder with metadata.csv), a .pt/.npz/.npy tensor file, or 'fashion-mnist'"
         )
-    if is_molecule_file(path):
+    if is_molecule_file(path, reading.smiles_field):
         return molecule_source(path, molecules)
     return _open_file(path, reading, max_length)
 
@@ -116,7 +116,7 @@ def _open_file(path: Path, reading: MoleculeOptions, max_length: int) -> DataSou
     """A file that holds no molecules: an image list, text rows or a tensor file."""
     suffix = path.suffix.lower()
     if reading.graph_model is not None and suffix in (".csv", ".jsonl"):
-        raise no_smiles_column(path, reading.graph_model)
+        raise no_smiles_column(path, reading.graph_model, reading.smiles_field)
     if (reading.split, reading.skip_bad_rows) != ("random", False):
         raise InvalidArgumentError(
             f"{path} holds no molecules (an .sdf, or a .csv/.jsonl with a smiles column), so --split and "

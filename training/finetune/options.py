@@ -16,7 +16,7 @@ from typing import Any
 from zoo.bounds import TEXT_TOKENS, Bounds, bounded, check_fields, count
 from zoo.errors import InvalidArgumentError
 from zoo.training.data.images.augment import Augment
-from zoo.training.data.molecules.molecule_files import SPLITS, TASKS, MoleculeOptions
+from zoo.training.data.molecules.molecule_files import SMILES_FIELD_HELP, SPLITS, TASKS, MoleculeOptions
 from zoo.training.data.shards.shard_files import shared_shards
 from zoo.training.data.shards.shard_source import BUFFER, SHUFFLE_BUFFER
 from zoo.training.finetune import defaults
@@ -246,6 +246,7 @@ def _molecule_arguments(g: argparse._ArgumentGroup) -> None:
         "--label-field",
         help="the label's column (image lists, text rows, molecules: when there are several) or SDF data field",
     )
+    g.add_argument("--smiles-field", default="smiles", metavar="NAME", help=SMILES_FIELD_HELP)
     g.add_argument(
         "--task",
         choices=TASKS,
@@ -271,7 +272,9 @@ def _molecule_arguments(g: argparse._ArgumentGroup) -> None:
 def molecules_from_args(args: argparse.Namespace) -> MoleculeOptions | None:
     """The `MoleculeOptions` of the molecule options (None when all are left at their defaults;
     `finetune` adds the model that reads graphs)."""
-    options = MoleculeOptions(args.label_field, args.task, args.split, args.skip_bad_rows, None, args.label_delimiter)
+    options = MoleculeOptions(
+        args.label_field, args.task, args.split, args.skip_bad_rows, None, args.label_delimiter, args.smiles_field
+    )
     return None if options == MoleculeOptions() else options
 
 

@@ -168,7 +168,7 @@ def run_eval(args: argparse.Namespace) -> int:
     flags = {
         "--out": args.out, "--images": args.images, "--label-field": args.label_field,
         "--device": args.device not in (None, "cpu"), "--label-delimiter": args.label_delimiter != " ",
-        "--skip-bad-rows": args.skip_bad_rows, "--no-progress": args.no_progress,
+        "--skip-bad-rows": args.skip_bad_rows, "--no-progress": args.no_progress, "--smiles-field": args.smiles_field,
     }  # fmt: skip
     given = [flag for flag, value in flags.items() if value]
     if given:
@@ -214,8 +214,9 @@ def _eval_on_file(args: argparse.Namespace) -> int:
     from zoo.training.data.molecules.molecule_files import MoleculeOptions
 
     reading = MoleculeOptions(
-        label_field=args.label_field, label_delimiter=args.label_delimiter, skip_bad_rows=args.skip_bad_rows
-    )
+        label_field=args.label_field, label_delimiter=args.label_delimiter, skip_bad_rows=args.skip_bad_rows,
+        smiles_field=args.smiles_field or "smiles",
+    )  # fmt: skip
     device = str(resolve_device(args.device))  # --data: the one default, cuda if available
     scores = score_file(
         args.name, args.data, device=device, batch_size=args.batch_size, reading=reading, images=args.images,

@@ -35,6 +35,8 @@ MAX_LABEL_NAME = 256  # characters of the label column's name (it is recorded in
 TASKS = TABLE_TASKS  # molecules read the first three (multi-label is images', text rows' and tensors')
 SPLITS = ("random", "scaffold")
 _BAD_SHOWN = 5  # bad rows named in a warning when they are skipped
+_NAME_IT = "name the SMILES column smiles, or pass --smiles-field NAME"
+SMILES_FIELD_HELP = "molecules in a .csv/.jsonl: the SMILES column (default smiles, any case; BACE's is mol)"
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class MoleculeOptions:
     skip_bad_rows: bool = False
     graph_model: str | None = None
     label_delimiter: str = " "
+    smiles_field: str = "smiles"  # the SMILES column (any case): --smiles-field, as chemprop's --smiles-columns
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -60,6 +63,10 @@ class MoleculeOptions:
         if not isinstance(self.label_delimiter, str) or not 0 < len(self.label_delimiter) <= 8:
             raise InvalidArgumentError(
                 f"label_delimiter (--label-delimiter) must be 1 to 8 characters, got {self.label_delimiter!r}"
+            )
+        if not isinstance(self.smiles_field, str) or not 0 < len(self.smiles_field) <= MAX_LABEL_NAME:
+            raise InvalidArgumentError(
+                f"smiles_field (--smiles-field) must be a column's name, got {self.smiles_field!r}"
             )
         if self.split not in SPLITS:
             raise InvalidArgumentError(f"split (--split) must be one of {', '.join(SPLITS)}, got {self.split!r}")
@@ -112,14 +119,14 @@ class _Graphs(Dataset):
         return self.graphs[index]
 
 
-def is_molecule_file(path: Path) -> bool:
-    """An ``.sdf`` file, or a ``.csv``/``.jsonl`` whose first row names a ``smiles`` column."""
+def is_molecule_file(path: Path, smiles_field: str = "smiles") -> bool:
+    """An ``.sdf`` file, or a ``.csv``/``.jsonl`` whose first row names a ``smiles`` column (or ``smiles_field``)."""
     suffix = path.suffix.lower()
     if suffix in MOLECULE_SUFFIXES:
         return True
     if suffix not in (".csv", ".jsonl"):
         return False
-    return any(name.lower() == "smiles" for name in first_names(path) or [])
+    return any(name.lower() == smiles_field.lower() for name in first_names(path) or [])
 
 
 def first_names(path: Path) -> list[str] | None:
@@ -138,14 +145,14 @@ def first_names(path: Path) -> list[str] | None:
     return [str(key) for key in row] if isinstance(row, dict) else None
 
 
-def no_smiles_column(path: Path, model: str) -> DataError:
-    """The error for a ``.csv``/``.jsonl`` without a smiles column given to ``model``, which reads graphs."""
+def no_smiles_column(path: Path, model: str, smiles_field: str = "smiles") -> DataError:
+    """The error for a ``.csv``/``.jsonl`` without a ``smiles_field`` column given to ``model``, which reads graphs."""
     names = first_names(path) or []
     text = " (rows of text and a label are for a model that reads text, e.g. moe_encoder)" if "text" in names else ""
     return DataError(
         f"{path}, line 1: {model} reads graphs, which zoo's molecule reader makes from a .csv/.jsonl: it wants a "
-        f"smiles column and a label column, and the first line names {[name[:40] for name in names[:20]]}; name "
-        f"the SMILES column smiles{text}"
+        f"{clipped(smiles_field)} column and a label column, and the first line names {[name[:40] for name in names[:20]]}; "
+        f"{_NAME_IT}{text}"
     )
 
 
@@ -163,7 +170,7 @@ def molecule_source(path: Path, options: MoleculeOptions | None = None) -> Molec
     if path.suffix.lower() == ".sdf":
         records, label_name = _sdf_records(path, options.label_field)
     else:
-        records, label_name = _table_records(path, options.label_field)
+        records, label_name = _table_records(path, options.label_field, options.smiles_field)
     if len(label_name) > MAX_LABEL_NAME:
         raise DataError(
             f"{path}: the label's name is {len(label_name)} characters; rename it (at most {MAX_LABEL_NAME})"
@@ -314,21 +321,21 @@ def _label_column(path: Path, names: list[str], smiles_at: int, label_field: str
     return others[0]
 
 
-def _table_records(path: Path, label_field: str | None) -> tuple[list[tuple[int, Any, str]], str]:
+def _table_records(path: Path, label_field: str | None, smiles: str) -> tuple[list[tuple[int, Any, str]], str]:
     """(line, RDKit molecule or None, label) of each row of a CSV with a header, or of a JSON
     lines file, and the label's name."""
     text = decode_text(path)
     if path.suffix.lower() == ".jsonl":
-        return _jsonl_records(path, text, label_field)
+        return _jsonl_records(path, text, label_field, smiles)
     reader = csv.reader(text.splitlines())
     try:
         header = next(reader)
     except StopIteration:
         raise DataError(f"{path} is empty; expected a header naming a smiles and a label column") from None
     names = [name.strip() for name in header]
-    if "smiles" not in [name.lower() for name in names]:
-        raise DataError(f"{path}, line 1: no smiles column in the header {names}; name the SMILES column smiles")
-    smiles_at = [name.lower() for name in names].index("smiles")
+    if smiles.lower() not in [name.lower() for name in names]:
+        raise DataError(f"{path}, line 1: no {smiles} column in the header {shown_names(names)}; {_NAME_IT}")
+    smiles_at = [name.lower() for name in names].index(smiles.lower())
     label_at = _label_column(path, names, smiles_at, label_field)
     records = []
     try:
@@ -346,7 +353,9 @@ def _table_records(path: Path, label_field: str | None) -> tuple[list[tuple[int,
     return records, names[label_at]
 
 
-def _jsonl_records(path: Path, text: str, label_field: str | None) -> tuple[list[tuple[int, Any, str]], str]:
+def _jsonl_records(
+    path: Path, text: str, label_field: str | None, smiles: str
+) -> tuple[list[tuple[int, Any, str]], str]:
     records, label_name = [], label_field
     for line, body in enumerate(text.splitlines(), start=1):
         if not body.strip():
@@ -362,9 +371,11 @@ def _jsonl_records(path: Path, text: str, label_field: str | None) -> tuple[list
                 f"{path}, line {line}: not a JSON object; each line must be an object with smiles and a label"
             )
         names = list(row)
-        smiles_key = next((k for k in names if k.lower() == "smiles"), None)
+        smiles_key = next((k for k in names if k.lower() == smiles.lower()), None)
         if smiles_key is None or not isinstance(row[smiles_key], str):
-            raise DataError(f'{path}, line {line}: no "smiles" string; found the keys {names}')
+            raise DataError(
+                f"{path}, line {line}: no {smiles!r} string; found the keys {shown_names(names)}; {_NAME_IT}"
+            )
         wanted = label_field or label_name
         if wanted is not None and wanted.lower() not in [name.lower() for name in names]:
             raise DataError(f"{path}, line {line}: no label {wanted!r}; found the keys {names}")
