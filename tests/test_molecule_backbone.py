@@ -471,7 +471,7 @@ def test_mordred_missing_is_named_with_its_extra(monkeypatch) -> None:
 
 
 def test_atom_masking_hides_elements_in_training_and_nothing_in_evaluation() -> None:
-    """AtomMasking zeroes the element block of about its share of the atoms, predicts those elements
+    """AtomMasking zeroes about its share of the atoms (all their features), predicts their elements
     (a finite cross-entropy with gradients to the body and its node head), and in evaluation is the model itself."""
     from zoo.loading.smiles import element_channels, smiles_batch
     from zoo.training.loop.steps import forward_with_aux
@@ -485,8 +485,10 @@ def test_atom_masking_hides_elements_in_training_and_nothing_in_evaluation() -> 
     seen: list[torch.Tensor] = []
     model.convs[0].register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
     output, aux_loss, _ = forward_with_aux(masking.train(), batch)
-    hidden = seen[0][:, : element_channels()].sum(-1) == 0
+    assert len(seen) == 2 and torch.equal(seen[1], batch.x)  # the masked copy, then the whole molecules
+    hidden = seen[0][:, : element_channels()].sum(-1) == 0  # no element: a hidden atom
     assert output.shape == (12, 3) and 0.3 < hidden.float().mean() < 0.7  # about half of the atoms, not all
+    assert not seen[0][hidden].any()  # every feature of a hidden atom, not only its element
     assert torch.equal(seen[0][~hidden], batch.x[~hidden]) and torch.equal(batch.x, given)  # the batch untouched
     assert aux_loss is not None and torch.isfinite(aux_loss) and aux_loss > 0
     aux_loss.backward()
@@ -506,7 +508,9 @@ def test_a_backbone_pretrained_with_atom_masking_keeps_only_the_body(wheel, unin
     assert kept.keys() == weights(uninterrupted.folder).keys() and not any("node_head" in k for k in kept)
     assert not torch.equal(kept[CONV], weights(uninterrupted.folder)[CONV])  # the node loss moved the body
     assert zoo.load(masked.folder).num_classes == 4
-    assert "15% of the atoms' elements hidden (AtomMasking)" in (masked.folder / "README.md").read_text()
+    assert (
+        "15% of the atoms hidden, their elements predicted (AtomMasking)" in (masked.folder / "README.md").read_text()
+    )
     assert "train_aux_loss" in (tmp_path / "metrics.csv").read_text().splitlines()[0]
     with pytest.raises(InvalidArgumentError, match=r"mask_atoms=0.15.*mask_atoms=None.*another --out"):
         recipe.run(settings(tmp_path, wheel), wheel[0])

@@ -8,7 +8,7 @@ less the project's molecule sets' targets (`EXCLUDED`, and Mordred's of the same
 on the training part (clipped to its 0.5-99.5 percentiles; one constant there is dropped). ``gin3`` (its
 default size, or ``--hidden-channels``/``--num-layers``) regresses them (`MaskedRegressionStep`: MSE over
 the values present) through the `Trainer`, checkpointed in ``OUT``: the same command continues a run to the
-same weights; ``--mask-atoms P`` also hides P of the atoms' elements and predicts them (`AtomMasking`). ``--max-steps`` and ``--time-budget-s`` (training seconds of one invocation) bound it; a
+same weights; ``--mask-atoms P`` also hides P of the atoms and predicts their elements (`AtomMasking`). ``--max-steps`` and ``--time-budget-s`` (training seconds of one invocation) bound it; a
 seeded 2% validates. ``OUT/backbone`` is a `zoo.save` folder (its card and ``descriptors.json`` inside);
 ``--publish`` also writes the weight entry `NAME` (or ``--name``).
 
@@ -90,8 +90,8 @@ OPTIONS: dict[str, tuple[Bounds, str]] = {
     "checkpoint_every": (count(), f"steps between checkpoints (default {CHECKPOINT_EVERY})"),
     "hidden_channels": (count(8, 1024), "gin3's channels per layer (default gin3's, 96)"),
     "num_layers": (count(1, 12), "gin3's message-passing layers (default gin3's, 3)"),
-    "mask_atoms": (Bounds(0, 0.5), "the share of atoms whose element is hidden and predicted "
-                   "beside the descriptors (Hu et al.'s attribute masking; default 0: none)"),
+    "mask_atoms": (Bounds(0, 0.5), "the share of atoms hidden whose elements are predicted beside the "
+                   "descriptors (Hu et al.'s attribute masking; default 0: none)"),
 }  # fmt: skip
 SIZE_OPTIONS, SIZE_FLAGS = ("hidden_channels", "num_layers"), " (gin3's size: --hidden-channels, --num-layers)"
 # what must match for a run folder to be continued: what decides the weights
@@ -374,7 +374,7 @@ def _facts(result: BackboneRun) -> dict[str, str]:
         f"featurizer; {counts['train']:,} "
         f"train, {counts['val']:,} validation (a seeded random {settings.val_fraction:.0%})"
     )
-    masking = f" plus the cross-entropy of {settings.mask_atoms:.0%} of the atoms' elements hidden (AtomMasking)"
+    masking = f" plus the cross-entropy of {settings.mask_atoms:.0%} of the atoms hidden, their elements predicted (AtomMasking)"
     training = (
         f"masked MSE over the descriptors present (MaskedRegressionStep){masking if settings.mask_atoms else ''}, AdamW lr {settings.lr:g}, weight decay "
         f"{WEIGHT_DECAY:g}, batch {settings.batch_size}, cosine schedule over {settings.max_steps:,} steps "
