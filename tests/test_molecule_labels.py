@@ -111,3 +111,17 @@ def test_a_smiles_column_of_another_name_is_read_by_smiles_field(tmp_path: Path,
     assert molecule_source(jsonl, MoleculeOptions(smiles_field="drug")).num_samples == len(ROWS)
     with pytest.raises(DataError, match=r"line 1: no 'smiles' string.*--smiles-field NAME"):
         molecule_source(jsonl)
+
+
+def test_validation_classes_that_differ_are_said_briefly_with_the_file(tmp_path: Path, capsys) -> None:
+    names = {i: "ab"[i % 2] for i in range(len(ROWS))}
+    train, val = _table(tmp_path / "train.csv", names), _table(tmp_path / "val.csv", names | {0: "c"})
+    run = ["finetune", "gin3", "--data", str(train), "--out", str(tmp_path / "run"), "--no-progress"]
+    assert main([*run, "--val-data", str(val)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"--val-data {val}: its labels are 3 classes ('a', 'b', 'c'), the training data's 2 classes "
+                        "('a', 'b'); give both files the same classes (or both numbers)")  # fmt: skip
+    many = _table(tmp_path / "many.csv", {i: f"class{i}" for i in range(len(ROWS))})
+    assert main([*run, "--val-data", str(many)]) == 2
+    err = capsys.readouterr().err
+    assert "30 classes ('class0'," in err and "more), the training" in err and len(err) < 400

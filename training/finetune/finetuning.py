@@ -51,6 +51,7 @@ from zoo.store.state_dict_files import load_state_dict_file
 from zoo.training.data.images.augment import Augment, image_preprocess, image_transforms
 from zoo.training.data.kinds import DataSource, open_data
 from zoo.training.data.molecules.molecule_files import MoleculeOptions, MoleculeSource
+from zoo.training.data.text.text_rows import shown_names
 from zoo.training.finetune import card
 from zoo.training.finetune.defaults import NO_HEAD_PHASE, default_augment, head_epochs, with_data_defaults
 from zoo.training.finetune.distill import distillation_step
@@ -372,10 +373,10 @@ def _open_validation(
     if source.multi_label and val_source.multi_label and source.class_names:  # a subset, mapped as zoo eval maps
         return val_source.over_labels(source.class_names, f"--val-data {options.val_data}")
     if val_source.class_names != source.class_names:
-        raise DataError(
-            f"the validation data's classes {val_source.class_names} differ from the training data's "
-            f"{source.class_names}"
-        )
+        said = [f"{len(s.class_names)} classes ({shown_names(s.class_names)})" if s.class_names else "numbers (a "
+                "regression)" for s in (val_source, source)]  # fmt: skip
+        raise DataError(f"--val-data {options.val_data}: its labels are {said[0]}, the training data's {said[1]}; "
+                        "give both files the same classes (or both numbers)")  # fmt: skip
     return val_source
 
 
