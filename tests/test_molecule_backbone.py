@@ -6,6 +6,7 @@ same weights as one uninterrupted, and the backbone loads and fine-tunes with a 
 
 from __future__ import annotations
 
+import copy
 import csv
 import dataclasses
 import gzip
@@ -482,6 +483,8 @@ def test_atom_masking_hides_elements_in_training_and_nothing_in_evaluation() -> 
     torch.manual_seed(0)
     model = recipe.backbone_model(3, recipe.BackboneSettings(out="unused", model_kwargs=SMALL))
     masking = AtomMasking(model, 0.5)
+    whole = copy.deepcopy(model).train()
+    whole(batch)  # the BatchNorm statistics of one pass over the whole molecules
     seen: list[torch.Tensor] = []
     model.convs[0].register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
     output, aux_loss, _ = forward_with_aux(masking.train(), batch)
@@ -491,6 +494,9 @@ def test_atom_masking_hides_elements_in_training_and_nothing_in_evaluation() -> 
     assert not seen[0][hidden].any()  # every feature of a hidden atom, not only its element
     assert torch.equal(seen[0][~hidden], batch.x[~hidden]) and torch.equal(batch.x, given)  # the batch untouched
     assert aux_loss is not None and torch.isfinite(aux_loss) and aux_loss > 0
+    stats = [(k, v) for k, v in model.state_dict().items() if "running_" in k]
+    assert stats and all(torch.equal(v, whole.state_dict()[k]) for k, v in stats)  # the masked copy left them alone
+    assert all(m.training for m in model.modules())  # BatchNorm back in training mode
     aux_loss.backward()
     assert model.convs[0].nn.lins[0].weight.grad.abs().sum() > 0 and masking.node_head.weight.grad is not None
     masking.eval(), seen.clear()
