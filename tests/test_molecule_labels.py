@@ -125,3 +125,12 @@ def test_validation_classes_that_differ_are_said_briefly_with_the_file(tmp_path:
     assert main([*run, "--val-data", str(many)]) == 2
     err = capsys.readouterr().err
     assert "30 classes ('class0'," in err and "more), the training" in err and len(err) < 400
+
+
+def test_whole_number_classes_written_two_ways_are_one_class(tmp_path: Path) -> None:
+    """BBBP-like 0/1 labels where part of the column went through floats (0 and 0.0): two classes, not four."""
+    source = molecule_source(
+        _table(tmp_path / "bbbp.csv", {i: ("0", "1", "0.0", "1.0")[i % 4] for i in range(len(ROWS))}),
+        MoleculeOptions(task="classification"),
+    )
+    assert source.class_names == ["0", "1"] and source.class_counts == {"0": 15, "1": 15}

@@ -197,6 +197,9 @@ def molecule_source(path: Path, options: MoleculeOptions | None = None) -> Molec
         described += ", regression)"
     else:
         target = None
+        values = [finite_number(label) for label in labels]  # 0 and 0.0 (a column saved through floats): one class
+        if all(v is not None and v.is_integer() and abs(v) < 1e15 for v in values):
+            labels = [str(int(v)) for v in values]  # type: ignore[arg-type]
         class_names = sorted(set(labels), key=_class_order)
         number = {name: i for i, name in enumerate(class_names)}
         indices = torch.tensor([number[label] for label in labels], dtype=torch.long)
