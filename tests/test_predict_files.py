@@ -221,6 +221,13 @@ def test_smiles_from_a_csv_one_bad_row_reported(tmp_path, capsys):
     assert safe("-1.5") == "-1.5" and safe("-x") == "'-x" and safe(3) == 3
     expected = predict_molecules(zoo.load(run), ["CCO", "c1ccccc1O"])
     assert [float(table[0]["value"]), float(table[2]["value"])] == pytest.approx(expected, rel=1e-5)
+    smi = tmp_path / "first.smi"  # Daylight's SMILES file, as RDKit's NCI set ships: SMILES, a tab, the name
+    smi.write_text("CCO\tethanol\nc1ccccc1O   phenol 2\nCC\n")
+    assert main(["predict", str(run), "--input", str(smi), "--out", str(tmp_path / "smi.csv")]) == 0
+    table = list(csv.DictReader((tmp_path / "smi.csv").open()))
+    assert [(r["id"], r["input"], r["error"]) for r in table] == [("ethanol", "CCO", ""), ("phenol 2", "c1ccccc1O", ""),
+                                                                   ("", "CC", "")]  # fmt: skip
+    assert [float(table[0]["value"]), float(table[1]["value"])] == pytest.approx(expected, rel=1e-5)
 
 
 def test_served_answers_are_those_predict_prints(runs, tmp_path, capsys):

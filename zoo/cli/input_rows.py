@@ -1,6 +1,7 @@
 """The rows of a ``zoo predict --input`` file: a ``.csv`` (a header naming the column, csv's
 strict rules) or ``.jsonl`` (one object a line) with a ``smiles``, ``text`` or ``file_name``
-column, an ``id`` column kept when there is one; a ``.txt`` (or ``.smi``) of one input a line;
+column, an ``id`` column kept when there is one; a ``.txt`` of one input a line, a ``.smi`` of one
+SMILES a line, each with its name after whitespace if it has one (kept as the id);
 or, for image models, a folder (its ``metadata.csv``/``metadata.jsonl``, else every image in
 it). Bounded: the file's size, its rows and each field's length. A row that cannot be read (a
 JSON line that is no object, a missing field, a field too long) keeps its place with an
@@ -68,6 +69,8 @@ def read_inputs(path: Path, kind: str) -> list[InputRow]:
         rows = _csv_rows(path, text, kind)
     elif suffix == ".jsonl":
         rows = _jsonl_rows(path, text, kind)
+    elif suffix == ".smi":  # Daylight's SMILES file: a SMILES, then whitespace and the molecule's name, if any
+        rows = [InputRow(n, *_named(line.split(None, 1))) for n, line in _lines(text) if line.strip()]
     else:
         rows = [InputRow(n, None, line.strip()) for n, line in _lines(text) if line.strip()]
     if not rows:
@@ -80,6 +83,11 @@ def read_inputs(path: Path, kind: str) -> list[InputRow]:
     if kind == "images":
         _resolve_images(path.parent, rows, path)
     return rows
+
+
+def _named(fields: list[str]) -> tuple[str | None, str]:
+    """(the name, the SMILES) of a .smi line split once at whitespace."""
+    return (fields[1].strip() or None if len(fields) > 1 else None), fields[0]
 
 
 def check_input_file(path: Path) -> None:
