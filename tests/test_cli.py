@@ -129,6 +129,25 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
     assert capsys.readouterr().err.strip() == "zoo: interrupted"
 
 
+def test_ctrl_c_during_finetune_says_how_to_continue(monkeypatch, capsys, tmp_path):
+    """One line, exit 130, and what continues the run: --resume once it checkpointed, else starting it again."""
+    out = tmp_path / "run"
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("zoo.training.finetune.run", interrupted)
+    command = ["finetune", "resnet20.fmnist", "--data", "d", "--out", str(out)]
+    assert main(command) == 130
+    assert capsys.readouterr().err.strip() == f"zoo: interrupted ({out}: no checkpoint yet: start it again)"
+    (out / "checkpoints").mkdir(parents=True)
+    assert main(command) == 130
+    assert capsys.readouterr().err.strip().endswith("no checkpoint yet: start it again with --overwrite)")
+    (out / "checkpoints" / "last.pt").write_bytes(b"")
+    assert main(command) == 130
+    assert capsys.readouterr().err.strip() == f"zoo: interrupted ({out}: the same command with --resume continues it)"
+
+
 @pytest.mark.parametrize("stage", ["build_parser", "handler_import"])
 def test_ctrl_c_while_modules_import_is_one_line_and_exit_130(monkeypatch, capsys, stage):
     """Ctrl-C while the command's options are built or its handler's module (torch, training) imports."""

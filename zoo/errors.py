@@ -99,8 +99,8 @@ def run_command(command: Callable[[], int], prog: str = "zoo") -> int:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
         return 0
-    except KeyboardInterrupt:
-        print(f"\n{prog}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as interrupt:  # its message, when a command gives one: how to continue
+        print(f"\n{prog}: interrupted{f' ({interrupt})' if interrupt.args else ''}", file=sys.stderr)
         return 130
     except (ZooError, ValueError, OSError, RuntimeError) as error:
         print(f"{prog}: error: {_one_line(error)}", file=sys.stderr)

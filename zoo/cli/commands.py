@@ -149,7 +149,14 @@ def _write_now(text: str) -> None:
 def run_finetune(args: argparse.Namespace) -> int:
     from zoo.training import finetune  # each command imports what it runs, so predict stays light
 
-    finetune.run(args, command=args.command_line)
+    try:
+        finetune.run(args, command=args.command_line)
+    except KeyboardInterrupt:  # what continues it: a run that checkpointed resumes, one that did not starts again
+        out = Path(args.out).expanduser()
+        again = "no checkpoint yet: start it again" + (" with --overwrite" if out.is_dir() else "")
+        if (out / "checkpoints" / "last.pt").is_file():
+            again = "the same command with --resume continues it"
+        raise KeyboardInterrupt(f"{args.out}: {again}") from None
     return 0
 
 
