@@ -43,6 +43,10 @@ def test_missing_labels_among_numbers_are_refused_by_line_or_skipped(tmp_path: P
         source = molecule_source(path, MoleculeOptions(skip_bad_rows=True))
     assert source.num_classes == 1 and source.target is not None  # a regression, not one class per value
     assert source.num_samples == 25 and source.skipped == 5 and "5 skipped" in source.description
+    rows = _table(tmp_path / "bad.csv", MISSING).read_text().replace(ROWS[0][0], "C1CC(", 1).replace(ROWS[0][1], "oops")
+    (tmp_path / "bad.csv").write_text(rows)  # an unreadable molecule's label does not decide the task
+    with pytest.warns(UserWarning):
+        assert molecule_source(tmp_path / "bad.csv", MoleculeOptions(skip_bad_rows=True)).target is not None
     with pytest.warns(UserWarning, match="without a label"):  # --task regression reads them the same way
         assert molecule_source(path, MoleculeOptions(task="regression", skip_bad_rows=True)).num_samples == 25
 
@@ -134,3 +138,11 @@ def test_whole_number_classes_written_two_ways_are_one_class(tmp_path: Path) -> 
         MoleculeOptions(task="classification"),
     )
     assert source.class_names == ["0", "1"] and source.class_counts == {"0": 15, "1": 15}
+    floats = {i: ("0.0", "1.0")[i % 2] for i in range(len(ROWS))}  # one spelling: the names a run trained before has
+    assert molecule_source(_table(tmp_path / "f.csv", floats), MoleculeOptions(task="classification")).class_names == [
+        "0.0", "1.0"]  # fmt: skip
+    missing = floats | {4: "NA", 6: "nan"}  # --task classification, as the 0/1 warning advises: markers still missing
+    with pytest.warns(UserWarning, match="skipped 2 rows without a label"):
+        source = molecule_source(_table(tmp_path / "m.csv", missing), MoleculeOptions(task="classification",
+                                                                                      skip_bad_rows=True))  # fmt: skip
+    assert source.class_names == ["0.0", "1.0"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 
 FLOAT32_MAX = 3.4028234663852886e38
 # the largest regression target: a squared error of its size, summed over a million samples,
@@ -17,7 +18,7 @@ MAX_NUMBER_CHARS = 100  # a numeric label longer than this is no label a person 
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|inf|infinity)", re.IGNORECASE)
 _INDEX = re.compile(r"\d{1,18}")
 # what spreadsheets and pandas' read_csv (chemprop's reader) write for a value nobody measured, lower-cased
-MISSING_MARKERS = frozenset({"", "na", "n/a", "nan", "-nan", "null", "none", "#n/a", "#na", "<na>", "#n/a n/a"})
+MISSING_MARKERS = frozenset({"", "na", "n/a", "nan", "-nan", "+nan", "null", "none", "#n/a", "#na", "<na>", "#n/a n/a"})
 
 
 def is_missing_marker(text: str) -> bool:
@@ -59,3 +60,18 @@ def class_index(text: str, limit: int) -> int | None:
     if not _INDEX.fullmatch(text) or int(text) >= limit:
         return None
     return int(text)
+
+
+def merged_spellings(labels: list[str]) -> list[str]:
+    """``labels`` with each whole number written more than one way (``0`` and ``0.0``: a column
+    saved partly through floats) as its most common spelling; a column of one spelling, and
+    every other label, as it is (so the classes of a run trained before stay its names)."""
+    spellings: dict[float, Counter[str]] = {}
+    for label in labels:
+        value = finite_number(label)
+        if value is not None and value.is_integer():
+            spellings.setdefault(value, Counter())[label] += 1
+    chosen = {
+        label: counts.most_common(1)[0][0] for counts in spellings.values() if len(counts) > 1 for label in counts
+    }
+    return [chosen.get(label, label) for label in labels]

@@ -7,8 +7,9 @@ hydrogens and hybridization in view the element would be all but given) and a li
 predicts its element from the body's node embeddings of that masked copy; the cross-entropy is
 the model's auxiliary loss, which the training step adds to its own (`forward_with_aux`). The
 graph outputs, which the descriptors are regressed on, come from a second pass over the whole
-molecules (masked ones there cost 0.0549 -> 0.0737 of validation MSE on the descriptors). In
-evaluation nothing is hidden and the wrapped model's output is returned as it is."""
+molecules, and the masked pass leaves the BatchNorm running statistics to that one (the first
+form, one masked pass for both, and the measurements: the graph model's page). In evaluation
+nothing is hidden and the wrapped model's output is returned as it is."""
 
 from __future__ import annotations
 
@@ -29,14 +30,11 @@ from zoo.loading.smiles import element_channels
 def _kept_norm_statistics(model: nn.Module) -> Iterator[None]:
     """``model``'s BatchNorm running statistics as they were before, once the block ends: a pass
     over masked molecules normalises by its own batch, as training does, and leaves what the model
-    normalises whole ones by in evaluation to the whole molecules. (Updated by both passes, the
-    descriptors' validation MSE after 3 of 6.5 epochs was 0.1345 against 0.072; with the layers in
-    evaluation mode for the masked pass, 0.898 after the first epoch against 0.109.)"""
+    normalises whole ones by in evaluation to the whole molecules. The pass updates copies, which
+    are swapped out after: autograd may hold the buffers it read, so they are not written over."""
     norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
     saved = [(m.running_mean, m.running_var, m.num_batches_tracked) for m in norms]
-    for (
-        norm
-    ) in norms:  # the pass updates copies; autograd may hold the buffers it read, so they are swapped back, not written
+    for norm in norms:
         norm.running_mean, norm.running_var = norm.running_mean.clone(), norm.running_var.clone()
         norm.num_batches_tracked = norm.num_batches_tracked.clone()
     try:
@@ -58,7 +56,9 @@ class MaskedAtomsOutput(NamedTuple):
 class AtomMasking(nn.Module):
     """``model`` (a GIN: ``forward_node_features``, ``forward_readout``, ``forward_head``) trained
     with atom masking: ``share`` of the atoms hidden per step (at least one per batch) and their
-    elements (the one-hot block `element_channels` that leads the features) predicted by ``node_head``. Only ``model`` is kept after pretraining."""
+    elements (the one-hot block `element_channels` that leads the features) predicted by
+    ``node_head``. Only ``model`` is kept after pretraining. Not with gradient checkpointing: its
+    recompute of the masked pass would run outside the statistics' swap."""
 
     def __init__(self, model: nn.Module, share: float) -> None:
         super().__init__()
@@ -72,6 +72,8 @@ class AtomMasking(nn.Module):
         if not self.training:
             output = self.model(data)
             return MaskedAtomsOutput(output, None, output.new_zeros(0)) if return_aux else output
+        if getattr(self.model, "grad_checkpointing", False):
+            raise InvalidArgumentError("atom masking does not run with gradient checkpointing; turn it off")
         x = data.x
         hidden = torch.rand(x.shape[0], device=x.device) < self.share
         if not bool(hidden.any()):  # a batch with no atom hidden would have no node loss
@@ -79,9 +81,7 @@ class AtomMasking(nn.Module):
         elements = x[hidden, : self.elements].argmax(-1)
         masked = copy.copy(data)  # the batch's other tensors shared, not copied
         masked.x = x.masked_fill(hidden[:, None], 0.0)
-        with _kept_norm_statistics(
-            self.model
-        ):  # the masked copy leaves the BatchNorm statistics to the whole molecules
+        with _kept_norm_statistics(self.model):  # the BatchNorm statistics stay the whole molecules'
             h = self.model.forward_node_features(masked)
         aux_loss = F.cross_entropy(self.node_head(h[hidden]), elements)
         output = self.model(data)  # the descriptors from the whole molecules, as without masking

@@ -23,7 +23,7 @@ from torch.utils.data import Dataset
 
 from zoo.errors import DataError, InvalidArgumentError
 from zoo.loading.smiles import INPUT_FORMAT, feature_sizes, graph_or_problem, is_read, parse_smiles, require_rdkit
-from zoo.training.data.labels import finite_number, is_missing_marker, is_number, number_problem
+from zoo.training.data.labels import finite_number, is_missing_marker, is_number, merged_spellings, number_problem
 from zoo.training.data.source import DataSource, check_classes, class_counts
 from zoo.training.data.targets import TABLE_TASKS, warn_conflicts
 from zoo.training.data.text.text_rows import clipped, decode_text, plural, shown_names
@@ -197,9 +197,7 @@ def molecule_source(path: Path, options: MoleculeOptions | None = None) -> Molec
         described += ", regression)"
     else:
         target = None
-        values = [finite_number(label) for label in labels]  # 0 and 0.0 (a column saved through floats): one class
-        if all(v is not None and v.is_integer() and abs(v) < 1e15 for v in values):
-            labels = [str(int(v)) for v in values]  # type: ignore[arg-type]
+        labels = merged_spellings(labels)  # 0 and 0.0 in one column: one class
         class_names = sorted(set(labels), key=_class_order)
         number = {name: i for i, name in enumerate(class_names)}
         indices = torch.tensor([number[label] for label in labels], dtype=torch.long)
@@ -416,12 +414,13 @@ def _sdf_records(path: Path, label_field: str | None) -> tuple[list[tuple[int, A
 
 
 def _labelled(path: Path, records: list[tuple[int, Any, str]], options: MoleculeOptions) -> list[tuple[int, Any, str]]:
-    """The records whose molecule has a label. Missing: an empty label, and among numbers (or for
-    --task regression) a missing-value marker (``NA``, ``nan``, ``null``...: `is_missing_marker`),
-    which never decides the task; each is refused by line unless ``skip_bad_rows`` (then skipped,
-    counted and named in a warning). A molecule RDKit cannot read is left to `_graphs` to say."""
-    given = [label for _, _, label in records if not is_missing_marker(label)]
-    numeric = options.task == "regression" or (options.task == "auto" and all(map(is_number, given)))
+    """The records whose molecule has a label. Missing: an empty label, and among numbers (the
+    labels of the molecules RDKit reads, whatever --task says; or for --task regression) a
+    missing-value marker (``NA``, ``nan``, ``null``...: `is_missing_marker`), which never decides
+    the task; each is refused by line unless ``skip_bad_rows`` (then skipped, counted and named in
+    a warning). A molecule RDKit cannot read is left to `_graphs` to say."""
+    given = [label for _, mol, label in records if is_read(mol) and not is_missing_marker(label)]
+    numeric = options.task == "regression" or all(map(is_number, given))
     kept, missing = [], []
     for line, mol, label in records:
         if is_read(mol) and (not label or (numeric and is_missing_marker(label))):
