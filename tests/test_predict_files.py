@@ -163,7 +163,7 @@ def test_text_rows_from_jsonl_and_txt(runs, tmp_path, capsys):
         ("in.txt", "a.png\n", ["classes", "x.png", "--input", "{file}"], "not both"),
         ("in.txt", None, ["classes", "x.png", "--format", "csv"], "add --input FILE"),
         ("in.csv", "a,b\n", ["text", "--input", "{file}"], "no 'text' column"),
-        ("in.xml", "<a/>", ["text", "--input", "{file}"], "reads .csv, .jsonl or .txt files"),
+        ("in.xml", "<a/>", ["text", "--input", "{file}"], "reads .csv, .jsonl, .txt (one input a line) or .smi"),
         ("in.csv", "text\nhi\n", ["text", "--input", "{file}", "--format", "xml"], "invalid choice: 'xml'"),
     ],
 )
@@ -222,7 +222,7 @@ def test_smiles_from_a_csv_one_bad_row_reported(tmp_path, capsys):
     expected = predict_molecules(zoo.load(run), ["CCO", "c1ccccc1O"])
     assert [float(table[0]["value"]), float(table[2]["value"])] == pytest.approx(expected, rel=1e-5)
     smi = tmp_path / "first.smi"  # Daylight's SMILES file, as RDKit's NCI set ships: SMILES, a tab, the name
-    smi.write_text("CCO\tethanol\nc1ccccc1O   phenol 2\nCC\n")
+    smi.write_text("SMILES\tName\nCCO\tethanol\nc1ccccc1O   phenol 2\nCC\n")  # ZINC's files have the header
     assert main(["predict", str(run), "--input", str(smi), "--out", str(tmp_path / "smi.csv")]) == 0
     table = list(csv.DictReader((tmp_path / "smi.csv").open()))
     assert [(r["id"], r["input"], r["error"]) for r in table] == [("ethanol", "CCO", ""), ("phenol 2", "c1ccccc1O", ""),

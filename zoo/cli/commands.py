@@ -152,11 +152,14 @@ def run_finetune(args: argparse.Namespace) -> int:
     try:
         finetune.run(args, command=args.command_line)
     except KeyboardInterrupt:  # what continues it: a run that checkpointed resumes, one that did not starts again
-        out = Path(args.out).expanduser()
-        again = "no checkpoint yet: start it again" + (" with --overwrite" if out.is_dir() else "")
-        if (out / "checkpoints" / "last.pt").is_file():
-            again = "the same command with --resume continues it"
-        raise KeyboardInterrupt(f"{args.out}: {again}") from None
+        try:
+            out = Path(args.out).expanduser()
+            again = "no checkpoint yet: start it again" + (" with --overwrite" if out.is_dir() else "")
+            if (out / "checkpoints" / "last.pt").is_file():
+                again = "the same command with --resume continues it"
+        except (OSError, RuntimeError, ValueError):  # an --out the system cannot look at: the plain message
+            raise KeyboardInterrupt from None
+        raise KeyboardInterrupt(f"{' '.join(str(args.out).split())}: {again}") from None
     return 0
 
 
@@ -175,7 +178,7 @@ def run_eval(args: argparse.Namespace) -> int:
     flags = {
         "--out": args.out, "--images": args.images, "--label-field": args.label_field,
         "--device": args.device not in (None, "cpu"), "--label-delimiter": args.label_delimiter != " ",
-        "--skip-bad-rows": args.skip_bad_rows, "--no-progress": args.no_progress, "--smiles-field": args.smiles_field,
+        "--skip-bad-rows": args.skip_bad_rows, "--no-progress": args.no_progress, "--smiles-field": args.smiles_field != "smiles",
     }  # fmt: skip
     given = [flag for flag, value in flags.items() if value]
     if given:
@@ -222,7 +225,7 @@ def _eval_on_file(args: argparse.Namespace) -> int:
 
     reading = MoleculeOptions(
         label_field=args.label_field, label_delimiter=args.label_delimiter, skip_bad_rows=args.skip_bad_rows,
-        smiles_field=args.smiles_field or "smiles",
+        smiles_field=args.smiles_field,
     )  # fmt: skip
     device = str(resolve_device(args.device))  # --data: the one default, cuda if available
     scores = score_file(

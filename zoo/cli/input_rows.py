@@ -61,7 +61,7 @@ def read_inputs(path: Path, kind: str) -> list[InputRow]:
     suffix = path.suffix.lower()
     if suffix not in (".csv", ".jsonl", ".txt", ".smi"):
         raise DataError(
-            f"{path}: zoo predict --input reads .csv, .jsonl or .txt files (one input a line){' or a folder of images' if kind == 'images' else ''}; "
+            f"{path}: zoo predict --input reads .csv, .jsonl, .txt (one input a line) or .smi files{' or a folder of images' if kind == 'images' else ''}; "
             f"got {suffix or 'a file without a suffix'}"
         )
     text = _decoded(path)
@@ -69,8 +69,9 @@ def read_inputs(path: Path, kind: str) -> list[InputRow]:
         rows = _csv_rows(path, text, kind)
     elif suffix == ".jsonl":
         rows = _jsonl_rows(path, text, kind)
-    elif suffix == ".smi":  # Daylight's SMILES file: a SMILES, then whitespace and the molecule's name, if any
+    elif suffix == ".smi" and kind == "molecules":  # Daylight's SMILES file: a SMILES, whitespace, the name if any
         rows = [InputRow(n, *_named(line.split(None, 1))) for n, line in _lines(text) if line.strip()]
+        rows = rows[1:] if rows and rows[0].value.lower() == "smiles" else rows  # a header line (ZINC's files)
     else:
         rows = [InputRow(n, None, line.strip()) for n, line in _lines(text) if line.strip()]
     if not rows:
@@ -86,8 +87,8 @@ def read_inputs(path: Path, kind: str) -> list[InputRow]:
 
 
 def _named(fields: list[str]) -> tuple[str | None, str]:
-    """(the name, the SMILES) of a .smi line split once at whitespace."""
-    return (fields[1].strip() or None if len(fields) > 1 else None), fields[0]
+    """(the name, cut to 256 characters as a column's id is, and the SMILES) of a .smi line split once at whitespace."""
+    return (fields[1].strip()[:256] or None if len(fields) > 1 else None), fields[0]
 
 
 def check_input_file(path: Path) -> None:

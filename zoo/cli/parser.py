@@ -140,7 +140,12 @@ def _eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--label-field", help="with --data: the label's column when there are several (default: the target's name)"
     )
-    p.add_argument("--smiles-field", metavar="NAME", help="with --data molecules: the SMILES column (default smiles)")
+    p.add_argument(
+        "--smiles-field",
+        default="smiles",
+        metavar="NAME",
+        help="with --data molecules: the SMILES column (default smiles)",
+    )
     p.add_argument(
         "--label-delimiter", default=" ", metavar="TEXT", help="multi-label: what separates a CSV field's tags"
     )

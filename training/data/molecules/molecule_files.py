@@ -312,6 +312,9 @@ def _label_column(path: Path, names: list[str], smiles_at: int, label_field: str
             raise DataError(
                 f"{path}: no column {clipped(label_field)!r} (--label-field); the columns are {shown_names(names)}"
             )
+        if lowered.index(label_field.lower()) == smiles_at:
+            raise DataError(f"{path}: the label (--label-field) and the SMILES (--smiles-field) are one column, "
+                            f"{clipped(names[smiles_at])!r}; name the label's column")  # fmt: skip
         return lowered.index(label_field.lower())
     others = [i for i in range(len(names)) if i != smiles_at]
     if len(others) != 1:
@@ -335,7 +338,8 @@ def _table_records(path: Path, label_field: str | None, smiles: str) -> tuple[li
         raise DataError(f"{path} is empty; expected a header naming a smiles and a label column") from None
     names = [name.strip() for name in header]
     if smiles.lower() not in [name.lower() for name in names]:
-        raise DataError(f"{path}, line 1: no {smiles} column in the header {shown_names(names)}; {_NAME_IT}")
+        fix = _NAME_IT if smiles.lower() == "smiles" else f"check --smiles-field {clipped(smiles)}"
+        raise DataError(f"{path}, line 1: no {clipped(smiles)} column in the header {shown_names(names)}; {fix}")
     smiles_at = [name.lower() for name in names].index(smiles.lower())
     label_at = _label_column(path, names, smiles_at, label_field)
     records = []
