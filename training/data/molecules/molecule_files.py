@@ -312,10 +312,11 @@ def _label_column(path: Path, names: list[str], smiles_at: int, label_field: str
             raise DataError(
                 f"{path}: no column {clipped(label_field)!r} (--label-field); the columns are {shown_names(names)}"
             )
-        if lowered.index(label_field.lower()) == smiles_at:
-            raise DataError(f"{path}: the label (--label-field) and the SMILES (--smiles-field) are one column, "
-                            f"{clipped(names[smiles_at])!r}; name the label's column")  # fmt: skip
-        return lowered.index(label_field.lower())
+        if (label_at := lowered.index(label_field.lower())) == smiles_at:
+            raise DataError(
+                f"{path}: --label-field and --smiles-field both name {clipped(names[smiles_at])!r}; name two columns"
+            )
+        return label_at
     others = [i for i in range(len(names)) if i != smiles_at]
     if len(others) != 1:
         raise DataError(
@@ -425,9 +426,9 @@ def _labelled(path: Path, records: list[tuple[int, Any, str]], options: Molecule
     a warning). A molecule RDKit cannot read is left to `_graphs` to say."""
     given = [label for _, mol, label in records if is_read(mol) and not is_missing_marker(label)]
     numeric = options.task == "regression" or all(map(is_number, given))
-    kept, missing = [], []
+    kept, missing, bad_before = [], [], False  # bad_before: a bad number earlier, which `_numbers` says first
     for line, mol, label in records:
-        if is_read(mol) and (not label or (numeric and is_missing_marker(label))):
+        if is_read(mol) and (not label or (numeric and is_missing_marker(label))) and not bad_before:
             if not options.skip_bad_rows:
                 raise DataError(
                     f"{path}, line {line}: the label is missing ({label!r}); fill it in or remove the row, or pass "
@@ -435,6 +436,7 @@ def _labelled(path: Path, records: list[tuple[int, Any, str]], options: Molecule
                 )
             missing.append(line)
             continue
+        bad_before = bad_before or (numeric and is_number(label) and number_problem(label) is not None)
         kept.append((line, mol, label))
     if missing:
         shown = ", ".join(map(str, missing[:_BAD_SHOWN])) + (", ..." if len(missing) > _BAD_SHOWN else "")
