@@ -110,7 +110,7 @@ def test_a_smiles_column_of_another_name_is_read_by_smiles_field(tmp_path: Path,
     capsys.readouterr()
     assert main(["eval", str(tmp_path / "run"), "--data", str(path), "--smiles-field", "mol", "--no-progress"]) == 0
     assert "rmse" in capsys.readouterr().out
-    with pytest.raises(DataError, match=r"--label-field and --smiles-field both name 'mol'; name two columns"):
+    with pytest.raises(DataError, match=r"--label-field and --smiles-field both name 'mol': name two"):
         molecule_source(path, MoleculeOptions(smiles_field="mol", label_field="MOL"))
     with pytest.raises(DataError, match=r"no smi column in the header 'CID', 'mol', 'pIC50'; check --smiles-field smi"):
         molecule_source(path, MoleculeOptions(smiles_field="smi", label_field="pIC50"))

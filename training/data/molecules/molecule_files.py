@@ -314,7 +314,7 @@ def _label_column(path: Path, names: list[str], smiles_at: int, label_field: str
             )
         if (label_at := lowered.index(label_field.lower())) == smiles_at:
             raise DataError(
-                f"{path}: --label-field and --smiles-field both name {clipped(names[smiles_at])!r}; name two columns"
+                f"{path}: --label-field and --smiles-field both name {clipped(names[label_at])!r}: name two"
             )
         return label_at
     others = [i for i in range(len(names)) if i != smiles_at]
@@ -419,11 +419,9 @@ def _sdf_records(path: Path, label_field: str | None) -> tuple[list[tuple[int, A
 
 
 def _labelled(path: Path, records: list[tuple[int, Any, str]], options: MoleculeOptions) -> list[tuple[int, Any, str]]:
-    """The records whose molecule has a label. Missing: an empty label, and among numbers (the
-    labels of the molecules RDKit reads, whatever --task says; or for --task regression) a
-    missing-value marker (``NA``, ``nan``, ``null``...: `is_missing_marker`), which never decides
-    the task; each is refused by line unless ``skip_bad_rows`` (then skipped, counted and named in
-    a warning). A molecule RDKit cannot read is left to `_graphs` to say."""
+    """The records whose molecule has a label. Missing: an empty label, and where the read molecules'
+    labels are numbers (or for --task regression) a marker such as ``NA`` or ``nan`` (`is_missing_marker`),
+    which never decides the task; refused by line unless ``skip_bad_rows`` (then skipped, counted, warned)."""
     given = [label for _, mol, label in records if is_read(mol) and not is_missing_marker(label)]
     numeric = options.task == "regression" or all(map(is_number, given))
     kept, missing, bad_before = [], [], False  # bad_before: a bad number earlier, which `_numbers` says first
