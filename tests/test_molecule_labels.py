@@ -150,3 +150,10 @@ def test_whole_number_classes_written_two_ways_are_one_class(tmp_path: Path) -> 
         source = molecule_source(_table(tmp_path / "m.csv", missing), MoleculeOptions(task="classification",
                                                                                       skip_bad_rows=True))  # fmt: skip
     assert source.class_names == ["0.0", "1.0"]
+
+
+def test_a_jsonl_without_the_named_smiles_key_names_the_flag_given(tmp_path: Path) -> None:
+    jsonl = tmp_path / "mols.jsonl"
+    jsonl.write_text("".join(json.dumps({"Drug": s, "Y": float(v)}) + "\n" for s, v in ROWS))
+    with pytest.raises(DataError, match=r"no 'mol' string; found the keys 'Drug', 'Y'; check --smiles-field mol$"):
+        molecule_source(jsonl, MoleculeOptions(smiles_field="mol"))

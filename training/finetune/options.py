@@ -16,7 +16,7 @@ from typing import Any
 from zoo.bounds import TEXT_TOKENS, Bounds, bounded, check_fields, count
 from zoo.errors import InvalidArgumentError
 from zoo.training.data.images.augment import Augment
-from zoo.training.data.molecules.molecule_files import SMILES_FIELD_HELP, SPLITS, TASKS, MoleculeOptions
+from zoo.training.data.molecules.molecule_files import SPLITS, TASKS, MoleculeOptions
 from zoo.training.data.shards.shard_files import shared_shards
 from zoo.training.data.shards.shard_source import BUFFER, SHUFFLE_BUFFER
 from zoo.training.finetune import defaults
@@ -246,7 +246,8 @@ def _molecule_arguments(g: argparse._ArgumentGroup) -> None:
         "--label-field",
         help="the label's column (image lists, text rows, molecules: when there are several) or SDF data field",
     )
-    g.add_argument("--smiles-field", default="smiles", metavar="NAME", help=SMILES_FIELD_HELP)
+    g.add_argument("--smiles-field", default="smiles", metavar="NAME", help="molecules in a .csv/.jsonl: the "
+                   "SMILES column (default smiles, any case; BACE's is mol)")  # fmt: skip
     g.add_argument(
         "--task",
         choices=TASKS,

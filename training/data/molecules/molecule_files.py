@@ -35,8 +35,8 @@ MAX_LABEL_NAME = 256  # characters of the label column's name (it is recorded in
 TASKS = TABLE_TASKS  # molecules read the first three (multi-label is images', text rows' and tensors')
 SPLITS = ("random", "scaffold")
 _BAD_SHOWN = 5  # bad rows named in a warning when they are skipped
+Record = tuple[int, Any, str]  # a row's line, its RDKit molecule (None: unreadable) and its label
 _NAME_IT = "name the SMILES column smiles, or pass --smiles-field NAME"
-SMILES_FIELD_HELP = "molecules in a .csv/.jsonl: the SMILES column (default smiles, any case; BACE's is mol)"
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,10 @@ def first_names(path: Path) -> list[str] | None:
     return [str(key) for key in row] if isinstance(row, dict) else None
 
 
+def _name_it(smiles: str) -> str:  # the fix when no column bears the SMILES column's name (default or given)
+    return _NAME_IT if smiles.lower() == "smiles" else f"check --smiles-field {clipped(smiles)}"
+
+
 def no_smiles_column(path: Path, model: str, smiles_field: str = "smiles") -> DataError:
     """The error for a ``.csv``/``.jsonl`` without a ``smiles_field`` column given to ``model``, which reads graphs."""
     names = first_names(path) or []
@@ -152,7 +156,7 @@ def no_smiles_column(path: Path, model: str, smiles_field: str = "smiles") -> Da
     return DataError(
         f"{path}, line 1: {model} reads graphs, which zoo's molecule reader makes from a .csv/.jsonl: it wants a "
         f"{clipped(smiles_field)} column and a label column, and the first line names {[name[:40] for name in names[:20]]}; "
-        f"{_NAME_IT}{text}"
+        f"{_name_it(smiles_field)}{text}"
     )
 
 
@@ -271,9 +275,7 @@ def _source(
     )
 
 
-def _graphs(
-    path: Path, records: list[tuple[int, Any, str]], skip: bool
-) -> tuple[list[Any], list[str], list[str], list[int]]:
+def _graphs(path: Path, records: list[Record], skip: bool) -> tuple[list[Any], list[str], list[str], list[int]]:
     """The graphs, canonical SMILES, labels and lines of the usable records; the first bad one is
     refused by line unless ``skip`` (then they are counted, and the first few named, in a warning)."""
     from rdkit import Chem
@@ -326,7 +328,7 @@ def _label_column(path: Path, names: list[str], smiles_at: int, label_field: str
     return others[0]
 
 
-def _table_records(path: Path, label_field: str | None, smiles: str) -> tuple[list[tuple[int, Any, str]], str]:
+def _table_records(path: Path, label_field: str | None, smiles: str) -> tuple[list[Record], str]:
     """(line, RDKit molecule or None, label) of each row of a CSV with a header, or of a JSON
     lines file, and the label's name."""
     text = decode_text(path)
@@ -339,7 +341,7 @@ def _table_records(path: Path, label_field: str | None, smiles: str) -> tuple[li
         raise DataError(f"{path} is empty; expected a header naming a smiles and a label column") from None
     names = [name.strip() for name in header]
     if smiles.lower() not in [name.lower() for name in names]:
-        fix = _NAME_IT if smiles.lower() == "smiles" else f"check --smiles-field {clipped(smiles)}"
+        fix = _name_it(smiles)
         raise DataError(f"{path}, line 1: no {clipped(smiles)} column in the header {shown_names(names)}; {fix}")
     smiles_at = [name.lower() for name in names].index(smiles.lower())
     label_at = _label_column(path, names, smiles_at, label_field)
@@ -359,9 +361,7 @@ def _table_records(path: Path, label_field: str | None, smiles: str) -> tuple[li
     return records, names[label_at]
 
 
-def _jsonl_records(
-    path: Path, text: str, label_field: str | None, smiles: str
-) -> tuple[list[tuple[int, Any, str]], str]:
+def _jsonl_records(path: Path, text: str, label_field: str | None, smiles: str) -> tuple[list[Record], str]:
     records, label_name = [], label_field
     for line, body in enumerate(text.splitlines(), start=1):
         if not body.strip():
@@ -380,7 +380,7 @@ def _jsonl_records(
         smiles_key = next((k for k in names if k.lower() == smiles.lower()), None)
         if smiles_key is None or not isinstance(row[smiles_key], str):
             raise DataError(
-                f"{path}, line {line}: no {smiles!r} string; found the keys {shown_names(names)}; {_NAME_IT}"
+                f"{path}, line {line}: no {smiles!r} string; found the keys {shown_names(names)}; {_name_it(smiles)}"
             )
         wanted = label_field or label_name
         if wanted is not None and wanted.lower() not in [name.lower() for name in names]:
@@ -394,7 +394,7 @@ def _jsonl_records(
     return records, label_name or "label"
 
 
-def _sdf_records(path: Path, label_field: str | None) -> tuple[list[tuple[int, Any, str]], str]:
+def _sdf_records(path: Path, label_field: str | None) -> tuple[list[Record], str]:
     """(line where the record starts, RDKit molecule or None, label) of each record of an SDF file."""
     from rdkit import Chem
 
@@ -418,7 +418,7 @@ def _sdf_records(path: Path, label_field: str | None) -> tuple[list[tuple[int, A
     return list(zip(starts, mols, labels)), label_field  # a record without the field: no label
 
 
-def _labelled(path: Path, records: list[tuple[int, Any, str]], options: MoleculeOptions) -> list[tuple[int, Any, str]]:
+def _labelled(path: Path, records: list[Record], options: MoleculeOptions) -> list[Record]:
     """The records whose molecule has a label. Missing: an empty label, and where the read molecules'
     labels are numbers (or for --task regression) a marker such as ``NA`` or ``nan`` (`is_missing_marker`),
     which never decides the task; refused by line unless ``skip_bad_rows`` (then skipped, counted, warned)."""
