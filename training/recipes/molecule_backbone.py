@@ -8,8 +8,8 @@ less the project's molecule sets' targets (`EXCLUDED`, and Mordred's of the same
 on the training part (clipped to its 0.5-99.5 percentiles; one constant there is dropped). ``gin3`` (its
 default size, or ``--hidden-channels``/``--num-layers``) regresses them (`MaskedRegressionStep`: MSE over
 the values present) through the `Trainer`, checkpointed in ``OUT``: the same command continues a run to the
-same weights; ``--mask-atoms P`` also hides P of the atoms and predicts their elements (`AtomMasking`). ``--max-steps`` and ``--time-budget-s`` (training seconds of one invocation) bound it; a
-seeded 2% validates. ``OUT/backbone`` is a `zoo.save` folder (its card and ``descriptors.json`` inside);
+same weights; ``--mask-atoms P`` also hides P of the atoms and predicts their elements (`AtomMasking`).
+``--max-steps`` and ``--time-budget-s`` (training seconds of one invocation) bound it; a seeded 2% validates. ``OUT/backbone`` is a `zoo.save` folder (its card and ``descriptors.json`` inside);
 ``--publish`` also writes the weight entry `NAME` (or ``--name``).
 
     python -m zoo.training.recipes.molecule_backbone --out runs/backbone [--molecules 100000] [--fragments 0]
